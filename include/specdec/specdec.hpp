@@ -9,6 +9,7 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
+#include "specdec/core/workspace.hpp"
 
 #include "specdec/tree/batch.hpp"
 #include "specdec/tree/build.hpp"
