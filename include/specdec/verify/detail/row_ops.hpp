@@ -10,6 +10,11 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+// At file scope: an intrinsics header opened inside a namespace breaks every
+// later include of it (Eigen's, for one).
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(SPECDEC_NO_SIMD) && defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
@@ -95,9 +100,6 @@ inline status check_mass(double mass, float tolerance, std::int64_t node, bool i
 
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(SPECDEC_NO_SIMD)
 #define SPECDEC_VERIFY_SIMD 1
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 //! 128-bit GCC/Clang vector types: the contiguous passes are written with
 //! them so they vectorise at any optimisation level. Lane l of the double
 //! accumulators always holds elements i with i % 8 == l, exactly as in the
