@@ -273,7 +273,8 @@ class file {
     const auto n_tensors = read<std::uint64_t>("tensor count");
     const auto n_kv = read<std::uint64_t>("metadata count");
     // A tensor info or key/value pair takes well over 8 bytes.
-    if (n_tensors > bytes_.size() / 8 || n_kv > bytes_.size() / 8) fail("tensor or metadata count exceeds file size");
+    if (n_tensors > bytes_.size() / 8 || n_kv > bytes_.size() / 8)
+      fail("truncated or corrupt file: tensor or metadata count exceeds file size");
     for (std::uint64_t i = 0; i < n_kv; ++i) {
       std::string key = read_string("metadata key");
       const auto t = read<std::uint32_t>("metadata type");
