@@ -11,6 +11,7 @@
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
+#include "specdec/tree/paths.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
@@ -31,16 +32,11 @@ inline status check_accepted_path(std::span<const node_id> parent, std::span<con
   if (cache_len < 0) return make_status(status_code::invalid_argument, "cache_len must be non-negative");
   if (!slot_of_node.empty() && slot_of_node.size() != parent.size())
     return make_status(status_code::size_mismatch, "slot_of_node must be empty or have one entry per node");
-  if (path.empty()) return make_status(status_code::empty_input, "accepted path is empty");
+  SPECDEC_TRY(validate_root_path(parent, path));
   std::int64_t prev = -1;
   for (std::size_t k = 0; k < path.size(); ++k) {
     const node_id u = path[k];
     const auto ki = static_cast<std::int64_t>(k);
-    if (u < 0 || u >= n) return make_status(status_code::out_of_range, "path node id out of range", ki);
-    const node_id want = k == 0 ? -1 : path[k - 1];
-    if (parent[static_cast<std::size_t>(u)] != want)
-      return make_status(status_code::invalid_argument,
-                         k == 0 ? "path must start at the root" : "path node is not a child of the previous one", ki);
     const std::int64_t slot = slot_of_node.empty() ? u : slot_of_node[static_cast<std::size_t>(u)];
     if (slot < 0 || slot >= n) return make_status(status_code::out_of_range, "slot out of range", ki);
     const std::int64_t pos = static_cast<std::int64_t>(cache_len) + slot;

@@ -63,4 +63,20 @@ class workspace_carver {
   std::size_t used_ = 0;
 };
 
+//! Extra bytes a host entry point adds to its workspace size so that it
+//! accepts a buffer at any address (a std::vector<std::byte>, say): it
+//! carves from the buffer's first aligned byte, as unaligned_carver does.
+inline constexpr std::size_t unaligned_workspace_slack = workspace_alignment - 1;
+
+//! A carver over the aligned part of `bytes` bytes at `base`, which may have
+//! any alignment. A null base gives a counting carver. Pair it with a size of
+//! bytes_used() + unaligned_workspace_slack.
+SPECDEC_HD workspace_carver unaligned_carver(void* base, std::size_t bytes) noexcept {
+  if (base == nullptr) return workspace_carver{};
+  const std::size_t mis = reinterpret_cast<std::uintptr_t>(base) % workspace_alignment;
+  const std::size_t skip = mis == 0 ? 0 : workspace_alignment - mis;
+  if (skip > bytes) return workspace_carver{base, 0};  // too small for even one aligned byte
+  return workspace_carver{static_cast<unsigned char*>(base) + skip, bytes - skip};
+}
+
 }  // namespace specdec

@@ -33,7 +33,7 @@ struct beam_tree_options {
 //! probabilities; ties everywhere are broken by lower node id (and lower
 //! token id among one node's candidates), so the result is deterministic.
 //! Keeps its scratch between builds: no allocation once warm.
-class beam_tree_builder {
+class beam_tree_builder : public owning_build<beam_tree_builder> {
  public:
   explicit beam_tree_builder(beam_tree_options o = {}) : opt_(o) {}
 
@@ -64,21 +64,12 @@ class beam_tree_builder {
     return detail::prune_in_place(out, opt_.budget, s_);
   }
 
-  //! Throwing convenience: builds into an internal tree and returns it.
-  template <class D>
-  requires drafter<D>
-  const drafted_tree& operator()(D& d, token_id root_token) {
-    throw_if_error(build(d, root_token, result_));
-    return result_;
-  }
-
   const beam_tree_options& options() const noexcept { return opt_; }
 
  private:
   beam_tree_options opt_;
   detail::beam_scratch s_;
   std::vector<token_id> path_;
-  drafted_tree result_;
 };
 
 }  // namespace specdec

@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "specdec/core/error.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/tree/token_tree.hpp"
 
@@ -112,6 +113,29 @@ struct drafted_tree {
     child_mode[static_cast<std::size_t>(parent)] = mode;
     return id;
   }
+};
+
+//! The throwing convenience every tree builder offers, written once: a
+//! builder derives from `owning_build<Builder>` and provides
+//! `status build(D&, token_id, drafted_tree&)`; `builder(d, root)` then
+//! builds into a tree the builder owns and returns it (valid until the next
+//! call), throwing `specdec::error` for a failed build. It takes exactly
+//! the drafters the builder's own `build` accepts.
+template <class Builder>
+class owning_build {
+ public:
+  //! Builds into the builder's own tree and returns it (throws specdec::error).
+  template <class D>
+  requires requires(Builder& b, D& d, token_id root, drafted_tree& out) {
+    { b.build(d, root, out) } -> std::same_as<status>;
+  }
+  const drafted_tree& operator()(D& d, token_id root_token) {
+    throw_if_error(static_cast<Builder&>(*this).build(d, root_token, result_));
+    return result_;
+  }
+
+ private:
+  drafted_tree result_;
 };
 
 }  // namespace specdec

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "specdec/core/status.hpp"
-#include "specdec/draft/shape.hpp"
+#include "specdec/tree/shape.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/validate.hpp"
 

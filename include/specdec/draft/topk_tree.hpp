@@ -29,7 +29,7 @@ struct topk_tree_options {
 //! than k positive-probability tokens get fewer children. One drafter call
 //! per expanded node; scratch is kept between builds (no allocation once
 //! warm). Deterministic.
-class topk_tree_builder {
+class topk_tree_builder : public owning_build<topk_tree_builder> {
  public:
   explicit topk_tree_builder(topk_tree_options o = {}) : opt_(o) {}
 
@@ -71,14 +71,6 @@ class topk_tree_builder {
     return status::success();
   }
 
-  //! Throwing convenience: builds and returns a reference to an internal tree.
-  template <class D>
-  requires drafter<D>
-  const drafted_tree& operator()(D& d, token_id root_token) {
-    throw_if_error(build(d, root_token, result_));
-    return result_;
-  }
-
   const topk_tree_options& options() const noexcept { return opt_; }
 
  private:
@@ -86,7 +78,6 @@ class topk_tree_builder {
   std::vector<token_id> tok_;
   std::vector<float> val_;
   std::vector<token_id> path_;
-  drafted_tree result_;
 };
 
 }  // namespace specdec

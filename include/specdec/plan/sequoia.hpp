@@ -23,7 +23,7 @@
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/status.hpp"
-#include "specdec/draft/shape.hpp"
+#include "specdec/tree/shape.hpp"
 
 namespace specdec {
 

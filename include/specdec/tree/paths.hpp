@@ -29,6 +29,26 @@ struct path_shape {
   std::int32_t width = 0;
 };
 
+//! Checks that `path` (root first) is a root-to-node path of the tree:
+//! path[0] is the root and each next node is a child of the previous one.
+//! Trusts `parent` to be validated. Returns empty_input, out_of_range (a
+//! node id) or invalid_argument, with the offending path position as index.
+//! O(length), no scratch.
+inline status validate_root_path(std::span<const node_id> parent, std::span<const node_id> path) noexcept {
+  if (path.empty()) return make_status(status_code::empty_input, "path is empty");
+  const auto n = static_cast<std::int64_t>(parent.size());
+  for (std::size_t k = 0; k < path.size(); ++k) {
+    const node_id u = path[k];
+    const auto ki = static_cast<std::int64_t>(k);
+    if (u < 0 || u >= n) return make_status(status_code::out_of_range, "path node id out of range", ki);
+    const node_id want = k == 0 ? -1 : path[k - 1];
+    if (parent[static_cast<std::size_t>(u)] != want)
+      return make_status(status_code::invalid_argument,
+                         k == 0 ? "path must start at the root" : "path node is not a child of the previous one", ki);
+  }
+  return status::success();
+}
+
 //! Ints of scratch that path_matrix_shape / build_leaves / build_paths need (N).
 constexpr std::size_t paths_workspace_size(std::size_t n) noexcept { return n; }
 

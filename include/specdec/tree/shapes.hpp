@@ -37,6 +37,7 @@
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/status.hpp"
+#include "specdec/tree/build.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
@@ -178,23 +179,11 @@ inline std::span<const std::int32_t> stree_level_widths(stree_config c) noexcept
   return c == stree_config::e ? std::span<const std::int32_t>(e) : std::span<const std::int32_t>(a);
 }
 
-namespace detail {
-inline token_tree tree_with_tokens(std::span<const node_id> parent, std::span<const token_id> tokens) {
-  if (!tokens.empty() && tokens.size() != parent.size())
-    throw_if_error(make_status(status_code::size_mismatch, "tokens must be empty or hold one per node"));
-  token_tree t;
-  t.reserve(parent.size());
-  t.add_root(tokens.empty() ? 0 : tokens[0]);
-  for (std::size_t i = 1; i < parent.size(); ++i) t.add_child(parent[i], tokens.empty() ? 0 : tokens[i]);
-  return t;
-}
-}  // namespace detail
-
 //! Owning chain of n nodes; tokens empty (placeholder 0) or one per node.
 inline token_tree make_chain_tree(std::int32_t n, std::span<const token_id> tokens = {}) {
   std::vector<node_id> p(static_cast<std::size_t>(n < 0 ? 0 : n));
   throw_if_error(build_chain(p));
-  return detail::tree_with_tokens(p, tokens);
+  return tree_from_parents(p, tokens);
 }
 
 //! Owning full k-ary tree of depth `depth`.
@@ -203,7 +192,7 @@ inline token_tree make_kary_tree(std::int32_t k, std::int32_t depth, std::span<c
   throw_if_error(kary_tree_size(k, depth, n));
   std::vector<node_id> p(static_cast<std::size_t>(n));
   throw_if_error(build_kary_tree(k, depth, p));
-  return detail::tree_with_tokens(p, tokens);
+  return tree_from_parents(p, tokens);
 }
 
 //! Owning per-level-widths tree.
@@ -212,7 +201,7 @@ inline token_tree make_level_widths_tree(std::span<const std::int32_t> widths, s
   throw_if_error(level_widths_tree_size(widths, n));
   std::vector<node_id> p(static_cast<std::size_t>(n));
   throw_if_error(build_level_widths_tree(widths, p));
-  return detail::tree_with_tokens(p, tokens);
+  return tree_from_parents(p, tokens);
 }
 
 //! Owning SpecMemo (arity, levels) full tree.
@@ -228,7 +217,7 @@ inline token_tree make_stream_tree(std::int32_t gamma, std::int32_t k, std::span
   std::vector<node_id> p(static_cast<std::size_t>(n));
   std::vector<token_id> tok(static_cast<std::size_t>(n));
   throw_if_error(build_stream_tree(gamma, k, stream_topk, root_token, p, tok));
-  return detail::tree_with_tokens(p, tok);
+  return tree_from_parents(p, tok);
 }
 
 //! Owning STree static tree.

@@ -85,15 +85,20 @@ class token_tree {
   std::span<const std::int32_t> depths() const noexcept { return depth_; }
   std::span<const float> scores() const noexcept { return score_; }
 
-  token_id token(node_id i) const { return token_.at(static_cast<std::size_t>(i)); }
-  node_id parent(node_id i) const { return parent_.at(static_cast<std::size_t>(i)); }
-  std::int32_t depth(node_id i) const { return depth_.at(static_cast<std::size_t>(i)); }
-  float score(node_id i) const { return score_.at(static_cast<std::size_t>(i)); }
+  //! Token of node i. Throws `specdec::error` (out_of_range) for an id
+  //! outside [0, size()), as every accessor taking a node id does.
+  token_id token(node_id i) const { return token_[checked(i)]; }
+  //! Parent of node i (-1 for the root).
+  node_id parent(node_id i) const { return parent_[checked(i)]; }
+  //! Depth of node i (root 0).
+  std::int32_t depth(node_id i) const { return depth_[checked(i)]; }
+  //! Score of node i.
+  float score(node_id i) const { return score_[checked(i)]; }
 
   //! Overwrites the score of node i (e.g. after a drafter reports it).
-  void set_score(node_id i, float s) { score_.at(static_cast<std::size_t>(i)) = s; }
+  void set_score(node_id i, float s) { score_[checked(i)] = s; }
   //! Overwrites the token of node i.
-  void set_token(node_id i, token_id t) { token_.at(static_cast<std::size_t>(i)) = t; }
+  void set_token(node_id i, token_id t) { token_[checked(i)] = t; }
 
   //! Largest depth (0 for a root-only tree, -1 when empty).
   std::int32_t max_depth() const noexcept {
@@ -110,6 +115,11 @@ class token_tree {
   friend bool operator==(const token_tree& a, const token_tree& b) = default;
 
  private:
+  std::size_t checked(node_id i) const {
+    if (i < 0 || i >= size()) throw_if_error(make_status(status_code::out_of_range, "node id out of range", i));
+    return static_cast<std::size_t>(i);
+  }
+
   void push(token_id t, node_id p, std::int32_t d, float s) {
     token_.push_back(t);
     parent_.push_back(p);
