@@ -12,6 +12,7 @@
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
+#include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
 
@@ -144,9 +145,9 @@ SPECDEC_HD constexpr kv_position_map paged_positions(const std::int32_t* block_t
 //! so the request's new length is cache_len[r] + its keep count.
 struct kv_commit_batch {
   std::int32_t num_requests = 0;
-  const std::int32_t* cache_len = nullptr;     //!< [num_requests]
+  const position_id* cache_len = nullptr;      //!< [num_requests]
   const std::int32_t* keep_offsets = nullptr;  //!< [num_requests + 1], CSR
-  const std::int32_t* keep = nullptr;          //!< [keep_offsets[num_requests]]
+  const position_id* keep = nullptr;           //!< [keep_offsets[num_requests]]
 };
 
 static_assert(std::is_trivially_copyable_v<kv_tensor<void>>);

@@ -112,7 +112,7 @@ namespace detail {
 template <class U, int Regs>
 SPECDEC_DEVICE void kv_copy_row(unsigned char* base, const kv_tensor<void>& t, const kv_position_map& map,
                                 std::int64_t r, std::int64_t layer, std::int64_t head, std::int64_t c,
-                                const std::int32_t* keep, std::int64_t k0, std::int64_t count,
+                                const position_id* keep, std::int64_t k0, std::int64_t count,
                                 const ::specdec::detail::kv_copy_plan& plan, std::int64_t elem_bytes) {
   const std::int64_t units = plan.units;
   const std::int64_t capacity = static_cast<std::int64_t>(blockDim.x) * Regs;
@@ -174,7 +174,7 @@ SPECDEC_KERNEL void kv_commit_copy_kernel(const kv_tensor<void>* tensors, std::i
   const kv_tensor<void> t = tensors[ti];
   if (layer >= t.layers || head >= t.heads) return;
   const std::int64_t c = batch.cache_len[r];
-  const std::int32_t* keep = batch.keep + batch.keep_offsets[r];
+  const position_id* keep = batch.keep + batch.keep_offsets[r];
   const std::int64_t count = batch.keep_offsets[r + 1] - batch.keep_offsets[r];
   const std::int64_t k0 = ::specdec::detail::kv_first_moved(keep, count, c);
   if (k0 == count) return;

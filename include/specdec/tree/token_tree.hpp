@@ -19,6 +19,11 @@ namespace specdec {
 using token_id = std::int32_t;
 //! Node ids inside one tree (0 = root, -1 = none).
 using node_id = std::int32_t;
+//! Sequence positions and lengths, one type from tree positions through
+//! masks, batch layouts, keep-indices and KV commit: 64-bit, so a long
+//! context or a position offset never overflows and no caller converts
+//! between stages.
+using position_id = std::int64_t;
 
 //! Non-owning view of a token tree: arrays of `size` entries each. `score`
 //! (log joint draft probability, or any caller score) may be null.
