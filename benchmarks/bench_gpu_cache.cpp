@@ -79,7 +79,7 @@ void BM_gpu_commit(benchmark::State& state) {
     cudaEventRecord(e0);
     if (baseline) {
       cudaMemcpyAsync(b, a, static_cast<std::size_t>(moved_bytes), cudaMemcpyDeviceToDevice);
-    } else if (!specdec::kernels::kv_commit(p, nullptr).ok()) {
+    } else if (!specdec::kernels::kv_commit(p, nullptr, 0, nullptr).ok()) {
       state.SkipWithError("kv_commit failed");
       break;
     }

@@ -156,7 +156,7 @@ void run_both(const gpu_case& c, std::mt19937_64& g64, specdec::status& host_st,
   p.batch = specdec::kv_commit_batch{static_cast<std::int32_t>(c.R), d_clen.data(), d_koff.data(), d_keep.data()};
   p.total_keep = static_cast<std::int64_t>(c.keep.size());
   p.status_word = d_status.data();
-  REQUIRE(specdec::kernels::kv_commit(p, nullptr).ok());
+  REQUIRE(specdec::kernels::kv_commit(p, nullptr, 0, nullptr).ok());
   REQUIRE(specdec::kernels::synchronize(nullptr).ok());
   dev_st = specdec::kernels::kv_commit_result(d_status.download()[0]);
   const auto out = dev.download();

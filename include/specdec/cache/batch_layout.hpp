@@ -9,7 +9,7 @@
 //! after another (CSR `mask_offsets`). Requests never see each other: the
 //! mask is block-diagonal.
 //!
-//! Padded (SpecMemo, seed 003, section 3.3): every request gets `width`
+//! Padded (SpecMemo: "Speculative Decoding is in Your Pocket", section 3.3): every request gets `width`
 //! query slots and a KV of prefix_width + width entries; pad queries, pad
 //! cache entries (slots >= cache_len or flagged as pad holes) and pad tree
 //! slots are masked with the deny value (-inf for additive masks), and
@@ -41,9 +41,9 @@ concept batch_mask_element = (dense_mask_element<M> || std::floating_point<M>)&&
 
 //! Output sizes of a ragged batch: query tokens, KV entries, mask elements.
 struct ragged_batch_sizes {
-  std::int64_t tokens = 0;
-  std::int64_t kv = 0;
-  std::int64_t mask = 0;
+  std::int64_t tokens = 0;  //!< packed query tokens (all nodes)
+  std::int64_t kv = 0;      //!< KV entries: sum of cache_len + n per request
+  std::int64_t mask = 0;    //!< mask elements: sum of n * (cache_len + n)
 };
 
 namespace detail {

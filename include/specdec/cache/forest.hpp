@@ -1,8 +1,7 @@
 //! \file
-//! Forest layout for verification fusion (Lyanna, seed 001, section 6.2):
-//! several trees share one verification sequence, e.g. the tree re-sampled
-//! from the previous round's hidden states next to this round's draft tree.
-//! Each tree (one per root, numbered in order of appearance) has its own
+//! Forest layout for verification fusion (Lyanna: "Make Every Draft Count: Hidden State based Speculative Decoding",
+//! section 6.2): several trees share one verification sequence, e.g. the tree re-sampled from the previous round's
+//! hidden states next to this round's draft tree. Each tree (one per root, numbered in order of appearance) has its own
 //! mask block (a node sees only its own ancestors-or-self), its own base
 //! position, and its own visible cache prefix.
 #pragma once

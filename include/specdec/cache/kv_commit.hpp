@@ -5,7 +5,7 @@
 //! and paged caches. See kv_layout.hpp for the cache description and
 //! docs/cache.md for the layouts table.
 //!
-//! Why in place is safe (DESIGN.md section 4): keep lists are strictly
+//! Why in place is safe: keep lists are strictly
 //! increasing with keep[0] >= cache_len, so keep[k] >= cache_len + k: each
 //! destination is at or before its own source and strictly before every
 //! later source. Copying the entries of one (layer, head) row in increasing

@@ -1,6 +1,6 @@
 //! \file
 //! Joint-probability beam tree (EAGLE-2's dynamic draft tree; Lyanna's
-//! Algorithm 1 with a plain drafter, seed 001): per level, expand every
+//! Algorithm 1 with a plain drafter, "Make Every Draft Count"): per level, expand every
 //! frontier node by its top-k draft tokens, keep every candidate in the
 //! tree, take the `width` candidates of highest joint probability as the
 //! next frontier, and finally rerank all nodes and keep the best `budget`
@@ -35,6 +35,7 @@ struct beam_tree_options {
 //! Keeps its scratch between builds: no allocation once warm.
 class beam_tree_builder : public owning_build<beam_tree_builder> {
  public:
+  //! A builder with these options.
   explicit beam_tree_builder(beam_tree_options o = {}) : opt_(o) {}
 
   //! Builds into `out`. Errors: invalid_argument (k, width < 1, depth < 0,
@@ -64,6 +65,7 @@ class beam_tree_builder : public owning_build<beam_tree_builder> {
     return detail::prune_in_place(out, opt_.budget, s_);
   }
 
+  //! The options it was built with.
   const beam_tree_options& options() const noexcept { return opt_; }
 
  private:

@@ -5,7 +5,7 @@
 //! yields either a full probability row over the vocabulary or its top-k
 //! candidates with probabilities. Builders record, per node, how that node's
 //! children were drafted, so a verifier can apply the one exact rule that
-//! matches (DESIGN.md section 4).
+//! matches (see docs/verify.md).
 #pragma once
 
 #include <concepts>
@@ -51,9 +51,9 @@ constexpr const char* draft_mode_name(draft_mode m) noexcept {
 //! holds the tokens from the root (the last committed token) to `node`
 //! inclusive, so `path.size() == depth + 1`; it is valid only during the call.
 struct draft_context {
-  node_id node = 0;
-  std::int32_t depth = 0;
-  std::span<const token_id> path;
+  node_id node = 0;                //!< the node whose children are drafted
+  std::int32_t depth = 0;          //!< its depth (root 0)
+  std::span<const token_id> path;  //!< tokens from the root to `node`, depth + 1 of them
 };
 
 //! A drafter that returns the full draft distribution q_node as a row of
@@ -81,22 +81,25 @@ concept drafter = probability_drafter<D> || topk_drafter<D>;
 //! and per node how its children were drafted. Owning; `clear()` keeps
 //! capacity so a builder can refill it every round without allocating.
 struct drafted_tree {
-  token_tree tree;
+  token_tree tree;  //!< tokens, parents, depths and log joint draft probabilities
   //! q_parent(token) of each node (1 for the root).
   std::vector<float> prob;
   //! How each node's children were drafted (`leaf` when it has none).
   std::vector<draft_mode> child_mode;
 
+  //! Removes every node; capacity is kept.
   void clear() noexcept {
     tree.clear();
     prob.clear();
     child_mode.clear();
   }
+  //! Reserves room for `n` nodes in every array.
   void reserve(std::size_t n) {
     tree.reserve(n);
     prob.reserve(n);
     child_mode.reserve(n);
   }
+  //! Number of nodes.
   std::int32_t size() const noexcept { return tree.size(); }
   //! Starts a new tree with only the root (score 0, prob 1).
   void reset(token_id root_token) {

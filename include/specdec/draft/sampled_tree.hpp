@@ -53,6 +53,7 @@ struct sampled_tree_options {
 //! O(V) per expanded node; scratch reused between builds.
 class sampled_tree_builder : public owning_build<sampled_tree_builder> {
  public:
+  //! A builder with these options.
   explicit sampled_tree_builder(sampled_tree_options o = {}) : opt_(std::move(o)) {}
 
   //! Errors: invalid_argument (mode not iid/without_replacement, a width
@@ -133,6 +134,7 @@ class sampled_tree_builder : public owning_build<sampled_tree_builder> {
   void set_rng(rng_stream r) noexcept { opt_.rng = r; }
   //! The stream the builder actually draws from (see sampled_tree_options::rng).
   rng_stream draft_rng() const noexcept { return for_purpose(opt_.rng, rng_purpose::draft); }
+  //! The options it was built with.
   const sampled_tree_options& options() const noexcept { return opt_; }
 
  private:

@@ -1,5 +1,5 @@
 //! \file
-//! Top-k recursive expansion (the tree-decoding walkthrough, seed 002):
+//! Top-k recursive expansion (the "Tree-Based Speculative Decoding" NanoGPT walkthrough):
 //! every node above the depth limit gets its k most probable draft tokens
 //! as children. Children are deterministic given q, so verification must
 //! use the deterministic (one-hot q) rule; `child_mode` records that.
@@ -31,6 +31,7 @@ struct topk_tree_options {
 //! warm). Deterministic.
 class topk_tree_builder : public owning_build<topk_tree_builder> {
  public:
+  //! A builder with these options.
   explicit topk_tree_builder(topk_tree_options o = {}) : opt_(o) {}
 
   //! Builds into `out` (cleared first). Errors: invalid_argument (k < 1,
@@ -71,6 +72,7 @@ class topk_tree_builder : public owning_build<topk_tree_builder> {
     return status::success();
   }
 
+  //! The options it was built with.
   const topk_tree_options& options() const noexcept { return opt_; }
 
  private:

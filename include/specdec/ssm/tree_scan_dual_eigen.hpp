@@ -139,5 +139,6 @@ status tree_scan_dual_eigen(std::span<const node_id> parent, const tree_ssm_inpu
 }  // namespace specdec
 
 #else
+//! 0: Eigen was not found, tree_scan_dual_eigen is not declared.
 #define SPECDEC_SSM_HAS_EIGEN 0
 #endif

@@ -34,10 +34,10 @@ struct tree_mask_batch {
   Word* masks = nullptr;                   //!< capacity_nodes rows of row_stride_words words
   position_id* positions = nullptr;        //!< capacity_nodes entries; null = not written
   std::int32_t* tree_status = nullptr;     //!< num_trees status codes (status_code values)
-  std::int32_t num_trees = 0;
-  std::int32_t max_nodes = 0;         //!< upper bound on every tree's node count (sizes the rows)
-  std::int32_t capacity_nodes = 0;    //!< rows in masks / entries in parents and positions
-  std::int64_t row_stride_words = 0;  //!< >= ceil(max_nodes / W); 0 means exactly that
+  std::int32_t num_trees = 0;              //!< number of trees (requests) in the batch
+  std::int32_t max_nodes = 0;              //!< upper bound on every tree's node count (sizes the rows)
+  std::int32_t capacity_nodes = 0;         //!< rows in masks / entries in parents and positions
+  std::int64_t row_stride_words = 0;       //!< >= ceil(max_nodes / W); 0 means exactly that
 };
 
 static_assert(std::is_trivially_copyable_v<tree_mask_batch<std::uint32_t>>);

@@ -25,8 +25,8 @@ enum class leaf_order : std::int32_t {
 //! Shape of the path matrix of a tree: `rows` = number of leaves,
 //! `width` = max depth + 1.
 struct path_shape {
-  std::int32_t rows = 0;
-  std::int32_t width = 0;
+  std::int32_t rows = 0;   //!< number of leaves
+  std::int32_t width = 0;  //!< max depth + 1
 };
 
 //! Checks that `path` (root first) is a root-to-node path of the tree:
@@ -125,7 +125,7 @@ inline status build_leaves(std::span<const node_id> parent, std::span<node_id> l
 //! buffer_too_small.
 inline status build_paths(std::span<const node_id> parent, std::span<node_id> out, std::span<std::int32_t> workspace,
                           leaf_order order = leaf_order::ascending, std::int64_t row_stride = 0) noexcept {
-  path_shape shape;
+  path_shape shape;  //!< rows (leaves) and width (max depth + 1)
   SPECDEC_TRY(path_matrix_shape(parent, shape, workspace));
   if (row_stride < 0) return make_status(status_code::invalid_argument, "row stride must be >= 0");
   if (row_stride == 0) row_stride = shape.width;
@@ -170,7 +170,7 @@ inline std::vector<node_id> leaves(std::span<const node_id> parent, leaf_order o
 
 //! Owning path matrix, row-major rows x width (throws specdec::error).
 struct path_matrix {
-  path_shape shape;
+  path_shape shape;           //!< rows (leaves) and width (max depth + 1)
   std::vector<node_id> data;  //!< rows * width entries
   //! Row r as a span of `width` ids.
   std::span<const node_id> row(std::int32_t r) const {

@@ -17,7 +17,7 @@
 namespace specdec {
 
 //! Children of every node as CSR: the children of u are
-//! `children[offsets[u] .. offsets[u + 1])`, in ascending id (rank order).
+//! children[k] for offsets[u] <= k < offsets[u + 1], in ascending id (rank order).
 //! `offsets` holds N + 1 entries, `children` N - 1 (every node but the
 //! root). O(N), no allocation.
 //! Errors: those of validate_topological_parents, buffer_too_small.

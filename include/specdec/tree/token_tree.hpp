@@ -29,13 +29,15 @@ using position_id = std::int64_t;
 //! (log joint draft probability, or any caller score) may be null.
 //! Trivially copyable: pass it by value into kernels.
 struct tree_view {
-  const token_id* token = nullptr;
-  const node_id* parent = nullptr;
-  const std::int32_t* depth = nullptr;
-  const float* score = nullptr;
-  std::int32_t size = 0;
+  const token_id* token = nullptr;      //!< token of each node
+  const node_id* parent = nullptr;      //!< parent of each node (root -1), parent[i] < i
+  const std::int32_t* depth = nullptr;  //!< depth of each node (root 0); may be null
+  const float* score = nullptr;         //!< score of each node; may be null
+  std::int32_t size = 0;                //!< number of nodes
 
+  //! Whether the view has no node.
   SPECDEC_HD constexpr bool empty() const noexcept { return size == 0; }
+  //! Whether scores are attached.
   SPECDEC_HD constexpr bool has_score() const noexcept { return score != nullptr; }
 };
 
@@ -82,12 +84,18 @@ class token_tree {
     return size() - 1;
   }
 
+  //! Number of nodes.
   std::int32_t size() const noexcept { return static_cast<std::int32_t>(token_.size()); }
+  //! Whether the tree has no node (not even a root).
   bool empty() const noexcept { return token_.empty(); }
 
+  //! Tokens of all nodes, by id.
   std::span<const token_id> tokens() const noexcept { return token_; }
+  //! Parents of all nodes (root -1), by id.
   std::span<const node_id> parents() const noexcept { return parent_; }
+  //! Depths of all nodes (root 0), by id.
   std::span<const std::int32_t> depths() const noexcept { return depth_; }
+  //! Scores of all nodes, by id.
   std::span<const float> scores() const noexcept { return score_; }
 
   //! Token of node i. Throws `specdec::error` (out_of_range) for an id
@@ -117,6 +125,7 @@ class token_tree {
     return tree_view{token_.data(), parent_.data(), depth_.data(), score_.data(), size()};
   }
 
+  //! Equal when every array is equal.
   friend bool operator==(const token_tree& a, const token_tree& b) = default;
 
  private:
