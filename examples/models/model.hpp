@@ -157,7 +157,7 @@ struct state {
   std::int64_t pages = 0, attn_layers = 0, kv_heads = 0, head_dim = 0;
   std::vector<float> k_pool, v_pool;      //!< [pages, attn layers, page, kv heads, head dim]
   std::vector<std::int32_t> block_table;  //!< logical page -> physical page (scattered on purpose)
-  std::int32_t cache_len = 0;             //!< committed positions in the cache
+  specdec::position_id cache_len = 0;     //!< committed positions in the cache
   // Mamba2 layers.
   std::vector<std::vector<float>> conv_state;                          //!< per layer [channels, W - 1]
   std::vector<std::vector<float>> ssm_state;                           //!< per layer [heads, headdim, dstate]
@@ -413,13 +413,13 @@ inline void forward(const weights& w, state& s, const batch& b, std::span<float>
 //! specdec::tree_ssm_commit_path). `parent` is the tree of that forward.
 inline void commit(const weights& w, state& s, std::span<const node_id> parent, std::span<const node_id> path) {
   const config& c = w.cfg;
-  std::vector<std::int32_t> keep(path.size());
+  std::vector<specdec::position_id> keep(path.size());
   std::int32_t kept = 0;
   specdec::throw_if_error(specdec::keep_indices_from_path(parent, path, {}, s.cache_len, keep, kept));
   if (s.attn_layers > 0) {
     const specdec::kv_tensor<float> tensors[2] = {s.k_tensor(), s.v_tensor()};
     specdec::throw_if_error(specdec::commit_kv<float>(
-        tensors, s.map(), s.cache_len, std::span<const std::int32_t>(keep).first(static_cast<std::size_t>(kept))));
+        tensors, s.map(), s.cache_len, std::span<const specdec::position_id>(keep).first(static_cast<std::size_t>(kept))));
   }
   for (const auto& L : w.layers) {
     if (L.kind != 'm') continue;

@@ -237,7 +237,7 @@ TEST_CASE("after the commit, the next round equals a cache built by plain decodi
       models::commit(w, s, parent, path);
       committed.insert(committed.end(), accepted.begin() + 1, accepted.end());
       committed.push_back(std::uniform_int_distribution<token_id>(32, 126)(rng));  // the bonus token
-      REQUIRE(s.cache_len == static_cast<std::int32_t>(committed.size()) - 1);
+      REQUIRE(s.cache_len == static_cast<specdec::position_id>(committed.size()) - 1);
 
       // Reference: plain one-token-at-a-time decoding of the committed text.
       models::state plain(w.cfg, models::cache_capacity);
