@@ -15,7 +15,8 @@
 // builder -> positions + packed ancestor mask -> one target pass with tree
 // attention (and tree conv1d + tree scan in Mamba2 layers) -> verify_tree
 // -> in-place KV commit and SSM/conv state commit of the accepted path.
-// Exits non-zero if a temperature-0 run is not token-identical to
+// Times are process CPU time (equal to wall time on an idle machine; the
+// demo is single-threaded). Exits non-zero if a temperature-0 run is not token-identical to
 // autoregressive greedy decoding.
 // Usage: model_demo [models_dir] [tokens=160]
 #include <cstdio>
@@ -107,7 +108,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("\n%-11s %3s %-28s %9s %10s %11s %12s %10s %9s\n", "target", "T", "decoding", "tokens/s", "tokens/pass",
+  std::printf("\n%-11s %3s %-28s %9s %10s %11s %12s %10s %9s\n", "target", "T", "decoding", "tok/CPU-s", "tokens/pass",
               "target/tok", "drafter/tok", "speedup", "T=0 == AR");
   double base = 0;
   bool all_identical = true;

@@ -9,9 +9,18 @@
 #   doxygen               API reference from the //! comments (docs/Doxyfile)
 # The CUDA toolkit (nvcc, CUB, Thrust) is used from /usr/local/cuda when
 # present; without it everything but specdec::kernels builds and runs.
+# `install-deps.sh --training` also installs what retraining the example
+# models needs (examples/models/README.md; never needed to build, test or
+# run the demo):
+#   python3-torch         CPU PyTorch
+#   libopenblas0-pthread  a fast BLAS for it (Debian's torch uses libblas.so.3)
+#   python3-venv          a venv for the `gguf` writer from PyPI
 set -euo pipefail
 
 want=(cmake g++ make catch2 libeigen3-dev libbenchmark-dev clang-format clang-tidy doxygen)
+if [ "${1:-}" = "--training" ]; then
+  want+=(python3-torch libopenblas0-pthread python3-venv)
+fi
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -230,11 +230,11 @@ inline void rms_norm(const matrix& x, const vector& w, float eps, matrix& out) {
   }
 }
 
-// Rotates consecutive pairs by pos * base^(-2i/D) (llama.cpp's "normal" RoPE).
-inline void rope(float* v, std::int64_t dim, std::int64_t pos, float base) {
+// Rotates consecutive pairs (v[2i], v[2i+1]) by pos * inv[i], inv[i] =
+// base^(-2i/D): llama.cpp's "normal" RoPE.
+inline void rope(float* v, std::int64_t dim, std::int64_t pos, const float* inv) {
   for (std::int64_t i = 0; i < dim / 2; ++i) {
-    const float inv = std::pow(base, -static_cast<float>(2 * i) / static_cast<float>(dim));
-    const float ang = static_cast<float>(pos) * inv;
+    const float ang = static_cast<float>(pos) * inv[i];
     const float c = std::cos(ang), s = std::sin(ang);
     const float x0 = v[2 * i], x1 = v[2 * i + 1];
     v[2 * i] = x0 * c - x1 * s;
@@ -250,12 +250,15 @@ inline void attention(const weights& w, const layer_weights& L, state& s, const 
   const auto n = static_cast<Eigen::Index>(b.tokens.size());
   const std::int64_t dh = c.head_dim, group = c.heads / c.kv_heads;
   matrix q = xn * L.wq.transpose(), k = xn * L.wk.transpose(), v = xn * L.wv.transpose();
+  std::vector<float> inv(static_cast<std::size_t>(dh / 2));
+  for (std::int64_t i = 0; i < dh / 2; ++i)
+    inv[static_cast<std::size_t>(i)] = std::pow(c.rope_base, -static_cast<float>(2 * i) / static_cast<float>(dh));
   for (Eigen::Index r = 0; r < n; ++r) {
     const std::int64_t pos = b.positions[static_cast<std::size_t>(r)];
     const std::int64_t slot = s.cache_len + b.first_slot + r;
-    for (std::int64_t h = 0; h < c.heads; ++h) rope(q.row(r).data() + h * dh, dh, pos, c.rope_base);
+    for (std::int64_t h = 0; h < c.heads; ++h) rope(q.row(r).data() + h * dh, dh, pos, inv.data());
     for (std::int64_t h = 0; h < c.kv_heads; ++h) {
-      rope(k.row(r).data() + h * dh, dh, pos, c.rope_base);
+      rope(k.row(r).data() + h * dh, dh, pos, inv.data());
       std::copy_n(k.row(r).data() + h * dh, dh, s.k_at(L.cache_index, slot, h));
       std::copy_n(v.row(r).data() + h * dh, dh, s.v_at(L.cache_index, slot, h));
     }
@@ -418,8 +421,9 @@ inline void commit(const weights& w, state& s, std::span<const node_id> parent, 
   specdec::throw_if_error(specdec::keep_indices_from_path(parent, path, {}, s.cache_len, keep, kept));
   if (s.attn_layers > 0) {
     const specdec::kv_tensor<float> tensors[2] = {s.k_tensor(), s.v_tensor()};
-    specdec::throw_if_error(specdec::commit_kv<float>(
-        tensors, s.map(), s.cache_len, std::span<const specdec::position_id>(keep).first(static_cast<std::size_t>(kept))));
+    specdec::throw_if_error(
+        specdec::commit_kv<float>(tensors, s.map(), s.cache_len,
+                                  std::span<const specdec::position_id>(keep).first(static_cast<std::size_t>(kept))));
   }
   for (const auto& L : w.layers) {
     if (L.kind != 'm') continue;

@@ -170,7 +170,7 @@ TEST_CASE("the shipped weights reproduce the reference logits saved at training 
     std::vector<float> got(want.size());
     models::forward(w, s, models::batch{prompt, c.pos, c.parent, c.mask, c.words, 0}, got, sc);
     const float diff = max_abs_diff(got, want);
-    INFO(name << ": max |logit - reference| = " << diff);
+    std::printf("models: %s max |logit - reference| = %.3g\n", name.c_str(), static_cast<double>(diff));
     CHECK(diff < 2e-3f);
   }
 }
@@ -204,7 +204,8 @@ TEST_CASE("every node's logits in a tree pass equal decoding its root path alone
       worst = std::max(
           worst, max_abs_diff(alone, std::span<const float>(logits).subspan(static_cast<std::size_t>(u) * 256, 256)));
     }
-    INFO("max |tree - path alone| over " << n << " nodes = " << worst);
+    std::printf("models: %s max |tree - path alone| over %d nodes = %.3g\n", name.c_str(), n,
+                static_cast<double>(worst));
     CHECK(worst < 1e-4f);
   }
 }
@@ -253,7 +254,8 @@ TEST_CASE("after the commit, the next round equals a cache built by plain decodi
       // The next round (a chain of three tokens) on both caches.
       const std::vector<token_id> next{committed.back(), 'a', 'b'};
       const auto a = chain_logits(w, s, next), b = chain_logits(w, plain, next);
-      INFO("round " << round << ": max |commit - plain| = " << max_abs_diff(a, b));
+      std::printf("models: %s round %d max |commit - plain| = %.3g\n", name.c_str(), round,
+                  static_cast<double>(max_abs_diff(a, b)));
       CHECK(max_abs_diff(a, b) < 1e-4f);
       for (std::size_t l = 0; l < s.ssm_state.size(); ++l) {
         CHECK(max_abs_diff(s.ssm_state[l], plain.ssm_state[l]) < 1e-4f);
@@ -316,7 +318,7 @@ TEST_CASE("hybrid: every node's SSM state equals the recurrence along its root p
         worst = std::max(worst, static_cast<float>(std::abs(h[i] - static_cast<double>(got[i]))));
     }
   }
-  INFO("max |tree state - path recurrence| = " << worst);
+  std::printf("models: hybrid max |tree state - path recurrence| = %.3g\n", static_cast<double>(worst));
   CHECK(worst < 1e-4f);
 }
 
@@ -447,12 +449,12 @@ TEST_CASE("temperature 1: the first two bytes under tree speculation follow the 
   std::printf("models exactness: %d trials, seed %llu\n", trials, static_cast<unsigned long long>(seed));
   const auto counts = speculative_pairs(target, draft, specdec::verify_mode::sampled_iid, trials, seed);
   const auto good = vtest::chi_square(counts, exact, 256);
-  INFO("MSS: chi2 " << good.chi2 << " df " << good.df << " p " << good.p_value << " TV " << good.tv);
+  std::printf("models: MSS chi2 %.1f df %d p %.3g TV %.4f\n", good.chi2, good.df, good.p_value, good.tv);
   CHECK(good.p_value > 1e-3);
   CHECK(!good.impossible);
   // Negative control: Medusa's typical acceptance (lossy) on the same drafts.
   const auto bad_counts = speculative_pairs(target, draft, specdec::verify_mode::typical_lossy, trials, seed);
   const auto bad = vtest::chi_square(bad_counts, exact, 256);
-  INFO("typical (lossy): chi2 " << bad.chi2 << " df " << bad.df << " p " << bad.p_value << " TV " << bad.tv);
+  std::printf("models: typical (lossy) chi2 %.1f df %d p %.3g TV %.4f\n", bad.chi2, bad.df, bad.p_value, bad.tv);
   CHECK(bad.p_value < 1e-6);
 }
