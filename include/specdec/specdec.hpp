@@ -23,6 +23,9 @@
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/validate.hpp"
 
+#include "specdec/sample/order.hpp"
+#include "specdec/sample/row.hpp"
+
 #include "specdec/draft/batch_prune.hpp"
 #include "specdec/draft/beam_tree.hpp"
 #include "specdec/draft/drafter.hpp"
@@ -36,6 +39,8 @@
 
 #include "specdec/verify/batch_verify.hpp"
 #include "specdec/verify/distribution.hpp"
+#include "specdec/verify/policy.hpp"
+#include "specdec/verify/request_checks.hpp"
 #include "specdec/verify/tree_verify.hpp"
 #include "specdec/verify/verify_params.hpp"
 

@@ -71,6 +71,15 @@ struct rng_stream {
   SPECDEC_HD constexpr float uniform(std::uint32_t node, std::uint32_t draw) const noexcept {
     return bits_to_uniform_float(bits(node, draw));
   }
+  //! The 53-bit uniform in [0, 1) of a node's inverse-CDF draw (draw 0 of
+  //! the verification contract): lanes 0 and 1 of counter (2^32 - 1, node,
+  //! round, request), a counter no `bits`/`uniform` draw uses (their first
+  //! word is draw / 4 < 2^30), so it is independent of every float draw.
+  SPECDEC_HD constexpr double uniform53(std::uint32_t node) const noexcept {
+    const philox_block out = philox4x32_10(philox_block{{0xFFFFFFFFu, node, round, request}},
+                                           static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
+    return bits_to_uniform_double(out.v[0], out.v[1]);
+  }
   //! Double uniform in [0, 1) for (node, draw); uses lanes 2*(draw%2) and
   //! 2*(draw%2)+1 of counter (draw / 2, node, round, request), so it is a
   //! separate stream from `uniform` only in precision, not independence:

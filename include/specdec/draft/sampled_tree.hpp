@@ -19,7 +19,7 @@
 #include "specdec/draft/detail/candidates.hpp"
 #include "specdec/draft/detail/topk.hpp"
 #include "specdec/draft/drafter.hpp"
-#include "specdec/verify/distribution.hpp"
+#include "specdec/sample/row.hpp"
 
 namespace specdec {
 
