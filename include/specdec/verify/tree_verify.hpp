@@ -24,6 +24,8 @@
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/validate.hpp"
 #include "specdec/verify/detail/row_ops.hpp"
+#include "specdec/verify/detail/topology.hpp"
+#include "specdec/verify/detail/traversal_walk.hpp"
 #include "specdec/verify/verify_params.hpp"
 
 namespace specdec {
@@ -32,36 +34,12 @@ namespace detail {
 
 inline constexpr std::size_t align8(std::size_t n) noexcept { return (n + 7u) & ~std::size_t{7}; }
 
-//! Children of u are the nodes c > u with parent[c] == u, visited in
-//! ascending id (the order never depends on sampled values).
-struct tree_topology {
-  const token_id* token;
-  const node_id* parent;
-  std::int32_t n;
-  node_id next_child(node_id u, node_id after) const noexcept {
-    for (node_id c = (after < 0 ? u : after) + 1; c < n; ++c)
-      if (parent[c] == u) return c;
-    return -1;
-  }
-  node_id parent_of(node_id c) const noexcept { return parent[c]; }
-  token_id token_of(node_id c) const noexcept { return token[c]; }
-};
-
-//! A chain of gamma drafts: node 0 is the context, node i (1..gamma) the
-//! i-th draft, parent i - 1.
-struct chain_topology {
-  const token_id* drafts;
-  std::int32_t n;  // gamma + 1
-  node_id next_child(node_id u, node_id after) const noexcept { return after < 0 && u + 1 < n ? u + 1 : -1; }
-  node_id parent_of(node_id c) const noexcept { return c - 1; }
-  token_id token_of(node_id c) const noexcept { return drafts[c - 1]; }
-};
-
 //! Views of the caller's workspace.
 struct verify_scratch {
-  float* residual;      // V floats
-  double* threshold;    // N doubles (typical_lossy)
-  std::int32_t* depth;  // N ints
+  float* residual;          // V floats
+  double* threshold;        // N doubles (typical_lossy)
+  std::int32_t* depth;      // N ints
+  traversal_frame* frames;  // N frames (block / traversal)
 };
 
 inline verify_scratch carve_scratch(std::span<std::byte> ws, std::int64_t V, std::int32_t n) noexcept {
@@ -72,33 +50,15 @@ inline verify_scratch carve_scratch(std::span<std::byte> ws, std::int64_t V, std
   s.threshold = reinterpret_cast<double*>(b);
   b += static_cast<std::size_t>(n) * sizeof(double);
   s.depth = reinterpret_cast<std::int32_t*>(b);
+  b += align8(static_cast<std::size_t>(n) * sizeof(std::int32_t));
+  s.frames = reinterpret_cast<traversal_frame*>(b);
   return s;
-}
-
-//! Validates p_u (probabilities) and returns its mass (checked against the
-//! tolerance when `check_norm`).
-inline status p_mass(prow pu, std::int64_t V, node_id u, float tol, bool check_norm, double& mass) noexcept {
-  const bool ok = with_load(pu, [&](auto ld) { return mass_pass(ld, V, mass); });
-  if (!ok) return classify_row(pu, V, u, false);
-  return check_mass(mass, check_norm ? tol : -1.0f, u, false);
 }
 
 //! Validates p_u and samples it with uniform draw 0 of node u.
 inline status sample_p(prow pu, std::int64_t V, node_id u, const rng_stream& rng, float tol, bool check_norm,
                        token_id& out) noexcept {
-  double mass = 0.0;
-  SPECDEC_TRY(p_mass(pu, V, u, tol, check_norm, mass));
-  const double target = static_cast<double>(rng.uniform(static_cast<std::uint32_t>(u), 0)) * mass;
-  out = with_load(pu, [&](auto ld) { return sample_pass(ld, V, target); });
-  return status::success();
-}
-
-//! Whether an earlier sibling of c (in visit order) carries token x.
-template <class Topo>
-bool earlier_sibling_has(const Topo& t, node_id u, node_id c, token_id x) noexcept {
-  for (node_id s = t.next_child(u, -1); s >= 0 && s != c; s = t.next_child(u, s))
-    if (t.token_of(s) == x) return true;
-  return false;
+  return sample_checked(pu, V, u, rng.uniform(static_cast<std::uint32_t>(u), 0), tol, check_norm, out);
 }
 
 //! sampled_iid / sampled_without_replacement.
@@ -149,15 +109,7 @@ status walk_sampled(const Topo& t, const view2d<const float>& p, const view2d<co
       if (wor && !dup) Z += qx;
     }
     if (accepted >= 0) {
-      if (!have_r) {  // the rows were not read yet: validate them now
-        double mp = 0.0, mq = 0.0;
-        bool okp = true, okq = true;
-        with_load2(pu, qu, [&](auto lp, auto lq) { mass2_pass(lp, lq, V, mp, mq, okp, okq); });
-        if (!okp) return classify_row(pu, V, u, false);
-        if (!okq) return classify_row(qu, V, u, true);
-        SPECDEC_TRY(check_mass(mp, tol, u, false));
-        SPECDEC_TRY(check_mass(mq, tol, u, true));
-      }
+      if (!have_r) SPECDEC_TRY(check_pq(pu, qu, V, u, tol));  // the rows were not read yet
       u = accepted;
       continue;
     }
@@ -316,6 +268,11 @@ status run_walk(const Topo& t, const view2d<const float>& p, const view2d<const 
       return walk_naive(t, p, V, vp, last, next);
     case verify_mode::typical_lossy:
       return walk_typical(t, p, V, vp, s, last, next);
+    case verify_mode::block:
+    case verify_mode::traversal:
+    case verify_mode::traversal_without_replacement:
+      return walk_traversal(t, p, q, V, vp.mode, vp.normalization_tolerance, rng_stream{vp.seed, vp.request, vp.round},
+                            s.residual, s.frames, last, next);
   }
   return make_status(status_code::invalid_argument, "unknown verify_mode");
 }
@@ -344,11 +301,13 @@ inline bool aligned8(const std::byte* b) noexcept { return (reinterpret_cast<std
 
 //! Bytes of workspace verify_tree / verify_chain need for a vocabulary of
 //! `vocab` and a tree of `nodes` nodes (chain: gamma + 1): V floats for the
-//! residual, then 12 bytes per node. Must be 8-byte aligned.
+//! residual, then 12 bytes per node plus one walk frame per node (block
+//! and traversal modes). Must be 8-byte aligned.
 inline std::size_t verify_workspace_size(std::int64_t vocab, std::int32_t nodes) noexcept {
   if (vocab <= 0 || nodes <= 0) return 0;
-  return detail::align8(static_cast<std::size_t>(vocab) * sizeof(float)) +
-         static_cast<std::size_t>(nodes) * (sizeof(double) + sizeof(std::int32_t));
+  const auto n = static_cast<std::size_t>(nodes);
+  return detail::align8(static_cast<std::size_t>(vocab) * sizeof(float)) + n * sizeof(double) +
+         detail::align8(n * sizeof(std::int32_t)) + n * detail::traversal_frame_bytes;
 }
 
 //! Verifies one token tree.
@@ -362,7 +321,8 @@ inline std::size_t verify_workspace_size(std::int64_t vocab, std::int32_t nodes)
 //!   holds the accepted nodes from the root, tokens[0..accepted] the emitted
 //!   tokens (accepted nodes' tokens, then result.next_token).
 //! Errors (outputs untouched): argument/shape errors, tree errors,
-//! buffer_too_small, and data errors of visited rows (non_finite,
+//! buffer_too_small, invalid_argument for verify_mode::block on a tree that
+//! is not a chain, and data errors of visited rows (non_finite,
 //! negative_probability, zero_mass, invalid_argument for unnormalized rows)
 //! with the node as index. Cost: O(N * depth) for child scans plus about
 //! one streaming read of each visited row (two for a node where the sampled
@@ -388,6 +348,9 @@ inline status verify_tree(const tree_view& tree, view2d<const float> p, view2d<c
   }
   if (path.size() < static_cast<std::size_t>(max_depth) + 1 || tokens.size() < static_cast<std::size_t>(max_depth) + 1)
     return make_status(status_code::buffer_too_small, "path and tokens need max depth + 1 entries");
+  if (vp.mode == verify_mode::block && max_depth != tree.size - 1)
+    return make_status(status_code::invalid_argument,
+                       "block verification needs a chain (at most one child per node); use verify_mode::traversal");
   const detail::tree_topology topo{tree.token, tree.parent, tree.size};
   node_id last = 0;
   token_id next = -1;

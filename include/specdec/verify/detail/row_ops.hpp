@@ -582,4 +582,85 @@ bool entropy_pass(L ld, std::int64_t V, double& mass, double& plogp) noexcept {
   return ok;
 }
 
+//! One entry of a scaled residual max(a * p - b * q, 0), rounded exactly as
+//! scaled_residual_pass rounds it (two products, then a difference).
+inline float scaled_residual(float p, float q, float a, float b) noexcept {
+  const float d = a * p - b * q;
+  return d > 0.0f ? d : 0.0f;
+}
+
+//! R = max(a * p - b * q, 0) element-wise in float (a, b >= 0 given in
+//! float); returns the mass of R. Reads p and q once; used by traversal
+//! verification, whose residuals are always of this form.
+template <class LP, class LQ>
+double scaled_residual_pass(LP lp, LQ lq, float a, float b, float* R, std::int64_t V) noexcept {
+  block_sum8 sr;
+  std::int64_t i = 0;
+#ifdef SPECDEC_VERIFY_SIMD
+  if constexpr (std::is_same_v<LP, contig_load> && std::is_same_v<LQ, contig_load>) {
+    using namespace simd;
+    vblock_sum vr;
+    const f4 av = {a, a, a, a}, bv = {b, b, b, b};
+    f4 xv[8], yv[8], rv[8];
+    for (; i + 32 <= V; i += 32) {
+      load_block(lp.d + i, xv);
+      load_block(lq.d + i, yv);
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const f4 s = av * xv[k];
+        const f4 t = bv * yv[k];
+        rv[k] = relu(s - t);
+        store(R + i + 4 * k, rv[k]);
+      }
+      vr.add_block(rv);
+    }
+    vr.spill(sr);
+    // The tail (< 32 elements) in scalar code, with the same lanes.
+    for (int tail = 0; tail < 32 && i < V; ++tail, ++i) {
+      const float r = scaled_residual(lp(i), lq(i), a, b);
+      R[i] = r;
+      sr.add(i, r);
+    }
+  } else
+#endif
+  {
+    for (; i < V; ++i) {
+      const float r = scaled_residual(lp(i), lq(i), a, b);
+      R[i] = r;
+      sr.add(i, r);
+    }
+  }
+  return sr.finish();
+}
+
+//! Validates p_u and q_u in one lockstep read: finite, >= 0, and each mass
+//! within `tol` of 1 (statuses name the node u).
+inline status check_pq(prow pu, prow qu, std::int64_t V, std::int64_t u, float tol) noexcept {
+  double mp = 0.0, mq = 0.0;
+  bool okp = true, okq = true;
+  with_load2(pu, qu, [&](auto lp, auto lq) { mass2_pass(lp, lq, V, mp, mq, okp, okq); });
+  if (!okp) return classify_row(pu, V, u, false);
+  if (!okq) return classify_row(qu, V, u, true);
+  SPECDEC_TRY(check_mass(mp, tol, u, false));
+  return check_mass(mq, tol, u, true);
+}
+
+//! Validates p_u (probabilities) and returns its mass (checked against the
+//! tolerance when `check_norm`).
+inline status p_mass(prow pu, std::int64_t V, std::int64_t u, float tol, bool check_norm, double& mass) noexcept {
+  const bool ok = with_load(pu, [&](auto ld) { return mass_pass(ld, V, mass); });
+  if (!ok) return classify_row(pu, V, u, false);
+  return check_mass(mass, check_norm ? tol : -1.0f, u, false);
+}
+
+//! Validates p_u and samples it with the uniform `un` in [0, 1).
+inline status sample_checked(prow pu, std::int64_t V, std::int64_t u, float un, float tol, bool check_norm,
+                             token_id& out) noexcept {
+  double mass = 0.0;
+  SPECDEC_TRY(p_mass(pu, V, u, tol, check_norm, mass));
+  const double target = static_cast<double>(un) * mass;
+  out = with_load(pu, [&](auto ld) { return sample_pass(ld, V, target); });
+  return status::success();
+}
+
 }  // namespace specdec::detail
