@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -299,4 +300,148 @@ TEST_CASE("traversal: the library walk emits the sampling reference's tokens for
     // a uniform lands within rounding of a boundary.
     CHECK(agree == total);
   }
+}
+
+namespace {
+
+using emit_fn = std::function<std::vector<token_id>(const vtest::round_tree&, std::uint32_t trial)>;
+
+// One round from the empty context per trial; the emitted tokens are
+// completed to L tokens by sampling the target; counts over V^L sequences.
+std::vector<std::int64_t> count_sequences(const vtest::model& m, std::span<const int> widths, drafting how,
+                                          std::int64_t trials, int L, const emit_fn& emit) {
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(std::pow(m.V, L) + 0.5), 0);
+  vtest::round_tree rt;
+  for (std::int64_t t = 0; t < trials; ++t) {
+    const auto tt = static_cast<std::uint32_t>(t);
+    vtest::build_tree(rt, m, 0, 0, widths, how, rng_stream{draft_seed, tt, 0});
+    const auto out = emit(rt, tt);
+    std::int64_t num = 0;
+    int len = 0;
+    for (token_id y : out) {
+      if (len == L) break;
+      num = num * m.V + y;
+      ++len;
+    }
+    const rng_stream comp{completion_seed, tt, 0};
+    for (; len < L; ++len) {
+      const float* p = m.prow(m.index(len, num));
+      double total = 0;
+      for (int i = 0; i < m.V; ++i) total += static_cast<double>(p[i]);
+      num = num * m.V + sample_row(make_view(p, m.V), comp.uniform(static_cast<std::uint32_t>(len), 0), total);
+    }
+    ++counts[static_cast<std::size_t>(num)];
+  }
+  return counts;
+}
+
+emit_fn library_emit(verify_mode mode, bool chain) {
+  return [mode, chain](const vtest::round_tree& rt, std::uint32_t trial) {
+    verify_params vp;
+    vp.seed = verify_seed;
+    vp.request = trial;
+    return library_tokens(rt, mode, vp, chain);
+  };
+}
+
+vtest::fit report(const char* what, const char* cfg, const vtest::model& m, std::span<const int> widths, drafting how,
+                  std::int64_t trials, const emit_fn& emit) {
+  const int L = static_cast<int>(widths.size()) + 1;
+  const auto counts = count_sequences(m, widths, how, trials, L, emit);
+  const auto expect = vtest::target_law(m, L);
+  const auto f = vtest::chi_square(counts, expect, m.V);
+  std::printf("[exactness] %-38s %-10s V=%-2d L=%d trials=%-7lld chi2=%.1f df=%d p=%.4g TV=%.5f%s\n", what, cfg, m.V, L,
+              static_cast<long long>(trials), f.chi2, f.df, f.p_value, f.tv, f.impossible ? " IMPOSSIBLE" : "");
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("traversal exactness: whole sequences follow the target law (chi-square, >= 10^6 generations per mode)") {
+  struct cfg {
+    const char* name;
+    int V;
+    std::vector<int> widths;
+    std::int64_t trials;
+  };
+  struct mode_case {
+    verify_mode mode;
+    drafting how;
+    bool chain;
+    std::vector<cfg> cfgs;
+  };
+  const mode_case cases[] = {
+      {verify_mode::block,
+       drafting::iid,
+       true,
+       {{"chain 3", 4, {1, 1, 1}, 350000}, {"chain 4", 3, {1, 1, 1, 1}, 300000}, {"chain 2", 32, {1, 1}, 400000}}},
+      {verify_mode::traversal,
+       drafting::iid,
+       false,
+       {{"tree 2", 8, {2}, 150000},
+        {"tree 2x2", 5, {2, 2}, 250000},
+        {"tree 4x2x1", 6, {4, 2, 1}, 300000},
+        {"tree 3x1", 32, {3, 1}, 350000}}},
+      {verify_mode::traversal_without_replacement,
+       drafting::gumbel,
+       false,
+       {{"tree 2x2", 5, {2, 2}, 250000}, {"tree 3x1", 6, {3, 1}, 300000}, {"tree 4x2", 32, {4, 2}, 450000}}},
+  };
+  std::uint64_t model_seed = 77;
+  for (const auto& mc : cases) {
+    std::int64_t total = 0;
+    for (const auto& c : mc.cfgs) {
+      const auto m = vtest::make_model(c.V, static_cast<int>(c.widths.size()), model_seed++);
+      const std::int64_t trials = c.trials / SPECDEC_VERIFY_TRIAL_SCALE;
+      INFO("mode " << verify_mode_name(mc.mode) << ", " << c.name << ", model seed " << model_seed - 1
+                   << ", verify seed " << verify_seed << ", draft seed " << draft_seed << ", completion seed "
+                   << completion_seed);
+      const auto f =
+          report(verify_mode_name(mc.mode), c.name, m, c.widths, mc.how, trials, library_emit(mc.mode, mc.chain));
+      CHECK_FALSE(f.impossible);
+      CHECK(f.p_value > 1e-3);
+      total += trials;
+    }
+    CHECK(total * SPECDEC_VERIFY_TRIAL_SCALE >= 1000000);
+  }
+}
+
+TEST_CASE("traversal exactness: negative controls fail the same whole-sequence test") {
+  vtest::bugs wrong_residual, no_conditioning;
+  wrong_residual.residual_ignores_weight = true;
+  no_conditioning.no_conditioning = true;
+  auto reference = [](drafting how, vtest::bugs b) -> emit_fn {
+    return [how, b](const vtest::round_tree& rt, std::uint32_t trial) {
+      const int V = static_cast<int>(static_cast<std::int64_t>(rt.P.size()) / rt.tree.size());
+      return vtest::traversal_sample(rt, V, how, rng_stream{verify_seed, trial, 0}, b);
+    };
+  };
+  const std::int64_t trials = 400000 / SPECDEC_VERIFY_TRIAL_SCALE;
+  // The models and shapes of the enumerated controls (TV 0.006, 0.018, 0.135, 0.148).
+  const auto chain_model = vtest::make_model(3, 3, 4242);
+  const auto tree_model = vtest::make_model(3, 2, 4242);
+  const auto wor_model = vtest::make_model(4, 2, 4242);
+  const int chain3[] = {1, 1, 1}, tree22[] = {2, 2}, tree31[] = {3, 1};
+  const auto f1 = report("block rule, residual max(p - q, 0)", "chain 3", chain_model, chain3, drafting::iid, trials,
+                         reference(drafting::iid, wrong_residual));
+  CHECK(f1.p_value < 1e-3);
+  const auto f2 = report("traversal, residual max(w p - q, 0)", "tree 2x2", tree_model, tree22, drafting::iid, trials,
+                         reference(drafting::iid, wrong_residual));
+  CHECK(f2.p_value < 1e-3);
+  const auto f3 = report("traversal without the 1/rho", "tree 2x2", tree_model, tree22, drafting::iid, trials,
+                         reference(drafting::iid, no_conditioning));
+  CHECK(f3.p_value < 1e-3);
+  const auto f4 = report("library traversal (iid) on wor drafts", "tree 3x1", wor_model, tree31, drafting::gumbel,
+                         trials, library_emit(verify_mode::traversal, false));
+  CHECK(f4.p_value < 1e-3);
+  // The same configurations pass with the right rule.
+  const auto ok1 = report("reference, right rule", "chain 3", chain_model, chain3, drafting::iid, trials,
+                          reference(drafting::iid, vtest::bugs{}));
+  CHECK(ok1.p_value > 1e-3);
+  const auto ok2 = report("library block", "chain 3", chain_model, chain3, drafting::iid, trials,
+                          library_emit(verify_mode::block, true));
+  CHECK(ok2.p_value > 1e-3);
+  const auto ok3 = report("library traversal_without_replacement", "tree 3x1", wor_model, tree31, drafting::gumbel,
+                          trials, library_emit(verify_mode::traversal_without_replacement, false));
+  CHECK(ok3.p_value > 1e-3);
 }
