@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -444,4 +445,163 @@ TEST_CASE("traversal exactness: negative controls fail the same whole-sequence t
   const auto ok3 = report("library traversal_without_replacement", "tree 3x1", wor_model, tree31, drafting::gumbel,
                           trials, library_emit(verify_mode::traversal_without_replacement, false));
   CHECK(ok3.p_value > 1e-3);
+}
+
+TEST_CASE("traversal: the drafted tree's record decides whether a mode applies") {
+  drafted_tree t;
+  t.reset(0);
+  t.add(0, 1, 0.5f, -0.7f, draft_mode::iid);
+  t.add(1, 2, 0.5f, -1.4f, draft_mode::iid);
+  CHECK(check_verify_mode(t, verify_mode::block).ok());  // a chain drafted i.i.d.
+  CHECK(check_verify_mode(t, verify_mode::traversal).ok());
+  CHECK(check_verify_mode(t, verify_mode::sampled_iid).ok());
+  CHECK(check_verify_mode(t, verify_mode::greedy).ok());
+  CHECK(check_verify_mode(t, verify_mode::traversal_without_replacement) == status_code::invalid_argument);
+  CHECK(check_verify_mode(t, verify_mode::deterministic) == status_code::invalid_argument);
+  verify_mode m{};
+  REQUIRE(matching_traversal_mode(t, m).ok());
+  CHECK(m == verify_mode::traversal);
+  t.add(0, 3, 0.5f, -0.7f, draft_mode::iid);  // the root now has two children: not a chain
+  const status st = check_verify_mode(t, verify_mode::block);
+  CHECK(st == status_code::invalid_argument);
+  CHECK(st.index() == 3);
+  CHECK(check_verify_mode(t, verify_mode::traversal).ok());
+  CHECK(check_verify_mode(t, static_cast<verify_mode>(99)) == status_code::invalid_argument);
+
+  drafted_tree w;
+  w.reset(0);
+  w.add(0, 1, 0.5f, -0.7f, draft_mode::without_replacement);
+  w.add(0, 2, 0.3f, -1.2f, draft_mode::without_replacement);
+  REQUIRE(matching_traversal_mode(w, m).ok());
+  CHECK(m == verify_mode::traversal_without_replacement);
+  CHECK(check_verify_mode(w, verify_mode::traversal_without_replacement).ok());
+  CHECK(check_verify_mode(w, verify_mode::traversal) == status_code::invalid_argument);
+
+  drafted_tree d;
+  d.reset(0);
+  d.add(0, 1, 0.5f, -0.7f, draft_mode::deterministic);
+  REQUIRE(matching_traversal_mode(d, m).ok());
+  CHECK(m == verify_mode::deterministic);  // no traversal rule for top-k children
+  CHECK(check_verify_mode(d, verify_mode::traversal) == status_code::invalid_argument);
+  CHECK(check_verify_mode(d, verify_mode::typical_lossy).ok());  // the caller's explicit lossy choice
+
+  static_assert(is_traversal(verify_mode::block) && is_traversal(verify_mode::traversal) &&
+                is_traversal(verify_mode::traversal_without_replacement) && !is_traversal(verify_mode::sampled_iid));
+  static_assert(uses_draft_probs(verify_mode::block) && uses_draft_probs(verify_mode::traversal));
+  static_assert(is_lossless(verify_mode::traversal_without_replacement));
+  CHECK(std::string(verify_mode_name(verify_mode::block)) == "block");
+  CHECK(std::string(verify_mode_name(verify_mode::traversal_without_replacement)) == "traversal_without_replacement");
+}
+
+TEST_CASE("traversal: bad inputs get a clear status and leave the outputs untouched") {
+  const int V = 6;
+  const int widths[] = {2, 1};
+  vtest::round_tree rt;
+  random_round(V, widths, drafting::iid, 99, rt);
+  const int n = rt.tree.size();
+  REQUIRE(n == 5);
+  std::vector<std::byte> ws(verify_workspace_size(V, n));
+  std::vector<node_id> path(static_cast<std::size_t>(n), -7);
+  std::vector<token_id> toks(static_cast<std::size_t>(n), -7);
+  verify_result r{};
+  verify_params vp;
+  vp.mode = verify_mode::traversal;
+  auto run = [&](const std::vector<float>& P, const std::vector<float>& Q, std::span<std::byte> w) {
+    return verify_tree(rt.tree.view(), make_view(P.data(), n, V).as_const(), make_view(Q.data(), n, V).as_const(), vp,
+                       w, path, toks, r);
+  };
+  auto untouched = [&] {
+    for (std::size_t i = 0; i < path.size(); ++i)
+      if (path[i] != -7 || toks[i] != -7) return false;
+    return true;
+  };
+  SECTION("block on a branching tree") {
+    vp.mode = verify_mode::block;
+    CHECK(run(rt.P, rt.Q, ws) == status_code::invalid_argument);
+    CHECK(untouched());
+  }
+  SECTION("NaN in the root's q row") {
+    auto Q = rt.Q;
+    Q[3] = std::nanf("");
+    const status st = run(rt.P, Q, ws);
+    CHECK(st == status_code::non_finite);
+    CHECK(st.index() == 0);
+    CHECK(untouched());
+  }
+  SECTION("negative entry in the internal nodes' p rows") {
+    auto P = rt.P;
+    for (node_id u = 1; u <= 2; ++u) P[static_cast<std::size_t>(u * V + 2)] = -0.25f;  // nodes 1, 2 have children
+    for (const verify_mode m : {verify_mode::traversal, verify_mode::traversal_without_replacement}) {
+      vp.mode = m;
+      const status st = run(P, rt.Q, ws);  // node 1 is entered (its weight is positive) before any draw
+      CHECK(st == status_code::negative_probability);
+      CHECK(st.index() == 1);
+      CHECK(untouched());
+    }
+  }
+  SECTION("unnormalized rows") {
+    auto P = rt.P;
+    for (int i = 0; i < V; ++i) P[static_cast<std::size_t>(i)] *= 1.5f;
+    CHECK(run(P, rt.Q, ws) == status_code::invalid_argument);
+    CHECK(untouched());
+  }
+  SECTION("missing q, small workspace") {
+    CHECK(verify_tree(rt.tree.view(), make_view(rt.P.data(), n, V).as_const(), view2d<const float>{}, vp, ws, path,
+                      toks, r) == status_code::invalid_argument);
+    CHECK(run(rt.P, rt.Q, std::span<std::byte>(ws).first(ws.size() - 1)) == status_code::buffer_too_small);
+    CHECK(untouched());
+  }
+  SECTION("a root-only tree emits one token") {
+    token_tree root(0);
+    REQUIRE(
+        verify_tree(root.view(), make_view(rt.P.data(), 1, V).as_const(), view2d<const float>{}, vp, ws, path, toks, r)
+            .ok());
+    CHECK(r.accepted == 0);
+    CHECK(toks[0] == r.next_token);
+    CHECK(r.next_token >= 0);
+    CHECK(r.next_token < V);
+  }
+}
+
+TEST_CASE("traversal: batched requests match single calls and mix with other modes") {
+  const int V = 40;
+  const int widths[] = {3, 2};
+  std::vector<vtest::round_tree> rts(4);
+  std::vector<verify_params> params(4);
+  const verify_mode modes[] = {verify_mode::traversal, verify_mode::sampled_iid, verify_mode::traversal,
+                               verify_mode::greedy};
+  std::vector<std::int32_t> offsets{0};
+  std::vector<token_id> tok;
+  std::vector<node_id> par;
+  std::vector<float> P, Q;
+  for (std::size_t r = 0; r < rts.size(); ++r) {
+    random_round(V, widths, drafting::iid, 500 + r, rts[r]);
+    params[r].mode = modes[r];
+    params[r].seed = 3;
+    params[r].request = static_cast<std::uint32_t>(r);
+    for (node_id i = 0; i < rts[r].tree.size(); ++i) {
+      tok.push_back(rts[r].tree.token(i));
+      par.push_back(rts[r].tree.parent(i));
+    }
+    P.insert(P.end(), rts[r].P.begin(), rts[r].P.end());
+    Q.insert(Q.end(), rts[r].Q.begin(), rts[r].Q.end());
+    offsets.push_back(offsets.back() + rts[r].tree.size());
+  }
+  const std::int32_t total = offsets.back();
+  std::vector<node_id> paths(4 * 8, -1);
+  std::vector<token_id> tokens(4 * 8, -1);
+  std::vector<verify_result> results(4);
+  std::vector<std::int64_t> per_depth(8, 0);
+  verify_batch_input in{offsets, tree_view{tok.data(), par.data(), nullptr, nullptr, total},
+                        make_view(P.data(), total, V).as_const(), make_view(Q.data(), total, V).as_const(), params};
+  verify_batch_output out{make_view(paths.data(), 4, 8), make_view(tokens.data(), 4, 8), results, per_depth};
+  std::vector<std::byte> ws(verify_batch_workspace_size(V, offsets));
+  REQUIRE(verify_batch(in, ws, out).ok());
+  for (std::size_t r = 0; r < rts.size(); ++r) {
+    const auto single = library_tokens(rts[r], modes[r], params[r], false);
+    REQUIRE(results[r].code == status_code::ok);
+    CHECK(std::vector<token_id>(tokens.begin() + static_cast<std::ptrdiff_t>(r * 8),
+                                tokens.begin() + static_cast<std::ptrdiff_t>(r * 8) + results[r].accepted + 1) ==
+          single);
+  }
 }
