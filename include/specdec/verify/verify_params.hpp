@@ -125,10 +125,10 @@ struct verify_params {
   float typical_epsilon = 0.09f;
   //! typical_lossy only: the entropy factor delta (> 0).
   float typical_delta = 0.3f;
-  //! Sampled modes read p and q entries as probabilities without
-  //! renormalizing the input rows (so a row is read once); each visited
-  //! row's mass must be within this of 1 (invalid_argument otherwise).
-  //! Negative disables the check.
+  //! Sampled, block and traversal modes read p and q entries as
+  //! probabilities without renormalizing the input rows (so a row is read
+  //! once); each visited row's mass must be within this of 1
+  //! (invalid_argument otherwise). Negative disables the check.
   float normalization_tolerance = 1e-3f;
 };
 
