@@ -633,97 +633,16 @@ double scaled_residual_pass(LP lp, LQ lq, float a, float b, float* R, std::int64
   return sr.finish();
 }
 
-//! Validates p and q (masses and flags as mass2_pass) and, in the same
-//! read, returns the mass of max(a * p - b * q, 0) (entries rounded as in
-//! scaled_residual_pass, same summation order, so both give the same mass).
-template <class LP, class LQ>
-double mass2_residual_pass(LP lp, LQ lq, float a, float b, std::int64_t V, double& mp, double& mq, bool& okp,
-                           bool& okq) noexcept {
-  block_sum8 sp, sq, sr;
-  bool np = false, nq = false;
-  std::int64_t i = 0;
-#ifdef SPECDEC_VERIFY_SIMD
-  if constexpr (std::is_same_v<LP, contig_load> && std::is_same_v<LQ, contig_load>) {
-    using namespace simd;
-    vblock_sum vp, vq, vr;
-    const f4 av = {a, a, a, a}, bv = {b, b, b, b};
-    i4 n1 = {}, n2 = {};
-    f4 xv[8], yv[8], rv[8];
-    for (; i + 32 <= V; i += 32) {
-      load_block(lp.d + i, xv);
-      load_block(lq.d + i, yv);
-#pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) {
-        const f4 s = av * xv[k];
-        const f4 t = bv * yv[k];
-        rv[k] = relu(s - t);
-      }
-      vp.add_block(xv);
-      vq.add_block(yv);
-      vr.add_block(rv);
-      n1 |= negative_mask(xv);
-      n2 |= negative_mask(yv);
-    }
-    vp.spill(sp);
-    vq.spill(sq);
-    vr.spill(sr);
-    np = any(n1);
-    nq = any(n2);
-    // The tail (< 32 elements) in scalar code, with the same lanes.
-    for (int tail = 0; tail < 32 && i < V; ++tail, ++i) {
-      const float x = lp(i), y = lq(i);
-      sp.add(i, x);
-      sq.add(i, y);
-      np |= x < 0.0f;
-      nq |= y < 0.0f;
-      sr.add(i, scaled_residual(x, y, a, b));
-    }
-  } else
-#endif
-  {
-    for (; i < V; ++i) {
-      const float x = lp(i), y = lq(i);
-      sp.add(i, x);
-      sq.add(i, y);
-      np |= x < 0.0f;
-      nq |= y < 0.0f;
-      sr.add(i, scaled_residual(x, y, a, b));
-    }
-  }
-  mp = sp.finish();
-  mq = sq.finish();
-  okp = row_valid(mp, np);
-  okq = row_valid(mq, nq);
-  return sr.finish();
-}
-
-//! The status of a lockstep validation read of p_u and q_u: finite, >= 0,
-//! and each mass within `tol` of 1 (statuses name the node u).
-inline status pq_status(prow pu, prow qu, std::int64_t V, std::int64_t u, float tol, double mp, double mq, bool okp,
-                        bool okq) noexcept {
-  if (!okp) return classify_row(pu, V, u, false);
-  if (!okq) return classify_row(qu, V, u, true);
-  SPECDEC_TRY(check_mass(mp, tol, u, false));
-  return check_mass(mq, tol, u, true);
-}
-
-//! Validates p_u and q_u in one lockstep read.
+//! Validates p_u and q_u in one lockstep read: finite, >= 0, and each mass
+//! within `tol` of 1 (statuses name the node u).
 inline status check_pq(prow pu, prow qu, std::int64_t V, std::int64_t u, float tol) noexcept {
   double mp = 0.0, mq = 0.0;
   bool okp = true, okq = true;
   with_load2(pu, qu, [&](auto lp, auto lq) { mass2_pass(lp, lq, V, mp, mq, okp, okq); });
-  return pq_status(pu, qu, V, u, tol, mp, mq, okp, okq);
-}
-
-//! check_pq, also returning the mass of max(a * p_u - b * q_u, 0) from the
-//! same read.
-inline status check_pq_residual(prow pu, prow qu, std::int64_t V, std::int64_t u, float tol, float a, float b,
-                                double& residual_mass) noexcept {
-  double mp = 0.0, mq = 0.0;
-  bool okp = true, okq = true;
-  residual_mass =
-      with_load2(pu, qu, [&](auto lp, auto lq) { return mass2_residual_pass(lp, lq, a, b, V, mp, mq, okp, okq); });
-  return pq_status(pu, qu, V, u, tol, mp, mq, okp, okq);
+  if (!okp) return classify_row(pu, V, u, false);
+  if (!okq) return classify_row(qu, V, u, true);
+  SPECDEC_TRY(check_mass(mp, tol, u, false));
+  return check_mass(mq, tol, u, true);
 }
 
 //! Validates p_u (probabilities) and returns its mass (checked against the

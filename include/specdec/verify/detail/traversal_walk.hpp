@@ -29,52 +29,50 @@ namespace specdec::detail {
 
 //! One node of the walk's current root path.
 struct traversal_frame {
-  double alpha;           // measure coefficient of p
-  double beta;            // measure coefficient of q
-  double rejected_q;      // q mass of the distinct tokens rejected so far (without replacement)
-  double mass;            // M, the measure's mass
-  double first_residual;  // mass of max(alpha p - q, 0), read with the validation (the first rejection's)
-  float ra, rb;           // the measure is max(ra p - rb q, 0) up to a factor (what an emission samples)
-  node_id node;           // the node
-  node_id last_child;     // last child tried (-1: none yet)
-  std::uint32_t tried;    // children tried so far
-  std::uint32_t draw;     // 1 + the node's index among its siblings (its acceptance draw at the parent)
-  bool validated;         // p and q rows checked
+  double alpha;          // measure coefficient of p
+  double beta;           // measure coefficient of q
+  double rejected_q;     // q mass of the distinct tokens rejected so far (without replacement)
+  double mass;           // M, the measure's mass
+  double last_residual;  // mass of R after the node's latest rejection update (R / that is the measure's law)
+  node_id node;          // the node
+  node_id last_child;    // last child tried (-1: none yet)
+  std::uint32_t tried;   // children tried so far
+  std::uint32_t draw;    // 1 + the node's index among its siblings (its acceptance draw at the parent)
+  bool validated;        // p and q rows checked
 };
 
 //! Bytes of scratch the walk needs per node (one frame per tree level).
 inline constexpr std::size_t traversal_frame_bytes = sizeof(traversal_frame);
 
-//! Applies the rejection of u's latest child to u's measure. The first
-//! rejection reuses the mass read with the validation; later ones read p_u
-//! and q_u once (mass only: the residual itself is formed again only if u
-//! is accepted).
+//! Applies the rejection of u's latest child to u's measure; R receives
+//! max(m_u - q_j, 0) (the unnormalized new measure).
 template <class Topo>
-void reject_child(const Topo& t, traversal_frame& f, prow pu, prow qu, std::int64_t V, bool wor) noexcept {
+void reject_child(const Topo& t, traversal_frame& f, prow pu, prow qu, std::int64_t V, bool wor, float* R) noexcept {
   const node_id c = f.last_child;
   const token_id x = t.token_of(c);
   const bool dup = wor && earlier_sibling_has(t, f.node, c, x);
   const double keep = 1.0 - f.rejected_q;  // q_j = q_u / keep outside the rejected tokens
-  if (keep > 0.0) {  // else q_j would be all zero (the drafts exhausted q): the measure is unchanged
+  if (keep > 0.0) {
     const double b = f.beta + 1.0 / keep;
-    const auto fa = static_cast<float>(f.alpha), fb = static_cast<float>(b);
-    double s = f.first_residual;  // first rejection: alpha = w, beta = 0, keep = 1, so b = 1
-    if (f.tried != 1) {
-      double mp = 0.0, mq = 0.0;
-      bool okp = true, okq = true;  // the rows were validated on entry
-      s = with_load2(pu, qu,
-                     [&](auto lp, auto lq) { return mass2_residual_pass(lp, lq, fa, fb, V, mp, mq, okp, okq); });
-    }
+    const double s = with_load2(pu, qu, [&](auto lp, auto lq) {
+      return scaled_residual_pass(lp, lq, static_cast<float>(f.alpha), static_cast<float>(b), R, V);
+    });
     const double rho = 1.0 - f.mass + s;
     if (rho > 0.0 && s > 0.0) {
       f.alpha /= rho;
       f.beta = b / rho;
       f.mass = s / rho;
-      f.ra = fa;
-      f.rb = fb;
+      f.last_residual = s;
     } else {  // nothing left to deliver at u (exact arithmetic: only when rho = 0)
       f.mass = 0.0;
+      f.last_residual = 0.0;
     }
+  } else {
+    // q_j would be all zero (the drafts exhausted q): the measure is unchanged,
+    // but R must hold it for a possible emission at u.
+    f.last_residual = with_load2(pu, qu, [&](auto lp, auto lq) {
+      return scaled_residual_pass(lp, lq, static_cast<float>(f.alpha), static_cast<float>(f.beta), R, V);
+    });
   }
   if (wor && !dup) f.rejected_q += static_cast<double>(qu[x]);
 }
@@ -90,7 +88,7 @@ status walk_traversal(const Topo& t, const view2d<const float>& p, const view2d<
                       token_id& next) noexcept {
   const bool wor = mode == verify_mode::traversal_without_replacement;
   std::int32_t d = 0;
-  frames[0] = traversal_frame{1.0, 0.0, 0.0, 1.0, 0.0, 1.0f, 0.0f, 0, -1, 0, 0, false};
+  frames[0] = traversal_frame{1.0, 0.0, 0.0, 1.0, 0.0, 0, -1, 0, 0, false};
   for (;;) {
     traversal_frame& f = frames[d];
     const node_id u = f.node;
@@ -99,7 +97,7 @@ status walk_traversal(const Topo& t, const view2d<const float>& p, const view2d<
     if (c >= 0) {
       const prow qu = row_of(q, u);
       if (!f.validated) {
-        SPECDEC_TRY(check_pq_residual(pu, qu, V, u, tol, static_cast<float>(f.alpha), 1.0f, f.first_residual));
+        SPECDEC_TRY(check_pq(pu, qu, V, u, tol));
         f.validated = true;
       }
       const token_id x = t.token_of(c);
@@ -112,10 +110,10 @@ status walk_traversal(const Topo& t, const view2d<const float>& p, const view2d<
       const std::uint32_t draw = 1u + f.tried++;
       if (qj > 0.0 && mx > 0.0) {  // q_j(x) = 0 or m_u(x) = 0: weight 0, rejected without a draw
         const double w = mx < qj ? mx / qj : 1.0;
-        frames[++d] = traversal_frame{w, 0.0, 0.0, w, 0.0, 0.0f, 0.0f, c, -1, 0, draw, false};
+        frames[++d] = traversal_frame{w, 0.0, 0.0, w, 0.0, c, -1, 0, draw, false};
         continue;
       }
-      reject_child(t, f, pu, qu, V, wor);
+      reject_child(t, f, pu, qu, V, wor, R);
       continue;
     }
     // Every child of u is rejected (or u is a leaf): decide u itself.
@@ -127,18 +125,14 @@ status walk_traversal(const Topo& t, const view2d<const float>& p, const view2d<
     if (!accept) {
       --d;
       traversal_frame& g = frames[d];
-      reject_child(t, g, row_of(p, g.node), row_of(q, g.node), V, wor);
+      reject_child(t, g, row_of(p, g.node), row_of(q, g.node), V, wor, R);
       continue;
     }
     last = u;
     const float un = rng.uniform(static_cast<std::uint32_t>(u), 0);
     if (f.tried == 0) return sample_checked(pu, V, u, un, tol, true, next);  // a leaf: m_u = w * p_u
     token_id y = -1;
-    if (f.mass > 0.0) {  // form the residual once, for the accepted node only
-      const double s = with_load2(pu, row_of(q, u),
-                                  [&](auto lp, auto lq) { return scaled_residual_pass(lp, lq, f.ra, f.rb, R, V); });
-      if (s > 0.0) y = sample_pass(contig_load{R}, V, static_cast<double>(un) * s);
-    }
+    if (f.last_residual > 0.0) y = sample_pass(contig_load{R}, V, static_cast<double>(un) * f.last_residual);
     // Residual mass rounded to zero (only the root can get here): a valid token.
     if (y < 0) (void)with_load(pu, [&](auto ld) { return argmax_pass(ld, V, y); });
     next = y;
