@@ -349,10 +349,10 @@ inline std::vector<token_id> traversal_sample(const round_tree& rt, int V, draft
   }
   auto rowp = [&](node_id u) { return row(rt.P.begin() + u * V, rt.P.begin() + (u + 1) * V); };
   auto rowq = [&](node_id u) { return row(rt.Q.begin() + u * V, rt.Q.begin() + (u + 1) * V); };
-  auto sample = [&](const row& r, float un) {
+  auto sample = [&](const row& r, double un) {
     double tot = 0;
     for (double v : r) tot += v;
-    const double target = static_cast<double>(un) * tot;
+    const double target = un * tot;
     double c = 0;
     token_id last = -1;
     for (token_id y = 0; y < V; ++y) {
@@ -409,7 +409,7 @@ inline std::vector<token_id> traversal_sample(const round_tree& rt, int V, draft
     if (u != 0 && !(static_cast<double>(
                         rng.uniform(static_cast<std::uint32_t>(t.parent[static_cast<std::size_t>(u)]), draw)) < M))
       return false;
-    const float un = rng.uniform(static_cast<std::uint32_t>(u), 0);
+    const double un = rng.uniform53(static_cast<std::uint32_t>(u));  // draw 0 is the 53-bit uniform
     if (!rejected_any) {
       emitted.push_back(sample(p, un));
     } else if (b.residual_ignores_weight && u != 0) {
