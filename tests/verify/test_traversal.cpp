@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -603,5 +604,64 @@ TEST_CASE("traversal: batched requests match single calls and mix with other mod
     CHECK(std::vector<token_id>(tokens.begin() + static_cast<std::ptrdiff_t>(r * 8),
                                 tokens.begin() + static_cast<std::ptrdiff_t>(r * 8) + results[r].accepted + 1) ==
           single);
+  }
+}
+
+TEST_CASE("traversal: caller-supplied uniforms give the Philox tokens when they hold the same values") {
+  const int V = 40;
+  const int widths[] = {3, 2};
+  vtest::round_tree rt;
+  for (int r = 0; r < 200; ++r) {
+    random_round(V, widths, drafting::iid, 900 + static_cast<std::uint64_t>(r), rt);
+    const int n = rt.tree.size();
+    verify_params vp;
+    vp.mode = verify_mode::traversal;
+    vp.seed = 5;
+    vp.request = static_cast<std::uint32_t>(r);
+    const philox_uniforms ph{rng_stream{vp.seed, vp.request, vp.round}};
+    const int draws = 4;  // at most 3 children per node
+    std::vector<double> u(static_cast<std::size_t>(n * draws));
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < draws; ++j)
+        u[static_cast<std::size_t>(i * draws + j)] = ph(static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j));
+    std::vector<std::byte> ws(verify_workspace_size(V, n));
+    std::vector<node_id> path(static_cast<std::size_t>(n));
+    std::vector<token_id> toks(static_cast<std::size_t>(n));
+    verify_result res{};
+    REQUIRE(verify_tree(rt.tree.view(), make_view(rt.P.data(), n, V).as_const(),
+                        make_view(rt.Q.data(), n, V).as_const(), vp, caller_uniforms{u.data(), n, draws}, ws, path,
+                        toks, res)
+                .ok());
+    const std::vector<token_id> got(toks.begin(), toks.begin() + res.accepted + 1);
+    CHECK(got == library_tokens(rt, verify_mode::traversal, vp, false));
+    // A uniform outside [0, 1) in a draw the walk takes is reported.
+    std::fill(u.begin(), u.end(), 1.0);
+    CHECK(verify_tree(rt.tree.view(), make_view(rt.P.data(), n, V).as_const(), make_view(rt.Q.data(), n, V).as_const(),
+                      vp, caller_uniforms{u.data(), n, draws}, ws, path, toks, res) == status_code::invalid_argument);
+  }
+}
+
+TEST_CASE("traversal: the host one-pass residual equals copy + update_residual bit for bit") {
+  const detail::host_row_ops ops{};
+  std::mt19937 gen(31);
+  std::uniform_real_distribution<float> U(0.0f, 1.0f);
+  for (const std::int64_t V : {5, 40, 1003, 5000}) {
+    for (const std::int64_t stride : {std::int64_t{1}, std::int64_t{3}}) {
+      std::vector<float> p(static_cast<std::size_t>(V * stride)), q(p.size());
+      for (auto& x : p) x = U(gen) < 0.3f ? 0.0f : U(gen) / static_cast<float>(V);
+      for (auto& x : q) x = U(gen) < 0.3f ? 0.0f : U(gen) / static_cast<float>(V);
+      const detail::row_ref pr{p.data(), stride}, qr{q.data(), stride};
+      const auto nt = static_cast<std::size_t>(sum_tile_count(V));
+      std::vector<float> R1(static_cast<std::size_t>(V)), R2(R1.size());
+      std::vector<double> t1(nt), t2(nt);
+      const float s = 1.37f;
+      const double m1 = ops.scaled_residual(pr, qr, R1.data(), s, V, t1.data());
+      ops.copy(pr, R2.data(), V);
+      const double m2 = ops.update_residual(qr, R2.data(), s, V, t2.data());
+      INFO("V=" << V << " stride " << stride);
+      CHECK(m1 == m2);
+      CHECK(R1 == R2);
+      CHECK(t1 == t2);
+    }
   }
 }

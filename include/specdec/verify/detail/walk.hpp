@@ -366,9 +366,14 @@ SPECDEC_HD void traversal_reject(const Topo& t, const Ops& ops, const walk_rows&
   if (keep > 0.0) {  // else q_j would be all zero (the drafts exhausted q): the measure is unchanged
     // k max(p - s q, 0) - q / keep = k max(p - (s + 1 / (k keep)) q, 0) where positive.
     const auto s2 = static_cast<float>(static_cast<double>(f.s) + 1.0 / (f.k * keep));
-    ops.copy(rows.prow(u), sc.R, rows.V);
-    ops.sync();
-    const double rm = ops.update_residual(rows.qrow(u), sc.R, s2, rows.V, sc.tr);
+    double rm = 0.0;
+    if constexpr (requires { ops.scaled_residual(rows.prow(u), rows.qrow(u), sc.R, s2, rows.V, sc.tr); }) {
+      rm = ops.scaled_residual(rows.prow(u), rows.qrow(u), sc.R, s2, rows.V, sc.tr);  // one read
+    } else {
+      ops.copy(rows.prow(u), sc.R, rows.V);
+      ops.sync();
+      rm = ops.update_residual(rows.qrow(u), sc.R, s2, rows.V, sc.tr);
+    }
     const double S = f.k * rm;
     const double rho = 1.0 - f.mass + S;
     if (rho > 0.0 && S > 0.0) {
