@@ -175,9 +175,9 @@ struct state {
     const auto pool = static_cast<std::size_t>(pages * attn_layers * page * kv_heads * head_dim);
     k_pool.assign(pool, 0.0f);
     v_pool.assign(pool, 0.0f);
-    for (std::int64_t b = 0; b < pages; ++b)  // a fixed permutation: logical pages are not contiguous
-      block_table.push_back(static_cast<std::int32_t>((b * 7 + 3) % pages));
+    // A fixed permutation (7 is coprime to the page count): logical pages are not contiguous.
     if (pages % 7 == 0) throw std::invalid_argument("state: page count must not be a multiple of 7");
+    for (std::int64_t b = 0; b < pages; ++b) block_table.push_back(static_cast<std::int32_t>((b * 7 + 3) % pages));
     const auto ssm_layers = static_cast<std::size_t>(std::count(c.kinds.begin(), c.kinds.end(), 'm'));
     conv_state.assign(ssm_layers, std::vector<float>(static_cast<std::size_t>(c.conv_channels() * (c.conv - 1)), 0.0f));
     ssm_state.assign(ssm_layers,
