@@ -15,6 +15,7 @@ Usage: python3 train.py {target,drafter,hybrid} --out examples/models [--steps N
 import argparse
 import glob
 import math
+import os
 import time
 
 import numpy as np
@@ -188,45 +189,12 @@ def round_to_f16(model):
                 p.copy_(p.half().float())
 
 
-def write_gguf(model, name, path, f16, trained_text):
-    import gguf
-    c = model.c
-    arch = "llama" if "m" not in c["kinds"] else "specdec-hybrid"
-    w = gguf.GGUFWriter(path, arch)
-    w.add_name(f"specdec-{name}")
-    w.add_description(trained_text)
-    w.add_context_length(CTX)
-    w.add_embedding_length(c["d"])
-    w.add_block_count(len(c["kinds"]))
-    w.add_feed_forward_length(c["ffn"])
-    w.add_head_count(c["heads"])
-    w.add_head_count_kv(c["kv_heads"])
-    w.add_rope_dimension_count(c["d"] // c["heads"])
-    w.add_rope_freq_base(ROPE_BASE)
-    w.add_layer_norm_rms_eps(EPS)
-    w.add_vocab_size(VOCAB)
-    w.add_file_type(1 if f16 else 0)
-    if arch != "llama":
-        w.add_string(f"{arch}.layer_kinds", c["kinds"])
-        w.add_ssm_conv_kernel(c["conv"])
-        w.add_ssm_inner_size(c["ssm_heads"] * c["ssm_headdim"])
-        w.add_ssm_state_size(c["ssm_state"])
-        w.add_ssm_time_step_rank(c["ssm_heads"])
-        w.add_ssm_group_count(c["ssm_groups"])
-    # Byte-level vocabulary: every token is one byte (SentencePiece byte pieces).
-    w.add_tokenizer_model("llama")
-    w.add_token_list([f"<0x{i:02X}>".encode() for i in range(VOCAB)])
-    w.add_token_scores([0.0] * VOCAB)
-    w.add_token_types([gguf.TokenType.BYTE] * VOCAB)
-    w.add_bos_token_id(0x02)  # STX; never prepended (add_bos_token = false)
-    w.add_eos_token_id(0x03)  # ETX
-    w.add_add_bos_token(False)
-    w.add_add_eos_token(False)
-    w.add_add_space_prefix(False)
+def model_tensors(model):
+    """The model's tensors under llama.cpp's names, as float32 arrays."""
+    out = []
 
-    def put(tname, t, half_ok=True):
-        a = t.detach().float().numpy()
-        w.add_tensor(tname, a.astype(np.float16) if (f16 and half_ok and a.ndim == 2) else a)
+    def put(tname, t):
+        out.append((tname, t.detach().float().numpy()))
 
     put("token_embd.weight", model.embed.weight)
     for i, blk in enumerate(model.blocks):
@@ -253,10 +221,70 @@ def write_gguf(model, name, path, f16, trained_text):
         put(p + "ffn_down.weight", blk.down.weight)
     put("output_norm.weight", model.norm.weight)
     put("output.weight", model.output.weight)
+    return out
+
+
+def write_gguf(c, name, path, f16, trained_text, tensors):
+    """Writes GGUF v3: llama.cpp's metadata keys, a byte vocabulary, and the
+    tensors (2-D float32 ones stored as f16 when f16 is set)."""
+    import gguf
+    arch = "llama" if "m" not in c["kinds"] else "specdec-hybrid"
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"specdec-{name}")
+    w.add_description(trained_text)
+    w.add_context_length(CTX)
+    w.add_embedding_length(c["d"])
+    w.add_block_count(len(c["kinds"]))
+    w.add_feed_forward_length(c["ffn"])
+    w.add_head_count(c["heads"])
+    w.add_head_count_kv(c["kv_heads"])
+    w.add_rope_dimension_count(c["d"] // c["heads"])
+    w.add_rope_freq_base(ROPE_BASE)
+    w.add_layer_norm_rms_eps(EPS)
+    w.add_vocab_size(VOCAB)
+    w.add_file_type(1 if f16 else 0)
+    if arch != "llama":
+        w.add_string(f"{arch}.layer_kinds", c["kinds"])
+        w.add_ssm_conv_kernel(c["conv"])
+        w.add_ssm_inner_size(c["ssm_heads"] * c["ssm_headdim"])
+        w.add_ssm_state_size(c["ssm_state"])
+        w.add_ssm_time_step_rank(c["ssm_heads"])
+        w.add_ssm_group_count(c["ssm_groups"])
+    # Byte-level vocabulary as SentencePiece pieces: byte b is "<0xBB>" (type
+    # BYTE), except the space, which SentencePiece writes as U+2581 and
+    # llama.cpp looks up as that piece (type NORMAL) before any byte fallback.
+    tokens = [f"<0x{i:02X}>".encode() for i in range(VOCAB)]
+    types = [gguf.TokenType.BYTE] * VOCAB
+    tokens[0x20], types[0x20] = "\u2581".encode(), gguf.TokenType.NORMAL
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * VOCAB)
+    w.add_token_types(types)
+    w.add_bos_token_id(0x02)  # STX; never prepended (add_bos_token = false)
+    w.add_eos_token_id(0x03)  # ETX
+    w.add_add_bos_token(False)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(False)
+    for tname, a in tensors:
+        w.add_tensor(tname, a.astype(np.float16) if (f16 and a.ndim == 2 and a.dtype == np.float32) else a)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def rewrite_metadata(name, path):
+    """Rewrites a shipped file's metadata (e.g. after a vocabulary change)
+    keeping its tensors bit for bit."""
+    import gguf
+    r = gguf.GGUFReader(path)
+    f = r.fields["general.description"]
+    text = bytes(f.parts[f.data[0]]).decode()
+    tensors = [(t.name, np.array(t.data)) for t in r.tensors]
+    f16 = any(a.dtype == np.float16 for _, a in tensors)
+    del r  # the reader maps the file: write next to it, then replace it
+    write_gguf(CONFIGS[name], name, path + ".tmp", f16, text, tensors)
+    os.replace(path + ".tmp", path)
 
 
 def write_reference(model, path, val):
@@ -283,7 +311,12 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rewrite-metadata", action="store_true",
+                    help="rewrite <out>/<model>.gguf's metadata, keeping its tensors, instead of training")
     args = ap.parse_args()
+    if args.rewrite_metadata:
+        rewrite_metadata(args.model, f"{args.out}/{args.model}.gguf")
+        return
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
@@ -327,7 +360,7 @@ def main():
             f"seed {args.seed}, held-out {bpb:.3f} bits/byte"
             + (f", top-1 agreement with target {agree:.3f}" if agree is not None else ""))
     print(text, f"train time {time.time() - t0:.0f}s", flush=True)
-    write_gguf(model, args.model, f"{args.out}/{args.model}.gguf", f16, text)
+    write_gguf(c, args.model, f"{args.out}/{args.model}.gguf", f16, text, model_tensors(model))
     write_reference(model, f"{args.out}/{args.model}.ref.gguf", val)
 
 
