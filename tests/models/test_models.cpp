@@ -105,7 +105,10 @@ TEST_CASE("gguf: the shipped files parse and corrupted copies give clear errors"
   CHECK(f.version() == 3);
   CHECK(f.get_string("general.architecture") == "llama");
   CHECK(f.get_int("llama.block_count") == 4);
-  CHECK(f.get("tokenizer.ggml.tokens").items.size() == 256);
+  const auto& vocab = f.get("tokenizer.ggml.tokens").items;
+  REQUIRE(vocab.size() == 256);
+  CHECK(std::get<std::string>(vocab[0x41].scalar) == "<0x41>");
+  CHECK(std::get<std::string>(vocab[0x20].scalar) == "\u2581");  // SentencePiece's space piece
   CHECK(f.tensors().size() == 2 + 4 * 9 + 1);
 
   auto fails_with = [](std::vector<std::uint8_t> b, const std::string& what) {
