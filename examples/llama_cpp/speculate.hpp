@@ -5,7 +5,9 @@
 //! comparison prints.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -36,6 +38,9 @@ struct run_stats {
   std::int64_t drafted = 0;   //!< draft nodes proposed (root excluded)
   std::int64_t accepted = 0;  //!< draft tokens accepted
   double seconds = 0.0;       //!< wall time of generation (prompt excluded)
+  //! Plain decoding only: per token, the gap between the two largest
+  //! logits (how close the greedy choice was to a tie).
+  std::vector<float> top2_gap;
 
   double tokens_per_second() const { return seconds > 0 ? static_cast<double>(tokens.size()) / seconds : 0.0; }
   //! Emitted tokens per target call (accepted drafts + the correction/bonus token).
@@ -87,6 +92,10 @@ inline run_stats plain_decode(const model& m, tree_target& tgt, std::span<const 
     llama_token t = 0;
     if (o.temperature == 0.0f) {
       t = specdec::argmax_row(row);
+      float second = -INFINITY;
+      for (std::int64_t i = 0; i < V; ++i)
+        if (i != t) second = std::max(second, row(i));
+      s.top2_gap.push_back(row(t) - second);
     } else {
       const specdec::sampling_params sp{o.temperature, 0, 1.0f, 0.0f};
       check(specdec::logits_to_probs_row(row, specdec::make_view(probs.data(), V), sp, {}), "logits_to_probs_row");

@@ -2,11 +2,16 @@
 // flash attention off, 2 threads). Needs the cache of fetch_build.sh; run
 // with `bash examples/llama_cpp/run.sh --test`.
 //
-// Tolerance: a tree pass decodes many tokens in one batch, plain decoding
-// one at a time; ggml may then take other kernels (and summation orders) for
-// the same matrix products, so logits are compared with
-// |a - b| <= kAbsTol + kRelTol * |b| and the argmax must agree whenever the
-// top two plain logits are more than 2 * kAbsTol apart.
+// Tolerance (measured, not hoped for): a tree pass decodes many tokens in
+// one batch, plain decoding one at a time. ggml takes other kernels and
+// summation orders for a batch, and the 8-bit quantization of activations in
+// front of every Q4_1 product turns those last-bit differences into whole
+// quantization steps, so over 30 layers logits of the same context differ by
+// up to ~0.75 (max over the vocabulary; a root-only tree, one token per
+// decode, matches bit for bit). So rows are compared as distributions:
+// max |logit diff| <= kMaxLogitDiff and total variation distance of the
+// softmaxes <= kMaxTv; each check has a negative control (the row of a
+// different context) that must fail it.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
@@ -20,8 +25,10 @@ using namespace specdec_llama;
 
 namespace {
 
-constexpr float kAbsTol = 2e-2f;
-constexpr float kRelTol = 1e-3f;
+constexpr float kMaxLogitDiff = 1.5f;
+constexpr double kMaxTv = 0.05;
+// Greedy texts may part only where plain decoding was this close to a tie.
+constexpr float kTieGap = 2.0f * kMaxLogitDiff;
 
 const char* kPrompt =
     "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog again, and then the "
@@ -37,36 +44,46 @@ context_options opts() {
   o.n_ctx = 1024;
   o.n_batch = 128;
   o.n_seq_max = 64;
-  o.threads = 2;
+  o.threads = 1;  // no spinning thread barrier on a shared machine
   return o;
 }
 
 struct diff {
   float max_abs = 0.0f;
-  bool within = true;
-  bool argmax_ok = true;
+  double tv = 0.0;
+  bool within() const { return max_abs <= kMaxLogitDiff && tv <= kMaxTv; }
 };
 
 diff compare_rows(const float* a, const float* b, std::int64_t V) {
   diff d;
+  float ma = -INFINITY, mb = -INFINITY;
   for (std::int64_t i = 0; i < V; ++i) {
-    const float e = std::fabs(a[i] - b[i]);
-    d.max_abs = std::max(d.max_abs, e);
-    if (!(e <= kAbsTol + kRelTol * std::fabs(b[i]))) d.within = false;
+    d.max_abs = std::max(d.max_abs, std::fabs(a[i] - b[i]));
+    ma = std::max(ma, a[i]);
+    mb = std::max(mb, b[i]);
   }
-  const auto ia = specdec::argmax_row(specdec::make_view(a, V));
-  const auto ib = specdec::argmax_row(specdec::make_view(b, V));
-  float top = -INFINITY, second = -INFINITY;
+  double za = 0.0, zb = 0.0;
   for (std::int64_t i = 0; i < V; ++i) {
-    if (b[i] > top) {
-      second = top;
-      top = b[i];
-    } else if (b[i] > second) {
-      second = b[i];
-    }
+    za += std::exp(static_cast<double>(a[i] - ma));
+    zb += std::exp(static_cast<double>(b[i] - mb));
   }
-  if (ia != ib && top - second > 2 * kAbsTol) d.argmax_ok = false;
+  for (std::int64_t i = 0; i < V; ++i)
+    d.tv +=
+        0.5 * std::fabs(std::exp(static_cast<double>(a[i] - ma)) / za - std::exp(static_cast<double>(b[i] - mb)) / zb);
   return d;
+}
+
+// Greedy text `got` equals plain greedy text `want` up to the first token
+// where they part, and plain decoding had a near tie there.
+bool same_greedy_text(const std::vector<llama_token>& got, const run_stats& plain) {
+  std::size_t k = 0;
+  while (k < got.size() && k < plain.tokens.size() && got[k] == plain.tokens[k]) ++k;
+  if (k == got.size() && k == plain.tokens.size()) return true;
+  const bool tie = k < plain.top2_gap.size() && plain.top2_gap[k] < kTieGap;
+  std::printf("  greedy texts part at token %zu (plain top-2 logit gap %.3g): %s\n", k,
+              k < plain.top2_gap.size() ? static_cast<double>(plain.top2_gap[k]) : -1.0,
+              tie ? "a near tie, allowed" : "NOT a near tie");
+  return tie;
 }
 
 // Logits after the committed text `prefix` followed by `path` (path[0] is
@@ -93,7 +110,7 @@ TEST_CASE("every tree node's logits equal those of its path decoded as a plain s
   const std::uint32_t seed = 20261122;
   std::printf("random trees: seed %u\n", seed);
   std::mt19937 rng(seed);
-  for (int trial = 0; trial < 4; ++trial) {
+  for (int trial = 0; trial < 3; ++trial) {
     // A random tree: 1 + 15 nodes, each under a random earlier node, tokens
     // half from the real continuation (a prompt-lookup-like tree) and half
     // random vocabulary entries.
@@ -110,17 +127,27 @@ TEST_CASE("every tree node's logits equal those of its path decoded as a plain s
     const specdec::view2d<const float> rows = tgt.score_tree(tv);
     REQUIRE(tgt.ctx().calls() == 1);  // the whole tree in one llama_decode
     float worst = 0.0f;
+    double worst_tv = 0.0, closest_wrong_tv = 1.0;
+    std::vector<std::vector<float>> want(static_cast<std::size_t>(n));
     for (specdec::node_id u = 0; u < n; ++u) {
       std::vector<llama_token> path;
       for (specdec::node_id v = u; v >= 0; v = tv.parent[v]) path.insert(path.begin(), tv.token[v]);
-      const std::vector<float> want = plain_logits(ref, prompt, path);
-      const diff df = compare_rows(&rows(u, 0), want.data(), V);
+      want[static_cast<std::size_t>(u)] = plain_logits(ref, prompt, path);
+      const diff df = compare_rows(&rows(u, 0), want[static_cast<std::size_t>(u)].data(), V);
       worst = std::max(worst, df.max_abs);
-      INFO("trial " << trial << " node " << u << " depth " << tv.depth[u] << " max |diff| " << df.max_abs);
-      CHECK(df.within);
-      CHECK(df.argmax_ok);
+      worst_tv = std::max(worst_tv, df.tv);
+      INFO("trial " << trial << " node " << u << " depth " << tv.depth[u] << " max |diff| " << df.max_abs << " tv "
+                    << df.tv);
+      CHECK(df.within());
+      if (u > 0) {  // negative control: the parent's context is a different one
+        const diff wrong = compare_rows(&rows(u, 0), want[static_cast<std::size_t>(tv.parent[u])].data(), V);
+        closest_wrong_tv = std::min(closest_wrong_tv, wrong.tv);
+        CHECK_FALSE(wrong.within());
+      }
     }
-    std::printf("trial %d: %d nodes, max |tree - plain| logit difference %.3g\n", trial, n, static_cast<double>(worst));
+    std::printf(
+        "trial %d: %d nodes, max |tree - plain| logit diff %.3g, max TV %.3g, smallest TV of a wrong context %.3g\n",
+        trial, n, static_cast<double>(worst), worst_tv, closest_wrong_tv);
   }
 }
 
@@ -146,7 +173,7 @@ TEST_CASE("greedy tree speculation with the self-drafter accepts every draft and
     CHECK(s.target_calls == s.rounds);
     // One draft decode per tree level below the leaves' level, per round.
     CHECK(s.draft_calls == s.rounds * depth);
-    CHECK(s.tokens == plain.tokens);
+    CHECK(same_greedy_text(s.tokens, plain));
   }
 }
 
@@ -163,11 +190,12 @@ TEST_CASE("prompt-lookup speculation reproduces plain greedy text; commit leaves
     const run_stats s = speculate(
         "lookup", m, tgt, [&](std::span<const llama_token> ctx, draft_output& d) { pl.draft(ctx, d); }, nullptr, prompt,
         go);
-    CHECK(s.tokens == plain.tokens);
+    CHECK(same_greedy_text(s.tokens, plain));
     CHECK(s.target_calls == s.rounds);
     // The cache now holds the committed text but its newest token in
     // sequence 0 only; every leaf sequence is gone.
     llama_memory_t mem = tgt.ctx().memory();
+    CHECK(llama_memory_seq_pos_min(mem, 0) == 0);
     CHECK(llama_memory_seq_pos_max(mem, 0) == tgt.prefix() - 1);
     for (llama_seq_id sq = 1; sq < 64; ++sq) CHECK(llama_memory_seq_pos_max(mem, sq) == -1);
     // Next-token logits from the speculated cache equal those of plain
@@ -178,10 +206,15 @@ TEST_CASE("prompt-lookup speculation reproduces plain greedy text; commit leaves
     ref.start(committed);
     const float* want = ref.plain_step();
     const diff df = compare_rows(got_row.data(), want, V);
-    std::printf("lookup branches %d: %lld rounds, %lld accepted, next-token max |diff| %.3g\n", branches,
-                static_cast<long long>(s.rounds), static_cast<long long>(s.accepted), static_cast<double>(df.max_abs));
-    CHECK(df.within);
-    CHECK(df.argmax_ok);
+    // Negative control: the same text without its newest token.
+    ref.start(std::span(committed).first(committed.size() - 1));
+    const diff wrong = compare_rows(got_row.data(), ref.plain_step(), V);
+    std::printf(
+        "lookup branches %d: %lld rounds, %lld accepted, next-token max |diff| %.3g TV %.3g (wrong context TV %.3g)\n",
+        branches, static_cast<long long>(s.rounds), static_cast<long long>(s.accepted), static_cast<double>(df.max_abs),
+        df.tv, wrong.tv);
+    CHECK(df.within());
+    CHECK_FALSE(wrong.within());
   }
 }
 
