@@ -18,8 +18,8 @@ JOBS="${SPECDEC_JOBS:-2}"
 die() { echo "fetch_build.sh: error: $*" >&2; exit 1; }
 need() { command -v "$1" >/dev/null 2>&1 || die "'$1' not found on PATH ($2)"; }
 
-need python3 "install Python 3"
-python3 -m pip --version >/dev/null 2>&1 || die "pip is missing (python3 -m pip); install python3-pip"
+need python3 "bash scripts/install-deps.sh --llama-cpp"
+python3 -m pip --version >/dev/null 2>&1 || die "pip is missing (python3 -m pip): bash scripts/install-deps.sh --llama-cpp"
 need cmake "install cmake >= 3.14 (scripts/install-deps.sh)"
 need c++ "install a C++17 compiler (g++ or clang++)"
 GEN=()
