@@ -12,7 +12,7 @@
 #include "specdec/draft/detail/topk.hpp"
 #include "specdec/draft/drafter.hpp"
 #include "specdec/tree/token_tree.hpp"
-#include "specdec/verify/distribution.hpp"
+#include "specdec/sample/row.hpp"
 
 namespace specdec::detail {
 
