@@ -248,7 +248,13 @@ class tree_target {
     ctx_.batch_clear();
     for (std::int32_t i = 0; i < n; ++i)  // topological order: parents before children
       ctx_.batch_add(tree.token[i], p0 + tree.depth[i], node_seqs_[static_cast<std::size_t>(i)], true);
-    ctx_.decode();
+    try {
+      ctx_.decode();
+    } catch (...) {  // leave the cache as it was: only the committed sequence
+      for (std::size_t j = 0; j < leaves_.size(); ++j)
+        llama_memory_seq_rm(ctx_.memory(), static_cast<llama_seq_id>(1 + j), -1, -1);
+      throw;
+    }
     const auto V = static_cast<std::size_t>(ctx_.n_vocab());
     rows_.resize(static_cast<std::size_t>(n) * V);
     for (std::int32_t i = 0; i < n; ++i) std::copy_n(ctx_.logits(i), V, rows_.data() + static_cast<std::size_t>(i) * V);
@@ -274,6 +280,8 @@ class tree_target {
                                           kept),
           "keep_indices_from_path");
     const llama_seq_id src = node_seqs_[static_cast<std::size_t>(r.last_node)].front();
+    for (std::int32_t k = 0; k < kept; ++k)  // kept entry k: batch entry keep[k] - p0, at position p0 + k
+      if (tree.depth[keep_[static_cast<std::size_t>(k)] - p0] != k) throw llama_error("commit: path is not root first");
     llama_memory_t mem = ctx_.memory();
     llama_memory_seq_cp(mem, src, 0, p0, p0 + kept);
     for (std::size_t j = 0; j < leaves_.size(); ++j) llama_memory_seq_rm(mem, static_cast<llama_seq_id>(1 + j), -1, -1);
@@ -301,7 +309,7 @@ class tree_target {
   std::vector<specdec::node_id> leaves_;
   std::vector<std::vector<llama_seq_id>> node_seqs_;
   std::vector<float> rows_;
-  std::vector<std::int32_t> keep_;
+  std::vector<specdec::position_id> keep_;
   std::int32_t tree_n_ = 0;
 };
 

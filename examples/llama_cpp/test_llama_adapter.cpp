@@ -1,17 +1,18 @@
 // Tests of the llama.cpp adapter with the real SmolLM2-135M model (CPU,
-// flash attention off, 2 threads). Needs the cache of fetch_build.sh; run
+// flash attention off, 1 thread). Needs the cache of fetch_build.sh; run
 // with `bash examples/llama_cpp/run.sh --test`.
 //
 // Tolerance (measured, not hoped for): a tree pass decodes many tokens in
-// one batch, plain decoding one at a time. ggml takes other kernels and
-// summation orders for a batch, and the 8-bit quantization of activations in
-// front of every Q4_1 product turns those last-bit differences into whole
-// quantization steps, so over 30 layers logits of the same context differ by
-// up to ~0.75 (max over the vocabulary; a root-only tree, one token per
-// decode, matches bit for bit). So rows are compared as distributions:
-// max |logit diff| <= kMaxLogitDiff and total variation distance of the
-// softmaxes <= kMaxTv; each check has a negative control (the row of a
-// different context) that must fail it.
+// one llama_decode, plain decoding one per call, and llama.cpp's CPU backend
+// does not compute the two bit for bit alike (other kernels and summation
+// orders for a batch; the 8-bit quantization of activations before the
+// Q4_1 products can turn a last-bit difference into a whole step). Logits
+// of the same context differ by up to ~0.75 (max over the vocabulary); a
+// root-only tree (one token per call) matches exactly. Rows are therefore
+// compared as distributions: max |logit diff| <= kMaxLogitDiff and total
+// variation distance of the softmaxes <= kMaxTv (measured up to 0.053; a
+// different context gives 0.46 and more), and every such check has a
+// negative control (the row of a different context) that must fail it.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
@@ -26,7 +27,7 @@ using namespace specdec_llama;
 namespace {
 
 constexpr float kMaxLogitDiff = 1.5f;
-constexpr double kMaxTv = 0.05;
+constexpr double kMaxTv = 0.1;
 // Greedy texts may part only where plain decoding was this close to a tie.
 constexpr float kTieGap = 2.0f * kMaxLogitDiff;
 
