@@ -80,6 +80,8 @@ cli parse(int argc, char** argv) {
       c.depth = std::atoi(val().c_str());
     else if (a == "--show-text")
       c.show_text = true;
+    else if (a == "--plain-out")
+      c.plain_out = val();
     else if (a == "-h" || a == "--help")
       usage(0);
     else

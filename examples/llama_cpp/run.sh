@@ -27,9 +27,15 @@ bash "$HERE/fetch_build.sh"
 # shellcheck disable=SC1091
 source "$CACHE/paths.env"
 
-EX_BUILD="$CACHE/build-example$([[ "$CUDA" == 1 ]] && echo -cuda)"
-cmake -S "$HERE" -B "$EX_BUILD" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_LLAMA_CACHE="$CACHE" \
-  -DSPECDEC_LLAMA_CUDA="$([[ "$CUDA" == 1 ]] && echo ON || echo OFF)" >/dev/null
+if [[ "$CUDA" == 1 ]]; then
+  EX_BUILD="$CACHE/build-example-cuda" CUDA_OPT=ON
+else
+  EX_BUILD="$CACHE/build-example" CUDA_OPT=OFF
+fi
+GEN=()
+command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
+cmake -S "$HERE" -B "$EX_BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_LLAMA_CACHE="$CACHE" \
+  -DSPECDEC_LLAMA_CUDA="$CUDA_OPT" >/dev/null
 cmake --build "$EX_BUILD" -j "$JOBS" --target specdec_llama_compare test_llama_adapter
 
 if [[ "$MODE" == "--test" ]]; then
