@@ -372,6 +372,27 @@ struct prompt_lookup_drafter {
   }
 };
 
+//! Up to `width` distinct tokens drawn one after another from the
+//! probability row `row`, each from what is left after zeroing the tokens
+//! drawn before (sampling without replacement; `row` is consumed). Draw k
+//! uses uniform (node, k) of `rng`. Stops early when no mass is left.
+inline std::vector<llama_token> sample_without_replacement(std::span<float> row, std::int32_t width,
+                                                           const specdec::rng_stream& rng, std::uint32_t node) {
+  std::vector<llama_token> out;
+  const auto V = static_cast<std::int64_t>(row.size());
+  for (std::int32_t k = 0; k < width; ++k) {
+    double total = 0.0;
+    for (float x : row) total += static_cast<double>(x);
+    if (!(total > 0.0)) break;
+    const float un = rng.uniform(node, static_cast<std::uint32_t>(k));
+    const llama_token x = specdec::sample_row(specdec::make_view(static_cast<const float*>(row.data()), V), un, total);
+    if (x < 0) break;
+    row[static_cast<std::size_t>(x)] = 0.0f;
+    out.push_back(x);
+  }
+  return out;
+}
+
 //! A model drafter with one batched llama_decode per tree level: level 0
 //! catches the draft cache up with the committed text and scores the root;
 //! level d scores every node of depth d at once, each in its own sequence
@@ -485,18 +506,8 @@ class level_drafter {
     if (out.q.size() < static_cast<std::size_t>(u + 1) * row.size()) out.q.resize(max_nodes() * row.size(), 0.0f);
     std::copy(row.begin(), row.end(),
               out.q.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(u) * row.size()));
-    // Sequential sampling without replacement: zero each drawn token.
-    for (std::int32_t k = 0; k < width; ++k) {
-      double total = 0.0;
-      for (float x : row) total += static_cast<double>(x);
-      if (!(total > 0.0)) break;
-      const float un = rng.uniform(static_cast<std::uint32_t>(u), static_cast<std::uint32_t>(k));
-      const llama_token x =
-          specdec::sample_row(specdec::make_view(static_cast<const float*>(row.data()), V), un, total);
-      if (x < 0) break;
-      row[static_cast<std::size_t>(x)] = 0.0f;
+    for (llama_token x : sample_without_replacement(row, width, rng, static_cast<std::uint32_t>(u)))
       next.push_back(out.tree.add(u, x, 1.0f, 0.0f, specdec::draft_mode::without_replacement));
-    }
   }
 
   context ctx_;

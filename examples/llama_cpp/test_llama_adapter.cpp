@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <random>
 
+#include "exactness_harness.hpp"  // gamma_q (tests/verify)
 #include "speculate.hpp"
 
 using namespace specdec_llama;
@@ -246,6 +247,115 @@ TEST_CASE("sampled speculation runs the lossless mode of its drafts and is repro
   REQUIRE(specdec::matching_verify_mode(d.tree, mode).ok());
   CHECK(mode == specdec::verify_mode::sampled_without_replacement);
   CHECK(d.q.size() == static_cast<std::size_t>(d.tree.size()) * static_cast<std::size_t>(m.n_vocab()));
+}
+
+namespace {
+
+// Law of the first emitted token of one round whose root children the
+// adapter's drafter sampled without replacement from q, verified with
+// `mode`; the target row p and the draft row q are real SmolLM2 rows.
+std::vector<std::int64_t> first_token_counts(const std::vector<float>& p_root, const std::vector<float>& q_root,
+                                             specdec::verify_mode mode, std::int32_t width, std::int32_t trials) {
+  const auto V = static_cast<std::int64_t>(p_root.size());
+  const auto n = static_cast<std::size_t>(width + 1);
+  std::vector<float> p(n * static_cast<std::size_t>(V), 1.0f / static_cast<float>(V));
+  std::vector<float> q = p;
+  std::copy(p_root.begin(), p_root.end(), p.begin());
+  std::copy(q_root.begin(), q_root.end(), q.begin());
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(V));
+  std::vector<float> scratch(static_cast<std::size_t>(V));
+  std::vector<std::uint64_t> ws;
+  std::vector<specdec::node_id> path(n);
+  std::vector<specdec::token_id> toks(n);
+  specdec::drafted_tree t;
+  for (std::int32_t trial = 0; trial < trials; ++trial) {
+    const auto round = static_cast<std::uint32_t>(trial);
+    std::copy(q_root.begin(), q_root.end(), scratch.begin());
+    const specdec::rng_stream draft_rng =
+        specdec::for_purpose(specdec::rng_stream{99, 0, round}, specdec::rng_purpose::draft);
+    t.reset(0);
+    for (llama_token x : sample_without_replacement(scratch, width, draft_rng, 0))
+      t.add(0, x, 1.0f, 0.0f, specdec::draft_mode::without_replacement);
+    const specdec::tree_view tv = t.tree.view();
+    const auto rows = static_cast<std::int64_t>(tv.size);
+    specdec::verify_params vp;
+    vp.mode = mode;
+    vp.seed = 99;
+    vp.round = round;
+    ws.resize((specdec::verify_workspace_size(V, tv.size) + 7) / 8);
+    specdec::verify_result r;
+    REQUIRE(specdec::verify_tree(tv, specdec::make_view(static_cast<const float*>(p.data()), rows, V),
+                                 specdec::make_view(static_cast<const float*>(q.data()), rows, V), vp,
+                                 std::as_writable_bytes(std::span(ws)), path, toks, r)
+                .ok());
+    ++counts[static_cast<std::size_t>(toks[0])];
+  }
+  return counts;
+}
+
+// Pearson chi-square p-value of `counts` against `prob` (cells with an
+// expected count below 5 pooled).
+double chi_square_p(const std::vector<std::int64_t>& counts, const std::vector<float>& prob) {
+  double n = 0;
+  for (auto c : counts) n += static_cast<double>(c);
+  double chi2 = 0, po = 0, pe = 0;
+  int cells = 0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    const double e = static_cast<double>(prob[i]) * n, o = static_cast<double>(counts[i]);
+    if (e < 5) {
+      po += o;
+      pe += e;
+      continue;
+    }
+    chi2 += (o - e) * (o - e) / e;
+    ++cells;
+  }
+  if (pe > 0) {
+    chi2 += (po - pe) * (po - pe) / pe;
+    ++cells;
+  }
+  return cells > 1 ? vtest::gamma_q(0.5 * (cells - 1), 0.5 * chi2) : 1.0;
+}
+
+}  // namespace
+
+TEST_CASE("sampled drafts of the adapter verified losslessly follow the target law (real rows, chi-square)") {
+  model& m = the_model();
+  const auto V = static_cast<std::int64_t>(m.n_vocab());
+  const std::vector<llama_token> prompt = m.tokenize(kPrompt);
+  tree_target tgt(m, opts());
+  tgt.start(prompt);
+  specdec::drafted_tree root;
+  root.reset(prompt.back());
+  const specdec::view2d<const float> logits = tgt.score_tree(root.tree.view());
+  // p: the target row at temperature 1.5; q: the same row at temperature
+  // 0.5, so the drafts come from a sharper, clearly different distribution.
+  std::vector<float> p_root(static_cast<std::size_t>(V)), q_root(static_cast<std::size_t>(V));
+  const specdec::sampling_params sp{1.5f, 0, 1.0f, 0.0f}, sq{0.5f, 0, 1.0f, 0.0f};
+  REQUIRE(specdec::logits_to_probs_row(logits.slice(0), specdec::make_view(p_root.data(), V), sp, {}).ok());
+  REQUIRE(specdec::logits_to_probs_row(logits.slice(0), specdec::make_view(q_root.data(), V), sq, {}).ok());
+  const std::int32_t trials = 20000;
+  std::printf(
+      "chi-square, %d trials per mode, 3 children sampled without replacement, seed 99; max p %.3f, max q %.3f\n",
+      trials, static_cast<double>(*std::max_element(p_root.begin(), p_root.end())),
+      static_cast<double>(*std::max_element(q_root.begin(), q_root.end())));
+  const auto ok = first_token_counts(p_root, q_root, specdec::verify_mode::sampled_without_replacement, 3, trials);
+  const double ok_p = chi_square_p(ok, p_root);
+  const double wrong_law_p = chi_square_p(ok, q_root);
+  const double iid_p =
+      chi_square_p(first_token_counts(p_root, q_root, specdec::verify_mode::sampled_iid, 3, trials), p_root);
+  // Exact too: the one-hot rule is lossless for any drafts chosen
+  // independently of the verifier's uniforms (it only accepts less).
+  const double det_p =
+      chi_square_p(first_token_counts(p_root, q_root, specdec::verify_mode::deterministic, 3, trials), p_root);
+  std::printf("  sampled_without_replacement (the matching rule) vs p: p-value %.3g\n", ok_p);
+  std::printf("  deterministic (one-hot) vs p: p-value %.3g\n", det_p);
+  std::printf("  negative controls: the same counts vs q: p-value %.3g; sampled_iid rule vs p: p-value %.3g\n",
+              wrong_law_p, iid_p);
+  CHECK(ok_p > 1e-3);
+  CHECK(det_p > 1e-3);
+  CHECK(wrong_law_p < 1e-6);
+  CHECK(iid_p < 1e-6);  // MSS without renormalizing q after a rejection is biased for these drafts
 }
 
 TEST_CASE("bad trees are rejected before anything is decoded") {
