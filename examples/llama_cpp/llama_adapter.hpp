@@ -40,6 +40,7 @@
 #include "specdec/draft/drafter.hpp"
 #include "specdec/tree/paths.hpp"
 #include "specdec/tree/token_tree.hpp"
+#include "specdec/tree/validate.hpp"
 #include "specdec/verify/distribution.hpp"
 #include "specdec/verify/tree_verify.hpp"
 
@@ -232,7 +233,10 @@ class tree_target {
   //! N x V buffer. Precondition: tree.token[0] == committed().back().
   specdec::view2d<const float> score_tree(const specdec::tree_view& tree) {
     const std::int32_t n = tree.size;
-    if (n <= 0 || tree.token[0] != committed_.back()) throw llama_error("tree root must be the newest committed token");
+    // Every check before the first cache call, so a bad tree changes nothing.
+    check(specdec::validate_tree(tree, ctx_.n_vocab()), "validate_tree");
+    if (tree.token[0] != committed_.back()) throw llama_error("tree root must be the newest committed token");
+    if (n > ctx_.options().n_batch) throw llama_error("tree larger than context_options::n_batch");
     std::span<const specdec::node_id> parent(tree.parent, static_cast<std::size_t>(n));
     leaves_ = specdec::leaves(parent);
     if (static_cast<std::int32_t>(leaves_.size()) + 1 > ctx_.options().n_seq_max)

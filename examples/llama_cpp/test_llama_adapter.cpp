@@ -371,7 +371,11 @@ TEST_CASE("bad trees are rejected before anything is decoded") {
   t.reset(prompt.back());
   for (int i = 0; i < 4; ++i) t.add(0, i, 1.0f, 0.0f, specdec::draft_mode::deterministic);  // 4 leaves > 3
   CHECK_THROWS_AS(tgt.score_tree(t.tree.view()), llama_error);
+  t.reset(prompt.back());
+  t.add(0, m.n_vocab(), 1.0f, 0.0f, specdec::draft_mode::deterministic);  // token id out of range
+  CHECK_THROWS_AS(tgt.score_tree(t.tree.view()), llama_error);
   CHECK(tgt.ctx().calls() == 0);
+  for (llama_seq_id sq = 1; sq < 4; ++sq) CHECK(llama_memory_seq_pos_max(tgt.ctx().memory(), sq) == -1);
 }
 
 int main(int argc, char** argv) {
