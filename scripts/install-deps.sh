@@ -7,11 +7,13 @@
 #   libbenchmark-dev      benchmarks (Google Benchmark)
 #   clang-format/-tidy    style checks run by the test script
 #   doxygen               API reference from the //! comments (docs/Doxyfile)
+#   openmpi-bin,          the multi-process tests of vocabulary-parallel
+#   libopenmpi-dev        verification (include/specdec/parallel/mpi.hpp)
 # The CUDA toolkit (nvcc, CUB, Thrust) is used from /usr/local/cuda when
 # present; without it everything but specdec::kernels builds and runs.
 set -euo pipefail
 
-want=(cmake g++ make catch2 libeigen3-dev libbenchmark-dev clang-format clang-tidy doxygen)
+want=(cmake g++ make catch2 libeigen3-dev libbenchmark-dev clang-format clang-tidy doxygen openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
