@@ -72,7 +72,15 @@ inline tree_case make_tree_case(std::uint64_t seed, std::int64_t V, std::int32_t
   c.p.resize(static_cast<std::size_t>(N * V));
   c.q.resize(static_cast<std::size_t>(N * V));
   for (std::int32_t u = 0; u < N; ++u) {
-    const auto pr = random_row(g, V, ties), qr = random_row(g, V, ties);
+    const auto pr = random_row(g, V, ties);
+    auto qr = random_row(g, V, ties);
+    // A draft close to the target (as real drafters are): drafts get accepted.
+    double qs = 0.0;
+    for (std::int64_t i = 0; i < V; ++i)
+      qs += 0.7 * pr[static_cast<std::size_t>(i)] + 0.3 * qr[static_cast<std::size_t>(i)];
+    for (std::int64_t i = 0; i < V; ++i)
+      qr[static_cast<std::size_t>(i)] =
+          static_cast<float>((0.7 * pr[static_cast<std::size_t>(i)] + 0.3 * qr[static_cast<std::size_t>(i)]) / qs);
     std::copy(pr.begin(), pr.end(), c.p.begin() + u * V);
     std::copy(qr.begin(), qr.end(), c.q.begin() + u * V);
   }
