@@ -320,3 +320,44 @@ TEST_CASE("counting_collective counts calls and payload bytes", "[parallel]") {
   CHECK(got[0].bytes > 0);
   CHECK(got[0].bytes < 64 * got[0].calls);
 }
+
+namespace {
+
+// A collective that broadcasts from the wrong rank: the comparison must
+// notice (negative control of the equality test).
+class wrong_root_collective {
+ public:
+  explicit wrong_root_collective(thread_collective& c) : c_(&c) {}
+  int rank() const { return c_->rank(); }
+  int size() const { return c_->size(); }
+  void all_reduce_sum(double* v, int n) { c_->all_reduce_sum(v, n); }
+  void all_reduce_max(std::int64_t* v, int n) { c_->all_reduce_max(v, n); }
+  void exclusive_prefix_sum(double* v, int n) { c_->exclusive_prefix_sum(v, n); }
+  void broadcast(double* v, int n, int root) { c_->broadcast(v, n, (root + 1) % size()); }
+
+ private:
+  thread_collective* c_;
+};
+static_assert(collective<wrong_root_collective>);
+
+}  // namespace
+
+TEST_CASE("negative control: a collective that broadcasts from the wrong rank is caught", "[parallel]") {
+  const std::int64_t V = 3001;
+  const auto bounds = uneven_bounds(V, 3);
+  int differ = 0, total = 0;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    const auto c = make_tree_case(seed, V, 16);
+    verify_params vp{};
+    vp.seed = seed;
+    const outcome want = run_partitioned(c, bounds, vp);
+    const auto got = run_ranks<outcome>(3, [&](thread_collective& tc) {
+      wrong_root_collective w(tc);
+      return run_sharded(w, c, bounds, vp);
+    });
+    ++total;
+    differ += !(got[0] == want);
+  }
+  std::printf("wrong broadcast root: %d of %d trees differ from the partitioned result\n", differ, total);
+  CHECK(differ > 0);
+}
