@@ -376,7 +376,7 @@ status verify_tree_sharded_with(C& coll, std::span<const std::int64_t> bounds, c
     SPECDEC_TRY(check_shards(sharded_request{&own, bounds.back(), N, N > 1 ? N : 0, p, q}, vp));
     workspace_carver w(workspace.data(), workspace.size());
     s = carve_sharded_scratch(w, own, N);
-    if (w.overflowed() || workspace.data() == nullptr)
+    if (w.overflowed() || workspace.data() == nullptr || s.depth == nullptr || s.path == nullptr)
       return make_status(status_code::buffer_too_small, "workspace smaller than sharded_verify_workspace_size");
     if (!aligned8(workspace.data()))
       return make_status(status_code::invalid_argument, "workspace must be 8-byte aligned");
@@ -389,6 +389,7 @@ status verify_tree_sharded_with(C& coll, std::span<const std::int64_t> bounds, c
   };
   const std::int32_t nfp = N > 0 && tree.parent != nullptr && tree.token != nullptr ? N : 0;
   SPECDEC_TRY(agree_status(coll, local(), fingerprint_of(vp, bounds, nfp, tree.parent, tree.token, cu)));
+  if (s.path == nullptr) return make_status(status_code::internal_error, "sharded walk scratch not carved");
   walk_out o{s.path, N, 0, 0, -1};
   const sharded_request rq{&own, bounds.back(), N, N > 1 ? N : 0, p, q};
   SPECDEC_TRY(sharded_walk(coll, bounds, own, parent_topology{tree.token, tree.parent, N}, vp, uni, rq, s, o));
@@ -417,7 +418,7 @@ status verify_chain_sharded_with(C& coll, std::span<const std::int64_t> bounds, 
     SPECDEC_TRY(validate_tokens(drafts.data(), n - 1, bounds.back()));
     workspace_carver w(workspace.data(), workspace.size());
     s = carve_sharded_scratch(w, own, n);
-    if (w.overflowed() || workspace.data() == nullptr)
+    if (w.overflowed() || workspace.data() == nullptr || s.depth == nullptr || s.path == nullptr)
       return make_status(status_code::buffer_too_small, "workspace smaller than sharded_verify_workspace_size");
     if (!aligned8(workspace.data()))
       return make_status(status_code::invalid_argument, "workspace must be 8-byte aligned");
@@ -426,6 +427,7 @@ status verify_chain_sharded_with(C& coll, std::span<const std::int64_t> bounds, 
     return status::success();
   };
   SPECDEC_TRY(agree_status(coll, local(), fingerprint_of(vp, bounds, n - 1, nullptr, drafts.data(), cu)));
+  if (s.path == nullptr) return make_status(status_code::internal_error, "sharded walk scratch not carved");
   walk_out o{s.path, n, 0, 0, -1};
   const sharded_request rq{&own, bounds.back(), n, n - 1, p, q};
   SPECDEC_TRY(sharded_walk(coll, bounds, own, chain_topology{drafts.data(), n}, vp, uni, rq, s, o));
