@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sharded_cases.hpp"
+#include "specdec/draft/topk_tree.hpp"
 #include "specdec/parallel/collective.hpp"
 #include "specdec/parallel/sharded_topk.hpp"
 #include "specdec/parallel/sharded_verify.hpp"
@@ -360,4 +361,70 @@ TEST_CASE("negative control: a collective that broadcasts from the wrong rank is
   }
   std::printf("wrong broadcast root: %d of %d trees differ from the partitioned result\n", differ, total);
   CHECK(differ > 0);
+}
+
+TEST_CASE("a top-k tree drafted on split rows equals the tree drafted on full rows", "[parallel]") {
+  const std::int64_t V = 1500;
+  const int P = 3;
+  const auto bounds = uneven_bounds(V, P);
+  // A deterministic drafter: q depends on the path (hash-seeded rows with ties).
+  auto full_row = [V](const draft_context& ctx) {
+    std::uint64_t h = 1469598103934665603ull;
+    for (const token_id t : ctx.path) h = (h ^ static_cast<std::uint64_t>(t)) * 1099511628211ull;
+    std::mt19937_64 g(h);
+    return random_row(g, V, ctx.depth % 2 == 1);
+  };
+  struct full_drafter {
+    decltype(full_row) f;
+    std::vector<float> row;
+    std::span<const float> probabilities(const draft_context& c) {
+      row = f(c);
+      return row;
+    }
+  };
+  static_assert(probability_drafter<full_drafter>);
+  topk_tree_options opt;
+  opt.k = 3;
+  opt.depth = 3;
+  opt.vocab_size = V;
+  drafted_tree want;
+  full_drafter fd{full_row, {}};
+  REQUIRE(topk_tree_builder(opt).build(fd, 5, want).ok());
+  struct tree_rows {
+    std::vector<token_id> tok;
+    std::vector<node_id> parent;
+    std::vector<float> prob;
+  };
+  auto rows_of = [](const drafted_tree& t) {
+    tree_rows r;
+    for (std::int32_t i = 0; i < t.size(); ++i) {
+      r.tok.push_back(t.tree.token(i));
+      r.parent.push_back(t.tree.parent(i));
+      r.prob.push_back(t.prob[static_cast<std::size_t>(i)]);
+    }
+    return r;
+  };
+  const tree_rows w = rows_of(want);
+  const auto got = run_ranks<tree_rows>(P, [&](thread_collective& tc) {
+    const std::int64_t b0 = bounds[static_cast<std::size_t>(tc.rank())],
+                       b1 = bounds[static_cast<std::size_t>(tc.rank()) + 1];
+    std::vector<float> mine;
+    auto shard = [&](const draft_context& c) {
+      const auto r = full_row(c);
+      mine.assign(r.begin() + b0, r.begin() + b1);
+      return std::span<const float>(mine);
+    };
+    std::vector<std::int64_t> keys(sharded_topk_workspace_size(opt.k, P) / 8);
+    sharded_topk_drafter<thread_collective, decltype(shard)> d(tc, shard, b0, V, keys);
+    static_assert(topk_drafter<decltype(d)>);
+    drafted_tree t;
+    if (!topk_tree_builder(opt).build(d, 5, t).ok()) return tree_rows{};
+    return rows_of(t);
+  });
+  REQUIRE(w.tok.size() == 1 + 3 + 9 + 27);
+  for (const auto& g : got) {
+    CHECK(g.tok == w.tok);
+    CHECK(g.parent == w.parent);
+    CHECK(g.prob == w.prob);
+  }
 }

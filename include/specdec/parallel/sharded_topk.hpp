@@ -10,9 +10,11 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 
 #include "specdec/core/status.hpp"
 #include "specdec/draft/detail/topk.hpp"
+#include "specdec/draft/drafter.hpp"
 #include "specdec/parallel/collective.hpp"
 #include "specdec/tree/token_tree.hpp"
 
@@ -109,5 +111,40 @@ status sharded_topk_probabilities(C& coll, std::span<const float> row, std::int6
   if (mass != nullptr) *mass = tm;
   return status::success();
 }
+
+//! A topk_drafter (draft/drafter.hpp) over a drafter whose output layer is
+//! split across ranks: `shard(ctx)` returns this rank's columns [v0, v0 +
+//! width) of q_ctx as a span of floats (valid until the next call). Every
+//! rank runs the same builder (topk_tree_builder, the beam builder...) with
+//! its own adapter; each top_candidates call is collective, so all ranks
+//! grow the same tree, identical to the tree built from the full rows.
+//! A failed call returns -1 (the builders then stop with invalid_argument,
+//! on every rank) and keeps the status in last_status().
+template <collective C, class Shard>
+class sharded_topk_drafter {
+ public:
+  //! Borrows coll and keys (sharded_topk_workspace_size(k_max, size) bytes
+  //! as int64, where k_max is the largest k the builder asks for).
+  sharded_topk_drafter(C& coll, Shard shard, std::int64_t v0, std::int64_t vocab, std::span<std::int64_t> keys)
+      : coll_(&coll), shard_(std::move(shard)), v0_(v0), V_(vocab), keys_(keys) {}
+
+  //! The top tokens.size() candidates of the whole row (collective).
+  std::int32_t top_candidates(const draft_context& ctx, std::span<token_id> tokens, std::span<float> probs) {
+    const std::span<const float> row = shard_(ctx);
+    std::int32_t n = 0;
+    const auto k = static_cast<std::int32_t>(tokens.size() < probs.size() ? tokens.size() : probs.size());
+    last_ = sharded_topk_probabilities(*coll_, row, v0_, V_, k, keys_, tokens.data(), probs.data(), n);
+    return last_.ok() ? n : -1;
+  }
+  //! Status of the last call.
+  [[nodiscard]] status last_status() const noexcept { return last_; }
+
+ private:
+  C* coll_;
+  Shard shard_;
+  std::int64_t v0_, V_;
+  std::span<std::int64_t> keys_;
+  status last_ = status::success();
+};
 
 }  // namespace specdec
