@@ -147,6 +147,18 @@ inline void fingerprint_add(std::uint64_t& h, const T& x) noexcept {
 
 }  // namespace detail
 
+//! The sticky failure of a collective that records one (`error()`, as
+//! nccl_collective does), else success.
+template <collective C>
+status collective_error(const C& coll) {
+  if constexpr (requires {
+                  { coll.error() } -> std::convertible_to<status>;
+                })
+    return coll.error();
+  else
+    return status::success();
+}
+
 //! Makes a per-rank status the same on every rank, and checks that every
 //! rank passed the same `fingerprint` (a hash of the arguments that must
 //! agree). Collective: every rank calls it, failing or not. Returns the

@@ -109,7 +109,7 @@ status sharded_topk_probabilities(C& coll, std::span<const float> row, std::int6
     count = j + 1;
   }
   if (mass != nullptr) *mass = tm;
-  return status::success();
+  return collective_error(coll);
 }
 
 //! A topk_drafter (draft/drafter.hpp) over a drafter whose output layer is

@@ -392,7 +392,9 @@ status verify_tree_sharded_with(C& coll, std::span<const std::int64_t> bounds, c
   if (s.path == nullptr) return make_status(status_code::internal_error, "sharded walk scratch not carved");
   walk_out o{s.path, N, 0, 0, -1};
   const sharded_request rq{&own, bounds.back(), N, N > 1 ? N : 0, p, q};
-  SPECDEC_TRY(sharded_walk(coll, bounds, own, parent_topology{tree.token, tree.parent, N}, vp, uni, rq, s, o));
+  const status walked = sharded_walk(coll, bounds, own, parent_topology{tree.token, tree.parent, N}, vp, uni, rq, s, o);
+  SPECDEC_TRY(collective_error(coll));  // a failed transport makes every result meaningless
+  SPECDEC_TRY(walked);
   for (std::int32_t k = 0; k <= o.accepted; ++k) {
     path[static_cast<std::size_t>(k)] = s.path[k];
     if (k > 0) tokens[static_cast<std::size_t>(k - 1)] = tree.token[s.path[k]];
@@ -430,7 +432,9 @@ status verify_chain_sharded_with(C& coll, std::span<const std::int64_t> bounds, 
   if (s.path == nullptr) return make_status(status_code::internal_error, "sharded walk scratch not carved");
   walk_out o{s.path, n, 0, 0, -1};
   const sharded_request rq{&own, bounds.back(), n, n - 1, p, q};
-  SPECDEC_TRY(sharded_walk(coll, bounds, own, chain_topology{drafts.data(), n}, vp, uni, rq, s, o));
+  const status walked = sharded_walk(coll, bounds, own, chain_topology{drafts.data(), n}, vp, uni, rq, s, o);
+  SPECDEC_TRY(collective_error(coll));
+  SPECDEC_TRY(walked);
   for (std::int32_t k = 0; k < o.last; ++k) tokens[static_cast<std::size_t>(k)] = drafts[static_cast<std::size_t>(k)];
   tokens[static_cast<std::size_t>(o.last)] = o.next;
   result = verify_result{o.last, o.last, o.next, status_code::ok};
