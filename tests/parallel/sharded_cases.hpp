@@ -19,9 +19,21 @@ namespace sharded_test {
 
 using namespace specdec;
 
+// Every mode that verifies a tree (block verification needs a chain).
 inline const verify_mode all_modes[] = {verify_mode::sampled_iid,    verify_mode::sampled_without_replacement,
                                         verify_mode::deterministic,  verify_mode::greedy,
-                                        verify_mode::naive_matching, verify_mode::typical_lossy};
+                                        verify_mode::naive_matching, verify_mode::typical_lossy,
+                                        verify_mode::traversal,      verify_mode::traversal_without_replacement};
+// Every mode, for chains.
+inline const verify_mode chain_modes[] = {verify_mode::sampled_iid,
+                                          verify_mode::sampled_without_replacement,
+                                          verify_mode::deterministic,
+                                          verify_mode::greedy,
+                                          verify_mode::naive_matching,
+                                          verify_mode::typical_lossy,
+                                          verify_mode::block,
+                                          verify_mode::traversal,
+                                          verify_mode::traversal_without_replacement};
 
 struct tree_case {
   std::int64_t V = 0;

@@ -87,6 +87,38 @@ int main(int argc, char** argv) {
     check(sa.ok() && sb.ok() && record(sa, ra, pa, ta) == record(sb, rb, pb, tb), "caller uniforms", r);
   }
 
+  // Chains in every mode (block verification needs a chain).
+  {
+    const std::int64_t V = 2100;
+    const auto bounds = uneven_bounds(V, P);
+    const std::int64_t b0 = bounds[static_cast<std::size_t>(r)], b1 = bounds[static_cast<std::size_t>(r) + 1];
+    for (const std::uint64_t cs : {7u, 8u, 9u}) {
+      const auto c = make_tree_case(cs, V, 6);
+      std::vector<token_id> drafts(c.token.begin() + 1, c.token.end());
+      const auto ps = shard_of(c.p, V, c.N, b0, b1), qs = shard_of(c.q, V, c.N, b0, b1);
+      for (const verify_mode m : chain_modes) {
+        verify_params vp{};
+        vp.mode = m;
+        vp.seed = cs;
+        std::vector<std::byte> w1(sharded_verify_workspace_size(bounds, 0, 1, c.N) + 8),
+            w2(sharded_verify_workspace_size(bounds, r, P, c.N) + 8);
+        std::vector<token_id> ta(static_cast<std::size_t>(c.N)), tb(ta.size());
+        verify_result ra{}, rb{};
+        const status sa =
+            verify_chain_partitioned(bounds, drafts, matrix(c.p, c.N, V), matrix(c.q, c.N, V), vp, w1, ta, ra);
+        const status sb = verify_chain_sharded(coll, bounds, drafts, matrix(ps, c.N, b1 - b0), matrix(qs, c.N, b1 - b0),
+                                               vp, w2, tb, rb);
+        bool same = sa.ok() && sb.ok() && ra.accepted == rb.accepted && ra.next_token == rb.next_token;
+        for (std::int32_t k = 0; same && k <= ra.accepted; ++k)
+          same = ta[static_cast<std::size_t>(k)] == tb[static_cast<std::size_t>(k)];
+        if (!same)
+          std::fprintf(stderr, "rank %d: chain %llu mode %s differs\n", r, static_cast<unsigned long long>(cs),
+                       verify_mode_name(m));
+        check(same, "sharded chain == partitioned chain", r);
+      }
+    }
+  }
+
   // Bad input on one rank: the same status on all ranks, no hang.
   {
     const std::int64_t V = 3001;

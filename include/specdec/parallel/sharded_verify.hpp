@@ -8,7 +8,8 @@
 //! per decision over the caller's collective (parallel/collective.hpp):
 //! partial masses, the drafted token's probability (sent by its owner),
 //! the sampled token (the rank whose range holds the inverse-CDF target),
-//! argmax keys and status flags. Every mode of verify_mode is supported.
+//! argmax keys and status flags. Every mode of verify_mode is supported,
+//! block and traversal verification included.
 //!
 //! Exactness. Masses and inverse-CDF prefixes are summed in the
 //! partitioned order: the fixed tiled order of sample/order.hpp inside
@@ -163,6 +164,17 @@ struct sharded_row_ops {
     return m;
   }
 
+  //! R = max(p - s q, 0) in one read of p and q (block/traversal modes).
+  double scaled_residual(row_ref p, row_ref q, float* R, float s, std::int64_t, double* tr) const {
+    double m = 0.0;
+    for (std::int32_t k = own.first; k < own.last; ++k) {
+      m += host_row_ops{}.scaled_residual(sub(p, k), sub(q, k), sub(R, k), s, len(k), tr);
+      tr += sum_tile_count(len(k));
+    }
+    coll->all_reduce_sum(&m, 1);
+    return m;
+  }
+
   //! Inverse-CDF sample: the token of the lowest range whose cumulative
   //! interval holds `target` and whose scan finds it; the last positive
   //! token of the row when rounding passes every range.
@@ -291,6 +303,7 @@ inline walk_scratch carve_sharded_scratch(workspace_carver& w, const owned_range
   s.depth = w.take<std::int32_t>(nn);
   s.from = w.take<std::int32_t>(nn);
   s.path = w.take<std::int32_t>(nn);
+  s.frames = w.take<traversal_frame>(nn);
   return s;
 }
 
@@ -445,7 +458,7 @@ status verify_chain_sharded_with(C& coll, std::span<const std::int64_t> bounds, 
 
 //! Bytes of workspace one rank needs for verify_tree_sharded /
 //! verify_chain_sharded: its columns as floats, three arrays of tile sums
-//! over its ranges, four ints per node (256-byte aligned slices; 8-byte
+//! over its ranges, four ints and one walk frame per node (256-byte aligned slices; 8-byte
 //! aligned base). 0 for an invalid partition, rank or node count.
 inline std::size_t sharded_verify_workspace_size(std::span<const std::int64_t> bounds, int rank, int size,
                                                  std::int32_t nodes) noexcept {

@@ -400,7 +400,7 @@ SPECDEC_HD void traversal_reject(const Topo& t, const Ops& ops, const walk_rows&
       f.mass = 0.0;
     }
   }
-  if (wor && !dup) f.rejected_q += static_cast<double>(rows.qrow(u)[x]);
+  if (wor && !dup) f.rejected_q += static_cast<double>(row_value(ops, rows.qrow(u), x));
 }
 
 //! block / traversal / traversal_without_replacement: leaves to root
@@ -427,9 +427,10 @@ SPECDEC_HD status walk_traversal(const Topo& t, const Ops& ops, const Uni& uni, 
       const token_id x = t.token_of(c);
       const bool dup = wor && earlier_sibling_has(t, u, c, x);
       const double keep = 1.0 - f.rejected_q;
-      const double qj = dup || !(keep > 0.0) ? 0.0 : static_cast<double>(qu[x]) / keep;
+      const float qx = row_value(ops, qu, x), px = row_value(ops, pu, x);
+      const double qj = dup || !(keep > 0.0) ? 0.0 : static_cast<double>(qx) / keep;
       // m_u(x), rounded as the residual pass rounds R(x).
-      const float r = pu[x] - rounded_product(f.s, qu[x]);
+      const float r = px - rounded_product(f.s, qx);
       const double mx = f.k * static_cast<double>(r > 0.0f ? r : 0.0f);
       f.last_child = c;
       const std::uint32_t draw = 1u + f.tried++;
