@@ -1,7 +1,7 @@
 // Vocabulary-parallel verification over MPI: bytes each rank puts into
 // collectives per verified tree, next to the bytes of gathering the rows,
 // and host time per verification (median of repetitions).
-//   mpirun -np P sharded_mpi_timing [V] [nodes] [reps]
+//   mpirun -np P [--oversubscribe --mca mpi_yield_when_idle 1] sharded_mpi_timing [V] [nodes] [reps]
 // (defaults V = 128256, 64 nodes, 20 repetitions; OpenMPI as root also
 // needs OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 and
 // --oversubscribe when P exceeds the cores). The vocabulary is split evenly
