@@ -405,7 +405,7 @@ def keep_indices(parent: Any, path: Any, cache_len: int, *, slot_of_node: Any = 
     par = _inp(parent, np.int32, "parent")
     pa = _inp(path, np.int32, "path")
     so = _EMPTY_I32 if slot_of_node is None else _inp(slot_of_node, np.int32, "slot_of_node")
-    o = _out(out, path, (len(pa),), np.int32, "out")
+    o = _out(out, path, (len(pa),), np.int64, "out")
     count = _core.keep_indices(par, pa, so, int(cache_len), o)
     return o[:count]
 
@@ -416,9 +416,9 @@ def keep_indices_batch(parent: Any, tree_offsets: Any, path: Any, path_offsets: 
     ready for commit_kv."""
     par = _inp(parent, np.int32, "parent")
     pa = _inp(path, np.int32, "path")
-    cl = _inp(cache_len, np.int32, "cache_len")
+    cl = _inp(cache_len, np.int64, "cache_len")
     so = _EMPTY_I32 if slot_of_node is None else _inp(slot_of_node, np.int32, "slot_of_node")
-    k = _out(keep, path, (len(pa),), np.int32, "keep")
+    k = _out(keep, path, (len(pa),), np.int64, "keep")
     ko = _out(keep_offsets, path, (len(cl) + 1,), np.int32, "keep_offsets")
     _core.keep_indices_batch(par, _inp(tree_offsets, np.int32, "tree_offsets"), so, pa,
                              _inp(path_offsets, np.int32, "path_offsets"), cl, k, ko)
@@ -441,13 +441,13 @@ def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, kee
     for i, c in enumerate(cs):
         _check_host(c, f"caches[{i}]")
     if np.ndim(cache_len) == 0:
-        cl = np.array([int(cache_len)], dtype=np.int32)
-        kp = _inp(keep, np.int32, "keep")
+        cl = np.array([int(cache_len)], dtype=np.int64)
+        kp = _inp(keep, np.int64, "keep")
         ko = np.array([0, len(kp)], dtype=np.int32) if keep_offsets is None else _inp(keep_offsets, np.int32,
                                                                                        "keep_offsets")
     else:
-        cl = _inp(cache_len, np.int32, "cache_len")
-        kp = _inp(keep, np.int32, "keep")
+        cl = _inp(cache_len, np.int64, "cache_len")
+        kp = _inp(keep, np.int64, "keep")
         if keep_offsets is None:
             raise Error("invalid_argument: keep_offsets is required for a batch")
         ko = _inp(keep_offsets, np.int32, "keep_offsets")

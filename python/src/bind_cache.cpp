@@ -18,7 +18,7 @@ namespace specdec::python {
 namespace {
 
 std::int32_t keep_one(const in1<node_id>& parent, const in1<node_id>& path, const in1<std::int32_t>& slot_of_node,
-                      std::int32_t cache_len, const out1<std::int32_t>& keep) {
+                      position_id cache_len, const out1<position_id>& keep) {
   std::int32_t count = 0;
   check(keep_indices_from_path(span_of(parent), span_of(path), span_of(slot_of_node), cache_len, span_of(keep), count));
   return count;
@@ -26,7 +26,7 @@ std::int32_t keep_one(const in1<node_id>& parent, const in1<node_id>& path, cons
 
 void keep_batch(const in1<node_id>& parent, const in1<std::int32_t>& tree_offsets,
                 const in1<std::int32_t>& slot_of_node, const in1<node_id>& path, const in1<std::int32_t>& path_offsets,
-                const in1<std::int32_t>& cache_len, const out1<std::int32_t>& keep,
+                const in1<position_id>& cache_len, const out1<position_id>& keep,
                 const out1<std::int32_t>& keep_offsets) {
   check(keep_indices_batch(span_of(parent), span_of(tree_offsets), span_of(slot_of_node), span_of(path),
                            span_of(path_offsets), span_of(cache_len), span_of(keep), span_of(keep_offsets)));
@@ -66,8 +66,8 @@ kv_tensor<T> describe(const any_cpu& a, const std::string& layout, std::int64_t&
 
 template <class T>
 void commit_typed(const std::vector<any_cpu>& caches, const std::string& layout, const kv_position_map& base_map,
-                  bool paged, std::span<const std::int32_t> cache_len, std::span<const std::int32_t> keep_offsets,
-                  std::span<const std::int32_t> keep) {
+                  bool paged, std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
+                  std::span<const position_id> keep) {
   std::vector<kv_tensor<T>> ts;
   kv_position_map map = base_map;
   for (std::size_t i = 0; i < caches.size(); ++i) {
@@ -89,8 +89,8 @@ void commit_typed(const std::vector<any_cpu>& caches, const std::string& layout,
   check(commit_kv<T>(std::span<const kv_tensor<T>>(ts), map, cache_len, keep_offsets, keep));
 }
 
-void commit(const std::vector<any_cpu>& caches, const std::string& layout, const in1<std::int32_t>& cache_len,
-            const in1<std::int32_t>& keep_offsets, const in1<std::int32_t>& keep,
+void commit(const std::vector<any_cpu>& caches, const std::string& layout, const in1<position_id>& cache_len,
+            const in1<std::int32_t>& keep_offsets, const in1<position_id>& keep,
             const std::optional<in_nd<std::int32_t, 2>>& block_table,
             const std::optional<in1<std::int32_t>>& blocks_used) {
   require(!caches.empty(), status_code::empty_input, "no cache tensors");

@@ -25,7 +25,7 @@ def test_keep_indices_single_and_batch(rng):
     np.testing.assert_array_equal(specdec.keep_indices(parent, path, 5, slot_of_node=o2n), o2n[path] + 5)
     padded = np.concatenate([path, [-1, -1]]).astype(np.int32)
     np.testing.assert_array_equal(specdec.keep_indices(parent, padded, 0), path)
-    out = np.full(25, -9, dtype=np.int32)
+    out = np.full(25, -9, dtype=np.int64)
     with pytest.raises(specdec.Error, match="invalid_argument"):
         specdec.keep_indices(parent, path[1:], 0, out=out)  # does not start at the root
     assert (out == -9).all()
