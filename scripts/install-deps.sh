@@ -6,6 +6,9 @@
 #   libeigen3-dev         dense math in the host SSM dual form and examples
 #   libbenchmark-dev      benchmarks (Google Benchmark)
 #   clang-format/-tidy    style checks run by the test script
+#   python3-dev/-venv/-pip  the Python package (nanobind module built by
+#                         pip install .; numpy, pytest, nanobind and
+#                         scikit-build-core then come from PyPI into a venv)
 #   doxygen               API reference from the //! comments (docs/Doxyfile)
 # The CUDA toolkit (nvcc, CUB, Thrust) is used from /usr/local/cuda when
 # present; without it everything but specdec::kernels builds and runs.

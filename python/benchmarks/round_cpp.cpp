@@ -59,8 +59,8 @@ int main() {
     specdec::verify_result r{};
     const specdec::tree_view t{tokens.data(), parent.data(), nullptr, nullptr, N};
     if (!specdec::verify_tree(t, specdec::make_view(p.data(), N, V).as_const(),
-                              specdec::make_view(q.data(), N, V).as_const(), vp,
-                              std::as_writable_bytes(std::span(ws)), path, out, r)
+                              specdec::make_view(q.data(), N, V).as_const(), vp, std::as_writable_bytes(std::span(ws)),
+                              path, out, r)
              .ok())
       return 1;
     std::int32_t count = 0;

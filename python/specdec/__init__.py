@@ -86,6 +86,11 @@ def _np_dtype_of_torch(t: Any) -> Any:
             torch.float64: np.float64, torch.uint8: np.uint8, torch.bool: np.bool_}.get(t.dtype)
 
 
+def _np(x: Any) -> np.ndarray:
+    """A numpy view of a host array (torch through DLPack, no copy)."""
+    return np.from_dlpack(x) if _is_torch(x) else np.asarray(x)
+
+
 def _inp(x: Any, dtype: Any, name: str) -> Any:
     """An input as a C-contiguous array of `dtype`, without a copy when it
     already is one (numpy or torch, read in place through DLPack)."""
@@ -98,7 +103,7 @@ def _inp(x: Any, dtype: Any, name: str) -> Any:
                np.float64: torch.float64, np.uint8: torch.uint8, np.uint32: None, np.uint64: None}.get(dtype)
         if tdt is not None:
             return x.to(tdt).contiguous()
-        x = x.numpy()
+        x = np.from_dlpack(x.contiguous())
     return np.ascontiguousarray(x, dtype=dtype)
 
 
@@ -266,7 +271,7 @@ def tree_masks_batched(parents: Any, offsets: Any, cache_len: Any = None, *, max
     p = _inp(parents, np.int32, "parents")
     off = _inp(offsets, np.int32, "offsets")
     cl = _inp(cache_len, np.int64, "cache_len")
-    sizes = np.diff(np.asarray(off, dtype=np.int64)) if len(off) > 1 else np.zeros(0, np.int64)
+    sizes = np.diff(_np(off).astype(np.int64)) if len(off) > 1 else np.zeros(0, np.int64)
     mx = int(max_nodes) if max_nodes is not None else int(max(sizes.max(initial=0), 1))
     w = 64 if word_bits == 64 else 32
     if word_bits not in (32, 64):
@@ -321,7 +326,7 @@ def verify_tree(parent: Any, tokens: Any, p: Any, q: Any = None, *, mode: int = 
     pp = _strided(p, np.float32, "p")
     qq = _strided(q, np.float32, "q")
     u = _inp(uniforms, np.float64, "uniforms")
-    cap = _max_depth_plus_one(np.asarray(par)) if (path is None or tokens_out is None) else 0
+    cap = _max_depth_plus_one(_np(par)) if (path is None or tokens_out is None) else 0
     path = _out(path, parent, (cap,), np.int32, "path")
     tokens_out = _out(tokens_out, parent, (cap,), np.int32, "tokens_out")
     a, last, nxt = _core.verify_tree(par, tok, pp, qq, int(mode), int(seed), int(request), int(round),
@@ -378,7 +383,7 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
     u = _inp(uniforms, np.float64, "uniforms")
     if paths is None or tokens_out is None:
         L = 1
-        pa = np.asarray(par)
+        pa = _np(par)
         for r in range(R):
             L = max(L, _max_depth_plus_one(pa[off[r]:off[r + 1]]))
     paths = _out(paths, parent, (R, L), np.int32, "paths") if paths is None else paths
@@ -527,8 +532,9 @@ class DraftedTree(NamedTuple):
 def _drafter(fn: Any) -> Any:
     def call(node: int, depth: int, path: np.ndarray) -> np.ndarray:
         row = fn(node, depth, path)
-        if _is_torch(row):
-            row = row.detach().to("cpu").float().contiguous().numpy()
+        if _is_torch(row):  # read in place through DLPack (no numpy round trip)
+            import torch
+            return row.detach().to("cpu", torch.float32).contiguous()
         return np.ascontiguousarray(row, dtype=np.float32)
     return call
 

@@ -60,8 +60,7 @@ kv_tensor<T> describe(const any_cpu& a, const std::string& layout, std::int64_t&
     if (ext[k] == 0) span = 0;
   positions = ext[3];
   rows = ext[0];
-  return kv_tensor<T>{static_cast<T*>(a.data()), span,   ext[1], ext[2], ext[4],
-                      str[0],                    str[1], str[2], str[3], str[4]};
+  return kv_tensor<T>{static_cast<T*>(a.data()), span, ext[1], ext[2], ext[4], str[0], str[1], str[2], str[3], str[4]};
 }
 
 template <class T>

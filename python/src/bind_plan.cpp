@@ -82,7 +82,7 @@ std::int32_t prune(const in1<node_id>& parent, const in1<float>& scores, std::in
 }
 
 std::tuple<std::vector<node_id>, std::vector<std::int32_t>, double> sequoia(const in1<double>& p, std::int32_t budget,
-                                                                             std::int32_t max_depth) {
+                                                                            std::int32_t max_depth) {
   sequoia_plan plan;
   check(plan.solve(span_of(p), budget, max_depth));
   std::int32_t n = 0;
@@ -105,8 +105,7 @@ std::tuple<double, double, double> fit_quadratic(const in1<double>& n, const in1
 }
 
 // cost: (k, C) for a linear model or (a, b, c) for a quadratic one.
-std::tuple<std::int32_t, double> best_size(const std::vector<double>& cost, const in1<double>& tau,
-                                           double draft_time) {
+std::tuple<std::int32_t, double> best_size(const std::vector<double>& cost, const in1<double>& tau, double draft_time) {
   std::int32_t best = 0;
   double tpt = 0.0;
   if (cost.size() == 2)

@@ -66,9 +66,10 @@ auto span2(const A& out) {
 
 template <class Word>
 void packed(const in1<node_id>& parent, const out_nd<Word, 2>& out) {
-  require(static_cast<std::int64_t>(out.shape(0)) >= static_cast<std::int64_t>(parent.size()) &&
-              static_cast<std::int64_t>(out.shape(1)) >= mask_words_per_row<Word>(static_cast<std::int64_t>(parent.size())),
-          status_code::buffer_too_small, "mask must be at least N x ceil(N / W) words");
+  require(
+      static_cast<std::int64_t>(out.shape(0)) >= static_cast<std::int64_t>(parent.size()) &&
+          static_cast<std::int64_t>(out.shape(1)) >= mask_words_per_row<Word>(static_cast<std::int64_t>(parent.size())),
+      status_code::buffer_too_small, "mask must be at least N x ceil(N / W) words");
   check(build_packed_mask<Word>(span_of(parent), span2(out), row_stride(out)));
 }
 

@@ -43,8 +43,8 @@ std::optional<caller_uniforms> uniforms_of(const std::optional<in_nd<double, 2>>
 }
 
 result_tuple tree(const in1<node_id>& parent, const in1<token_id>& tokens, const in_nd<float, 2>& p,
-                  const std::optional<in_nd<float, 2>>& q, std::int32_t mode, std::uint64_t seed,
-                  std::uint32_t request, std::uint32_t round, float eps, float delta, float tol,
+                  const std::optional<in_nd<float, 2>>& q, std::int32_t mode, std::uint64_t seed, std::uint32_t request,
+                  std::uint32_t round, float eps, float delta, float tol,
                   const std::optional<in_nd<double, 2>>& uniforms, const out1<node_id>& path_out,
                   const out1<token_id>& tokens_out) {
   require(parent.size() == tokens.size(), status_code::size_mismatch, "parent and tokens differ in size");
@@ -65,8 +65,8 @@ result_tuple chain(const in1<token_id>& drafts, const in_nd<float, 2>& p, const 
                    const out1<token_id>& tokens_out) {
   require(drafts.size() < static_cast<std::size_t>(INT32_MAX), status_code::invalid_argument, "too many drafts");
   const verify_params vp = params_of(mode, seed, request, round, eps, delta, tol);
-  auto ws = scratch(verify_workspace_size(static_cast<std::int64_t>(p.shape(1)),
-                                          static_cast<std::int32_t>(drafts.size()) + 1));
+  auto ws = scratch(
+      verify_workspace_size(static_cast<std::int64_t>(p.shape(1)), static_cast<std::int32_t>(drafts.size()) + 1));
   verify_result r{};
   const auto u = uniforms_of(uniforms);
   check(u ? verify_chain(span_of(drafts), view_of<2>(p), q_view(q), vp, *u, ws, span_of(tokens_out), r)
@@ -144,10 +144,10 @@ void bind_verify(nb::module_& m) {
   m.def("verify_chain", &chain, arg("drafts"), arg("p"), arg("q").none(), arg("mode"), arg("seed"), arg("request"),
         arg("round"), arg("typical_epsilon"), arg("typical_delta"), arg("normalization_tolerance"),
         arg("uniforms").none(), arg("tokens_out").noconvert());
-  m.def("verify_batch", &batch, arg("offsets"), arg("parent"), arg("tokens"), arg("p"), arg("q").none(),
-        arg("modes"), arg("seeds"), arg("requests"), arg("rounds"), arg("typical_epsilon"), arg("typical_delta"),
-        arg("normalization_tolerance"), arg("uniforms").none(), arg("paths").noconvert(),
-        arg("tokens_out").noconvert(), arg("results").noconvert(), arg("accepted_per_depth").noconvert().none());
+  m.def("verify_batch", &batch, arg("offsets"), arg("parent"), arg("tokens"), arg("p"), arg("q").none(), arg("modes"),
+        arg("seeds"), arg("requests"), arg("rounds"), arg("typical_epsilon"), arg("typical_delta"),
+        arg("normalization_tolerance"), arg("uniforms").none(), arg("paths").noconvert(), arg("tokens_out").noconvert(),
+        arg("results").noconvert(), arg("accepted_per_depth").noconvert().none());
   m.def("verify_workspace_size", &verify_workspace_size, arg("vocab"), arg("nodes"));
 }
 
