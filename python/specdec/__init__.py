@@ -46,7 +46,9 @@ has_cuda: bool = bool(_core.has_cuda)
 class Mode(enum.IntEnum):
     """Verification modes (C++ specdec::verify_mode). Pick the one matching how
     the drafts were produced; only then is the output distributed exactly as
-    the target model. TYPICAL_LOSSY is Medusa's lossy typical acceptance."""
+    the target model. TYPICAL_LOSSY is Medusa's lossy typical acceptance;
+    BLOCK (chains only) and the TRAVERSAL modes verify from the leaves back to
+    the root (host only in C++ too)."""
 
     SAMPLED_IID = 0
     SAMPLED_WITHOUT_REPLACEMENT = 1
@@ -54,6 +56,9 @@ class Mode(enum.IntEnum):
     GREEDY = 3
     NAIVE_MATCHING = 4
     TYPICAL_LOSSY = 5
+    BLOCK = 6
+    TRAVERSAL = 7
+    TRAVERSAL_WITHOUT_REPLACEMENT = 8
 
 
 class DraftMode(enum.IntEnum):

@@ -19,24 +19,24 @@ namespace {
 
 void relabel(const in1<node_id>& parent, const out1<node_id>& new_parent, const out1<node_id>& new_to_old,
              const out1<node_id>& old_to_new) {
-  auto ws = scratch_of<std::int32_t>(relabel_workspace_size(parent.size()));
+  auto ws = scratch(relabel_workspace_size(parent.size()));
   check(relabel_topological(span_of(parent), span_of(new_parent), span_of(new_to_old), span_of(old_to_new), ws));
 }
 
 void choices(const in1<std::int32_t>& ranks, const in1<std::int32_t>& offsets, const out1<node_id>& parent,
              const out1<std::int32_t>& node_choice) {
   const std::size_t c = offsets.size() == 0 ? 0 : offsets.size() - 1;
-  auto ws = scratch_of<std::int32_t>(choices_workspace_size(c));
+  auto ws = scratch(choices_workspace_size(c));
   check(from_choices(span_of(ranks), span_of(offsets), span_of(parent), ws, span_of(node_choice)));
 }
 
 void paths(const in_nd<node_id, 2>& matrix, const out1<node_id>& parent) {
-  auto ws = scratch_of<std::int32_t>(parent.size());
+  auto ws = scratch(from_paths_workspace_size(parent.size()));
   check(from_paths(view_of<2>(matrix), span_of(parent), ws));
 }
 
 void order(const in1<node_id>& parent, const out1<node_id>& new_to_old, const out1<node_id>& old_to_new, bool bfs) {
-  auto ws = scratch_of<std::int32_t>(order_workspace_size(parent.size()));
+  auto ws = scratch(order_workspace_size(parent.size()));
   check(bfs ? bfs_order(span_of(parent), span_of(new_to_old), span_of(old_to_new), ws)
             : dfs_order(span_of(parent), span_of(new_to_old), span_of(old_to_new), ws));
 }

@@ -83,12 +83,6 @@ inline std::span<std::byte> scratch(std::size_t bytes) {
   return {reinterpret_cast<std::byte*>(buf.data()), bytes};
 }
 
-template <class T>
-std::span<T> scratch_of(std::size_t count) {
-  auto b = scratch(count * sizeof(T));
-  return {reinterpret_cast<T*>(b.data()), count};
-}
-
 void bind_tree(nb::module_& m);
 void bind_verify(nb::module_& m);
 void bind_cache(nb::module_& m);

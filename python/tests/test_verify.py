@@ -106,6 +106,8 @@ def test_philox_results_match_cpp(rng, cpp_ref, mode):
     for k in range(40):
         n, V = int(rng.integers(1, 10)), int(rng.integers(2, 7))
         parent, tokens, p, q = random_case(rng, n, V)
+        if mode == M.BLOCK:  # block verification takes chains only
+            parent = np.arange(-1, n - 1, dtype=np.int32)
         cases.append((parent, tokens, p, q, k))
         arr = " ".join
         text += (f"verify {n} {V} {int(mode)} {1000 + k} {k} 3 {arr(map(str, parent))} {arr(map(str, tokens))} "
@@ -217,7 +219,7 @@ P = np.array([0.5, 0.3, 0.2], dtype=np.float32)
 Q = np.array([0.2, 0.3, 0.5], dtype=np.float32)
 
 
-def chi_square_first_token(rng, trials, resort_by_q):
+def chi_square_first_token(rng, trials, resort_by_q, mode=M.SAMPLED_IID):
     """First emitted token of a root with two i.i.d. children drafted from Q,
     verified by SAMPLED_IID through verify_batch. With resort_by_q the caller
     reorders the children by q before verifying (a known bias)."""
@@ -237,7 +239,7 @@ def chi_square_first_token(rng, trials, resort_by_q):
         p = np.tile(np.stack([P, child_p, child_p]), (R, 1))
         q = np.tile(np.stack([Q, Q, Q]), (R, 1))
         offsets = np.arange(0, 3 * R + 1, 3, dtype=np.int32)
-        _, toks, res = specdec.verify_batch(offsets, parent, tokens.ravel(), p, q, modes=M.SAMPLED_IID,
+        _, toks, res = specdec.verify_batch(offsets, parent, tokens.ravel(), p, q, modes=mode,
                                             seeds=int(rng.integers(1 << 62)), rounds=0)
         assert (res[:, 3] == 0).all()
         counts += np.bincount(toks[:, 0], minlength=3)
@@ -247,12 +249,13 @@ def chi_square_first_token(rng, trials, resort_by_q):
     return chi2, counts / trials
 
 
-def test_sampled_iid_is_exact_chi_square_with_negative_control(rng):
+def test_sampled_modes_are_exact_chi_square_with_negative_control(rng):
     # df = 2: P(chi2 > x) = exp(-x / 2); reject at 1e-6 -> x > 27.6.
     crit = -2.0 * math.log(1e-6)
-    chi2, freq = chi_square_first_token(rng, 1_000_000, resort_by_q=False)
-    print(f"exact: chi2={chi2:.2f} freq={freq}")
-    assert chi2 < crit
+    for mode in (M.SAMPLED_IID, M.TRAVERSAL):
+        chi2, freq = chi_square_first_token(rng, 1_000_000, resort_by_q=False, mode=mode)
+        print(f"{mode.name}: chi2={chi2:.2f} freq={freq}")
+        assert chi2 < crit
     chi2_bad, freq_bad = chi_square_first_token(rng, 1_000_000, resort_by_q=True)
     print(f"re-sorted by q (control): chi2={chi2_bad:.2f} freq={freq_bad}")
     assert chi2_bad > crit  # the test can tell a biased verifier from an exact one
