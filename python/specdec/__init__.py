@@ -79,6 +79,8 @@ def _is_torch(x: Any) -> bool:
 
 
 def _check_host(x: Any, name: str) -> None:
+    if type(x) is np.ndarray:  # fast path: numpy arrays are host memory
+        return
     dev = getattr(x, "__dlpack_device__", None)
     if dev is not None and dev()[0] not in (1, 3):  # kDLCPU, kDLCUDAHost
         raise Error(f"unsupported: {name} is not in host memory; this specdec build is host-only "
@@ -101,6 +103,8 @@ def _inp(x: Any, dtype: Any, name: str) -> Any:
     already is one (numpy or torch, read in place through DLPack)."""
     if x is None:
         return None
+    if type(x) is np.ndarray and x.dtype == dtype and x.flags.c_contiguous:
+        return x  # fast path: already what the binding reads in place
     _check_host(x, name)
     if _is_torch(x):
         import torch
