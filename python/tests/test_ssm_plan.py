@@ -116,6 +116,12 @@ def test_topk_tree_from_a_python_drafter(rng):
     with pytest.raises(specdec.Error, match="non_finite|negative|zero_mass"):
         specdec.topk_tree(lambda n, d, p: np.full(V, np.nan, dtype=np.float32), 0, k=2, depth=1, vocab_size=V)
 
+    def failing(node, depth, path):
+        raise KeyError("drafter failed")
+
+    with pytest.raises(KeyError, match="drafter failed"):  # the drafter's own exception comes back intact
+        specdec.beam_tree(failing, 0, k=2, width=2, depth=2, budget=4, vocab_size=V)
+
 
 def test_prune_matches_reference(rng):
     for _ in range(20):
