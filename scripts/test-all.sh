@@ -51,7 +51,7 @@ step "python package: pip install . and pytest (host-only build)"
 py=build/venv-python/bin/python
 [ -x "$py" ] || python3 -m venv build/venv-python
 "$py" -m pip install -q --upgrade numpy pytest nanobind scikit-build-core
-"$py" -m pip install -q --no-build-isolation .
+"$py" -m pip install -q --no-build-isolation -C cmake.define.SPECDEC_WERROR=ON .
 (cd python/tests && "../../$py" -m pytest -q)
 
 step "all checks passed"
