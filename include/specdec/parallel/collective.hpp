@@ -47,16 +47,21 @@ concept collective = requires(C& c, const C& cc, double* d, std::int64_t* i, int
 
 //! The trivial collective of one rank (the single-process partitioned path).
 struct self_collective {
+  //! This process's rank in [0, size()).
   [[nodiscard]] int rank() const noexcept { return 0; }
+  //! Number of ranks.
   [[nodiscard]] int size() const noexcept { return 1; }
   //! 0 + v, exactly v (a -0.0 becomes +0.0, as in any rank-order fold).
   void all_reduce_sum(double* v, int n) noexcept {
     for (int i = 0; i < n; ++i) v[i] = 0.0 + v[i];
   }
+  //! v[i] = max over ranks of v[i] (exact on int64).
   void all_reduce_max(std::int64_t*, int) noexcept {}
+  //! v[i] = sum of v[i] over the ranks before this one, in rank order (0 on rank 0).
   void exclusive_prefix_sum(double* v, int n) noexcept {
     for (int i = 0; i < n; ++i) v[i] = 0.0;
   }
+  //! v[0..n) = root's v[0..n) on every rank.
   void broadcast(double*, int, int) noexcept {}
 };
 
@@ -65,8 +70,8 @@ struct self_collective {
 //! for the receivers). Wire bytes depend on the library's algorithm (a ring
 //! all-reduce moves about 2 (P - 1) / P times the payload per rank).
 struct collective_traffic {
-  std::int64_t calls = 0;
-  std::int64_t bytes = 0;
+  std::int64_t calls = 0;  //!< collective calls made
+  std::int64_t bytes = 0;  //!< payload bytes this rank put in
 };
 
 //! Wraps a collective and counts its traffic (for benchmarks and reports).
@@ -75,26 +80,33 @@ class counting_collective {
  public:
   //! Counts the traffic of `inner` (not owned; must outlive this object).
   explicit counting_collective(C& inner) noexcept : inner_(&inner) {}
+  //! The wrapped collective's rank.
   [[nodiscard]] int rank() const { return inner_->rank(); }
+  //! The wrapped collective's number of ranks.
   [[nodiscard]] int size() const { return inner_->size(); }
+  //! v[i] = sum over ranks of v[i], added in rank order from rank 0.
   void all_reduce_sum(double* v, int n) {
     count(n, true);
     inner_->all_reduce_sum(v, n);
   }
+  //! v[i] = max over ranks of v[i] (exact on int64).
   void all_reduce_max(std::int64_t* v, int n) {
     count(n, true);
     inner_->all_reduce_max(v, n);
   }
+  //! v[i] = sum of v[i] over the ranks before this one, in rank order (0 on rank 0).
   void exclusive_prefix_sum(double* v, int n) {
     count(n, true);
     inner_->exclusive_prefix_sum(v, n);
   }
+  //! v[0..n) = root's v[0..n) on every rank.
   void broadcast(double* v, int n, int root) {
     count(n, root == rank());
     inner_->broadcast(v, n, root);
   }
   //! Traffic since construction or the last reset().
   [[nodiscard]] collective_traffic traffic() const noexcept { return t_; }
+  //! Zeroes the counted traffic.
   void reset() noexcept { t_ = {}; }
 
  private:

@@ -33,16 +33,22 @@ class mpi_collective {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
+  //! This process's rank in [0, size()).
   [[nodiscard]] int rank() const noexcept { return rank_; }
+  //! Number of ranks.
   [[nodiscard]] int size() const noexcept { return size_; }
   //! The borrowed communicator.
   [[nodiscard]] MPI_Comm comm() const noexcept { return comm_; }
 
+  //! v[i] = sum over ranks of v[i], added in rank order from rank 0.
   void all_reduce_sum(double* v, int n) noexcept { fold(v, n, size_); }
+  //! v[i] = sum of v[i] over the ranks before this one, in rank order (0 on rank 0).
   void exclusive_prefix_sum(double* v, int n) noexcept { fold(v, n, rank_); }
+  //! v[i] = max over ranks of v[i] (exact on int64).
   void all_reduce_max(std::int64_t* v, int n) noexcept {
     MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MAX, comm_);
   }
+  //! v[0..n) = root's v[0..n) on every rank.
   void broadcast(double* v, int n, int root) noexcept { MPI_Bcast(v, n, MPI_DOUBLE, root, comm_); }
 
  private:

@@ -55,14 +55,19 @@ class nccl_collective {
     else if (scratch_ == nullptr || bytes_ < scratch_bytes(size_, max_scalars))
       fail(status_code::buffer_too_small, "NCCL scratch smaller than nccl_collective::scratch_bytes");
   }
+  //! This process's rank in [0, size()).
   [[nodiscard]] int rank() const noexcept { return rank_; }
+  //! Number of ranks.
   [[nodiscard]] int size() const noexcept { return size_; }
   //! The first failure, or success.
   [[nodiscard]] status error() const noexcept { return err_; }
 
+  //! v[i] = sum over ranks of v[i], added in rank order from rank 0.
   void all_reduce_sum(double* v, int n) noexcept { fold(v, n, size_); }
+  //! v[i] = sum of v[i] over the ranks before this one, in rank order (0 on rank 0).
   void exclusive_prefix_sum(double* v, int n) noexcept { fold(v, n, rank_); }
 
+  //! v[i] = max over ranks of v[i] (exact on int64).
   void all_reduce_max(std::int64_t* v, int n) noexcept {
     if (!usable(static_cast<std::size_t>(n) * 8)) return;
     run(cudaMemcpyAsync(scratch_, v, static_cast<std::size_t>(n) * 8, cudaMemcpyHostToDevice, stream_));
@@ -71,6 +76,7 @@ class nccl_collective {
     run(cudaStreamSynchronize(stream_));
   }
 
+  //! v[0..n) = root's v[0..n) on every rank.
   void broadcast(double* v, int n, int root) noexcept {
     if (!usable(static_cast<std::size_t>(n) * 8)) return;
     run(cudaMemcpyAsync(scratch_, v, static_cast<std::size_t>(n) * 8, cudaMemcpyHostToDevice, stream_));
