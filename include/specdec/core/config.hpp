@@ -16,11 +16,15 @@
 #define SPECDEC_DEVICE __device__ inline
 //! A kernel entry point.
 #define SPECDEC_KERNEL __global__
+//! Placed before a host-device template whose device instantiations call
+//! device-only policies (the verification walk with the CUDA row policy).
+#define SPECDEC_NO_EXEC_CHECK _Pragma("nv_exec_check_disable")
 #define SPECDEC_IS_DEVICE_COMPILER 1
 #else
 #define SPECDEC_HD inline
 #define SPECDEC_DEVICE inline
 #define SPECDEC_KERNEL
+#define SPECDEC_NO_EXEC_CHECK
 #define SPECDEC_IS_DEVICE_COMPILER 0
 #endif
 

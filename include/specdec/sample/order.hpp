@@ -47,6 +47,13 @@ SPECDEC_HD constexpr std::int64_t sum_tile_count(std::int64_t vocab) noexcept {
 
 namespace detail {
 
+//! A row of floats: element i at d[i * s] (any stride).
+struct row_ref {
+  const float* d;
+  std::int64_t s;
+  SPECDEC_HD float operator[](std::int64_t i) const noexcept { return d[i * s]; }
+};
+
 //! Sum of one tile in the fixed halving-tree order; `ld(i)` for i < n
 //! (n <= sum_tile) returns element i as float, missing elements are 0.
 //! The scalar reference of every vectorised or parallel tile sum.

@@ -23,7 +23,7 @@
 #include "specdec/core/config.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/status.hpp"
-#include "specdec/sample/detail/host_rows.hpp"
+#include "specdec/sample/order.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {

@@ -20,13 +20,6 @@
 
 namespace specdec::detail {
 
-//! A row of floats: element i at d[i * s] (any stride).
-struct row_ref {
-  const float* d;
-  std::int64_t s;
-  SPECDEC_HD float operator[](std::int64_t i) const noexcept { return d[i * s]; }
-};
-
 #ifdef SPECDEC_SAMPLE_SIMD
 namespace simd {
 typedef float f4 __attribute__((vector_size(16)));

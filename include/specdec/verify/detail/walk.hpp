@@ -19,7 +19,7 @@
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
-#include "specdec/sample/detail/host_rows.hpp"
+#include "specdec/core/workspace.hpp"
 #include "specdec/sample/order.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/policy.hpp"
@@ -51,6 +51,23 @@ struct walk_scratch {
   std::int32_t* path;  //!< the walk's output path (copied out on success)
 };
 
+//! The walk's scratch, carved in one fixed order (sizing and running share
+//! it; host and device use the same layout).
+SPECDEC_HD walk_scratch carve_walk_scratch(workspace_carver& w, std::int64_t V, std::int32_t n) noexcept {
+  const auto nt = static_cast<std::size_t>(sum_tile_count(V));
+  const auto nn = static_cast<std::size_t>(n);
+  walk_scratch s{};
+  s.R = w.take<float>(static_cast<std::size_t>(V));
+  s.tp = w.take<double>(nt);
+  s.tq = w.take<double>(nt);
+  s.tr = w.take<double>(nt);
+  s.queue = w.take<std::int32_t>(nn);
+  s.depth = w.take<std::int32_t>(nn);
+  s.from = w.take<std::int32_t>(nn);
+  s.path = w.take<std::int32_t>(nn);
+  return s;
+}
+
 //! Output of the walk: path[0..accepted] the accepted nodes from the root
 //! (capacity entries), then the emitted token.
 struct walk_out {
@@ -80,6 +97,7 @@ SPECDEC_HD constexpr status mass_status(double m, float tol, node_id u, bool is_
   return status::success();
 }
 
+SPECDEC_NO_EXEC_CHECK
 template <class Uni>
 SPECDEC_HD status take_uniform(const Uni& uni, node_id u, std::uint32_t draw, double& out) noexcept {
   out = uni(static_cast<std::uint32_t>(u), draw);
@@ -88,6 +106,7 @@ SPECDEC_HD status take_uniform(const Uni& uni, node_id u, std::uint32_t draw, do
   return status::success();
 }
 
+SPECDEC_NO_EXEC_CHECK
 template <class Ops>
 SPECDEC_HD status push_path(const Ops& ops, walk_out& o, node_id c) noexcept {
   if (o.accepted + 1 >= o.capacity)
@@ -98,6 +117,7 @@ SPECDEC_HD status push_path(const Ops& ops, walk_out& o, node_id c) noexcept {
 }
 
 //! Whether an earlier sibling of c (in visit order) carries token x.
+SPECDEC_NO_EXEC_CHECK
 template <class Topo>
 SPECDEC_HD bool earlier_sibling_has(const Topo& t, node_id u, node_id c, token_id x) noexcept {
   for (node_id s = t.first_child(u); s >= 0 && s != c; s = t.next_sibling(s))
@@ -107,6 +127,7 @@ SPECDEC_HD bool earlier_sibling_has(const Topo& t, node_id u, node_id c, token_i
 
 //! Validates p_u (normalization checked when tol >= 0) and samples it with
 //! draw 0 of u.
+SPECDEC_NO_EXEC_CHECK
 template <class Ops, class Uni>
 SPECDEC_HD status sample_p(const Ops& ops, const Uni& uni, const walk_rows& rows, const walk_scratch& s, node_id u,
                            float tol, token_id& out) noexcept {
@@ -122,6 +143,7 @@ SPECDEC_HD status sample_p(const Ops& ops, const Uni& uni, const walk_rows& rows
 
 //! Validates p_u and q_u together (rows of an accepted node whose passes
 //! did not run yet).
+SPECDEC_NO_EXEC_CHECK
 template <class Ops>
 SPECDEC_HD status check_pq(const Ops& ops, const walk_rows& rows, const walk_scratch& s, node_id u,
                            float tol) noexcept {
@@ -134,6 +156,7 @@ SPECDEC_HD status check_pq(const Ops& ops, const walk_rows& rows, const walk_scr
 
 //! sampled_iid / sampled_without_replacement: multi-step speculative
 //! sampling (q renormalized after each rejection without replacement).
+SPECDEC_NO_EXEC_CHECK
 template <class Topo, class Ops, class Uni>
 SPECDEC_HD status walk_sampled(const Topo& t, const Ops& ops, const Uni& uni, const verify_params& vp,
                                const walk_rows& rows, const walk_scratch& s, walk_out& o) noexcept {
@@ -201,6 +224,7 @@ SPECDEC_HD status walk_sampled(const Topo& t, const Ops& ops, const Uni& uni, co
 }
 
 //! deterministic: the one-hot-q rule (q is not read).
+SPECDEC_NO_EXEC_CHECK
 template <class Topo, class Ops, class Uni>
 SPECDEC_HD status walk_deterministic(const Topo& t, const Ops& ops, const Uni& uni, const walk_rows& rows,
                                      const walk_scratch& s, walk_out& o) noexcept {
@@ -256,6 +280,7 @@ SPECDEC_HD status walk_deterministic(const Topo& t, const Ops& ops, const Uni& u
 //! greedy (follow argmax p_u, lowest id on ties; p may hold logits) and
 //! naive_matching (follow a sample of p_u): move to the first child
 //! carrying the picked token, else emit it.
+SPECDEC_NO_EXEC_CHECK
 template <class Topo, class Ops, class Uni>
 SPECDEC_HD status walk_matching(const Topo& t, const Ops& ops, const Uni& uni, const verify_params& vp,
                                 const walk_rows& rows, const walk_scratch& s, walk_out& o) noexcept {
@@ -285,6 +310,7 @@ SPECDEC_HD status walk_matching(const Topo& t, const Ops& ops, const Uni& uni, c
 //! typical_lossy: the deepest node reachable through typical nodes (lowest
 //! id among the deepest), breadth first; a threshold is computed once per
 //! reached internal node; then a sample of its p row.
+SPECDEC_NO_EXEC_CHECK
 template <class Topo, class Ops, class Uni>
 SPECDEC_HD status walk_typical(const Topo& t, const Ops& ops, const Uni& uni, const verify_params& vp,
                                const walk_rows& rows, const walk_scratch& s, walk_out& o) noexcept {
@@ -333,6 +359,7 @@ SPECDEC_HD status walk_typical(const Topo& t, const Ops& ops, const Uni& uni, co
 //! Runs the walk of `vp.mode`. On success o.path[0..o.accepted], o.last
 //! and o.next hold the result (path entries written through ops.put; call
 //! ops.sync() before reading them from another participant).
+SPECDEC_NO_EXEC_CHECK
 template <verify_topology Topo, verify_row_ops Ops, uniform_source Uni>
 SPECDEC_HD status verify_walk(const Topo& t, const Ops& ops, const Uni& uni, const verify_params& vp,
                               const walk_rows& rows, const walk_scratch& s, walk_out& o) noexcept {
