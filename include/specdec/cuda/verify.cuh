@@ -76,6 +76,40 @@ struct block_row_ops {
   };
   storage& sh;
 
+  //! One warp's sum of tile t of K element streams (valid in lane 0).
+  template <int K, class Elem>
+  SPECDEC_DEVICE static void warp_tile(std::int64_t V, Elem& elem, std::int64_t t, int lane, double (&v)[K],
+                                       bool (&ng)[K]) {
+    const std::int64_t base = t * sum_tile;
+    double b[K][8];
+#pragma unroll
+    for (int mm = 0; mm < 8; ++mm) {
+      const std::int64_t j = base + lane + 32 * mm;
+      const std::int64_t idx[4] = {j, j + 512, j + 256, j + 768};
+      float w[4][K];
+#pragma unroll
+      for (int a = 0; a < 4; ++a) {
+        float x[K];
+        for (int k = 0; k < K; ++k) x[k] = 0.0f;
+        if (idx[a] < V) elem(idx[a], x);
+        for (int k = 0; k < K; ++k) {
+          ng[k] |= x[k] < 0.0f;
+          w[a][k] = x[k];
+        }
+      }
+      for (int k = 0; k < K; ++k)
+        b[k][mm] = static_cast<double>(__fadd_rn(__fadd_rn(w[0][k], w[1][k]), __fadd_rn(w[2][k], w[3][k])));
+    }
+    for (int k = 0; k < K; ++k) {
+      // Halving levels 128, 64, 32 in registers, 16..1 across lanes.
+      for (int mm = 0; mm < 4; ++mm) b[k][mm] = __dadd_rn(b[k][mm], b[k][mm + 4]);
+      for (int mm = 0; mm < 2; ++mm) b[k][mm] = __dadd_rn(b[k][mm], b[k][mm + 2]);
+      double x = __dadd_rn(b[k][0], b[k][1]);
+      for (int off = 16; off >= 1; off /= 2) x = __dadd_rn(x, __shfl_down_sync(0xFFFFFFFFu, x, off));
+      v[k] = x;
+    }
+  }
+
   //! Tile sums of K element streams: elem(i, x) fills x[0..K) for element
   //! i < V (it may write R[i]; each element is visited by one thread once).
   //! Writes tiles[k][t], returns the masses in m[k]; neg[k]: some x < 0.
@@ -87,33 +121,10 @@ struct block_row_ops {
     bool ng[K];
     for (int k = 0; k < K; ++k) ng[k] = false;
     for (std::int64_t t = warp; t < nt; t += warps) {
-      const std::int64_t base = t * sum_tile;
-      double b[K][8];
-#pragma unroll
-      for (int mm = 0; mm < 8; ++mm) {
-        const std::int64_t j = base + lane + 32 * mm;
-        const std::int64_t idx[4] = {j, j + 512, j + 256, j + 768};
-        double w[4][K];
-#pragma unroll
-        for (int a = 0; a < 4; ++a) {
-          float x[K];
-          for (int k = 0; k < K; ++k) x[k] = 0.0f;
-          if (idx[a] < V) elem(idx[a], x);
-          for (int k = 0; k < K; ++k) {
-            ng[k] |= x[k] < 0.0f;
-            w[a][k] = static_cast<double>(x[k]);
-          }
-        }
-        for (int k = 0; k < K; ++k) b[k][mm] = __dadd_rn(__dadd_rn(w[0][k], w[1][k]), __dadd_rn(w[2][k], w[3][k]));
-      }
-      for (int k = 0; k < K; ++k) {
-        // Halving levels 128, 64, 32 in registers, 16..1 across lanes.
-        for (int mm = 0; mm < 4; ++mm) b[k][mm] = __dadd_rn(b[k][mm], b[k][mm + 4]);
-        for (int mm = 0; mm < 2; ++mm) b[k][mm] = __dadd_rn(b[k][mm], b[k][mm + 2]);
-        double v = __dadd_rn(b[k][0], b[k][1]);
-        for (int off = 16; off >= 1; off /= 2) v = __dadd_rn(v, __shfl_down_sync(0xFFFFFFFFu, v, off));
-        if (lane == 0) tiles[k][t] = v;
-      }
+      double v[K];
+      warp_tile<K>(V, elem, t, lane, v, ng);
+      if (lane == 0)
+        for (int k = 0; k < K; ++k) tiles[k][t] = v[k];
     }
     for (int k = 0; k < K; ++k) neg[k] = __syncthreads_or(ng[k]) != 0;  // also publishes tiles and R
     for (int k = 0; k < K; ++k) m[k] = specdec::detail::sum_tiles(tiles[k], nt);
@@ -181,27 +192,48 @@ struct block_row_ops {
     return static_cast<token_id>(out);
   }
 
+  //! The scan of sample/order.hpp inside tile t: the tile staged in
+  //! shared memory, scanned by thread 0 with the shared detail::scan_tile.
+  SPECDEC_DEVICE token_id scan_tile(row_ref r, std::int64_t V, std::int64_t t, double c, double target) const {
+    const std::int64_t begin = t * sum_tile;
+    const std::int64_t n = V - begin < sum_tile ? V - begin : sum_tile;
+    for (std::int64_t i = threadIdx.x; i < n; i += Block) sh.tmp.tile[i] = r[begin + i];
+    __syncthreads();
+    if (threadIdx.x == 0)
+      sh.l = specdec::detail::scan_tile([&](std::int64_t i) { return sh.tmp.tile[i]; }, begin, n, c, target);
+    __syncthreads();
+    const std::int64_t y = sh.l;
+    __syncthreads();
+    return static_cast<token_id>(y);
+  }
+
   //! The sample of sample/order.hpp: tiles located by every thread, the
-  //! crossing tile staged in shared memory and scanned by thread 0 with
-  //! the shared scan.
+  //! crossing tile scanned by scan_tile.
   SPECDEC_DEVICE token_id sample(row_ref r, std::int64_t V, const double* tiles, double target) const {
     const std::int64_t count = sum_tile_count(V);
     std::int64_t t = 0;
     double c = 0.0;
     while (specdec::detail::locate_tile(tiles, count, target, t, c)) {
-      const std::int64_t begin = t * sum_tile;
-      const std::int64_t n = V - begin < sum_tile ? V - begin : sum_tile;
-      for (std::int64_t i = threadIdx.x; i < n; i += Block) sh.tmp.tile[i] = r[begin + i];
-      __syncthreads();
-      if (threadIdx.x == 0)
-        sh.l = specdec::detail::scan_tile([&](std::int64_t i) { return sh.tmp.tile[i]; }, begin, n, c, target);
-      __syncthreads();
-      const std::int64_t y = sh.l;
-      __syncthreads();
-      if (y >= 0) return static_cast<token_id>(y);
+      const token_id y = scan_tile(r, V, t, c, target);
+      if (y >= 0) return y;
       c = __dadd_rn(c, tiles[t++]);
     }
     return last_positive(r, V);
+  }
+
+  //! Sum of tile t of a row (fixed order), computed by warp 0.
+  SPECDEC_DEVICE double tile_sum(row_ref r, std::int64_t V, std::int64_t t) const {
+    if (threadIdx.x < 32) {
+      double v[1];
+      bool ng[1] = {false};
+      auto elem = [&](std::int64_t i, float(&x)[1]) { x[0] = r[i]; };
+      warp_tile<1>(V, elem, t, static_cast<int>(threadIdx.x), v, ng);
+      if (threadIdx.x == 0) sh.d = v[0];
+    }
+    __syncthreads();
+    const double out = sh.d;
+    __syncthreads();
+    return out;
   }
 
   SPECDEC_DEVICE bool argmax(row_ref r, std::int64_t V, token_id& a) const {
@@ -237,16 +269,20 @@ struct block_row_ops {
   }
 
   SPECDEC_DEVICE status_code classify(row_ref r, std::int64_t V) const {
-    bool nf = false;
+    bool nf = false, ng = false;
     for (std::int64_t i = threadIdx.x; i < V; i += Block) {
       const float x = r[i];
       nf |= !(x - x == x - x);
+      ng |= x < 0.0f;
     }
-    return __syncthreads_or(nf) ? status_code::non_finite : status_code::negative_probability;
+    const bool any_nf = __syncthreads_or(nf) != 0, any_ng = __syncthreads_or(ng) != 0;
+    return any_nf   ? status_code::non_finite
+           : any_ng ? status_code::negative_probability
+                    : status_code::invalid_argument;
   }
 
-  SPECDEC_DEVICE void copy(row_ref r, float* R, std::int64_t V) const {
-    for (std::int64_t i = threadIdx.x; i < V; i += Block) R[i] = r[i];
+  SPECDEC_DEVICE void copy(row_ref r, float* R, std::int64_t begin, std::int64_t end) const {
+    for (std::int64_t i = begin + threadIdx.x; i < end; i += Block) R[i] = r[i];
     __syncthreads();
   }
   template <class T>

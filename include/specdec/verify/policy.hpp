@@ -61,7 +61,10 @@ concept verify_row_ops = requires(const Ops& o, detail::row_ref r, float* R, std
   { o.argmax(r, V, tok) } -> std::same_as<bool>;
   { o.entropy(r, V, tiles, d, d) } -> std::same_as<bool>;
   { o.classify(r, V) } -> std::same_as<status_code>;
-  { o.copy(r, R, V) } -> std::same_as<void>;
+  { o.tile_sum(r, V, V) } -> std::same_as<double>;
+  { o.scan_tile(r, V, V, target, target) } -> std::same_as<token_id>;
+  { o.last_positive(r, V) } -> std::same_as<token_id>;
+  { o.copy(r, R, V, V) } -> std::same_as<void>;
   { o.put(R, V, s) } -> std::same_as<void>;
   { o.put(ip, V, iv) } -> std::same_as<void>;
   { o.sync() } -> std::same_as<void>;

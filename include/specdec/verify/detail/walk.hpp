@@ -82,7 +82,10 @@ SPECDEC_HD constexpr status row_status(status_code c, node_id u, bool is_q) noex
   if (c == status_code::non_finite)
     return make_status(c, is_q ? "draft row q has a NaN or infinite entry" : "target row p has a NaN or infinite entry",
                        u);
-  return make_status(c, is_q ? "draft row q has a negative entry" : "target row p has a negative entry", u);
+  if (c == status_code::negative_probability)
+    return make_status(c, is_q ? "draft row q has a negative entry" : "target row p has a negative entry", u);
+  return make_status(c, is_q ? "draft row q has entries too large to sum" : "target row p has entries too large to sum",
+                     u);
 }
 
 //! zero_mass, or invalid_argument when tol >= 0 and |m - 1| > tol.
@@ -258,18 +261,45 @@ SPECDEC_HD status walk_deterministic(const Topo& t, const Ops& ops, const Uni& u
       u = accepted;
       continue;
     }
-    // Every child rejected: sample p with the children's tokens removed.
+    // Every child rejected: sample R = p_u with the children's tokens
+    // removed. R is materialised only in the tiles holding such a token;
+    // its tile sums are p_u's (from the mass pass) with those tiles redone.
     o.last = u;
-    ops.copy(pu, s.R, V);
+    const std::int64_t nt = sum_tile_count(V);
+    for (std::int64_t ti = 0; ti < nt; ++ti) ops.put(s.tr, ti, s.tp[ti]);
+    auto tile_of = [](token_id x) { return static_cast<std::int64_t>(x) / sum_tile; };
+    auto tile_end = [&](std::int64_t ti) { return (ti + 1) * sum_tile < V ? (ti + 1) * sum_tile : V; };
+    for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k))
+      ops.copy(pu, s.R, tile_of(t.token_of(k)) * sum_tile, tile_end(tile_of(t.token_of(k))));
+    ops.sync();
     for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) ops.put(s.R, t.token_of(k), 0.0f);
     ops.sync();
-    double mr = 0.0;
-    (void)ops.mass(row_ref{s.R, 1}, V, s.tr, mr);
+    for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) {
+      const std::int64_t tk = tile_of(t.token_of(k));
+      const double v = ops.tile_sum(row_ref{s.R, 1}, V, tk);
+      ops.put(s.tr, tk, v);
+    }
+    ops.sync();
+    const double mr = sum_tiles(s.tr, nt);
     token_id y = -1;
     if (mr > 0.0) {
       double un = 0.0;
       SPECDEC_TRY(take_uniform(uni, u, 0, un));
-      y = ops.sample(row_ref{s.R, 1}, V, s.tr, un * mr);
+      const double target = un * mr;
+      std::int64_t tt = 0;
+      double cum = 0.0;
+      while (y < 0 && locate_tile(s.tr, nt, target, tt, cum)) {
+        bool touched = false;
+        for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) touched |= tile_of(t.token_of(k)) == tt;
+        y = ops.scan_tile(touched ? row_ref{s.R, 1} : pu, V, tt, cum, target);
+        if (y < 0) cum += s.tr[tt++];
+      }
+      if (y < 0) {  // rounding passed the row: the last positive entry of R, R in full
+        ops.copy(pu, s.R, 0, V);
+        for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) ops.put(s.R, t.token_of(k), 0.0f);
+        ops.sync();
+        y = ops.last_positive(row_ref{s.R, 1}, V);
+      }
     }
     if (y < 0) (void)ops.argmax(pu, V, y);
     o.next = y;
