@@ -95,8 +95,8 @@ std::vector<token_id> speculate(const demo::ngram_model& target, const demo::ngr
   std::vector<token_id> committed(prompt);
   // The KV of every committed token but the last is in the cache; the last
   // is the root of the next tree and is scored in the verification pass.
-  std::int32_t cache_len = static_cast<std::int32_t>(committed.size()) - 1;
-  for (std::int32_t pos = 0; pos < cache_len; ++pos)
+  specdec::position_id cache_len = static_cast<specdec::position_id>(committed.size()) - 1;
+  for (specdec::position_id pos = 0; pos < cache_len; ++pos)
     for (std::int64_t l = 0; l < paged_cache::layers; ++l)
       for (std::int64_t h = 0; h < paged_cache::heads; ++h)
         for (std::int64_t d = 0; d < paged_cache::head_dim; ++d)
@@ -110,7 +110,7 @@ std::vector<token_id> speculate(const demo::ngram_model& target, const demo::ngr
   std::vector<std::int64_t> positions;
   std::vector<node_id> path(64);
   std::vector<token_id> emitted(64);
-  std::vector<std::int32_t> keep(64);
+  std::vector<specdec::position_id> keep(64);
   std::vector<token_id> ctx;
 
   while (static_cast<std::int64_t>(committed.size() - prompt.size()) < n_tokens) {
@@ -125,7 +125,7 @@ std::vector<token_id> speculate(const demo::ngram_model& target, const demo::ngr
 
     // 2. Lay out: positions and the packed ancestor mask.
     positions.resize(static_cast<std::size_t>(n));
-    specdec::throw_if_error(specdec::build_positions<std::int64_t>(parent, cache_len, positions));
+    specdec::throw_if_error(specdec::build_positions<specdec::position_id>(parent, cache_len, positions));
     const std::int64_t words = specdec::mask_words_per_row<std::uint64_t>(n);
     mask.resize(static_cast<std::size_t>(n * words));
     specdec::throw_if_error(specdec::build_packed_mask<std::uint64_t>(parent, mask));
@@ -166,8 +166,9 @@ std::vector<token_id> speculate(const demo::ngram_model& target, const demo::ngr
         parent, std::span<const node_id>(path).first(static_cast<std::size_t>(res.accepted) + 1), {}, cache_len, keep,
         kept));
     const specdec::kv_tensor<float> tensors[1] = {cache.tensor()};
-    specdec::throw_if_error(specdec::commit_kv<float>(
-        tensors, cache.map(), cache_len, std::span<const std::int32_t>(keep).first(static_cast<std::size_t>(kept))));
+    specdec::throw_if_error(
+        specdec::commit_kv<float>(tensors, cache.map(), cache_len,
+                                  std::span<const specdec::position_id>(keep).first(static_cast<std::size_t>(kept))));
     committed.insert(committed.end(), emitted.begin(), emitted.begin() + res.accepted + 1);
     cache_len += kept;
     if (cache_len + 64 >= cache.capacity()) break;  // the demo's cache is small
@@ -179,12 +180,12 @@ std::vector<token_id> speculate(const demo::ngram_model& target, const demo::ngr
   }
 
   // The compacted cache must hold exactly the committed tokens at their positions.
-  for (std::int32_t pos = 0; pos < cache_len; ++pos)
+  for (specdec::position_id pos = 0; pos < cache_len; ++pos)
     for (std::int64_t l = 0; l < paged_cache::layers; ++l)
       for (std::int64_t h = 0; h < paged_cache::heads; ++h)
         for (std::int64_t d = 0; d < paged_cache::head_dim; ++d)
           if (cache.at(pos, l, h, d) != kv_value(committed[static_cast<std::size_t>(pos)], pos, l, h, d)) {
-            std::fprintf(stderr, "KV cache mismatch at position %d\n", pos);
+            std::fprintf(stderr, "KV cache mismatch at position %lld\n", static_cast<long long>(pos));
             std::exit(1);
           }
   return {committed.begin() + static_cast<std::ptrdiff_t>(prompt.size()), committed.end()};

@@ -42,19 +42,10 @@ template <class T>
 std::int64_t make_layout(int layout, const cache_shape& s, T* base, std::vector<kv_tensor<T>>& out) {
   out.clear();
   const auto R = s.R, L = s.L, H = s.H, D = s.D, C = s.C, P = s.P, N = s.pages;
-  auto t = [&](T* data, std::int64_t layers, std::int64_t heads, std::int64_t seq, std::int64_t lay, std::int64_t head,
-               std::int64_t pos, std::int64_t dim) {
-    kv_tensor<T> k;
-    k.data = data;
-    k.layers = layers;
-    k.heads = heads;
-    k.head_dim = D;
-    k.stride_seq = seq;
-    k.stride_layer = lay;
-    k.stride_head = head;
-    k.stride_pos = pos;
-    k.stride_dim = dim;
-    return k;
+  // Layouts without a named maker (interleaved K/V, head-dim-strided keys,
+  // one tensor per layer) use the general one; sizes are set at the end.
+  auto t = [&](T* data, std::int64_t layers, std::int64_t heads, specdec::kv_strides st) {
+    return specdec::make_kv_tensor(data, 0, layers, heads, D, st);
   };
   std::int64_t total = 0;
   switch (layout) {
@@ -74,17 +65,17 @@ std::int64_t make_layout(int layout, const cache_shape& s, T* base, std::vector<
     }
     case 2:
       total = R * L * 2 * H * C * D;
-      out.push_back(t(base, L, H, L * 2 * H * C * D, 2 * H * C * D, C * D, D, 1));
-      out.push_back(t(base + H * C * D, L, H, L * 2 * H * C * D, 2 * H * C * D, C * D, D, 1));
+      out.push_back(t(base, L, H, {L * 2 * H * C * D, 2 * H * C * D, C * D, D, 1}));
+      out.push_back(t(base + H * C * D, L, H, {L * 2 * H * C * D, 2 * H * C * D, C * D, D, 1}));
       break;
     case 3:
       total = R * L * C * 2 * H * D;
-      out.push_back(t(base, L, 2 * H, L * C * 2 * H * D, C * 2 * H * D, D, 2 * H * D, 1));
+      out.push_back(t(base, L, 2 * H, {L * C * 2 * H * D, C * 2 * H * D, D, 2 * H * D, 1}));
       break;
     case 4: {
       const std::int64_t one = R * L * H * D * C;
-      out.push_back(t(base, L, H, L * H * D * C, H * D * C, D * C, 1, C));
-      out.push_back(t(base + one, L, H, L * H * D * C, H * D * C, D * C, 1, C));
+      out.push_back(t(base, L, H, {L * H * D * C, H * D * C, D * C, 1, C}));
+      out.push_back(t(base + one, L, H, {L * H * D * C, H * D * C, D * C, 1, C}));
       total = 2 * one;
       break;
     }
@@ -97,24 +88,24 @@ std::int64_t make_layout(int layout, const cache_shape& s, T* base, std::vector<
     }
     case 6: {
       const std::int64_t one = N * L * H * P * D;
-      out.push_back(t(base, L, H, L * H * P * D, H * P * D, P * D, D, 1));
-      out.push_back(t(base + one, L, H, L * H * P * D, H * P * D, P * D, D, 1));
+      out.push_back(specdec::make_kv_tensor_paged_hnd(base, N, L, P, H, D));
+      out.push_back(specdec::make_kv_tensor_paged_hnd(base + one, N, L, P, H, D));
       total = 2 * one;
       break;
     }
     case 7:
       total = N * L * 2 * P * H * D;
-      out.push_back(t(base, L, H, L * 2 * P * H * D, 2 * P * H * D, D, H * D, 1));
-      out.push_back(t(base + P * H * D, L, H, L * 2 * P * H * D, 2 * P * H * D, D, H * D, 1));
+      out.push_back(t(base, L, H, {L * 2 * P * H * D, 2 * P * H * D, D, H * D, 1}));
+      out.push_back(t(base + P * H * D, L, H, {L * 2 * P * H * D, 2 * P * H * D, D, H * D, 1}));
       break;
     case 8:
       total = N * L * P * H * 2 * D;
-      out.push_back(t(base, L, H, L * P * H * 2 * D, P * H * 2 * D, 2 * D, H * 2 * D, 2));
-      out.push_back(t(base + 1, L, H, L * P * H * 2 * D, P * H * 2 * D, 2 * D, H * 2 * D, 2));
+      out.push_back(t(base, L, H, {L * P * H * 2 * D, P * H * 2 * D, 2 * D, H * 2 * D, 2}));
+      out.push_back(t(base + 1, L, H, {L * P * H * 2 * D, P * H * 2 * D, 2 * D, H * 2 * D, 2}));
       break;
     case 9: {
       const std::int64_t one = R * C * H * D;
-      for (std::int64_t i = 0; i < 2 * L; ++i) out.push_back(t(base + i * one, 1, H, C * H * D, 0, D, H * D, 1));
+      for (std::int64_t i = 0; i < 2 * L; ++i) out.push_back(t(base + i * one, 1, H, {C * H * D, 0, D, H * D, 1}));
       total = 2 * L * one;
       break;
     }
@@ -144,8 +135,8 @@ std::int64_t ref_offset(const kv_tensor<T>& t, const specdec::kv_position_map& m
 // take the ORIGINAL bytes of their sources.
 template <class T>
 std::vector<T> reference_commit(const std::vector<T>& original, T* base, const std::vector<kv_tensor<T>>& ts,
-                                const specdec::kv_position_map& m, const std::vector<std::int32_t>& clen,
-                                const std::vector<std::int32_t>& koff, const std::vector<std::int32_t>& keep) {
+                                const specdec::kv_position_map& m, const std::vector<specdec::position_id>& clen,
+                                const std::vector<std::int32_t>& koff, const std::vector<specdec::position_id>& keep) {
   std::vector<T> out = original;
   for (const auto& t : ts) {
     const std::int64_t b = t.data - base;
@@ -173,7 +164,8 @@ void fill_random(std::vector<T>& v, std::mt19937_64& g) {
 
 struct random_batch {
   cache_shape shape;
-  std::vector<std::int32_t> clen, koff, keep;
+  std::vector<specdec::position_id> clen, keep;
+  std::vector<std::int32_t> koff;
   std::vector<std::int32_t> block_table, blocks_used;
 };
 
@@ -192,7 +184,7 @@ random_batch make_batch(std::mt19937& g, int layout) {
   for (std::int64_t r = 0; r < s.R; ++r) {
     const int n = std::uniform_int_distribution<int>(1, 24)(g);
     const int c = std::uniform_int_distribution<int>(0, 20)(g);
-    std::vector<std::int32_t> k;
+    std::vector<specdec::position_id> k;
     if (r % 3 == 2) {
       for (int i = 0; i < n; ++i)
         if (std::bernoulli_distribution(0.6)(g)) k.push_back(c + i);
@@ -258,8 +250,8 @@ void run_random_commits(std::uint32_t seeds) {
 // shows up as a difference from commit_kv.
 template <class T>
 void simulate_kernel(const std::vector<kv_tensor<T>>& ts, const specdec::kv_position_map& map,
-                     const std::vector<std::int32_t>& clen, const std::vector<std::int32_t>& koff,
-                     const std::vector<std::int32_t>& keep, std::int64_t threads, std::int64_t regs) {
+                     const std::vector<specdec::position_id>& clen, const std::vector<std::int32_t>& koff,
+                     const std::vector<specdec::position_id>& keep, std::int64_t threads, std::int64_t regs) {
   const std::int64_t eb = sizeof(T);
   for (const auto& typed : ts) {
     const auto t = specdec::erase_kv_tensor(typed);
@@ -268,7 +260,7 @@ void simulate_kernel(const std::vector<kv_tensor<T>>& ts, const specdec::kv_posi
       for (std::int64_t layer = 0; layer < t.layers; ++layer)
         for (std::int64_t head = 0; head < t.heads; ++head) {
           const std::int64_t c = clen[r];
-          const std::int32_t* kp = keep.data() + koff[r];
+          const specdec::position_id* kp = keep.data() + koff[r];
           const std::int64_t count = koff[r + 1] - koff[r];
           const std::int64_t k0 = specdec::detail::kv_first_moved(kp, count, c);
           const auto plan = specdec::detail::kv_plan_row(reinterpret_cast<std::uintptr_t>(t.data), eb, t);
@@ -339,14 +331,8 @@ TEST_CASE("the CUDA kernel's wave schedule, replayed on the host, equals commit_
 }
 
 TEST_CASE("kv_plan_row never picks a unit wider than the address alignment") {
-  kv_tensor<void> t;
-  t.layers = 1;
-  t.heads = 2;
-  t.head_dim = 5;
-  t.stride_layer = 2 * 5 * 7;
-  t.stride_head = 5 * 7;
-  t.stride_pos = 1;
-  t.stride_dim = 7;  // [L][H][D][S] with S = 7: head_dim strided
+  // [L][H][D][S] with S = 7: head_dim strided.
+  auto t = specdec::make_kv_tensor<void>(nullptr, 0, 1, 2, 5, {0, 2 * 5 * 7, 5 * 7, 1, 7});
   // 16-byte elements whose type is only 2-byte aligned, at an address = 2 mod 16.
   auto p = specdec::detail::kv_plan_row(0x1002, 16, t);
   CHECK(p.unit == 2);
@@ -415,7 +401,7 @@ TEST_CASE("commit_kv: overlapping run shifted by one slot") {
   std::vector<std::uint16_t> buf(static_cast<std::size_t>(L * H * C * D));
   for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::uint16_t>(i);
   const auto t = specdec::make_kv_tensor_lhsd(buf.data(), 1, L, H, C, D);
-  std::vector<std::int32_t> keep{5, 6, 7, 8, 9, 10, 11, 12};
+  std::vector<specdec::position_id> keep{5, 6, 7, 8, 9, 10, 11, 12};
   const auto orig = buf;
   REQUIRE(specdec::commit_kv<std::uint16_t>(std::span(&t, 1), specdec::contiguous_positions(C), 4, keep).ok());
   for (std::int64_t l = 0; l < L; ++l)
@@ -431,7 +417,7 @@ TEST_CASE("commit_kv: overlapping run shifted by one slot") {
 TEST_CASE("commit_kv: fp16 NaN payloads move as raw bits") {
   std::vector<std::uint16_t> buf{0x1111, 0x7e01, 0xfc02, 0x7c00};  // C = 4, D = 1: NaN, -inf-ish, +inf bits
   const auto t = specdec::make_kv_tensor_lhsd(buf.data(), 1, 1, 1, 4, 1);
-  const std::vector<std::int32_t> keep{1, 2};
+  const std::vector<specdec::position_id> keep{1, 2};
   REQUIRE(specdec::commit_kv<std::uint16_t>(std::span(&t, 1), specdec::contiguous_positions(4), 0, keep).ok());
   CHECK(buf == std::vector<std::uint16_t>{0x7e01, 0xfc02, 0xfc02, 0x7c00});
 }
@@ -445,9 +431,9 @@ TEST_CASE("commit_kv: bad inputs return a status and leave every cache byte unch
   auto t = specdec::make_kv_tensor_paged_nhd(pool.data(), pages, L, P, H, D);
   std::vector<std::int32_t> table{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
   std::vector<std::int32_t> used{4, 4, 4};
-  std::vector<std::int32_t> clen{3, 5, 2};
+  std::vector<specdec::position_id> clen{3, 5, 2};
   std::vector<std::int32_t> koff{0, 3, 5, 8};
-  std::vector<std::int32_t> keep{3, 6, 9, 5, 7, 4, 8, 15};
+  std::vector<specdec::position_id> keep{3, 6, 9, 5, 7, 4, 8, 15};
   auto map = specdec::paged_positions(table.data(), per, P, pages, used.data());
   auto run = [&]() { return specdec::commit_kv<std::uint16_t>(std::span(&t, 1), map, clen, koff, keep); };
   auto unchanged = [&]() { return std::memcmp(pool.data(), orig.data(), pool.size() * 2) == 0; };
@@ -531,18 +517,20 @@ TEST_CASE("commit_kv: contiguous capacity and row count are enforced") {
   for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::uint32_t>(i * 2654435761u);
   const auto orig = buf;
   const auto t = specdec::make_kv_tensor_lshd(buf.data(), 2, 2, 1, 8, 2);
-  const std::vector<std::int32_t> clen{2, 6}, koff{0, 1, 3};
+  const std::vector<specdec::position_id> clen{2, 6};
+  const std::vector<std::int32_t> koff{0, 1, 3};
   CHECK(specdec::commit_kv<std::uint32_t>(std::span(&t, 1), specdec::contiguous_positions(8), clen, koff,
-                                          std::vector<std::int32_t>{4, 6, 8}) == status_code::out_of_range);
+                                          std::vector<specdec::position_id>{4, 6, 8}) == status_code::out_of_range);
   // Three requests on a two-row tensor: the layout check catches it.
-  const std::vector<std::int32_t> clen3{0, 0, 0}, koff3{0, 1, 2, 3};
+  const std::vector<specdec::position_id> clen3{0, 0, 0};
+  const std::vector<std::int32_t> koff3{0, 1, 2, 3};
   CHECK(specdec::commit_kv<std::uint32_t>(std::span(&t, 1), specdec::contiguous_positions(8), clen3, koff3,
-                                          std::vector<std::int32_t>{1, 1, 1}) == status_code::buffer_too_small);
+                                          std::vector<specdec::position_id>{1, 1, 1}) == status_code::buffer_too_small);
   CHECK(buf == orig);
   // Empty batches and empty keep lists are fine and write nothing.
   CHECK(specdec::commit_kv<std::uint32_t>(std::span(&t, 1), specdec::contiguous_positions(8),
-                                          std::span<const std::int32_t>{}, std::vector<std::int32_t>{0},
-                                          std::span<const std::int32_t>{})
+                                          std::span<const specdec::position_id>{}, std::vector<std::int32_t>{0},
+                                          std::span<const specdec::position_id>{})
             .ok());
   CHECK(buf == orig);
 }
@@ -575,7 +563,7 @@ TEST_CASE("a drafter's hidden-state buffer as a one-layer, one-head kv_tensor co
   const int n = 40, hidden = 12;
   const auto parent = cache_test::random_parents(g, n);
   const auto path = cache_test::random_path(g, parent);
-  std::vector<std::int32_t> keep(path.size());
+  std::vector<specdec::position_id> keep(path.size());
   std::int32_t count = 0;
   REQUIRE(specdec::keep_indices_from_path(parent, path, {}, 0, keep, count).ok());
   std::vector<std::uint32_t> a(static_cast<std::size_t>(n * hidden));
@@ -585,4 +573,26 @@ TEST_CASE("a drafter's hidden-state buffer as a one-layer, one-head kv_tensor co
   REQUIRE(specdec::commit_kv<std::uint32_t>(std::span(&t, 1), specdec::contiguous_positions(n), 0, keep).ok());
   REQUIRE(specdec::commit_rows(specdec::make_view(b.data(), n, hidden), keep).ok());
   CHECK(a == b);
+}
+
+TEST_CASE("the kv_tensor makers give the documented strides") {
+  constexpr std::int64_t R = 3, L = 2, H = 4, C = 16, D = 8, P = 4;
+  int dummy = 0;
+  const auto lhsd = specdec::make_kv_tensor_lhsd(&dummy, R, L, H, C, D);
+  CHECK(lhsd.size == R * L * H * C * D);
+  CHECK((lhsd.stride_seq == L * H * C * D && lhsd.stride_layer == H * C * D && lhsd.stride_head == C * D &&
+         lhsd.stride_pos == D && lhsd.stride_dim == 1));
+  const auto lshd = specdec::make_kv_tensor_lshd(&dummy, R, L, H, C, D);
+  CHECK((lshd.stride_seq == L * C * H * D && lshd.stride_layer == C * H * D && lshd.stride_head == D &&
+         lshd.stride_pos == H * D && lshd.stride_dim == 1));
+  const auto nhd = specdec::make_kv_tensor_paged_nhd(&dummy, R, L, P, H, D);
+  CHECK((nhd.stride_seq == L * P * H * D && nhd.stride_layer == P * H * D && nhd.stride_head == D &&
+         nhd.stride_pos == H * D && nhd.stride_dim == 1));
+  const auto hnd = specdec::make_kv_tensor_paged_hnd(&dummy, R, L, P, H, D);
+  CHECK(hnd.size == R * L * H * P * D);
+  CHECK((hnd.stride_seq == L * H * P * D && hnd.stride_layer == H * P * D && hnd.stride_head == P * D &&
+         hnd.stride_pos == D && hnd.stride_dim == 1));
+  const auto any = specdec::make_kv_tensor(&dummy, 7, L, H, D, {1, 2, 3, 4, 5});
+  CHECK((any.size == 7 && any.layers == L && any.heads == H && any.head_dim == D && any.stride_seq == 1 &&
+         any.stride_layer == 2 && any.stride_head == 3 && any.stride_pos == 4 && any.stride_dim == 5));
 }

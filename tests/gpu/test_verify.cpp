@@ -169,6 +169,10 @@ void compare(const batch& b, const launch_options& opt = {}) {
     const auto& h = hres[static_cast<std::size_t>(r)];
     const auto& d = dres[static_cast<std::size_t>(r)];
     INFO("V " << b.V << " request " << r << " mode " << verify_mode_name(b.params[static_cast<std::size_t>(r)].mode));
+    if (is_traversal(b.params[static_cast<std::size_t>(r)].mode)) {  // host-only modes for now
+      CHECK(d.code == status_code::unsupported);
+      continue;
+    }
     CHECK(d.code == h.code);
     CHECK(d.accepted == h.accepted);
     CHECK(d.last_node == h.last_node);
@@ -236,6 +240,15 @@ TEST_CASE("GPU verify_batch reports every malformed-input class with the host's 
   uo.uniforms = &u;
   uo.draws_per_node = 4;
   compare(b, uo);
+}
+
+TEST_CASE("GPU verify_batch answers unsupported for block and traversal requests, verifies the rest") {
+  std::mt19937 gen(7);
+  auto b = make_batch(gen, 12, 64, 8);
+  b.params[1].mode = verify_mode::traversal;
+  b.params[4].mode = verify_mode::traversal_without_replacement;
+  b.params[7].mode = verify_mode::block;
+  compare(b, 16);
 }
 
 TEST_CASE("GPU verify_batch can_implement rejects bad launches") {

@@ -4,6 +4,7 @@
 #include <random>
 #include <vector>
 
+#include "specdec/tree/structure.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/validate.hpp"
 
@@ -26,6 +27,33 @@ TEST_CASE("token_tree appends nodes in topological order") {
   CHECK(specdec::validate_tree(t.view(), 13) == status_code::token_out_of_range);
   CHECK_THROWS_AS(t.add_child(9, 1), specdec::error);
   CHECK_THROWS_AS(t.add_root(1), specdec::error);
+}
+
+TEST_CASE("token_tree accessors report a bad node id as specdec::error with out_of_range") {
+  specdec::token_tree t(7);
+  t.add_child(0, 3);
+  const auto code_of = [](auto&& call) {
+    try {
+      call();
+    } catch (const specdec::error& e) {
+      return e.code();
+    }
+    return specdec::status_code::ok;
+  };
+  for (const specdec::node_id bad : {-1, 2, 100}) {
+    INFO("node " << bad);
+    CHECK(code_of([&] { (void)t.token(bad); }) == status_code::out_of_range);
+    CHECK(code_of([&] { (void)t.parent(bad); }) == status_code::out_of_range);
+    CHECK(code_of([&] { (void)t.depth(bad); }) == status_code::out_of_range);
+    CHECK(code_of([&] { (void)t.score(bad); }) == status_code::out_of_range);
+    CHECK(code_of([&] { t.set_score(bad, 1.0f); }) == status_code::out_of_range);
+    CHECK(code_of([&] { t.set_token(bad, 1); }) == status_code::out_of_range);
+    CHECK(code_of([&] { (void)specdec::children_csr(t.parents()).of(bad); }) == status_code::out_of_range);
+  }
+  // Valid ids still read and write.
+  t.set_token(1, 9);
+  CHECK(t.token(1) == 9);
+  CHECK(code_of([&] { (void)t.token(1); }) == status_code::ok);
 }
 
 TEST_CASE("token_tree keeps capacity on clear") {
@@ -55,7 +83,7 @@ TEST_CASE("validate_topological_parents reports each fault") {
 
 TEST_CASE("validate_parents_any_order finds cycles and root faults") {
   using V = std::vector<specdec::node_id>;
-  std::vector<std::int32_t> scratch(8);
+  std::vector<std::byte> scratch(specdec::parents_any_order_workspace_size(8));
   CHECK(specdec::validate_parents_any_order(V{2, 2, -1, 0}, scratch).ok());
   CHECK(specdec::validate_parents_any_order(V{1, 2, 0, -1}, scratch) == status_code::cycle);
   CHECK(specdec::validate_parents_any_order(V{-1, 1}, scratch) == status_code::cycle);
@@ -63,15 +91,16 @@ TEST_CASE("validate_parents_any_order finds cycles and root faults") {
   CHECK(specdec::validate_parents_any_order(V{-1, -1}, scratch) == status_code::multiple_roots);
   CHECK(specdec::validate_parents_any_order(V{-1, 9}, scratch) == status_code::parent_out_of_range);
   CHECK(specdec::validate_parents_any_order(V{}, scratch) == status_code::empty_input);
-  std::vector<std::int32_t> small(1);
+  std::vector<std::byte> small(4);  // below one aligned slice at any address
   CHECK(specdec::validate_parents_any_order(V{-1, 0}, small) == status_code::buffer_too_small);
+  CHECK(specdec::validate_parents_any_order(V{-1, 0}, {}) == status_code::buffer_too_small);
 }
 
 TEST_CASE("validate_parents_any_order agrees with a brute-force reachability check") {
   const std::uint64_t seed = 12345;
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
-  std::vector<std::int32_t> scratch(64);
+  std::vector<std::byte> scratch(specdec::parents_any_order_workspace_size(12));
   for (int trial = 0; trial < 2000; ++trial) {
     const int n = 1 + static_cast<int>(rng() % 12);
     std::vector<specdec::node_id> p(static_cast<std::size_t>(n));

@@ -12,6 +12,7 @@
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
+#include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
 
@@ -40,17 +41,36 @@ concept kv_element = std::is_trivially_copyable_v<T> && !std::is_const_v<T> &&
 //! address distinct elements, and distinct tensors do not overlap.
 template <class T>
 struct kv_tensor {
-  T* data = nullptr;
-  std::int64_t size = 0;
-  std::int64_t layers = 0;
-  std::int64_t heads = 0;
-  std::int64_t head_dim = 0;
-  std::int64_t stride_seq = 0;
-  std::int64_t stride_layer = 0;
-  std::int64_t stride_head = 0;
-  std::int64_t stride_pos = 0;
-  std::int64_t stride_dim = 0;
+  T* data = nullptr;              //!< element (0, 0, 0, 0, 0)
+  std::int64_t size = 0;          //!< elements addressable from `data`
+  std::int64_t layers = 0;        //!< L
+  std::int64_t heads = 0;         //!< H (KV heads)
+  std::int64_t head_dim = 0;      //!< D
+  std::int64_t stride_seq = 0;    //!< between requests' rows (contiguous) or physical pages (paged)
+  std::int64_t stride_layer = 0;  //!< between layers
+  std::int64_t stride_head = 0;   //!< between heads
+  std::int64_t stride_pos = 0;    //!< between positions (slots of a page when paged)
+  std::int64_t stride_dim = 0;    //!< between head-dim elements
 };
+
+//! Element strides of a kv_tensor, in the order of its stride fields.
+struct kv_strides {
+  std::int64_t seq = 0;    //!< between requests' rows (contiguous) or physical pages (paged)
+  std::int64_t layer = 0;  //!< between layers
+  std::int64_t head = 0;   //!< between heads
+  std::int64_t pos = 0;    //!< between positions (slots of a page when paged)
+  std::int64_t dim = 0;    //!< between head-dim elements
+};
+
+//! A tensor of any layout: `size` elements addressable from `data`, L
+//! layers, H heads of `head_dim` elements, strides in elements. The named
+//! makers below cover the common dense layouts; this one covers the rest
+//! (K and V interleaved in one buffer, head-dim-strided keys, ...).
+template <class T>
+SPECDEC_HD constexpr kv_tensor<T> make_kv_tensor(T* data, std::int64_t size, std::int64_t layers, std::int64_t heads,
+                                                 std::int64_t head_dim, const kv_strides& s) noexcept {
+  return kv_tensor<T>{data, size, layers, heads, head_dim, s.seq, s.layer, s.head, s.pos, s.dim};
+}
 
 //! A dense [rows][L][H][C][D] tensor (the "heads before positions" layout).
 template <class T>
@@ -58,7 +78,7 @@ SPECDEC_HD constexpr kv_tensor<T> make_kv_tensor_lhsd(T* data, std::int64_t rows
                                                       std::int64_t heads, std::int64_t capacity,
                                                       std::int64_t head_dim) noexcept {
   const std::int64_t head = capacity * head_dim, layer = heads * head, seq = layers * layer;
-  return kv_tensor<T>{data, rows * seq, layers, heads, head_dim, seq, layer, head, head_dim, 1};
+  return make_kv_tensor(data, rows * seq, layers, heads, head_dim, kv_strides{seq, layer, head, head_dim, 1});
 }
 
 //! A dense [rows][L][C][H][D] tensor (the "positions before heads" layout).
@@ -67,7 +87,7 @@ SPECDEC_HD constexpr kv_tensor<T> make_kv_tensor_lshd(T* data, std::int64_t rows
                                                       std::int64_t heads, std::int64_t capacity,
                                                       std::int64_t head_dim) noexcept {
   const std::int64_t pos = heads * head_dim, layer = capacity * pos, seq = layers * layer;
-  return kv_tensor<T>{data, rows * seq, layers, heads, head_dim, seq, layer, head_dim, pos, 1};
+  return make_kv_tensor(data, rows * seq, layers, heads, head_dim, kv_strides{seq, layer, head_dim, pos, 1});
 }
 
 //! A dense paged pool [pages][L][P][H][D] (vLLM/FlashInfer "NHD" pages with
@@ -78,6 +98,14 @@ SPECDEC_HD constexpr kv_tensor<T> make_kv_tensor_paged_nhd(T* data, std::int64_t
                                                            std::int64_t head_dim) noexcept {
   // A page plays the part of a contiguous row with capacity page_size.
   return make_kv_tensor_lshd(data, pages, layers, heads, page_size, head_dim);
+}
+
+//! A dense paged pool [pages][L][H][P][D] (FlashInfer's "HND" pages).
+template <class T>
+SPECDEC_HD constexpr kv_tensor<T> make_kv_tensor_paged_hnd(T* data, std::int64_t pages, std::int64_t layers,
+                                                           std::int64_t page_size, std::int64_t heads,
+                                                           std::int64_t head_dim) noexcept {
+  return make_kv_tensor_lhsd(data, pages, layers, heads, page_size, head_dim);
 }
 
 //! The same tensor description with an untyped pointer (what the CUDA API takes).
@@ -106,14 +134,15 @@ SPECDEC_HD constexpr kv_tensor<void> erase_kv_tensor(const kv_tensor<T>& t) noex
 //! position]) belong to one request only; within a request they are checked
 //! to be distinct.
 struct kv_position_map {
-  std::int64_t capacity = 0;  //!< contiguous: positions per row
-  const std::int32_t* block_table = nullptr;
-  std::int64_t block_table_stride = 0;
-  std::int64_t blocks_per_row = 0;
-  const std::int32_t* blocks_used = nullptr;
-  std::int64_t page_size = 0;
-  std::int64_t num_pages = 0;
+  std::int64_t capacity = 0;                  //!< contiguous: positions per row
+  const std::int32_t* block_table = nullptr;  //!< paged: physical page of each (request, block); null: contiguous
+  std::int64_t block_table_stride = 0;        //!< paged: entries between requests' rows of the table
+  std::int64_t blocks_per_row = 0;            //!< paged: blocks a request may address
+  const std::int32_t* blocks_used = nullptr;  //!< paged, optional: blocks in use per request (null: blocks_per_row)
+  std::int64_t page_size = 0;                 //!< paged: positions per page
+  std::int64_t num_pages = 0;                 //!< paged: physical pages (every page index read is checked against it)
 
+  //! Whether the cache is paged (a block table is set).
   SPECDEC_HD constexpr bool paged() const noexcept { return block_table != nullptr; }
 };
 
@@ -143,10 +172,10 @@ SPECDEC_HD constexpr kv_position_map paged_positions(const std::int32_t* block_t
 //! >= cache_len[r]); the k-th kept entry moves to position cache_len[r] + k,
 //! so the request's new length is cache_len[r] + its keep count.
 struct kv_commit_batch {
-  std::int32_t num_requests = 0;
-  const std::int32_t* cache_len = nullptr;     //!< [num_requests]
+  std::int32_t num_requests = 0;               //!< R
+  const position_id* cache_len = nullptr;      //!< [num_requests]
   const std::int32_t* keep_offsets = nullptr;  //!< [num_requests + 1], CSR
-  const std::int32_t* keep = nullptr;          //!< [keep_offsets[num_requests]]
+  const position_id* keep = nullptr;           //!< [keep_offsets[num_requests]]
 };
 
 static_assert(std::is_trivially_copyable_v<kv_tensor<void>>);

@@ -12,7 +12,7 @@ namespace specdec {
 
 //! Four 32-bit words: a counter or a generator output.
 struct philox_block {
-  std::uint32_t v[4];
+  std::uint32_t v[4];  //!< the four words
 };
 
 namespace detail {
@@ -57,9 +57,9 @@ SPECDEC_HD constexpr double bits_to_uniform_double(std::uint32_t hi, std::uint32
 //! 0..3 of one node share one Philox call. A result depends only on these
 //! five numbers, never on batch order, thread count or device.
 struct rng_stream {
-  std::uint64_t seed = 0;
-  std::uint32_t request = 0;
-  std::uint32_t round = 0;
+  std::uint64_t seed = 0;     //!< Philox key: one per generation (or per user seed)
+  std::uint32_t request = 0;  //!< request id within the batch (counter word 3)
+  std::uint32_t round = 0;    //!< speculation round (counter word 2)
 
   //! Raw 32 bits of draw `draw` at node `node`.
   SPECDEC_HD constexpr std::uint32_t bits(std::uint32_t node, std::uint32_t draw) const noexcept {

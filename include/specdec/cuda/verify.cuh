@@ -315,6 +315,9 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   // Batch-shape faults of this request (the host reports them for the whole batch).
   if (n <= 0) return fail(status_code::not_sorted);
   if (n > P.max_nodes) return fail(status_code::size_mismatch);
+  // Block and traversal verification run on the host only for now (the
+  // walk has them; the device path is not yet tested).
+  if (validate_verify_params(vp).ok() && is_traversal(vp.mode)) return fail(status_code::unsupported);
 
   const std::size_t slice = kernels::verify_request_workspace_bytes(P.vocab, P.max_nodes);
   workspace_carver w(workspace + slice * static_cast<std::size_t>(r), slice);
@@ -369,8 +372,8 @@ inline constexpr int verify_block_threads = 256;
 //! Checks (kernels::verify_batch_can_implement, workspace size and
 //! alignment) and launches verify_batch_kernel on `stream`. The entry point
 //! for engines that compile this header themselves.
-inline status launch_verify_batch(const kernels::verify_batch_params& P, void* workspace, std::size_t workspace_bytes,
-                                  cudaStream_t stream) noexcept {
+inline status verify_batch(const kernels::verify_batch_params& P, void* workspace, std::size_t workspace_bytes,
+                           cudaStream_t stream) noexcept {
   SPECDEC_TRY(kernels::verify_batch_can_implement(P));
   if (P.num_requests == 0) return status::success();
   if (workspace == nullptr || workspace_bytes < kernels::verify_batch_workspace_size(P))

@@ -1,6 +1,6 @@
 //! \file
 //! Joint-probability beam tree (EAGLE-2's dynamic draft tree; Lyanna's
-//! Algorithm 1 with a plain drafter, seed 001): per level, expand every
+//! Algorithm 1 with a plain drafter, "Make Every Draft Count"): per level, expand every
 //! frontier node by its top-k draft tokens, keep every candidate in the
 //! tree, take the `width` candidates of highest joint probability as the
 //! next frontier, and finally rerank all nodes and keep the best `budget`
@@ -33,8 +33,9 @@ struct beam_tree_options {
 //! probabilities; ties everywhere are broken by lower node id (and lower
 //! token id among one node's candidates), so the result is deterministic.
 //! Keeps its scratch between builds: no allocation once warm.
-class beam_tree_builder {
+class beam_tree_builder : public owning_build<beam_tree_builder> {
  public:
+  //! A builder with these options.
   explicit beam_tree_builder(beam_tree_options o = {}) : opt_(o) {}
 
   //! Builds into `out`. Errors: invalid_argument (k, width < 1, depth < 0,
@@ -64,21 +65,13 @@ class beam_tree_builder {
     return detail::prune_in_place(out, opt_.budget, s_);
   }
 
-  //! Throwing convenience: builds into an internal tree and returns it.
-  template <class D>
-  requires drafter<D>
-  const drafted_tree& operator()(D& d, token_id root_token) {
-    throw_if_error(build(d, root_token, result_));
-    return result_;
-  }
-
+  //! The options it was built with.
   const beam_tree_options& options() const noexcept { return opt_; }
 
  private:
   beam_tree_options opt_;
   detail::beam_scratch s_;
   std::vector<token_id> path_;
-  drafted_tree result_;
 };
 
 }  // namespace specdec

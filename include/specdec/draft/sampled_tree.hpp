@@ -51,8 +51,9 @@ struct sampled_tree_options {
 //!   order the verifier must visit them). Needs V uniforms per node.
 //! Node probabilities are q normalized by the row mass; scores are log joint.
 //! O(V) per expanded node; scratch reused between builds.
-class sampled_tree_builder {
+class sampled_tree_builder : public owning_build<sampled_tree_builder> {
  public:
+  //! A builder with these options.
   explicit sampled_tree_builder(sampled_tree_options o = {}) : opt_(std::move(o)) {}
 
   //! Errors: invalid_argument (mode not iid/without_replacement, a width
@@ -129,18 +130,11 @@ class sampled_tree_builder {
     return status::success();
   }
 
-  //! Throwing convenience: builds into an internal tree and returns it.
-  template <class D>
-  requires probability_drafter<D>
-  const drafted_tree& operator()(D& d, token_id root_token) {
-    throw_if_error(build(d, root_token, result_));
-    return result_;
-  }
-
   //! Changes the Philox key (e.g. the next round) without touching scratch.
   void set_rng(rng_stream r) noexcept { opt_.rng = r; }
   //! The stream the builder actually draws from (see sampled_tree_options::rng).
   rng_stream draft_rng() const noexcept { return for_purpose(opt_.rng, rng_purpose::draft); }
+  //! The options it was built with.
   const sampled_tree_options& options() const noexcept { return opt_; }
 
  private:
@@ -166,7 +160,6 @@ class sampled_tree_builder {
   std::vector<float> val_;
   std::vector<double> key_;
   std::vector<token_id> path_;
-  drafted_tree result_;
 };
 
 }  // namespace specdec

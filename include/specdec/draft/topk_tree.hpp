@@ -1,5 +1,5 @@
 //! \file
-//! Top-k recursive expansion (the tree-decoding walkthrough, seed 002):
+//! Top-k recursive expansion (the "Tree-Based Speculative Decoding" NanoGPT walkthrough):
 //! every node above the depth limit gets its k most probable draft tokens
 //! as children. Children are deterministic given q, so verification must
 //! use the deterministic (one-hot q) rule; `child_mode` records that.
@@ -29,8 +29,9 @@ struct topk_tree_options {
 //! than k positive-probability tokens get fewer children. One drafter call
 //! per expanded node; scratch is kept between builds (no allocation once
 //! warm). Deterministic.
-class topk_tree_builder {
+class topk_tree_builder : public owning_build<topk_tree_builder> {
  public:
+  //! A builder with these options.
   explicit topk_tree_builder(topk_tree_options o = {}) : opt_(o) {}
 
   //! Builds into `out` (cleared first). Errors: invalid_argument (k < 1,
@@ -71,14 +72,7 @@ class topk_tree_builder {
     return status::success();
   }
 
-  //! Throwing convenience: builds and returns a reference to an internal tree.
-  template <class D>
-  requires drafter<D>
-  const drafted_tree& operator()(D& d, token_id root_token) {
-    throw_if_error(build(d, root_token, result_));
-    return result_;
-  }
-
+  //! The options it was built with.
   const topk_tree_options& options() const noexcept { return opt_; }
 
  private:
@@ -86,7 +80,6 @@ class topk_tree_builder {
   std::vector<token_id> tok_;
   std::vector<float> val_;
   std::vector<token_id> path_;
-  drafted_tree result_;
 };
 
 }  // namespace specdec

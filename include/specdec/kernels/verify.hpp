@@ -4,6 +4,8 @@
 //! verifiers (verify/detail/walk.hpp) with a device row policy, one thread
 //! block per request; the request checks are shared too
 //! (verify/request_checks.hpp).
+//! The block and traversal modes are host-only for now: such a request
+//! gets `unsupported` in its result code.
 //!
 //! Equality with the host path (verify_batch in verify/batch_verify.hpp):
 //! same walk, same checks and status codes, same uniforms (keyed Philox or
@@ -19,7 +21,7 @@
 //! verify_batch(params, workspace, bytes, stream); per-request status codes
 //! land in results[r].code on the device. The first two are inline here;
 //! an engine compiling cuda/verify.cuh itself launches with
-//! cuda::launch_verify_batch, which verify_batch wraps.
+//! cuda::verify_batch, which verify_batch wraps.
 #pragma once
 
 #include <cstddef>

@@ -12,10 +12,10 @@
 
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
-#include "specdec/ssm/detail/tree_walk.hpp"
 #include "specdec/ssm/tree_scan_dual.hpp"
 #include "specdec/ssm/tree_scan_recurrent.hpp"
 #include "specdec/ssm/tree_ssm_inputs.hpp"
+#include "specdec/tree/structure.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
@@ -35,7 +35,8 @@ enum class tree_scan_method {
 inline tree_scan_method tree_scan_choose(std::span<const node_id> parent, const tree_ssm_shape& s, bool want_states,
                                          bool has_h0) noexcept {
   if (want_states) return tree_scan_method::recurrent;
-  const double pairs = static_cast<double>(detail::ssm_tree_ancestor_pairs(parent));
+  const double pairs =
+      static_cast<double>(ancestor_pair_count(parent.data(), static_cast<std::int32_t>(parent.size())));
   const double n = static_cast<double>(s.nodes), h = static_cast<double>(s.heads);
   const double p = static_cast<double>(s.headdim), st = static_cast<double>(s.dstate);
   const double g = static_cast<double>(s.groups);

@@ -11,8 +11,8 @@
 #include "specdec/core/status.hpp"
 #include "specdec/draft/detail/topk.hpp"
 #include "specdec/draft/drafter.hpp"
-#include "specdec/tree/token_tree.hpp"
 #include "specdec/sample/row.hpp"
+#include "specdec/tree/token_tree.hpp"
 
 namespace specdec::detail {
 
