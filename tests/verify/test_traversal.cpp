@@ -656,7 +656,7 @@ TEST_CASE("traversal: the host one-pass residual equals copy + update_residual b
       std::vector<double> t1(nt), t2(nt);
       const float s = 1.37f;
       const double m1 = ops.scaled_residual(pr, qr, R1.data(), s, V, t1.data());
-      ops.copy(pr, R2.data(), 0, V);
+      ops.copy(pr, R2.data(), V);
       const double m2 = ops.update_residual(qr, R2.data(), s, V, t2.data());
       INFO("V=" << V << " stride " << stride);
       CHECK(m1 == m2);

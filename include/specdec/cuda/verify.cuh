@@ -281,10 +281,11 @@ struct block_row_ops {
                     : status_code::invalid_argument;
   }
 
-  SPECDEC_DEVICE void copy(row_ref r, float* R, std::int64_t begin, std::int64_t end) const {
+  SPECDEC_DEVICE void copy_range(row_ref r, float* R, std::int64_t begin, std::int64_t end) const {
     for (std::int64_t i = begin + threadIdx.x; i < end; i += Block) R[i] = r[i];
     __syncthreads();
   }
+  SPECDEC_DEVICE void copy(row_ref r, float* R, std::int64_t V) const { copy_range(r, R, 0, V); }
   template <class T>
   SPECDEC_DEVICE void put(T* a, std::int64_t i, T v) const {
     if (threadIdx.x == 0) a[i] = v;

@@ -11,7 +11,10 @@
 //!   the CUDA policy (one thread block per request) is in cuda/verify.cuh.
 //!   Every pass is collective: all participants call it with the same
 //!   arguments and get the same result, and its writes are visible to all
-//!   of them when it returns. A vocabulary-sharded policy (rows split over
+//!   of them when it returns. Optional: `tile_sum`, `scan_tile`,
+//!   `last_positive` and `copy_range` (policies whose tiles are the
+//!   global tiles of sample/order.hpp) let the deterministic mode emit
+//!   without copying the row. A vocabulary-sharded policy (rows split over
 //!   ranks) fits the same interface: masses are tile sums combined left to
 //!   right, so tiles owned by different ranks combine exactly as on one
 //!   device, and argmax merges with the tie order.
@@ -61,10 +64,7 @@ concept verify_row_ops = requires(const Ops& o, detail::row_ref r, float* R, std
   { o.argmax(r, V, tok) } -> std::same_as<bool>;
   { o.entropy(r, V, tiles, d, d) } -> std::same_as<bool>;
   { o.classify(r, V) } -> std::same_as<status_code>;
-  { o.tile_sum(r, V, V) } -> std::same_as<double>;
-  { o.scan_tile(r, V, V, target, target) } -> std::same_as<token_id>;
-  { o.last_positive(r, V) } -> std::same_as<token_id>;
-  { o.copy(r, R, V, V) } -> std::same_as<void>;
+  { o.copy(r, R, V) } -> std::same_as<void>;
   { o.put(R, V, s) } -> std::same_as<void>;
   { o.put(ip, V, iv) } -> std::same_as<void>;
   { o.sync() } -> std::same_as<void>;

@@ -174,9 +174,11 @@ struct host_row_ops {
   token_id last_positive(row_ref r, std::int64_t V) const noexcept { return detail::last_positive(r, V); }
 
   //! R[i] = row[i] for i in [begin, end).
-  void copy(row_ref r, float* R, std::int64_t begin, std::int64_t end) const noexcept {
+  void copy_range(row_ref r, float* R, std::int64_t begin, std::int64_t end) const noexcept {
     for (std::int64_t i = begin; i < end; ++i) R[i] = r[i];
   }
+  //! R = row.
+  void copy(row_ref r, float* R, std::int64_t V) const noexcept { copy_range(r, R, 0, V); }
   //! One element written by one writer (the device writes from one thread).
   template <class T>
   void put(T* a, std::int64_t i, T v) const noexcept {

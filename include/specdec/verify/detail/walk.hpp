@@ -6,9 +6,12 @@
 //! policy and a uniform source (concepts in verify/policy.hpp).
 //!
 //! Device rules the code keeps: control flow depends only on values every
-//! participant computes identically (policy results, uniforms, scalar
-//! reads of rows); writes to scratch go through ops.put (one writer) and
-//! are read only after ops.sync().
+//! participant computes identically (policy results, uniforms, single
+//! entries read through row_value); writes to scratch go through ops.put
+//! (one writer) and are read only after ops.sync(). Residual entries are
+//! written only through ops.put(R, token, value) with a token id, so a
+//! policy whose R holds a column range (parallel/sharded_verify.hpp) maps
+//! the id itself.
 //!
 //! Adding a mode: add a `walk_X` below with the same arguments and a case
 //! in verify_walk; it may use any policy pass and the scratch arrays.
@@ -117,6 +120,19 @@ SPECDEC_HD constexpr status mass_status(double m, float tol, node_id u, bool is_
   return status::success();
 }
 
+//! Entry x of row r as the walk reads single entries (a drafted token's
+//! probability, a residual entry). A policy with a `value(row, x)` member
+//! serves it (a vocabulary-sharded policy fetches it from the rank owning
+//! x); otherwise a plain read. Collective like every pass.
+SPECDEC_NO_EXEC_CHECK
+template <class Ops>
+SPECDEC_HD float row_value(const Ops& ops, row_ref r, token_id x) noexcept {
+  if constexpr (requires { ops.value(r, x); })
+    return ops.value(r, x);
+  else
+    return r[x];
+}
+
 SPECDEC_NO_EXEC_CHECK
 template <class Uni>
 SPECDEC_HD status take_uniform(const Uni& uni, node_id u, std::uint32_t draw, double& out) noexcept {
@@ -199,8 +215,8 @@ SPECDEC_HD status walk_sampled(const Topo& t, const Ops& ops, const Uni& uni, co
     for (std::uint32_t j = 0; c >= 0; ++j, c = t.next_sibling(c)) {
       const token_id x = t.token_of(c);
       const bool dup = wor && earlier_sibling_has(t, u, c, x);
-      const double qx = dup ? 0.0 : static_cast<double>(qu[x]);
-      const double rx = have_r ? static_cast<double>(s.R[x]) : static_cast<double>(pu[x]);
+      const double qx = dup ? 0.0 : static_cast<double>(row_value(ops, qu, x));
+      const double rx = static_cast<double>(row_value(ops, have_r ? row_ref{s.R, 1} : pu, x));
       const double denom = 1.0 - Z;  // q_j = q / (1 - Z) outside the rejected set
       double un = 0.0;
       SPECDEC_TRY(take_uniform(uni, u, 1u + j, un));
@@ -243,6 +259,56 @@ SPECDEC_HD status walk_sampled(const Topo& t, const Ops& ops, const Uni& uni, co
   }
 }
 
+//! The deterministic emission at u for policies that tile rows like
+//! sample/order.hpp (host, CUDA): R = p_u with the children's tokens
+//! removed is materialised only in the tiles holding such a token; its tile
+//! sums are p_u's (s.tp, from the mass pass) with those tiles redone; the
+//! sample scans R or p_u, whichever holds the crossing tile. Same token as
+//! sampling the full R.
+SPECDEC_NO_EXEC_CHECK
+template <class Topo, class Ops, class Uni>
+SPECDEC_HD status emit_excluding_tiled(const Topo& t, const Ops& ops, const Uni& uni, const walk_rows& rows,
+                                       const walk_scratch& s, node_id u, token_id& y) noexcept {
+  const std::int64_t V = rows.V;
+  const row_ref pu = rows.prow(u);
+  const std::int64_t nt = sum_tile_count(V);
+  for (std::int64_t ti = 0; ti < nt; ++ti) ops.put(s.tr, ti, s.tp[ti]);
+  auto tile_of = [](token_id x) { return static_cast<std::int64_t>(x) / sum_tile; };
+  auto tile_end = [&](std::int64_t ti) { return (ti + 1) * sum_tile < V ? (ti + 1) * sum_tile : V; };
+  for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k))
+    ops.copy_range(pu, s.R, tile_of(t.token_of(k)) * sum_tile, tile_end(tile_of(t.token_of(k))));
+  ops.sync();
+  for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) ops.put(s.R, t.token_of(k), 0.0f);
+  ops.sync();
+  for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) {
+    const std::int64_t tk = tile_of(t.token_of(k));
+    const double v = ops.tile_sum(row_ref{s.R, 1}, V, tk);
+    ops.put(s.tr, tk, v);
+  }
+  ops.sync();
+  const double mr = sum_tiles(s.tr, nt);
+  if (mr > 0.0) {
+    double un = 0.0;
+    SPECDEC_TRY(take_uniform(uni, u, 0, un));
+    const double target = un * mr;
+    std::int64_t tt = 0;
+    double cum = 0.0;
+    while (y < 0 && locate_tile(s.tr, nt, target, tt, cum)) {
+      bool touched = false;
+      for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) touched |= tile_of(t.token_of(k)) == tt;
+      y = ops.scan_tile(touched ? row_ref{s.R, 1} : pu, V, tt, cum, target);
+      if (y < 0) cum += s.tr[tt++];
+    }
+    if (y < 0) {  // rounding passed the row: the last positive entry of R, R in full
+      ops.copy(pu, s.R, V);
+      for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) ops.put(s.R, t.token_of(k), 0.0f);
+      ops.sync();
+      y = ops.last_positive(row_ref{s.R, 1}, V);
+    }
+  }
+  return status::success();
+}
+
 //! deterministic: the one-hot-q rule (q is not read).
 SPECDEC_NO_EXEC_CHECK
 template <class Topo, class Ops, class Uni>
@@ -263,7 +329,7 @@ SPECDEC_HD status walk_deterministic(const Topo& t, const Ops& ops, const Uni& u
     node_id accepted = -1;
     for (std::uint32_t j = 0; c >= 0; ++j, c = t.next_sibling(c)) {
       const token_id x = t.token_of(c);
-      const double rx = earlier_sibling_has(t, u, c, x) ? 0.0 : static_cast<double>(pu[x]);
+      const double rx = earlier_sibling_has(t, u, c, x) ? 0.0 : static_cast<double>(row_value(ops, pu, x));
       double un = 0.0;
       SPECDEC_TRY(take_uniform(uni, u, 1u + j, un));
       // Accept with probability P(x) = rx / M; on rejection P(x) = 0 and renormalize.
@@ -278,44 +344,22 @@ SPECDEC_HD status walk_deterministic(const Topo& t, const Ops& ops, const Uni& u
       u = accepted;
       continue;
     }
-    // Every child rejected: sample R = p_u with the children's tokens
-    // removed. R is materialised only in the tiles holding such a token;
-    // its tile sums are p_u's (from the mass pass) with those tiles redone.
+    // Every child rejected: sample R = p_u with the children's tokens removed.
     o.last = u;
-    const std::int64_t nt = sum_tile_count(V);
-    for (std::int64_t ti = 0; ti < nt; ++ti) ops.put(s.tr, ti, s.tp[ti]);
-    auto tile_of = [](token_id x) { return static_cast<std::int64_t>(x) / sum_tile; };
-    auto tile_end = [&](std::int64_t ti) { return (ti + 1) * sum_tile < V ? (ti + 1) * sum_tile : V; };
-    for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k))
-      ops.copy(pu, s.R, tile_of(t.token_of(k)) * sum_tile, tile_end(tile_of(t.token_of(k))));
-    ops.sync();
-    for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) ops.put(s.R, t.token_of(k), 0.0f);
-    ops.sync();
-    for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) {
-      const std::int64_t tk = tile_of(t.token_of(k));
-      const double v = ops.tile_sum(row_ref{s.R, 1}, V, tk);
-      ops.put(s.tr, tk, v);
-    }
-    ops.sync();
-    const double mr = sum_tiles(s.tr, nt);
     token_id y = -1;
-    if (mr > 0.0) {
-      double un = 0.0;
-      SPECDEC_TRY(take_uniform(uni, u, 0, un));
-      const double target = un * mr;
-      std::int64_t tt = 0;
-      double cum = 0.0;
-      while (y < 0 && locate_tile(s.tr, nt, target, tt, cum)) {
-        bool touched = false;
-        for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) touched |= tile_of(t.token_of(k)) == tt;
-        y = ops.scan_tile(touched ? row_ref{s.R, 1} : pu, V, tt, cum, target);
-        if (y < 0) cum += s.tr[tt++];
-      }
-      if (y < 0) {  // rounding passed the row: the last positive entry of R, R in full
-        ops.copy(pu, s.R, 0, V);
-        for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) ops.put(s.R, t.token_of(k), 0.0f);
-        ops.sync();
-        y = ops.last_positive(row_ref{s.R, 1}, V);
+    if constexpr (requires { ops.tile_sum(pu, V, V); }) {
+      SPECDEC_TRY(emit_excluding_tiled(t, ops, uni, rows, s, u, y));
+    } else {  // policies with another tile layout (vocabulary shards): R in full
+      ops.copy(pu, s.R, V);
+      ops.sync();
+      for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) ops.put(s.R, t.token_of(k), 0.0f);
+      ops.sync();
+      double mr = 0.0;
+      (void)ops.mass(row_ref{s.R, 1}, V, s.tr, mr);
+      if (mr > 0.0) {
+        double un = 0.0;
+        SPECDEC_TRY(take_uniform(uni, u, 0, un));
+        y = ops.sample(row_ref{s.R, 1}, V, s.tr, un * mr);
       }
     }
     if (y < 0) (void)ops.argmax(pu, V, y);
@@ -380,7 +424,7 @@ SPECDEC_HD status walk_typical(const Topo& t, const Ops& ops, const Uni& uni, co
         std::fmin(static_cast<double>(vp.typical_epsilon), static_cast<double>(vp.typical_delta) * std::exp(-h));
     const double thr = tau * mass;  // compare unnormalized entries
     for (; c >= 0; c = t.next_sibling(c)) {
-      if (!(static_cast<double>(row[t.token_of(c)]) > thr)) continue;
+      if (!(static_cast<double>(row_value(ops, row, t.token_of(c))) > thr)) continue;
       ops.put(s.queue, tail++, c);
       ops.put(s.depth, c, du + 1);
       ops.put(s.from, c, u);
@@ -428,7 +472,7 @@ SPECDEC_HD void traversal_reject(const Topo& t, const Ops& ops, const walk_rows&
     if constexpr (requires { ops.scaled_residual(rows.prow(u), rows.qrow(u), sc.R, s2, rows.V, sc.tr); }) {
       rm = ops.scaled_residual(rows.prow(u), rows.qrow(u), sc.R, s2, rows.V, sc.tr);  // one read
     } else {
-      ops.copy(rows.prow(u), sc.R, 0, rows.V);
+      ops.copy(rows.prow(u), sc.R, rows.V);
       ops.sync();
       rm = ops.update_residual(rows.qrow(u), sc.R, s2, rows.V, sc.tr);
     }
@@ -443,7 +487,7 @@ SPECDEC_HD void traversal_reject(const Topo& t, const Ops& ops, const walk_rows&
       f.mass = 0.0;
     }
   }
-  if (wor && !dup) f.rejected_q += static_cast<double>(rows.qrow(u)[x]);
+  if (wor && !dup) f.rejected_q += static_cast<double>(row_value(ops, rows.qrow(u), x));
 }
 
 //! block / traversal / traversal_without_replacement: leaves to root
@@ -471,9 +515,10 @@ SPECDEC_HD status walk_traversal(const Topo& t, const Ops& ops, const Uni& uni, 
       const token_id x = t.token_of(c);
       const bool dup = wor && earlier_sibling_has(t, u, c, x);
       const double keep = 1.0 - f.rejected_q;
-      const double qj = dup || !(keep > 0.0) ? 0.0 : static_cast<double>(qu[x]) / keep;
+      const float qx = row_value(ops, qu, x), px = row_value(ops, pu, x);
+      const double qj = dup || !(keep > 0.0) ? 0.0 : static_cast<double>(qx) / keep;
       // m_u(x), rounded as the residual pass rounds R(x).
-      const float r = pu[x] - rounded_product(f.s, qu[x]);
+      const float r = px - rounded_product(f.s, qx);
       const double mx = f.k * static_cast<double>(r > 0.0f ? r : 0.0f);
       f.last_child = c;
       const std::uint32_t draw = 1u + f.tried++;
