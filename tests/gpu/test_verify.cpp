@@ -1,13 +1,9 @@
-// GPU batched verification against the host twin (specdec::verify_batch):
-// identical accepted paths, tokens and codes for the same Philox keys.
-//
-// Tolerance policy: the kernel reduces row masses and prefix sums in a
-// different order than the host (see include/specdec/kernels/verify.hpp),
-// so masses agree to ~1e-7 relative and a token could differ only if a
-// uniform fell that close to a boundary: ~1e-7 per draw. These inputs use a
-// few hundred draws on random rows without engineered ties, so exact token
-// equality is required (a rare mismatch would show up as one request, not a
-// pattern; rerun with another seed to tell the two apart).
+// GPU batched verification against the host (specdec::verify_batch): the
+// kernel runs the host's walk and request checks with the CUDA row policy,
+// and both sum rows in the fixed order of sample/order.hpp, so accepted
+// paths, tokens, codes and per-depth counts must be identical for the same
+// Philox keys or caller uniforms (typical_lossy excepted only where a
+// threshold lies within an ulp of an entry: not the case for these inputs).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -19,6 +15,7 @@
 #include "gpu_util.hpp"
 #include "specdec/kernels.hpp"
 #include "specdec/verify/batch_verify.hpp"
+#include "verify/malformed_cases.hpp"
 
 using namespace specdec;
 using specdec_test::device_buffer;
@@ -86,39 +83,69 @@ batch make_batch(std::mt19937& gen, int R, std::int64_t V, int max_n) {
   return b;
 }
 
-void compare(const batch& b, int L) {
+struct launch_options {
+  int L = 32;
+  std::int64_t col_stride = 1;                    // rows stored with this element stride
+  const std::vector<double>* uniforms = nullptr;  // caller uniforms, else Philox
+  std::int32_t draws_per_node = 0;
+  int depth_counters = 8;
+};
+
+// Rows re-laid with an element stride (the other entries hold NaN, which must never be read).
+std::vector<float> spread(const std::vector<float>& x, std::int64_t s) {
+  std::vector<float> y(x.size() * static_cast<std::size_t>(s), std::numeric_limits<float>::quiet_NaN());
+  for (std::size_t i = 0; i < x.size(); ++i) y[i * static_cast<std::size_t>(s)] = x[i];
+  return y;
+}
+
+void compare(const batch& b, const launch_options& opt = {}) {
   const int R = static_cast<int>(b.params.size());
+  const int L = opt.L;
   const std::int32_t total = b.offsets.back();
+  const std::int64_t cs = opt.col_stride;
+  const auto P = spread(b.P, cs), Q = spread(b.Q, cs);
+  std::int64_t ext[2] = {total, b.V}, str[2] = {b.V * cs, cs};
   // Host.
   std::vector<node_id> hpaths(static_cast<std::size_t>(R * L), -3);
   std::vector<token_id> htoks(static_cast<std::size_t>(R * L), -3);
   std::vector<verify_result> hres(static_cast<std::size_t>(R));
+  std::vector<std::int64_t> hdepth(static_cast<std::size_t>(opt.depth_counters), 0);
   std::vector<std::byte> ws(verify_batch_workspace_size(b.V, b.offsets));
-  const verify_batch_input in{b.offsets, tree_view{b.token.data(), b.parent.data(), nullptr, nullptr, total},
-                              make_view(b.P.data(), total, b.V).as_const(),
-                              make_view(b.Q.data(), total, b.V).as_const(), b.params};
-  const verify_batch_output out{make_view(hpaths.data(), R, L), make_view(htoks.data(), R, L), hres, {}};
+  verify_batch_input in{b.offsets, tree_view{b.token.data(), b.parent.data(), nullptr, nullptr, total},
+                        make_strided_view(P.data(), ext, str), make_strided_view(Q.data(), ext, str), b.params};
+  if (opt.uniforms != nullptr) {
+    in.uniforms = *opt.uniforms;
+    in.draws_per_node = opt.draws_per_node;
+  }
+  const verify_batch_output out{make_view(hpaths.data(), R, L), make_view(htoks.data(), R, L), hres, hdepth};
   (void)verify_batch(in, ws, out);
   // Device.
   device_buffer<std::int32_t> d_off(b.offsets);
   device_buffer<token_id> d_tok(b.token);
   device_buffer<node_id> d_par(b.parent);
-  device_buffer<float> d_p(b.P), d_q(b.Q);
+  device_buffer<float> d_p(P), d_q(Q);
   device_buffer<verify_params> d_params(b.params);
   device_buffer<node_id> d_paths(std::vector<node_id>(static_cast<std::size_t>(R * L), -3));
   device_buffer<token_id> d_toks(std::vector<token_id>(static_cast<std::size_t>(R * L), -3));
   device_buffer<verify_result> d_res(static_cast<std::size_t>(R));
-  const std::size_t wbytes = kernels::verify_batch_workspace_size(R, static_cast<std::int32_t>(b.V), b.max_nodes);
-  device_buffer<unsigned char> d_ws(wbytes);
+  device_buffer<unsigned long long> d_depth(
+      std::vector<unsigned long long>(static_cast<std::size_t>(opt.depth_counters), 0));
+  device_buffer<double> d_uni(opt.uniforms ? *opt.uniforms : std::vector<double>{});
   kernels::verify_batch_params kp;
   kp.offsets = d_off.data();
   kp.token = d_tok.data();
   kp.parent = d_par.data();
   kp.p = d_p.data();
-  kp.p_row_stride = b.V;
+  kp.p_row_stride = b.V * cs;
+  kp.p_col_stride = cs;
   kp.q = d_q.data();
-  kp.q_row_stride = b.V;
+  kp.q_row_stride = b.V * cs;
+  kp.q_col_stride = cs;
   kp.params = d_params.data();
+  if (opt.uniforms != nullptr) {
+    kp.uniforms = d_uni.data();
+    kp.draws_per_node = opt.draws_per_node;
+  }
   kp.num_requests = R;
   kp.vocab = static_cast<std::int32_t>(b.V);
   kp.max_nodes = b.max_nodes;
@@ -126,13 +153,20 @@ void compare(const batch& b, int L) {
   kp.paths = d_paths.data();
   kp.tokens = d_toks.data();
   kp.results = d_res.data();
-  kp.workspace = d_ws.data();
-  kp.workspace_bytes = wbytes;
-  REQUIRE(kernels::verify_batch(kp, nullptr).ok());
+  kp.accepted_per_depth = d_depth.data();
+  kp.depth_counters = opt.depth_counters;
+  const std::size_t wbytes = kernels::verify_batch_workspace_size(kp);
+  device_buffer<unsigned char> d_ws(wbytes);
+  REQUIRE(kernels::verify_batch(kp, d_ws.data(), wbytes, nullptr).ok());
   REQUIRE(kernels::synchronize(nullptr).ok());
   const auto dres = d_res.download();
   const auto dpaths = d_paths.download();
   const auto dtoks = d_toks.download();
+  const auto ddepth = d_depth.download();
+  bool host_only = false;  // block/traversal requests are counted by the host only
+  for (const auto& vp : b.params) host_only = host_only || is_traversal(vp.mode);
+  for (int d = 0; d < opt.depth_counters && !host_only; ++d)
+    CHECK(static_cast<std::int64_t>(ddepth[static_cast<std::size_t>(d)]) == hdepth[static_cast<std::size_t>(d)]);
   for (int r = 0; r < R; ++r) {
     const auto& h = hres[static_cast<std::size_t>(r)];
     const auto& d = dres[static_cast<std::size_t>(r)];
@@ -159,21 +193,55 @@ void compare(const batch& b, int L) {
 TEST_CASE("GPU verify_batch matches the host path token for token") {
   std::mt19937 gen(4242);
   INFO("seed 4242");
-  // Aligned (V % 4 == 0, float4 path) and unaligned vocabularies, small and large.
   for (std::int64_t V : {8, 100, 1001, 8193, 32000, 128256}) {
     const int R = V > 10000 ? 12 : 48;
     const auto b = make_batch(gen, R, V, V > 10000 ? 16 : 24);
-    compare(b, 32);
+    compare(b);
   }
 }
 
-TEST_CASE("GPU verify_batch reports per-request errors like the host") {
-  std::mt19937 gen(99);
-  auto b = make_batch(gen, 12, 64, 8);
-  // NaN in request 2's root row, a token out of range in request 4.
-  b.P[static_cast<std::size_t>(b.offsets[2] * 64)] = std::numeric_limits<float>::quiet_NaN();
-  if (b.offsets[5] - b.offsets[4] > 1) b.token[static_cast<std::size_t>(b.offsets[4] + 1)] = 64;
-  compare(b, 16);
+TEST_CASE("GPU verify_batch with strided columns and caller uniforms matches the host") {
+  std::mt19937 gen(777);
+  INFO("seed 777");
+  for (std::int64_t V : {100, 3000}) {
+    const auto b = make_batch(gen, 24, V, 12);
+    launch_options opt;
+    opt.col_stride = 3;
+    compare(b, opt);
+    // Uniforms from std::mt19937_64, including exact 0 and the largest double below 1.
+    std::mt19937_64 mt(5);
+    std::vector<double> u(static_cast<std::size_t>(b.offsets.back()) * 13);
+    for (auto& x : u) x = static_cast<double>(mt() >> 11) * 0x1p-53;
+    for (std::size_t i = 0; i < u.size(); i += 7) u[i] = 0.0;
+    for (std::size_t i = 3; i < u.size(); i += 11) u[i] = std::nextafter(1.0, 0.0);
+    launch_options uo;
+    uo.uniforms = &u;
+    uo.draws_per_node = 13;
+    compare(b, uo);
+  }
+}
+
+TEST_CASE("GPU verify_batch reports every malformed-input class with the host's code") {
+  const auto mb = vtest::make_malformed_batch();
+  batch b;
+  b.V = mb.V;
+  b.offsets = mb.offsets;
+  b.token = mb.token;
+  b.parent = mb.parent;
+  b.P = mb.P;
+  b.Q = mb.Q;
+  b.params = mb.params;
+  b.max_nodes = mb.max_nodes;
+  launch_options opt;
+  opt.L = mb.L;
+  compare(b, opt);  // device codes == host codes, request by request
+  // Caller uniforms outside [0, 1) are rejected by both.
+  std::vector<double> u(static_cast<std::size_t>(b.offsets.back()) * 4, 0.5);
+  u[1] = 1.0;
+  launch_options uo = opt;
+  uo.uniforms = &u;
+  uo.draws_per_node = 4;
+  compare(b, uo);
 }
 
 TEST_CASE("GPU verify_batch answers unsupported for block and traversal requests, verifies the rest") {
@@ -182,15 +250,22 @@ TEST_CASE("GPU verify_batch answers unsupported for block and traversal requests
   b.params[1].mode = verify_mode::traversal;
   b.params[4].mode = verify_mode::traversal_without_replacement;
   b.params[7].mode = verify_mode::block;
-  compare(b, 16);
+  launch_options opt;
+  opt.L = 16;
+  compare(b, opt);
 }
 
 TEST_CASE("GPU verify_batch can_implement rejects bad launches") {
   kernels::verify_batch_params kp;
   kp.num_requests = 1;
   CHECK(kernels::verify_batch_can_implement(kp) == status_code::invalid_argument);
-  CHECK(kernels::verify_batch(kp, nullptr) == status_code::invalid_argument);
+  CHECK(kernels::verify_batch(kp, nullptr, 0, nullptr) == status_code::invalid_argument);
   kp.num_requests = 0;
-  CHECK(kernels::verify_batch(kp, nullptr).ok());
-  CHECK(kernels::verify_batch_workspace_size(2, 10, 3) == 2 * (48 + 24));
+  CHECK(kernels::verify_batch(kp, nullptr, 0, nullptr).ok());
+  CHECK(kernels::verify_batch_workspace_size(kp) == 0);
+  kp.num_requests = 2;
+  kp.vocab = 10;
+  kp.max_nodes = 3;
+  CHECK(kernels::verify_batch_workspace_size(kp) == 2 * kernels::verify_request_workspace_bytes(10, 3));
+  CHECK(kernels::verify_request_workspace_bytes(10, 3) % workspace_alignment == 0);
 }

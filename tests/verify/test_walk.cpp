@@ -358,3 +358,34 @@ TEST_CASE("the linked-list topology walks exactly like the parent array") {
   const std::int32_t nt_root[4] = {1, 0, -1, -1};
   CHECK(validate_linked_tree(nt_root, ns_none, 4, scratch.data()) == status_code::multiple_roots);
 }
+
+TEST_CASE("deterministic emission after rejections equals a brute-force sample of p without the children") {
+  const std::uint32_t seed = 99;
+  std::mt19937 gen(seed);
+  INFO("seed " << seed);
+  for (int trial = 0; trial < 40; ++trial) {
+    const std::int64_t V = 2500 + static_cast<std::int64_t>(gen() % 3000);
+    const auto row = random_row(gen, V, 0.2);
+    request rq{V, {}, row, row};
+    rq.tree.add_root(0);
+    const int k = 1 + static_cast<int>(gen() % 4);
+    for (int j = 0; j < k; ++j) rq.tree.add_child(0, static_cast<token_id>(gen() % static_cast<unsigned>(V)));
+    for (int j = 0; j < k; ++j) rq.P.insert(rq.P.end(), row.begin(), row.end());
+    rq.Q = rq.P;
+    // Acceptance uniforms just below 1 reject every child; draw 0 is random.
+    std::vector<double> u(static_cast<std::size_t>((k + 1) * (k + 1)), std::nextafter(1.0, 0.0));
+    u[0] = std::uniform_real_distribution<double>(0.0, 1.0)(gen);
+    if (trial % 5 == 0) u[0] = 0.0;
+    verify_params vp;
+    vp.mode = verify_mode::deterministic;
+    const caller_uniforms cu{u.data(), k + 1, k + 1};
+    const outcome o = run_tree(rq, vp, &cu);
+    REQUIRE(o.code == status_code::ok);
+    if (o.r.accepted != 0) continue;  // a child with p near 1 may still be accepted
+    auto R = row;
+    for (node_id c = 1; c <= k; ++c) R[static_cast<std::size_t>(rq.tree.token(c))] = 0.0f;
+    double mr = 0.0;
+    REQUIRE(validate_probability_row(make_view(R.data(), V).as_const(), &mr).ok());
+    CHECK(o.r.next_token == sample_row(make_view(R.data(), V).as_const(), u[0], mr));
+  }
+}

@@ -19,6 +19,9 @@
 #define SPECDEC_DEVICE __device__ inline
 //! A kernel entry point.
 #define SPECDEC_KERNEL __global__
+//! Placed before a host-device template whose device instantiations call
+//! device-only policies (the verification walk with the CUDA row policy).
+#define SPECDEC_NO_EXEC_CHECK _Pragma("nv_exec_check_disable")
 //! 1: compiled by nvcc.
 #define SPECDEC_IS_DEVICE_COMPILER 1
 #else
@@ -28,6 +31,8 @@
 #define SPECDEC_DEVICE inline
 //! Host compilers: nothing.
 #define SPECDEC_KERNEL
+//! Host compilers: nothing.
+#define SPECDEC_NO_EXEC_CHECK
 //! 0: compiled by a host compiler.
 #define SPECDEC_IS_DEVICE_COMPILER 0
 #endif

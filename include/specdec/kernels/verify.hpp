@@ -1,31 +1,38 @@
 //! \file
-//! CUDA batched tree verification (host API of specdec::kernels). The
-//! device twin of specdec::verify_batch (verify/batch_verify.hpp): same
-//! modes, same walk, same Philox keys (verify/verify_params.hpp), one
-//! thread block per request, vocabulary-parallel row passes. The block and
-//! traversal modes are host-only for now: such a request gets
-//! `unsupported` in its result code.
+//! CUDA batched tree verification: the host API of specdec::kernels. The
+//! kernel (cuda/verify.cuh) runs THE verification walk of the host
+//! verifiers (verify/detail/walk.hpp) with a device row policy, one thread
+//! block per request; the request checks are shared too
+//! (verify/request_checks.hpp).
+//! The block and traversal modes are host-only for now: such a request
+//! gets `unsupported` in its result code.
 //!
-//! Equality with the host path: every decision uses the same uniforms and
-//! the same element-wise formulas (residual updates use non-contracted
-//! float arithmetic on both sides, acceptance tests the same double
-//! products), but row masses and inverse-CDF prefix sums are reduced in a
-//! different order (the host's fixed 8-lane order with float partial sums
-//! over 32-element blocks; per-thread double sums and CUB block trees on
-//! the device). Masses therefore agree to about 1e-7 relative, and a token
-//! can differ only when a uniform lands that close to a cumulative-sum or
-//! acceptance boundary (probability ~1e-7 per draw); with random inputs the
-//! tokens are identical. Typical acceptance also uses the device log/exp,
-//! so a typical threshold equal to an entry within a few ulps may decide
-//! differently.
+//! Equality with the host path (verify_batch in verify/batch_verify.hpp):
+//! same walk, same checks and status codes, same uniforms (keyed Philox or
+//! the caller's), row masses and inverse-CDF prefix sums in the same fixed
+//! order (sample/order.hpp), the same non-contracted float residual
+//! updates and double acceptance products. Paths, tokens and codes are
+//! therefore identical for every mode but typical_lossy, whose entropy uses
+//! the device's log/exp (a threshold within an ulp of an entry may decide
+//! differently).
+//!
+//! Convention (core/workspace.hpp): verify_batch_workspace_size(params) ->
+//! bytes, verify_batch_can_implement(params) -> status (host checks only),
+//! verify_batch(params, workspace, bytes, stream); per-request status codes
+//! land in results[r].code on the device. The first two are inline here;
+//! an engine compiling cuda/verify.cuh itself launches with
+//! cuda::verify_batch, which verify_batch wraps.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
+#include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
+#include "specdec/core/workspace.hpp"
 #include "specdec/tree/token_tree.hpp"
+#include "specdec/verify/detail/walk.hpp"
 #include "specdec/verify/verify_params.hpp"
 
 namespace specdec::kernels {
@@ -34,42 +41,83 @@ namespace specdec::kernels {
 //! pointers are device memory. Trivially copyable (passed by value to the
 //! kernel).
 struct verify_batch_params {
-  const std::int32_t* offsets = nullptr;  //!< R + 1 node offsets (strictly increasing, offsets[0] = 0)
+  const std::int32_t* offsets = nullptr;  //!< R + 1 node offsets (request r owns [offsets[r], offsets[r + 1]))
   const token_id* token = nullptr;        //!< concatenated tree tokens
   const node_id* parent = nullptr;        //!< concatenated local parent ids (root -1)
-  const float* p = nullptr;               //!< offsets[R] target rows, unit column stride
-  std::int64_t p_row_stride = 0;          //!< elements between consecutive p rows (>= vocab)
+  const float* p = nullptr;               //!< offsets[R] target rows
+  std::int64_t p_row_stride = 0;          //!< elements between consecutive p rows
+  std::int64_t p_col_stride = 1;          //!< elements between consecutive entries of a p row (any >= 1)
   const float* q = nullptr;               //!< draft rows like p; may be null if no request reads q
   std::int64_t q_row_stride = 0;
+  std::int64_t q_col_stride = 1;
   const verify_params* params = nullptr;  //!< R per-request settings
-  std::int32_t num_requests = 0;          //!< R
-  std::int32_t vocab = 0;                 //!< V
-  std::int32_t max_nodes = 0;             //!< an upper bound on every request's node count
-  std::int32_t out_stride = 0;            //!< L: row length of paths and tokens (>= deepest tree + 1)
-  node_id* paths = nullptr;               //!< R x L accepted node ids (row r: root first)
-  token_id* tokens = nullptr;             //!< R x L emitted tokens
-  verify_result* results = nullptr;       //!< R results; code = per-request status
-  void* workspace = nullptr;              //!< verify_batch_workspace_size bytes, 16-byte aligned
-  std::size_t workspace_bytes = 0;
+  //! Null for the keyed Philox streams; else offsets[R] x draws_per_node
+  //! caller uniforms, node-major (layout of caller_uniforms).
+  const double* uniforms = nullptr;
+  std::int32_t draws_per_node = 0;
+  std::int32_t num_requests = 0;     //!< R
+  std::int32_t vocab = 0;            //!< V
+  std::int32_t max_nodes = 0;        //!< an upper bound on every request's node count
+  std::int32_t out_stride = 0;       //!< L: row length of paths and tokens (>= deepest tree + 1)
+  node_id* paths = nullptr;          //!< R x L accepted node ids (row r: root first)
+  token_id* tokens = nullptr;        //!< R x L emitted tokens
+  verify_result* results = nullptr;  //!< R results; code = per-request status
+  //! Optional (null = not counted): D counters; entry d - 1 is incremented
+  //! (atomically) for every request whose accepted path reaches depth d <= D.
+  unsigned long long* accepted_per_depth = nullptr;
+  std::int32_t depth_counters = 0;  //!< D
 };
 
 static_assert(std::is_trivially_copyable_v<verify_batch_params>);
 
-//! Bytes of device workspace: per request V floats (residual) rounded up to
-//! 16 bytes, plus 8 bytes per node (typical-acceptance thresholds).
-std::size_t verify_batch_workspace_size(std::int32_t num_requests, std::int32_t vocab, std::int32_t max_nodes) noexcept;
+//! Bytes of one request's slice of the workspace (the walk's scratch for V
+//! and max_nodes, carved as on the host, 256-byte aligned).
+SPECDEC_HD std::size_t verify_request_workspace_bytes(std::int32_t vocab, std::int32_t max_nodes) noexcept {
+  if (vocab <= 0 || max_nodes <= 0) return 0;
+  workspace_carver w;
+  (void)detail::carve_walk_scratch(w, vocab, max_nodes);
+  return w.bytes_used();
+}
+
+//! Bytes of device workspace: num_requests slices of
+//! verify_request_workspace_bytes. 0 for an empty or malformed launch.
+inline std::size_t verify_batch_workspace_size(const verify_batch_params& P) noexcept {
+  if (P.num_requests <= 0) return 0;
+  return verify_request_workspace_bytes(P.vocab, P.max_nodes) * static_cast<std::size_t>(P.num_requests);
+}
 
 //! Checks what can be checked on the host without reading device memory:
-//! non-null pointers, positive sizes, strides, workspace size and
-//! alignment. Per-request problems (malformed trees, out-of-range tokens,
-//! NaN rows, a request longer than max_nodes or deeper than L) are found
-//! by the kernel and reported in results[r].code (outputs of that request
-//! untouched).
-status verify_batch_can_implement(const verify_batch_params& params) noexcept;
+//! non-null pointers, positive sizes, strides. Per-request problems
+//! (malformed trees, out-of-range tokens, NaN rows, a request longer than
+//! max_nodes or deeper than L) are found by the kernel with the host's
+//! checks and reported in results[r].code (outputs of that request untouched).
+inline status verify_batch_can_implement(const verify_batch_params& P) noexcept {
+  if (P.num_requests < 0) return make_status(status_code::invalid_argument, "num_requests must be >= 0");
+  if (P.num_requests == 0) return status::success();
+  if (P.vocab <= 0) return make_status(status_code::invalid_argument, "vocab must be positive");
+  if (P.max_nodes <= 0) return make_status(status_code::invalid_argument, "max_nodes must be positive");
+  if (P.out_stride <= 0) return make_status(status_code::invalid_argument, "out_stride must be positive");
+  if (P.offsets == nullptr || P.token == nullptr || P.parent == nullptr || P.p == nullptr || P.params == nullptr ||
+      P.paths == nullptr || P.tokens == nullptr || P.results == nullptr)
+    return make_status(status_code::invalid_argument, "a required device pointer is null");
+  if (P.p_col_stride < 1 || P.q_col_stride < 1)
+    return make_status(status_code::invalid_argument, "column strides must be >= 1");
+  if (P.p_row_stride < 0 || P.q_row_stride < 0)
+    return make_status(status_code::invalid_argument, "row strides must be >= 0");
+  if (P.uniforms != nullptr && P.draws_per_node <= 0)
+    return make_status(status_code::invalid_argument, "draws_per_node must be positive with caller uniforms");
+  if (P.accepted_per_depth != nullptr && P.depth_counters <= 0)
+    return make_status(status_code::invalid_argument, "depth_counters must be positive with accepted_per_depth");
+  return status::success();
+}
 
-//! Launches the verification of every request (asynchronous on `stream`, a
-//! cudaStream_t; null = default stream). Returns the launch status; read
-//! results[] after synchronizing. Deterministic for given keys.
-status verify_batch(const verify_batch_params& params, void* stream) noexcept;
+//! Checks, then launches the verification of every request (asynchronous
+//! on `stream`, a cudaStream_t; null = default stream). `workspace`: device
+//! memory of at least verify_batch_workspace_size(params) bytes, 256-byte
+//! aligned (cudaMalloc memory is). Returns buffer_too_small /
+//! invalid_argument before launching, else the launch status; read results
+//! after synchronizing. Deterministic for given keys or uniforms.
+status verify_batch(const verify_batch_params& params, void* workspace, std::size_t workspace_bytes,
+                    void* stream) noexcept;
 
 }  // namespace specdec::kernels

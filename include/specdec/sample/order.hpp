@@ -6,11 +6,13 @@
 //! the same order, so the same row and the same uniform give the same token
 //! on both sides, bit for bit.
 //!
-//! The order (all arithmetic in double, every float widened exactly):
+//! The order:
 //! - the row is cut into tiles of `sum_tile` = 1024 elements (the last one
 //!   padded with zeros);
 //! - a tile's sum is a halving tree: s[j] = (x[j] + x[j + 512]) +
-//!   (x[j + 256] + x[j + 768]) for j < 256, then s[j] += s[j + h] for
+//!   (x[j + 256] + x[j + 768]) for j < 256, these three additions in float
+//!   (so four entries take one widening; the same rounding as the old
+//!   4-element float partial sums), then, in double, s[j] += s[j + h] for
 //!   h = 128, 64, ..., 1 (j < h); the sum is s[0];
 //! - the row mass is the tile sums added left to right, from 0.
 //!
@@ -47,14 +49,24 @@ SPECDEC_HD constexpr std::int64_t sum_tile_count(std::int64_t vocab) noexcept {
 
 namespace detail {
 
+//! A row of floats: element i at d[i * s] (any stride).
+struct row_ref {
+  const float* d;
+  std::int64_t s;
+  SPECDEC_HD float operator[](std::int64_t i) const noexcept { return d[i * s]; }
+};
+
 //! Sum of one tile in the fixed halving-tree order; `ld(i)` for i < n
 //! (n <= sum_tile) returns element i as float, missing elements are 0.
 //! The scalar reference of every vectorised or parallel tile sum.
 template <class L>
 SPECDEC_HD double tile_tree_sum(L ld, std::int64_t n) noexcept {
   double s[256];
-  auto at = [&](std::int64_t i) { return i < n ? static_cast<double>(ld(i)) : 0.0; };
-  for (std::int64_t j = 0; j < 256; ++j) s[j] = (at(j) + at(j + 512)) + (at(j + 256) + at(j + 768));
+  auto at = [&](std::int64_t i) { return i < n ? static_cast<float>(ld(i)) : 0.0f; };
+  for (std::int64_t j = 0; j < 256; ++j) {
+    const float a = at(j) + at(j + 512), b = at(j + 256) + at(j + 768);
+    s[j] = static_cast<double>(a + b);
+  }
   for (std::int64_t h = 128; h >= 1; h /= 2)
     for (std::int64_t j = 0; j < h; ++j) s[j] += s[j + h];
   return s[0];

@@ -11,7 +11,10 @@
 //!   the CUDA policy (one thread block per request) is in cuda/verify.cuh.
 //!   Every pass is collective: all participants call it with the same
 //!   arguments and get the same result, and its writes are visible to all
-//!   of them when it returns. A vocabulary-sharded policy (rows split over
+//!   of them when it returns. Optional: `tile_sum`, `scan_tile`,
+//!   `last_positive` and `copy_range` (policies whose tiles are the
+//!   global tiles of sample/order.hpp) let the deterministic mode emit
+//!   without copying the row. A vocabulary-sharded policy (rows split over
 //!   ranks) fits the same interface: masses are tile sums combined left to
 //!   right, so tiles owned by different ranks combine exactly as on one
 //!   device, and argmax merges with the tie order.
@@ -23,7 +26,7 @@
 #include "specdec/core/config.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/status.hpp"
-#include "specdec/sample/detail/host_rows.hpp"
+#include "specdec/sample/order.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {

@@ -36,23 +36,6 @@ namespace specdec {
 
 namespace detail {
 
-//! The walk's scratch, carved in one fixed order (sizing and running share it).
-inline walk_scratch carve_walk_scratch(workspace_carver& w, std::int64_t V, std::int32_t n) noexcept {
-  const auto nt = static_cast<std::size_t>(sum_tile_count(V));
-  const auto nn = static_cast<std::size_t>(n);
-  walk_scratch s{};
-  s.R = w.take<float>(static_cast<std::size_t>(V));
-  s.tp = w.take<double>(nt);
-  s.tq = w.take<double>(nt);
-  s.tr = w.take<double>(nt);
-  s.queue = w.take<std::int32_t>(nn);
-  s.depth = w.take<std::int32_t>(nn);
-  s.from = w.take<std::int32_t>(nn);
-  s.path = w.take<std::int32_t>(nn);
-  s.frames = w.take<traversal_frame>(nn);
-  return s;
-}
-
 //! Shared size/shape checks of the p and q views against N nodes.
 inline status check_rows(const view2d<const float>& p, const view2d<const float>& q, std::int64_t p_rows,
                          std::int64_t q_rows_min, const verify_params& vp) noexcept {

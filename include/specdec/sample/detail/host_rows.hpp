@@ -20,13 +20,6 @@
 
 namespace specdec::detail {
 
-//! A row of floats: element i at d[i * s] (any stride).
-struct row_ref {
-  const float* d;
-  std::int64_t s;
-  SPECDEC_HD float operator[](std::int64_t i) const noexcept { return d[i * s]; }
-};
-
 #ifdef SPECDEC_SAMPLE_SIMD
 namespace simd {
 typedef float f4 __attribute__((vector_size(16)));
@@ -44,26 +37,37 @@ inline f4 relu(f4 x) noexcept {
   return reinterpret_cast<f4>(reinterpret_cast<i4>(x) & (x > zero));
 }
 #ifdef __AVX__
+// 8 floats, widened to two halves of 4 doubles.
+typedef float fv __attribute__((vector_size(32)));
+typedef std::int32_t iv __attribute__((vector_size(32)));
 typedef double dv __attribute__((vector_size(32)));
-inline constexpr int dw = 4;
-//! (a + b) + (c + d) of four float quadruples, widened to double.
-inline void quad(f4 a, f4 b, f4 c, f4 d, dv* out) noexcept {
-  out[0] = (__builtin_convertvector(a, dv) + __builtin_convertvector(b, dv)) +
-           (__builtin_convertvector(c, dv) + __builtin_convertvector(d, dv));
+inline constexpr int fw = 8, dw = 4;
+inline void widen(fv x, dv* out) noexcept {
+  out[0] = __builtin_convertvector(__builtin_shufflevector(x, x, 0, 1, 2, 3), dv);
+  out[1] = __builtin_convertvector(__builtin_shufflevector(x, x, 4, 5, 6, 7), dv);
 }
 #else
+typedef f4 fv;
+typedef i4 iv;
 typedef double dv __attribute__((vector_size(16)));
-inline constexpr int dw = 2;
-inline dv lo(f4 v) noexcept { return reinterpret_cast<dv>(_mm_cvtps_pd(reinterpret_cast<__m128>(v))); }
-inline dv hi(f4 v) noexcept {
+inline constexpr int fw = 4, dw = 2;
+inline void widen(fv v, dv* out) noexcept {
   const __m128 x = reinterpret_cast<__m128>(v);
-  return reinterpret_cast<dv>(_mm_cvtps_pd(_mm_movehl_ps(x, x)));
-}
-inline void quad(f4 a, f4 b, f4 c, f4 d, dv* out) noexcept {
-  out[0] = (lo(a) + lo(b)) + (lo(c) + lo(d));
-  out[1] = (hi(a) + hi(b)) + (hi(c) + hi(d));
+  out[0] = reinterpret_cast<dv>(_mm_cvtps_pd(x));
+  out[1] = reinterpret_cast<dv>(_mm_cvtps_pd(_mm_movehl_ps(x, x)));
 }
 #endif
+inline fv loadv(const float* p) noexcept {
+  fv v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void storev(float* p, fv v) noexcept { std::memcpy(p, &v, sizeof v); }
+//! max(x, 0) with NaN -> 0 (the scalar `x > 0 ? x : 0`).
+inline fv reluv(fv x) noexcept {
+  const fv zero = {};
+  return reinterpret_cast<fv>(reinterpret_cast<iv>(x) & (x > zero));
+}
 }  // namespace simd
 #endif
 
@@ -74,14 +78,15 @@ inline double tile_sum_full(const float* x, std::uint32_t& signs) noexcept {
 #ifdef SPECDEC_SAMPLE_SIMD
   using namespace simd;
   dv v[256 / dw];
-  i4 sg = {};
-  for (int j = 0; j < 256; j += 4) {
-    const f4 a = load(x + j), b = load(x + j + 512), c = load(x + j + 256), d = load(x + j + 768);
-    sg |= (reinterpret_cast<i4>(a) | reinterpret_cast<i4>(b)) | (reinterpret_cast<i4>(c) | reinterpret_cast<i4>(d));
-    quad(a, b, c, d, v + j / dw);
+  iv sg = {};
+  for (int j = 0; j < 256; j += fw) {
+    const fv a = loadv(x + j), b = loadv(x + j + 512), c = loadv(x + j + 256), d = loadv(x + j + 768);
+    sg |= (reinterpret_cast<iv>(a) | reinterpret_cast<iv>(b)) | (reinterpret_cast<iv>(c) | reinterpret_cast<iv>(d));
+    widen((a + b) + (c + d), v + j / dw);
   }
   for (int h = 128 / dw; h >= 1; h /= 2)
     for (int k = 0; k < h; ++k) v[k] += v[k + h];
+  for (int k = 4; k < fw; ++k) sg[k & 3] |= sg[k];
   signs |= static_cast<std::uint32_t>(sg[0] | sg[1] | sg[2] | sg[3]);
   double s[dw];
   std::memcpy(s, &v[0], sizeof s);

@@ -27,7 +27,7 @@ inline float opaque(float x) noexcept {
   return x;
 }
 #ifdef SPECDEC_SAMPLE_SIMD
-inline simd::f4 opaque(simd::f4 x) noexcept {
+inline simd::fv opaque(simd::fv x) noexcept {
   __asm__("" : "+x"(x));
   return x;
 }
@@ -51,16 +51,16 @@ struct host_row_ops {
       std::int64_t i = 0;
 #ifdef SPECDEC_SAMPLE_SIMD
       if (p.s == 1 && q.s == 1)
-        for (; i + 4 <= n; i += 4)
-          simd::store(R + b + i, simd::relu(simd::load(p.d + b + i) - simd::load(q.d + b + i)));
+        for (; i + simd::fw <= n; i += simd::fw)
+          simd::storev(R + b + i, simd::reluv(simd::loadv(p.d + b + i) - simd::loadv(q.d + b + i)));
 #endif
       for (; i < n; ++i) {
         const float d = p[b + i] - q[b + i];
         R[b + i] = d > 0.0f ? d : 0.0f;
       }
-      tp[t] = tile_sum(p, V, t, sp);
-      tq[t] = tile_sum(q, V, t, sq);
-      tr[t] = tile_sum(row_ref{R, 1}, V, t, sr);
+      tp[t] = detail::tile_sum(p, V, t, sp);
+      tq[t] = detail::tile_sum(q, V, t, sq);
+      tr[t] = detail::tile_sum(row_ref{R, 1}, V, t, sr);
     }
     mp = sum_tiles(tp, nt);
     mq = sum_tiles(tq, nt);
@@ -80,10 +80,10 @@ struct host_row_ops {
       std::int64_t i = 0;
 #ifdef SPECDEC_SAMPLE_SIMD
       if (q.s == 1) {
-        const simd::f4 sv = {s, s, s, s};
-        for (; i + 4 <= n; i += 4) {
-          const simd::f4 prod = opaque(sv * simd::load(q.d + b + i));
-          simd::store(R + b + i, simd::relu(simd::load(R + b + i) - prod));
+        const simd::fv sv = simd::fv{} + s;
+        for (; i + simd::fw <= n; i += simd::fw) {
+          const simd::fv prod = opaque(sv * simd::loadv(q.d + b + i));
+          simd::storev(R + b + i, simd::reluv(simd::loadv(R + b + i) - prod));
         }
       }
 #endif
@@ -91,7 +91,7 @@ struct host_row_ops {
         const float d = R[b + i] - opaque(s * q[b + i]);
         R[b + i] = d > 0.0f ? d : 0.0f;
       }
-      tr[t] = tile_sum(row_ref{R, 1}, V, t, sr);
+      tr[t] = detail::tile_sum(row_ref{R, 1}, V, t, sr);
     }
     return sum_tiles(tr, nt);
   }
@@ -108,10 +108,10 @@ struct host_row_ops {
       std::int64_t i = 0;
 #ifdef SPECDEC_SAMPLE_SIMD
       if (p.s == 1 && q.s == 1) {
-        const simd::f4 sv = {s, s, s, s};
-        for (; i + 4 <= n; i += 4) {
-          const simd::f4 prod = opaque(sv * simd::load(q.d + b + i));
-          simd::store(R + b + i, simd::relu(simd::load(p.d + b + i) - prod));
+        const simd::fv sv = simd::fv{} + s;
+        for (; i + simd::fw <= n; i += simd::fw) {
+          const simd::fv prod = opaque(sv * simd::loadv(q.d + b + i));
+          simd::storev(R + b + i, simd::reluv(simd::loadv(p.d + b + i) - prod));
         }
       }
 #endif
@@ -119,7 +119,7 @@ struct host_row_ops {
         const float d = p[b + i] - opaque(s * q[b + i]);
         R[b + i] = d > 0.0f ? d : 0.0f;
       }
-      tr[t] = tile_sum(row_ref{R, 1}, V, t, sr);
+      tr[t] = detail::tile_sum(row_ref{R, 1}, V, t, sr);
     }
     return sum_tiles(tr, nt);
   }
@@ -144,19 +144,41 @@ struct host_row_ops {
     return true;
   }
 
-  //! Code of a row a pass flagged: non_finite before negative_probability.
+  //! Code of a row a pass flagged: non_finite before negative_probability;
+  //! invalid_argument when every entry is a finite non-negative float but
+  //! the float partial sums overflowed (entries near FLT_MAX).
   status_code classify(row_ref r, std::int64_t V) const noexcept {
+    bool neg = false;
     for (std::int64_t i = 0; i < V; ++i) {
       const float x = r[i];
       if (!(x - x == x - x)) return status_code::non_finite;
+      neg |= x < 0.0f;
     }
-    return status_code::negative_probability;
+    return neg ? status_code::negative_probability : status_code::invalid_argument;
   }
 
-  //! R = row.
-  void copy(row_ref r, float* R, std::int64_t V) const noexcept {
-    for (std::int64_t i = 0; i < V; ++i) R[i] = r[i];
+  //! Sum of tile t of a row (fixed order).
+  double tile_sum(row_ref r, std::int64_t V, std::int64_t t) const noexcept {
+    std::uint32_t signs = 0;
+    return detail::tile_sum(r, V, t, signs);
   }
+
+  //! The inverse-CDF scan inside tile t (cumulative mass c before it), or -1.
+  token_id scan_tile(row_ref r, std::int64_t V, std::int64_t t, double c, double target) const noexcept {
+    const std::int64_t b = t * sum_tile;
+    const std::int64_t n = V - b < sum_tile ? V - b : sum_tile;
+    return detail::scan_tile([&](std::int64_t i) { return r[b + i]; }, b, n, c, target);
+  }
+
+  //! Last token with a positive entry, or -1.
+  token_id last_positive(row_ref r, std::int64_t V) const noexcept { return detail::last_positive(r, V); }
+
+  //! R[i] = row[i] for i in [begin, end).
+  void copy_range(row_ref r, float* R, std::int64_t begin, std::int64_t end) const noexcept {
+    for (std::int64_t i = begin; i < end; ++i) R[i] = r[i];
+  }
+  //! R = row.
+  void copy(row_ref r, float* R, std::int64_t V) const noexcept { copy_range(r, R, 0, V); }
   //! One element written by one writer (the device writes from one thread).
   template <class T>
   void put(T* a, std::int64_t i, T v) const noexcept {

@@ -22,7 +22,7 @@
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
-#include "specdec/sample/detail/host_rows.hpp"
+#include "specdec/core/workspace.hpp"
 #include "specdec/sample/order.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/policy.hpp"
@@ -70,6 +70,24 @@ struct walk_scratch {
   traversal_frame* frames;
 };
 
+//! The walk's scratch, carved in one fixed order (sizing and running share
+//! it; host and device use the same layout).
+SPECDEC_HD walk_scratch carve_walk_scratch(workspace_carver& w, std::int64_t V, std::int32_t n) noexcept {
+  const auto nt = static_cast<std::size_t>(sum_tile_count(V));
+  const auto nn = static_cast<std::size_t>(n);
+  walk_scratch s{};
+  s.R = w.take<float>(static_cast<std::size_t>(V));
+  s.tp = w.take<double>(nt);
+  s.tq = w.take<double>(nt);
+  s.tr = w.take<double>(nt);
+  s.queue = w.take<std::int32_t>(nn);
+  s.depth = w.take<std::int32_t>(nn);
+  s.from = w.take<std::int32_t>(nn);
+  s.path = w.take<std::int32_t>(nn);
+  s.frames = w.take<traversal_frame>(nn);
+  return s;
+}
+
 //! Output of the walk: path[0..accepted] the accepted nodes from the root
 //! (capacity entries), then the emitted token.
 struct walk_out {
@@ -84,7 +102,10 @@ SPECDEC_HD constexpr status row_status(status_code c, node_id u, bool is_q) noex
   if (c == status_code::non_finite)
     return make_status(c, is_q ? "draft row q has a NaN or infinite entry" : "target row p has a NaN or infinite entry",
                        u);
-  return make_status(c, is_q ? "draft row q has a negative entry" : "target row p has a negative entry", u);
+  if (c == status_code::negative_probability)
+    return make_status(c, is_q ? "draft row q has a negative entry" : "target row p has a negative entry", u);
+  return make_status(c, is_q ? "draft row q has entries too large to sum" : "target row p has entries too large to sum",
+                     u);
 }
 
 //! zero_mass, or invalid_argument when tol >= 0 and |m - 1| > tol.
@@ -103,6 +124,7 @@ SPECDEC_HD constexpr status mass_status(double m, float tol, node_id u, bool is_
 //! probability, a residual entry). A policy with a `value(row, x)` member
 //! serves it (a vocabulary-sharded policy fetches it from the rank owning
 //! x); otherwise a plain read. Collective like every pass.
+SPECDEC_NO_EXEC_CHECK
 template <class Ops>
 SPECDEC_HD float row_value(const Ops& ops, row_ref r, token_id x) noexcept {
   if constexpr (requires { ops.value(r, x); })
@@ -111,6 +133,7 @@ SPECDEC_HD float row_value(const Ops& ops, row_ref r, token_id x) noexcept {
     return r[x];
 }
 
+SPECDEC_NO_EXEC_CHECK
 template <class Uni>
 SPECDEC_HD status take_uniform(const Uni& uni, node_id u, std::uint32_t draw, double& out) noexcept {
   out = uni(static_cast<std::uint32_t>(u), draw);
@@ -119,6 +142,7 @@ SPECDEC_HD status take_uniform(const Uni& uni, node_id u, std::uint32_t draw, do
   return status::success();
 }
 
+SPECDEC_NO_EXEC_CHECK
 template <class Ops>
 SPECDEC_HD status push_path(const Ops& ops, walk_out& o, node_id c) noexcept {
   if (o.accepted + 1 >= o.capacity)
@@ -129,6 +153,7 @@ SPECDEC_HD status push_path(const Ops& ops, walk_out& o, node_id c) noexcept {
 }
 
 //! Whether an earlier sibling of c (in visit order) carries token x.
+SPECDEC_NO_EXEC_CHECK
 template <class Topo>
 SPECDEC_HD bool earlier_sibling_has(const Topo& t, node_id u, node_id c, token_id x) noexcept {
   for (node_id s = t.first_child(u); s >= 0 && s != c; s = t.next_sibling(s))
@@ -138,6 +163,7 @@ SPECDEC_HD bool earlier_sibling_has(const Topo& t, node_id u, node_id c, token_i
 
 //! Validates p_u (normalization checked when tol >= 0) and samples it with
 //! draw 0 of u.
+SPECDEC_NO_EXEC_CHECK
 template <class Ops, class Uni>
 SPECDEC_HD status sample_p(const Ops& ops, const Uni& uni, const walk_rows& rows, const walk_scratch& s, node_id u,
                            float tol, token_id& out) noexcept {
@@ -153,6 +179,7 @@ SPECDEC_HD status sample_p(const Ops& ops, const Uni& uni, const walk_rows& rows
 
 //! Validates p_u and q_u together (rows of an accepted node whose passes
 //! did not run yet).
+SPECDEC_NO_EXEC_CHECK
 template <class Ops>
 SPECDEC_HD status check_pq(const Ops& ops, const walk_rows& rows, const walk_scratch& s, node_id u,
                            float tol) noexcept {
@@ -165,6 +192,7 @@ SPECDEC_HD status check_pq(const Ops& ops, const walk_rows& rows, const walk_scr
 
 //! sampled_iid / sampled_without_replacement: multi-step speculative
 //! sampling (q renormalized after each rejection without replacement).
+SPECDEC_NO_EXEC_CHECK
 template <class Topo, class Ops, class Uni>
 SPECDEC_HD status walk_sampled(const Topo& t, const Ops& ops, const Uni& uni, const verify_params& vp,
                                const walk_rows& rows, const walk_scratch& s, walk_out& o) noexcept {
@@ -231,7 +259,58 @@ SPECDEC_HD status walk_sampled(const Topo& t, const Ops& ops, const Uni& uni, co
   }
 }
 
+//! The deterministic emission at u for policies that tile rows like
+//! sample/order.hpp (host, CUDA): R = p_u with the children's tokens
+//! removed is materialised only in the tiles holding such a token; its tile
+//! sums are p_u's (s.tp, from the mass pass) with those tiles redone; the
+//! sample scans R or p_u, whichever holds the crossing tile. Same token as
+//! sampling the full R.
+SPECDEC_NO_EXEC_CHECK
+template <class Topo, class Ops, class Uni>
+SPECDEC_HD status emit_excluding_tiled(const Topo& t, const Ops& ops, const Uni& uni, const walk_rows& rows,
+                                       const walk_scratch& s, node_id u, token_id& y) noexcept {
+  const std::int64_t V = rows.V;
+  const row_ref pu = rows.prow(u);
+  const std::int64_t nt = sum_tile_count(V);
+  for (std::int64_t ti = 0; ti < nt; ++ti) ops.put(s.tr, ti, s.tp[ti]);
+  auto tile_of = [](token_id x) { return static_cast<std::int64_t>(x) / sum_tile; };
+  auto tile_end = [&](std::int64_t ti) { return (ti + 1) * sum_tile < V ? (ti + 1) * sum_tile : V; };
+  for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k))
+    ops.copy_range(pu, s.R, tile_of(t.token_of(k)) * sum_tile, tile_end(tile_of(t.token_of(k))));
+  ops.sync();
+  for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) ops.put(s.R, t.token_of(k), 0.0f);
+  ops.sync();
+  for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) {
+    const std::int64_t tk = tile_of(t.token_of(k));
+    const double v = ops.tile_sum(row_ref{s.R, 1}, V, tk);
+    ops.put(s.tr, tk, v);
+  }
+  ops.sync();
+  const double mr = sum_tiles(s.tr, nt);
+  if (mr > 0.0) {
+    double un = 0.0;
+    SPECDEC_TRY(take_uniform(uni, u, 0, un));
+    const double target = un * mr;
+    std::int64_t tt = 0;
+    double cum = 0.0;
+    while (y < 0 && locate_tile(s.tr, nt, target, tt, cum)) {
+      bool touched = false;
+      for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) touched |= tile_of(t.token_of(k)) == tt;
+      y = ops.scan_tile(touched ? row_ref{s.R, 1} : pu, V, tt, cum, target);
+      if (y < 0) cum += s.tr[tt++];
+    }
+    if (y < 0) {  // rounding passed the row: the last positive entry of R, R in full
+      ops.copy(pu, s.R, V);
+      for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) ops.put(s.R, t.token_of(k), 0.0f);
+      ops.sync();
+      y = ops.last_positive(row_ref{s.R, 1}, V);
+    }
+  }
+  return status::success();
+}
+
 //! deterministic: the one-hot-q rule (q is not read).
+SPECDEC_NO_EXEC_CHECK
 template <class Topo, class Ops, class Uni>
 SPECDEC_HD status walk_deterministic(const Topo& t, const Ops& ops, const Uni& uni, const walk_rows& rows,
                                      const walk_scratch& s, walk_out& o) noexcept {
@@ -265,18 +344,23 @@ SPECDEC_HD status walk_deterministic(const Topo& t, const Ops& ops, const Uni& u
       u = accepted;
       continue;
     }
-    // Every child rejected: sample p with the children's tokens removed.
+    // Every child rejected: sample R = p_u with the children's tokens removed.
     o.last = u;
-    ops.copy(pu, s.R, V);
-    for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) ops.put(s.R, t.token_of(k), 0.0f);
-    ops.sync();
-    double mr = 0.0;
-    (void)ops.mass(row_ref{s.R, 1}, V, s.tr, mr);
     token_id y = -1;
-    if (mr > 0.0) {
-      double un = 0.0;
-      SPECDEC_TRY(take_uniform(uni, u, 0, un));
-      y = ops.sample(row_ref{s.R, 1}, V, s.tr, un * mr);
+    if constexpr (requires { ops.tile_sum(pu, V, V); }) {
+      SPECDEC_TRY(emit_excluding_tiled(t, ops, uni, rows, s, u, y));
+    } else {  // policies with another tile layout (vocabulary shards): R in full
+      ops.copy(pu, s.R, V);
+      ops.sync();
+      for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) ops.put(s.R, t.token_of(k), 0.0f);
+      ops.sync();
+      double mr = 0.0;
+      (void)ops.mass(row_ref{s.R, 1}, V, s.tr, mr);
+      if (mr > 0.0) {
+        double un = 0.0;
+        SPECDEC_TRY(take_uniform(uni, u, 0, un));
+        y = ops.sample(row_ref{s.R, 1}, V, s.tr, un * mr);
+      }
     }
     if (y < 0) (void)ops.argmax(pu, V, y);
     o.next = y;
@@ -287,6 +371,7 @@ SPECDEC_HD status walk_deterministic(const Topo& t, const Ops& ops, const Uni& u
 //! greedy (follow argmax p_u, lowest id on ties; p may hold logits) and
 //! naive_matching (follow a sample of p_u): move to the first child
 //! carrying the picked token, else emit it.
+SPECDEC_NO_EXEC_CHECK
 template <class Topo, class Ops, class Uni>
 SPECDEC_HD status walk_matching(const Topo& t, const Ops& ops, const Uni& uni, const verify_params& vp,
                                 const walk_rows& rows, const walk_scratch& s, walk_out& o) noexcept {
@@ -316,6 +401,7 @@ SPECDEC_HD status walk_matching(const Topo& t, const Ops& ops, const Uni& uni, c
 //! typical_lossy: the deepest node reachable through typical nodes (lowest
 //! id among the deepest), breadth first; a threshold is computed once per
 //! reached internal node; then a sample of its p row.
+SPECDEC_NO_EXEC_CHECK
 template <class Topo, class Ops, class Uni>
 SPECDEC_HD status walk_typical(const Topo& t, const Ops& ops, const Uni& uni, const verify_params& vp,
                                const walk_rows& rows, const walk_scratch& s, walk_out& o) noexcept {
@@ -371,6 +457,7 @@ SPECDEC_HD float rounded_product(float a, float b) noexcept {
 //! Applies the rejection of f.node's latest child to its measure:
 //! m <- max(m - q_j, 0) / rho, rho = 1 - M + mass(max(m - q_j, 0)), with
 //! q_j = q_u / (1 - rejected_q). R and tr then hold max(p_u - s q_u, 0).
+SPECDEC_NO_EXEC_CHECK
 template <class Topo, class Ops>
 SPECDEC_HD void traversal_reject(const Topo& t, const Ops& ops, const walk_rows& rows, const walk_scratch& sc,
                                  traversal_frame& f, bool wor) noexcept {
@@ -411,6 +498,7 @@ SPECDEC_HD void traversal_reject(const Topo& t, const Ops& ops, const walk_rows&
 //! rejection. The accepted node's next token is a sample of its measure
 //! (draw 0). Rows are validated when first read: p_u and q_u when u's
 //! first child is tried, p of an accepted leaf when it is sampled.
+SPECDEC_NO_EXEC_CHECK
 template <class Topo, class Ops, class Uni>
 SPECDEC_HD status walk_traversal(const Topo& t, const Ops& ops, const Uni& uni, const verify_params& vp,
                                  const walk_rows& rows, const walk_scratch& sc, walk_out& o) noexcept {
@@ -478,6 +566,7 @@ SPECDEC_HD status walk_traversal(const Topo& t, const Ops& ops, const Uni& uni, 
 //! Runs the walk of `vp.mode`. On success o.path[0..o.accepted], o.last
 //! and o.next hold the result (path entries written through ops.put; call
 //! ops.sync() before reading them from another participant).
+SPECDEC_NO_EXEC_CHECK
 template <verify_topology Topo, verify_row_ops Ops, uniform_source Uni>
 SPECDEC_HD status verify_walk(const Topo& t, const Ops& ops, const Uni& uni, const verify_params& vp,
                               const walk_rows& rows, const walk_scratch& s, walk_out& o) noexcept {
