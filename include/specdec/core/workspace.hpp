@@ -34,7 +34,7 @@ SPECDEC_HD constexpr std::size_t align_up(std::size_t n, std::size_t a = workspa
 //! the end are returned as nullptr, never as out-of-bounds pointers.
 class workspace_carver {
  public:
-  SPECDEC_HD constexpr workspace_carver() noexcept = default;
+  constexpr workspace_carver() noexcept = default;  // defaulted: host and device alike
   //! A carver over `bytes` bytes at `base` (null base: count only).
   SPECDEC_HD constexpr workspace_carver(void* base, std::size_t bytes) noexcept
       : base_(static_cast<unsigned char*>(base)), capacity_(bytes) {}
