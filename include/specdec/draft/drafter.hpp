@@ -13,7 +13,9 @@
 #include <span>
 #include <vector>
 
+#include "specdec/core/philox.hpp"
 #include "specdec/core/status.hpp"
+#include "specdec/core/view.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
@@ -53,6 +55,28 @@ struct draft_context {
   node_id node = 0;
   std::int32_t depth = 0;
   std::span<const token_id> path;
+  //! The committed tokens before the root (the root is not repeated here);
+  //! empty when the builder's caller gave none (see draft_round::history).
+  std::span<const token_id> history{};
+};
+
+//! What every tree builder is told about the round it drafts for (one
+//! signature for all builders, see loop/concepts.hpp `tree_builder`).
+//! Trivially copyable; the spans must stay valid during the build.
+struct draft_round {
+  //! The last committed token: the root of the tree.
+  token_id root_token = 0;
+  //! Philox key of this request and round. Sampling builders draw from
+  //! `for_purpose(rng, rng_purpose::draft)`, so the same key may be given to
+  //! the verifier without their uniforms ever coinciding. Deterministic
+  //! builders ignore it.
+  rng_stream rng{};
+  //! Committed tokens before the root, passed through to the drafter.
+  std::span<const token_id> history{};
+  //! Optional output: builders that sample write row u with the normalized
+  //! draft distribution q_u of every expanded node u (the rows the sampled
+  //! verifiers read). Empty: not written. Must hold node_bound() rows.
+  view2d<float> q_rows{};
 };
 
 //! A drafter that returns the full draft distribution q_node as a row of
