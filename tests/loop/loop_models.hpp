@@ -14,6 +14,7 @@
 #include "specdec/core/view.hpp"
 #include "specdec/draft/drafter.hpp"
 #include "specdec/draft/level_drafter.hpp"
+#include "specdec/loop/batch_session.hpp"
 #include "specdec/loop/concepts.hpp"
 
 namespace looptest {
@@ -128,5 +129,50 @@ inline std::vector<token_id> greedy_decode(const table& m, std::vector<token_id>
   }
   return out;
 }
+
+}  // namespace looptest
+
+namespace looptest {
+
+// The same target, scoring a whole batch of trees in one call; it also keeps
+// one "KV cache" per request (the token at each position) and commits it.
+struct batch_target {
+  table m;
+  int forwards = 0;
+  std::vector<std::vector<std::int32_t>> cache{};
+  std::vector<std::int32_t> len{};
+  std::vector<token_id> path{};
+  std::vector<float> row{};
+
+  specdec::status forward_batch(const specdec::batch_tree_forward& f) {
+    ++forwards;
+    row.resize(static_cast<std::size_t>(m.V));
+    for (std::size_t b = 0; b + 1 < f.offsets.size(); ++b) {
+      const std::int32_t o = f.offsets[b];
+      const specdec::tree_view t{f.nodes.token + o, f.nodes.parent + o, nullptr, nullptr, f.offsets[b + 1] - o};
+      auto& c = cache[static_cast<std::size_t>(f.requests[b])];
+      for (node_id i = 0; i < t.size; ++i) {
+        c[static_cast<std::size_t>(f.cache_len[b] + i)] = t.token[i];
+        path_of(t, i, path);
+        m.row(f.histories[b], path, row.data());
+        for (int v = 0; v < m.V; ++v)
+          f.logits(o + i, v) = row[static_cast<std::size_t>(v)] > 0.0f ? std::log(row[static_cast<std::size_t>(v)])
+                                                                       : -std::numeric_limits<float>::infinity();
+      }
+    }
+    return specdec::status::success();
+  }
+  specdec::status commit_batch(const specdec::batch_kv_commit_request& c) {
+    for (std::size_t b = 0; b < c.requests.size(); ++b) {
+      auto& kv = cache[static_cast<std::size_t>(c.requests[b])];
+      const std::int32_t base = c.cache_len[b];
+      for (std::int32_t k = c.keep_offsets[b]; k < c.keep_offsets[b + 1]; ++k)
+        kv[static_cast<std::size_t>(base + k - c.keep_offsets[b])] =
+            kv[static_cast<std::size_t>(c.keep[static_cast<std::size_t>(k)])];
+      len[static_cast<std::size_t>(c.requests[b])] = base + c.keep_offsets[b + 1] - c.keep_offsets[b];
+    }
+    return specdec::status::success();
+  }
+};
 
 }  // namespace looptest
