@@ -25,6 +25,7 @@
 #include "specdec/draft/batch_prune.hpp"
 #include "specdec/draft/beam_tree.hpp"
 #include "specdec/draft/drafter.hpp"
+#include "specdec/draft/level_drafter.hpp"
 #include "specdec/draft/prune.hpp"
 #include "specdec/draft/sampled_tree.hpp"
 #include "specdec/draft/shape.hpp"
@@ -59,3 +60,7 @@
 #include "specdec/plan/cost_model.hpp"
 #include "specdec/plan/memory_model.hpp"
 #include "specdec/plan/sequoia.hpp"
+
+#include "specdec/loop/batch_session.hpp"
+#include "specdec/loop/concepts.hpp"
+#include "specdec/loop/session.hpp"
