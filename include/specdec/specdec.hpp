@@ -30,6 +30,7 @@
 #include "specdec/draft/sampled_tree.hpp"
 #include "specdec/draft/shape.hpp"
 #include "specdec/draft/specmemo.hpp"
+#include "specdec/draft/static_tree.hpp"
 #include "specdec/draft/stream_tree.hpp"
 #include "specdec/draft/token_info.hpp"
 #include "specdec/draft/topk_tree.hpp"
@@ -60,6 +61,13 @@
 #include "specdec/plan/cost_model.hpp"
 #include "specdec/plan/memory_model.hpp"
 #include "specdec/plan/sequoia.hpp"
+
+#include "specdec/interop/choice_buffers.hpp"
+#include "specdec/interop/greedy_ids.hpp"
+#include "specdec/interop/linked_tree.hpp"
+#include "specdec/interop/results.hpp"
+#include "specdec/interop/sglang.hpp"
+#include "specdec/interop/typical.hpp"
 
 #include "specdec/loop/batch_session.hpp"
 #include "specdec/loop/concepts.hpp"

@@ -17,6 +17,7 @@
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
 #include "specdec/draft/detail/candidates.hpp"
+#include "specdec/draft/detail/children.hpp"
 #include "specdec/draft/detail/topk.hpp"
 #include "specdec/draft/drafter.hpp"
 #include "specdec/draft/level_drafter.hpp"
@@ -107,19 +108,8 @@ class sampled_tree_builder {
               return make_status(status_code::size_mismatch, "q_rows width differs from the drafter row", u);
             for (std::int64_t t = 0; t < rv.extent[0]; ++t) q_rows(u, t) = static_cast<float>(rv(t) / total);
           }
-          const std::span<const float> row(rv.data, static_cast<std::size_t>(rv.extent[0]));
-          std::int32_t n = 0;
-          if (opt_.mode == draft_mode::iid) {
-            for (std::int32_t j = 0; j < w; ++j) {
-              const token_id t =
-                  sample_row(rv, r.uniform(static_cast<std::uint32_t>(u), static_cast<std::uint32_t>(j)), total);
-              tok_[static_cast<std::size_t>(j)] = t;
-              val_[static_cast<std::size_t>(j)] = static_cast<float>(row[static_cast<std::size_t>(t)] / total);
-            }
-            n = w;
-          } else {
-            n = gumbel_topk(row, r, u, w, total);
-          }
+          const std::int32_t n =
+              detail::draw_children(opt_.mode, rv, total, r, u, w, tok_.data(), val_.data(), key_.data());
           const float base = out.tree.score(u);
           for (std::int32_t j = 0; j < n; ++j)
             out.add(u, tok_[static_cast<std::size_t>(j)], val_[static_cast<std::size_t>(j)],
@@ -145,23 +135,6 @@ class sampled_tree_builder {
     double full = 1.0, level = 1.0;
     for (const auto w : opt_.widths) full += (level *= (w > 0 ? w : 0));
     return full;
-  }
-
-  // Top-w Gumbel keys among positive-probability tokens, into tok_/val_.
-  std::int32_t gumbel_topk(std::span<const float> row, const rng_stream& r, node_id u, std::int32_t w, double total) {
-    std::int32_t n = 0;
-    for (std::size_t t = 0; t < row.size(); ++t) {
-      const float q = row[t];
-      if (!(q > 0.0f)) continue;
-      const double uu = r.uniform_double(static_cast<std::uint32_t>(u), static_cast<std::uint32_t>(t));
-      const double e = -std::log1p(-uu);  // Exp(1); 0 only when uu == 0
-      const double key = std::log(static_cast<double>(q)) - std::log(e);
-      detail::topk_offer(key, static_cast<token_id>(t), tok_.data(), key_.data(), n, w);
-    }
-    for (std::int32_t j = 0; j < n; ++j)
-      val_[static_cast<std::size_t>(j)] =
-          static_cast<float>(row[static_cast<std::size_t>(tok_[static_cast<std::size_t>(j)])] / total);
-    return n;
   }
 
   sampled_tree_options opt_;

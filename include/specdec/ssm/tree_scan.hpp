@@ -62,6 +62,31 @@ std::size_t tree_scan_workspace_size(std::span<const node_id> parent, const tree
                   tree_scan_dual_workspace_size<T>(parent, shape));
 }
 
+//! Workspace bytes that serve ANY tree of at most `nodes` nodes and depth at
+//! most `max_depth` (default: a chain, the worst case), for `method`: no
+//! tree and no validation needed, so an engine can size the buffer once at
+//! start-up. Pairs are bounded by nodes * (max_depth + 1). Never smaller
+//! than the exact *_workspace_size of such a tree. O(1).
+template <ssm_scalar T>
+std::size_t tree_scan_workspace_bound(std::int64_t nodes, const tree_ssm_shape& shape,
+                                      tree_scan_method method = tree_scan_method::automatic,
+                                      std::int64_t max_depth = -1) noexcept {
+  if (nodes <= 0) return 0;
+  const std::int64_t depth = max_depth < 0 || max_depth > nodes - 1 ? nodes - 1 : max_depth;
+  const std::size_t rec =
+      detail::tree_scan_recurrent_bytes(nodes, depth, shape.headdim, shape.groups, shape.dstate, sizeof(T));
+  const std::size_t dual = detail::tree_scan_dual_bytes(nodes, nodes * (depth + 1), shape, sizeof(T));
+  switch (method) {
+    case tree_scan_method::recurrent:
+      return rec;
+    case tree_scan_method::dual:
+      return dual;
+    case tree_scan_method::automatic:
+      break;
+  }
+  return std::max(rec, dual);
+}
+
 //! Tree-masked selective scan: y [N, heads, headdim] and, when
 //! `states.data` is set, per-node states [N, heads, headdim, dstate]
 //! (forces the recurrent form; asking `dual` for states is
