@@ -31,46 +31,28 @@ struct fixture {
   std::unique_ptr<std::uint16_t[]> k, v;  // default-initialised: untouched pages are never faulted in
   std::vector<specdec::kv_tensor<std::uint16_t>> tensors;
   specdec::kv_position_map map;
-  std::vector<std::int32_t> clen, koff{0}, keep, table;
+  workload w;
   std::int64_t moved_bytes = 0;
   std::vector<std::pair<std::uint16_t*, const std::uint16_t*>> rows;  // (dst, src) per moved row
 
-  fixture(std::int64_t R, bool paged) {
-    std::mt19937 g(1234);
-    for (std::int64_t r = 0; r < R; ++r) {
-      const auto kk = accepted_keep(g);
-      clen.push_back(kCacheLen);
-      keep.insert(keep.end(), kk.begin(), kk.end());
-      koff.push_back(static_cast<std::int32_t>(keep.size()));
-    }
-    std::int64_t elems = 0;
+  fixture(std::int64_t R, bool paged) : w(R, paged) {
     if (!paged) {
-      elems = R * kLayers * kHeads * kCapacity * kDim;
+      const std::int64_t elems = R * kLayers * kHeads * kCapacity * kDim;
       k.reset(new std::uint16_t[static_cast<std::size_t>(elems)]);
       v.reset(new std::uint16_t[static_cast<std::size_t>(elems)]);
       tensors.push_back(specdec::make_kv_tensor_lhsd(k.get(), R, kLayers, kHeads, kCapacity, kDim));
       tensors.push_back(specdec::make_kv_tensor_lhsd(v.get(), R, kLayers, kHeads, kCapacity, kDim));
       map = specdec::contiguous_positions(kCapacity);
     } else {
-      // Physical pages only for the blocks the tree occupies, shuffled; the
-      // blocks before cache_len point at a shared page the commit never touches.
-      const std::int64_t per_row = kCapacity / kPage + 1;
-      const std::int64_t first = kCacheLen / kPage, tail = per_row - first;
-      const std::int64_t pages = 1 + R * tail;
-      std::vector<std::int32_t> perm(static_cast<std::size_t>(pages - 1));
-      std::iota(perm.begin(), perm.end(), 1);
-      std::shuffle(perm.begin(), perm.end(), g);
-      table.assign(static_cast<std::size_t>(R * per_row), 0);
-      for (std::int64_t r = 0; r < R; ++r)
-        for (std::int64_t b = 0; b < tail; ++b)
-          table[static_cast<std::size_t>(r * per_row + first + b)] = perm[static_cast<std::size_t>(r * tail + b)];
-      elems = pages * kLayers * kPage * kHeads * kDim;
+      const std::int64_t elems = w.pages * kLayers * kPage * kHeads * kDim;
       k.reset(new std::uint16_t[static_cast<std::size_t>(elems)]);
       v.reset(new std::uint16_t[static_cast<std::size_t>(elems)]);
-      tensors.push_back(specdec::make_kv_tensor_paged_nhd(k.get(), pages, kLayers, kPage, kHeads, kDim));
-      tensors.push_back(specdec::make_kv_tensor_paged_nhd(v.get(), pages, kLayers, kPage, kHeads, kDim));
-      map = specdec::paged_positions(table.data(), per_row, kPage, pages);
+      tensors.push_back(specdec::make_kv_tensor_paged_nhd(k.get(), w.pages, kLayers, kPage, kHeads, kDim));
+      tensors.push_back(specdec::make_kv_tensor_paged_nhd(v.get(), w.pages, kLayers, kPage, kHeads, kDim));
+      map = specdec::paged_positions(w.table.data(), w.per_row, kPage, w.pages);
     }
+    const auto& koff = w.koff;
+    const auto& keep = w.keep;
     // Touch (fill) only what the commit reads or writes.
     for (const auto& t : tensors)
       for (std::int64_t r = 0; r < R; ++r)
@@ -98,7 +80,7 @@ struct fixture {
 void BM_commit_kv(benchmark::State& state) {
   fixture f(state.range(0), state.range(1) != 0);
   for (auto _ : state) {
-    const auto s = specdec::commit_kv<std::uint16_t>(f.tensors, f.map, f.clen, f.koff, f.keep);
+    const auto s = specdec::commit_kv<std::uint16_t>(f.tensors, f.map, f.w.clen, f.w.koff, f.w.keep);
     benchmark::DoNotOptimize(s);
     benchmark::ClobberMemory();
   }

@@ -39,33 +39,10 @@ void BM_gpu_commit(benchmark::State& state) {
   const std::int64_t R = state.range(0);
   const bool paged = state.range(1) != 0;
   const bool baseline = state.range(2) != 0;
-  std::mt19937 g(1234);
-  std::vector<std::int32_t> clen, koff{0}, keep, table;
-  std::int64_t moved = 0;
-  for (std::int64_t r = 0; r < R; ++r) {
-    const auto k = accepted_keep(g);
-    for (std::size_t j = 0; j < k.size(); ++j) moved += k[j] != kCacheLen + static_cast<std::int32_t>(j) ? 1 : 0;
-    clen.push_back(kCacheLen);
-    keep.insert(keep.end(), k.begin(), k.end());
-    koff.push_back(static_cast<std::int32_t>(keep.size()));
-  }
-  const std::int64_t moved_bytes = moved * kLayers * kHeads * kDim * 2 * 2;
-  std::int64_t elems = 0, pages = 0, per_row = 0;
-  if (paged) {
-    per_row = kCapacity / kPage + 1;
-    const std::int64_t first = kCacheLen / kPage, tail = per_row - first;
-    pages = 1 + R * tail;
-    std::vector<std::int32_t> perm(static_cast<std::size_t>(pages - 1));
-    std::iota(perm.begin(), perm.end(), 1);
-    std::shuffle(perm.begin(), perm.end(), g);
-    table.assign(static_cast<std::size_t>(R * per_row), 0);
-    for (std::int64_t r = 0; r < R; ++r)
-      for (std::int64_t b = 0; b < tail; ++b)
-        table[static_cast<std::size_t>(r * per_row + first + b)] = perm[static_cast<std::size_t>(r * tail + b)];
-    elems = pages * kLayers * kPage * kHeads * kDim;
-  } else {
-    elems = R * kLayers * kHeads * kCapacity * kDim;
-  }
+  const workload w(R, paged);
+  const std::int64_t moved_bytes = w.moved_rows * kLayers * kHeads * kDim * 2 * 2;
+  const std::int64_t pages = w.pages, per_row = w.per_row;
+  const std::int64_t elems = paged ? pages * kLayers * kPage * kHeads * kDim : R * kLayers * kHeads * kCapacity * kDim;
   std::uint16_t *k = nullptr, *v = nullptr;
   cudaMalloc(reinterpret_cast<void**>(&k), static_cast<std::size_t>(elems) * 2);
   cudaMalloc(reinterpret_cast<void**>(&v), static_cast<std::size_t>(elems) * 2);
@@ -76,10 +53,10 @@ void BM_gpu_commit(benchmark::State& state) {
     ts.push_back(specdec::erase_kv_tensor(t));
   }
   auto* d_ts = device_copy(ts);
-  auto* d_clen = device_copy(clen);
-  auto* d_koff = device_copy(koff);
-  auto* d_keep = device_copy(keep);
-  auto* d_table = device_copy(table);
+  auto* d_clen = device_copy(w.clen);
+  auto* d_koff = device_copy(w.koff);
+  auto* d_keep = device_copy(w.keep);
+  auto* d_table = device_copy(w.table);
   std::uint64_t* d_status = nullptr;
   cudaMalloc(reinterpret_cast<void**>(&d_status), 8);
   unsigned char *a = nullptr, *b = nullptr;
@@ -93,7 +70,7 @@ void BM_gpu_commit(benchmark::State& state) {
   p.max_heads = kHeads;
   p.map = paged ? specdec::paged_positions(d_table, per_row, kPage, pages) : specdec::contiguous_positions(kCapacity);
   p.batch = specdec::kv_commit_batch{static_cast<std::int32_t>(R), d_clen, d_koff, d_keep};
-  p.total_keep = static_cast<std::int64_t>(keep.size());
+  p.total_keep = static_cast<std::int64_t>(w.keep.size());
   p.status_word = d_status;
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
@@ -102,7 +79,7 @@ void BM_gpu_commit(benchmark::State& state) {
     cudaEventRecord(e0);
     if (baseline) {
       cudaMemcpyAsync(b, a, static_cast<std::size_t>(moved_bytes), cudaMemcpyDeviceToDevice);
-    } else if (!specdec::kernels::kv_commit(p, nullptr).ok()) {
+    } else if (!specdec::kernels::kv_commit(p, nullptr, 0, nullptr).ok()) {
       state.SkipWithError("kv_commit failed");
       break;
     }

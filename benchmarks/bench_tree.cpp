@@ -1,6 +1,6 @@
 // Tree mask building: packed rows from the parent recurrence (specdec)
 // next to the naive per-node ancestor walk into a dense matrix (the way the
-// tree-decoding walkthrough, seed 002, builds its mask), plus a memcpy of
+// "Tree-Based Speculative Decoding" NanoGPT walkthrough, builds its mask), plus a memcpy of
 // the packed mask's bytes as the memory-bound reference. Items = nodes, so
 // the reported time / item is ns per node.
 //

@@ -18,16 +18,19 @@ int main() {
   const std::vector<node_id> tree{-1, 0, 1, 1, 0, 4};
   std::vector<node_id> parent(tree);
   parent.insert(parent.end(), tree.begin(), tree.end());
-  const std::vector<std::int32_t> tree_offsets{0, 6, 12}, cache_len{5, 5};
+  const std::vector<std::int32_t> tree_offsets{0, 6, 12};
+  const std::vector<specdec::position_id> cache_len{5, 5};
   // The verifier accepted 0 -> 4 -> 5 for request 0 and 0 -> 1 -> 3 for request 1.
   const std::vector<node_id> path{0, 4, 5, 0, 1, 3};
   const std::vector<std::int32_t> path_offsets{0, 3, 6};
 
-  std::vector<std::int32_t> keep(path.size()), keep_offsets(3);
+  std::vector<specdec::position_id> keep(path.size());
+  std::vector<std::int32_t> keep_offsets(3);
   specdec::throw_if_error(
       specdec::keep_indices_batch(parent, tree_offsets, {}, path, path_offsets, cache_len, keep, keep_offsets));
-  std::printf("keep positions: request 0 {%d %d %d}, request 1 {%d %d %d}\n", keep[0], keep[1], keep[2], keep[3],
-              keep[4], keep[5]);
+  std::printf("keep positions: request 0 {%lld %lld %lld}, request 1 {%lld %lld %lld}\n",
+              static_cast<long long>(keep[0]), static_cast<long long>(keep[1]), static_cast<long long>(keep[2]),
+              static_cast<long long>(keep[3]), static_cast<long long>(keep[4]), static_cast<long long>(keep[5]));
 
   // Paged K and V pools [pages][L][P][H][D] of fp16 bits; request r owns pages 4r..4r+3.
   std::vector<std::uint16_t> k_pool(pages * L * P * H * D), v_pool(k_pool.size());
@@ -48,9 +51,9 @@ int main() {
     std::printf("request %lld, layer 1 head 1, positions 5..7 now hold:", static_cast<long long>(r));
     for (std::int64_t pos = 5; pos < 8; ++pos)
       std::printf(" %d", k_pool[static_cast<std::size_t>(specdec::detail::kv_offset(kv[0], map, r, 1, 1, pos))]);
-    std::printf("   (new length %d)\n", cache_len[static_cast<std::size_t>(r)] +
-                                            keep_offsets[static_cast<std::size_t>(r) + 1] -
-                                            keep_offsets[static_cast<std::size_t>(r)]);
+    std::printf("   (new length %lld)\n", static_cast<long long>(cache_len[static_cast<std::size_t>(r)] +
+                                                                 keep_offsets[static_cast<std::size_t>(r) + 1] -
+                                                                 keep_offsets[static_cast<std::size_t>(r)]));
   }
 
   // The drafter's hidden states of the 12 nodes (3 floats each): keep the accepted ones.
@@ -62,10 +65,10 @@ int main() {
               hidden[24]);
 
   // Next round: pack both trees into one ragged batch with the new cache lengths.
-  const std::vector<std::int32_t> next_len{8, 8};
+  const std::vector<specdec::position_id> next_len{8, 8};
   specdec::ragged_batch_sizes sizes;
   specdec::throw_if_error(specdec::ragged_batch_size(parent, tree_offsets, next_len, sizes));
-  std::vector<std::int32_t> positions(static_cast<std::size_t>(sizes.tokens));
+  std::vector<specdec::position_id> positions(static_cast<std::size_t>(sizes.tokens));
   std::vector<std::int64_t> kv_offsets(3), mask_offsets(3);
   std::vector<std::uint8_t> mask(static_cast<std::size_t>(sizes.mask));
   specdec::throw_if_error(specdec::pack_ragged_batch<std::uint8_t>(parent, tree_offsets, next_len, positions,
@@ -73,7 +76,7 @@ int main() {
   std::printf("ragged batch: %lld tokens, %lld KV entries, %lld mask entries; positions of request 0:",
               static_cast<long long>(sizes.tokens), static_cast<long long>(sizes.kv),
               static_cast<long long>(sizes.mask));
-  for (int i = 0; i < 6; ++i) std::printf(" %d", positions[static_cast<std::size_t>(i)]);
+  for (int i = 0; i < 6; ++i) std::printf(" %lld", static_cast<long long>(positions[static_cast<std::size_t>(i)]));
   std::printf("\n");
   return 0;
 }

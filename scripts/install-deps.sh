@@ -6,11 +6,12 @@
 #   libeigen3-dev         dense math in the host SSM dual form and examples
 #   libbenchmark-dev      benchmarks (Google Benchmark)
 #   clang-format/-tidy    style checks run by the test script
+#   doxygen               API reference from the //! comments (docs/Doxyfile)
 # The CUDA toolkit (nvcc, CUB, Thrust) is used from /usr/local/cuda when
 # present; without it everything but specdec::kernels builds and runs.
 set -euo pipefail
 
-want=(cmake g++ make catch2 libeigen3-dev libbenchmark-dev clang-format clang-tidy)
+want=(cmake g++ make catch2 libeigen3-dev libbenchmark-dev clang-format clang-tidy doxygen)
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

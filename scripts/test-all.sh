@@ -17,6 +17,12 @@ mapfile -t sources < <(git ls-files '*.hpp' '*.cuh' '*.cpp' '*.cu')
 clang-format --dry-run --Werror "${sources[@]}"
 echo "clang-format: ${#sources[@]} files clean"
 
+step "API reference (Doxygen, warnings are errors)"
+# Every public entity must carry a //! comment; output in build/doxygen/html.
+mkdir -p build
+doxygen docs/Doxyfile
+echo "doxygen: build/doxygen/html/index.html"
+
 step "ci configuration: build"
 cmake --preset ci >/dev/null
 cmake --build --preset ci -j "$jobs"

@@ -17,10 +17,14 @@
 #include "specdec/tree/order.hpp"
 #include "specdec/tree/paths.hpp"
 #include "specdec/tree/positions.hpp"
+#include "specdec/tree/shape.hpp"
 #include "specdec/tree/shapes.hpp"
 #include "specdec/tree/structure.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/validate.hpp"
+
+#include "specdec/sample/order.hpp"
+#include "specdec/sample/row.hpp"
 
 #include "specdec/draft/batch_prune.hpp"
 #include "specdec/draft/beam_tree.hpp"
@@ -28,7 +32,6 @@
 #include "specdec/draft/level_drafter.hpp"
 #include "specdec/draft/prune.hpp"
 #include "specdec/draft/sampled_tree.hpp"
-#include "specdec/draft/shape.hpp"
 #include "specdec/draft/specmemo.hpp"
 #include "specdec/draft/static_tree.hpp"
 #include "specdec/draft/stream_tree.hpp"
@@ -38,6 +41,8 @@
 
 #include "specdec/verify/batch_verify.hpp"
 #include "specdec/verify/distribution.hpp"
+#include "specdec/verify/policy.hpp"
+#include "specdec/verify/request_checks.hpp"
 #include "specdec/verify/tree_verify.hpp"
 #include "specdec/verify/verify_params.hpp"
 

@@ -42,7 +42,8 @@ int depth_of(const std::vector<node_id>& parent, std::size_t i) {
 struct batch {
   std::vector<node_id> parent;
   std::vector<specdec::token_id> tokens;
-  std::vector<std::int32_t> offsets{0}, clen;
+  std::vector<std::int32_t> offsets{0};
+  std::vector<specdec::position_id> clen;
   std::vector<std::vector<node_id>> trees;
 };
 
@@ -77,7 +78,7 @@ TEST_CASE("pack_ragged_batch: positions and block-diagonal masks match brute for
     const auto b = random_batch(g, std::uniform_int_distribution<int>(1, 5)(g));
     specdec::ragged_batch_sizes sz;
     REQUIRE(specdec::ragged_batch_size(b.parent, b.offsets, b.clen, sz).ok());
-    std::vector<std::int32_t> pos(static_cast<std::size_t>(sz.tokens));
+    std::vector<specdec::position_id> pos(static_cast<std::size_t>(sz.tokens));
     std::vector<std::int64_t> kvo(b.clen.size() + 1), mo(b.clen.size() + 1);
     std::vector<std::uint8_t> mask(static_cast<std::size_t>(sz.mask), 7);
     REQUIRE(specdec::pack_ragged_batch<std::uint8_t>(b.parent, b.offsets, b.clen, pos, kvo, mo, mask, 1, 0).ok());
@@ -119,7 +120,7 @@ TEST_CASE("pack_padded_batch: pads masked with -inf, positions skip pads") {
     for (auto& h : holes) h = std::bernoulli_distribution(0.3)(g) ? 1 : 0;
     const std::size_t slots = static_cast<std::size_t>(R * width), kvw = static_cast<std::size_t>(pw + width);
     std::vector<specdec::token_id> tok(slots);
-    std::vector<std::int32_t> pos(slots);
+    std::vector<specdec::position_id> pos(slots);
     std::vector<float> mask(slots * kvw);
     REQUIRE(specdec::pack_padded_batch<float>(b.parent, b.tokens, b.offsets, b.clen, pw, holes, width, -5, tok, pos,
                                               mask, 0.0f, ninf)
@@ -173,11 +174,12 @@ TEST_CASE("pack_padded_batch: pads masked with -inf, positions skip pads") {
 
 TEST_CASE("batch packing rejects bad input without writing") {
   const std::vector<node_id> parent{-1, 0, -1, 0, 1};  // second tree: root, child, grandchild
-  const std::vector<std::int32_t> off{0, 2, 5}, clen{3, 1};
-  std::vector<std::int32_t> pos(5, -9);
+  const std::vector<std::int32_t> off{0, 2, 5};
+  const std::vector<specdec::position_id> clen{3, 1};
+  std::vector<specdec::position_id> pos(5, -9);
   std::vector<std::int64_t> kvo(3, -9), mo(3, -9);
   std::vector<std::uint8_t> mask(64, 9);
-  auto ragged = [&](std::vector<node_id> p, std::vector<std::int32_t> o, std::vector<std::int32_t> c) {
+  auto ragged = [&](std::vector<node_id> p, std::vector<std::int32_t> o, std::vector<specdec::position_id> c) {
     return specdec::pack_ragged_batch<std::uint8_t>(p, o, c, pos, kvo, mo, mask, 1, 0);
   };
   CHECK(ragged({-1, 0, 0, 0, 1}, off, clen) == status_code::no_root);
@@ -193,7 +195,7 @@ TEST_CASE("batch packing rejects bad input without writing") {
   for (auto x : mask) CHECK(x == 9);
   std::vector<specdec::token_id> tok(6, -9), tokens{1, 2, 3, 4, 5};
   std::vector<float> fm(6 * 7, 3.0f);
-  std::vector<std::int32_t> pp(6, -9);
+  std::vector<specdec::position_id> pp(6, -9);
   CHECK(specdec::pack_padded_batch<float>(parent, tokens, off, clen, 4, {}, 2, 0, tok, pp, fm, 0.0f, -1.0f) ==
         status_code::buffer_too_small);  // width 2 < tree of 3
   CHECK(specdec::pack_padded_batch<float>(parent, tokens, off, clen, 2, {}, 3, 0, tok, pp, fm, 0.0f, -1.0f) ==
@@ -208,7 +210,8 @@ TEST_CASE("forest layout: fused trees keep separate masks and positions") {
     std::mt19937 g(seed);
     const int T = std::uniform_int_distribution<int>(1, 4)(g);
     std::vector<node_id> local;
-    std::vector<std::int32_t> off{0}, base, prefix;
+    std::vector<std::int32_t> off{0};
+    std::vector<specdec::position_id> base, prefix;
     for (int t = 0; t < T; ++t) {
       const auto p = cache_test::random_parents(g, std::uniform_int_distribution<int>(1, 20)(g));
       local.insert(local.end(), p.begin(), p.end());
@@ -222,7 +225,8 @@ TEST_CASE("forest layout: fused trees keep separate masks and positions") {
     REQUIRE(specdec::validate_forest(forest, trees).ok());
     CHECK(trees == T);
     const std::size_t n = forest.size();
-    std::vector<std::int32_t> tid(n), pos(n);
+    std::vector<std::int32_t> tid(n);
+    std::vector<specdec::position_id> pos(n);
     REQUIRE(specdec::forest_layout(forest, base, tid, pos).ok());
     const int pw = 6;
     std::vector<std::uint8_t> mask(n * (pw + n));
@@ -263,8 +267,9 @@ TEST_CASE("forest functions reject malformed forests") {
   CHECK(specdec::fuse_trees(std::vector<node_id>{-1, 0, 0}, std::vector<std::int32_t>{0, 100, 3}, out) ==
         status_code::not_sorted);
   CHECK(out == std::vector<node_id>(3, 5));
-  std::vector<std::int32_t> tid(3), pos(3);
-  CHECK(specdec::forest_layout(std::vector<node_id>{-1, 0, -1}, std::vector<std::int32_t>{1}, tid, pos) ==
+  std::vector<std::int32_t> tid(3);
+  std::vector<specdec::position_id> pos(3);
+  CHECK(specdec::forest_layout(std::vector<node_id>{-1, 0, -1}, std::vector<specdec::position_id>{1}, tid, pos) ==
         status_code::size_mismatch);
   std::vector<std::uint64_t> bits(200);
   CHECK(specdec::forest_mask_bits<std::uint64_t>(std::vector<node_id>(100, -1), 1, bits) ==

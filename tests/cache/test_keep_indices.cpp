@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -14,7 +15,7 @@ TEST_CASE("keep_indices_from_path: identity and explicit slot orders") {
   // 0 -> {1, 4}; 1 -> {2, 3}; 4 -> {5}
   const std::vector<node_id> parent{-1, 0, 1, 1, 0, 4};
   const std::vector<node_id> path{0, 4, 5};
-  std::vector<std::int32_t> keep(8, -7);
+  std::vector<specdec::position_id> keep(8, -7);
   std::int32_t count = 0;
   REQUIRE(specdec::keep_indices_from_path(parent, path, {}, 100, keep, count).ok());
   CHECK(count == 3);
@@ -32,11 +33,12 @@ TEST_CASE("keep_indices_from_path: identity and explicit slot orders") {
 
 TEST_CASE("keep_indices_from_path: bad inputs leave outputs alone") {
   const std::vector<node_id> parent{-1, 0, 1, 1, 0, 4};
-  std::vector<std::int32_t> keep(8, -7);
+  std::vector<specdec::position_id> keep(8, -7);
   std::int32_t count = 42;
-  auto run = [&](std::vector<node_id> path, std::vector<std::int32_t> slots = {}, std::int32_t c = 5,
+  auto run = [&](std::vector<node_id> path, std::vector<std::int32_t> slots = {}, specdec::position_id c = 5,
                  std::size_t room = 8) {
-    return specdec::keep_indices_from_path(parent, path, slots, c, std::span<std::int32_t>(keep).first(room), count);
+    return specdec::keep_indices_from_path(parent, path, slots, c, std::span<specdec::position_id>(keep).first(room),
+                                           count);
   };
   CHECK(run({}) == status_code::empty_input);
   CHECK(run({-1, 0}) == status_code::empty_input);
@@ -47,10 +49,15 @@ TEST_CASE("keep_indices_from_path: bad inputs leave outputs alone") {
   CHECK(run({0, 1}, {3, 0, 1, 2, 4, 5}) == status_code::not_sorted);  // non-topological slot order
   CHECK(run({0, 1}, {0, 9, 1, 2, 3, 4}) == status_code::out_of_range);
   CHECK(run({0, 1}, {}, -1) == status_code::invalid_argument);
-  CHECK(run({0, 1}, {}, INT32_MAX) == status_code::out_of_range);
+  CHECK(run({0, 1}, {}, std::numeric_limits<specdec::position_id>::max()) == status_code::out_of_range);
   CHECK(run({0, 1, 2}, {}, 5, 2) == status_code::buffer_too_small);
   CHECK(count == 42);
   for (auto k : keep) CHECK(k == -7);
+  // Positions are 64-bit end to end: a context past 2^31 is fine.
+  REQUIRE(run({0, 1}, {}, INT32_MAX).ok());
+  CHECK(count == 2);
+  CHECK(keep[0] == INT32_MAX);
+  CHECK(keep[1] == std::int64_t{INT32_MAX} + 1);
 }
 
 TEST_CASE("keep_indices_batch matches per-request calls on random trees") {
@@ -59,7 +66,8 @@ TEST_CASE("keep_indices_batch matches per-request calls on random trees") {
     std::mt19937 g(seed);
     const int R = std::uniform_int_distribution<int>(1, 6)(g);
     std::vector<node_id> parent, path;
-    std::vector<std::int32_t> slots, toff{0}, poff{0}, clen, expect, expect_off{0};
+    std::vector<std::int32_t> slots, toff{0}, poff{0}, expect_off{0};
+    std::vector<specdec::position_id> clen, expect;
     for (int r = 0; r < R; ++r) {
       const int n = std::uniform_int_distribution<int>(1, 20)(g);
       const auto p = cache_test::random_parents(g, n);
@@ -76,13 +84,15 @@ TEST_CASE("keep_indices_batch matches per-request calls on random trees") {
       for (auto u : pa) expect.push_back(c + s[static_cast<std::size_t>(u)]);
       expect_off.push_back(static_cast<std::int32_t>(expect.size()));
     }
-    std::vector<std::int32_t> keep(path.size()), koff(static_cast<std::size_t>(R) + 1);
+    std::vector<specdec::position_id> keep(path.size());
+    std::vector<std::int32_t> koff(static_cast<std::size_t>(R) + 1);
     REQUIRE(specdec::keep_indices_batch(parent, toff, slots, path, poff, clen, keep, koff).ok());
     CHECK(koff == expect_off);
     keep.resize(static_cast<std::size_t>(koff.back()));
     CHECK(keep == expect);
     // Corrupt the last request's path: nothing is written.
-    std::vector<std::int32_t> keep2(path.size(), -3), koff2(static_cast<std::size_t>(R) + 1, -3);
+    std::vector<specdec::position_id> keep2(path.size(), -3);
+    std::vector<std::int32_t> koff2(static_cast<std::size_t>(R) + 1, -3);
     auto bad = path;
     bad[static_cast<std::size_t>(poff[static_cast<std::size_t>(R) - 1])] = 1;  // not the root
     const auto st = specdec::keep_indices_batch(parent, toff, slots, bad, poff, clen, keep2, koff2);

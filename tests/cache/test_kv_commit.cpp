@@ -144,8 +144,8 @@ std::int64_t ref_offset(const kv_tensor<T>& t, const specdec::kv_position_map& m
 // take the ORIGINAL bytes of their sources.
 template <class T>
 std::vector<T> reference_commit(const std::vector<T>& original, T* base, const std::vector<kv_tensor<T>>& ts,
-                                const specdec::kv_position_map& m, const std::vector<std::int32_t>& clen,
-                                const std::vector<std::int32_t>& koff, const std::vector<std::int32_t>& keep) {
+                                const specdec::kv_position_map& m, const std::vector<specdec::position_id>& clen,
+                                const std::vector<std::int32_t>& koff, const std::vector<specdec::position_id>& keep) {
   std::vector<T> out = original;
   for (const auto& t : ts) {
     const std::int64_t b = t.data - base;
@@ -173,7 +173,8 @@ void fill_random(std::vector<T>& v, std::mt19937_64& g) {
 
 struct random_batch {
   cache_shape shape;
-  std::vector<std::int32_t> clen, koff, keep;
+  std::vector<specdec::position_id> clen, keep;
+  std::vector<std::int32_t> koff;
   std::vector<std::int32_t> block_table, blocks_used;
 };
 
@@ -192,7 +193,7 @@ random_batch make_batch(std::mt19937& g, int layout) {
   for (std::int64_t r = 0; r < s.R; ++r) {
     const int n = std::uniform_int_distribution<int>(1, 24)(g);
     const int c = std::uniform_int_distribution<int>(0, 20)(g);
-    std::vector<std::int32_t> k;
+    std::vector<specdec::position_id> k;
     if (r % 3 == 2) {
       for (int i = 0; i < n; ++i)
         if (std::bernoulli_distribution(0.6)(g)) k.push_back(c + i);
@@ -258,8 +259,8 @@ void run_random_commits(std::uint32_t seeds) {
 // shows up as a difference from commit_kv.
 template <class T>
 void simulate_kernel(const std::vector<kv_tensor<T>>& ts, const specdec::kv_position_map& map,
-                     const std::vector<std::int32_t>& clen, const std::vector<std::int32_t>& koff,
-                     const std::vector<std::int32_t>& keep, std::int64_t threads, std::int64_t regs) {
+                     const std::vector<specdec::position_id>& clen, const std::vector<std::int32_t>& koff,
+                     const std::vector<specdec::position_id>& keep, std::int64_t threads, std::int64_t regs) {
   const std::int64_t eb = sizeof(T);
   for (const auto& typed : ts) {
     const auto t = specdec::erase_kv_tensor(typed);
@@ -268,7 +269,7 @@ void simulate_kernel(const std::vector<kv_tensor<T>>& ts, const specdec::kv_posi
       for (std::int64_t layer = 0; layer < t.layers; ++layer)
         for (std::int64_t head = 0; head < t.heads; ++head) {
           const std::int64_t c = clen[r];
-          const std::int32_t* kp = keep.data() + koff[r];
+          const specdec::position_id* kp = keep.data() + koff[r];
           const std::int64_t count = koff[r + 1] - koff[r];
           const std::int64_t k0 = specdec::detail::kv_first_moved(kp, count, c);
           const auto plan = specdec::detail::kv_plan_row(reinterpret_cast<std::uintptr_t>(t.data), eb, t);
@@ -415,7 +416,7 @@ TEST_CASE("commit_kv: overlapping run shifted by one slot") {
   std::vector<std::uint16_t> buf(static_cast<std::size_t>(L * H * C * D));
   for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::uint16_t>(i);
   const auto t = specdec::make_kv_tensor_lhsd(buf.data(), 1, L, H, C, D);
-  std::vector<std::int32_t> keep{5, 6, 7, 8, 9, 10, 11, 12};
+  std::vector<specdec::position_id> keep{5, 6, 7, 8, 9, 10, 11, 12};
   const auto orig = buf;
   REQUIRE(specdec::commit_kv<std::uint16_t>(std::span(&t, 1), specdec::contiguous_positions(C), 4, keep).ok());
   for (std::int64_t l = 0; l < L; ++l)
@@ -431,7 +432,7 @@ TEST_CASE("commit_kv: overlapping run shifted by one slot") {
 TEST_CASE("commit_kv: fp16 NaN payloads move as raw bits") {
   std::vector<std::uint16_t> buf{0x1111, 0x7e01, 0xfc02, 0x7c00};  // C = 4, D = 1: NaN, -inf-ish, +inf bits
   const auto t = specdec::make_kv_tensor_lhsd(buf.data(), 1, 1, 1, 4, 1);
-  const std::vector<std::int32_t> keep{1, 2};
+  const std::vector<specdec::position_id> keep{1, 2};
   REQUIRE(specdec::commit_kv<std::uint16_t>(std::span(&t, 1), specdec::contiguous_positions(4), 0, keep).ok());
   CHECK(buf == std::vector<std::uint16_t>{0x7e01, 0xfc02, 0xfc02, 0x7c00});
 }
@@ -445,9 +446,9 @@ TEST_CASE("commit_kv: bad inputs return a status and leave every cache byte unch
   auto t = specdec::make_kv_tensor_paged_nhd(pool.data(), pages, L, P, H, D);
   std::vector<std::int32_t> table{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
   std::vector<std::int32_t> used{4, 4, 4};
-  std::vector<std::int32_t> clen{3, 5, 2};
+  std::vector<specdec::position_id> clen{3, 5, 2};
   std::vector<std::int32_t> koff{0, 3, 5, 8};
-  std::vector<std::int32_t> keep{3, 6, 9, 5, 7, 4, 8, 15};
+  std::vector<specdec::position_id> keep{3, 6, 9, 5, 7, 4, 8, 15};
   auto map = specdec::paged_positions(table.data(), per, P, pages, used.data());
   auto run = [&]() { return specdec::commit_kv<std::uint16_t>(std::span(&t, 1), map, clen, koff, keep); };
   auto unchanged = [&]() { return std::memcmp(pool.data(), orig.data(), pool.size() * 2) == 0; };
@@ -531,18 +532,20 @@ TEST_CASE("commit_kv: contiguous capacity and row count are enforced") {
   for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::uint32_t>(i * 2654435761u);
   const auto orig = buf;
   const auto t = specdec::make_kv_tensor_lshd(buf.data(), 2, 2, 1, 8, 2);
-  const std::vector<std::int32_t> clen{2, 6}, koff{0, 1, 3};
+  const std::vector<specdec::position_id> clen{2, 6};
+  const std::vector<std::int32_t> koff{0, 1, 3};
   CHECK(specdec::commit_kv<std::uint32_t>(std::span(&t, 1), specdec::contiguous_positions(8), clen, koff,
-                                          std::vector<std::int32_t>{4, 6, 8}) == status_code::out_of_range);
+                                          std::vector<specdec::position_id>{4, 6, 8}) == status_code::out_of_range);
   // Three requests on a two-row tensor: the layout check catches it.
-  const std::vector<std::int32_t> clen3{0, 0, 0}, koff3{0, 1, 2, 3};
+  const std::vector<specdec::position_id> clen3{0, 0, 0};
+  const std::vector<std::int32_t> koff3{0, 1, 2, 3};
   CHECK(specdec::commit_kv<std::uint32_t>(std::span(&t, 1), specdec::contiguous_positions(8), clen3, koff3,
-                                          std::vector<std::int32_t>{1, 1, 1}) == status_code::buffer_too_small);
+                                          std::vector<specdec::position_id>{1, 1, 1}) == status_code::buffer_too_small);
   CHECK(buf == orig);
   // Empty batches and empty keep lists are fine and write nothing.
   CHECK(specdec::commit_kv<std::uint32_t>(std::span(&t, 1), specdec::contiguous_positions(8),
-                                          std::span<const std::int32_t>{}, std::vector<std::int32_t>{0},
-                                          std::span<const std::int32_t>{})
+                                          std::span<const specdec::position_id>{}, std::vector<std::int32_t>{0},
+                                          std::span<const specdec::position_id>{})
             .ok());
   CHECK(buf == orig);
 }
@@ -575,7 +578,7 @@ TEST_CASE("a drafter's hidden-state buffer as a one-layer, one-head kv_tensor co
   const int n = 40, hidden = 12;
   const auto parent = cache_test::random_parents(g, n);
   const auto path = cache_test::random_path(g, parent);
-  std::vector<std::int32_t> keep(path.size());
+  std::vector<specdec::position_id> keep(path.size());
   std::int32_t count = 0;
   REQUIRE(specdec::keep_indices_from_path(parent, path, {}, 0, keep, count).ok());
   std::vector<std::uint32_t> a(static_cast<std::size_t>(n * hidden));
@@ -592,10 +595,11 @@ TEST_CASE("commit_kv deduces the element type from a std::vector or array of kv_
   std::vector<std::uint16_t> a(1 * 2 * 1 * 8 * 2), b(a.size());
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = b[i] = static_cast<std::uint16_t>(i);
   const std::vector<specdec::kv_tensor<std::uint16_t>> vec = {specdec::make_kv_tensor_lhsd(a.data(), 1, 2, 1, 8, 2)};
-  const std::int32_t keep[] = {3, 5};
+  const specdec::position_id keep[] = {3, 5};
   REQUIRE(specdec::commit_kv(vec, specdec::contiguous_positions(8), 2, keep).ok());  // no <T>
   const specdec::kv_tensor<std::uint16_t> arr[1] = {specdec::make_kv_tensor_lhsd(b.data(), 1, 2, 1, 8, 2)};
-  const std::int32_t len[1] = {2}, off[2] = {0, 2};
+  const specdec::position_id len[1] = {2};
+  const std::int32_t off[2] = {0, 2};
   REQUIRE(specdec::commit_kv(arr, specdec::contiguous_positions(8), len, off, keep).ok());  // batched form
   CHECK(a == b);
   for (int layer = 0; layer < 2; ++layer)
@@ -604,7 +608,7 @@ TEST_CASE("commit_kv deduces the element type from a std::vector or array of kv_
       CHECK(a[static_cast<std::size_t>(layer * 16 + 3 * 2 + d)] == layer * 16 + 5 * 2 + d);
     }
   // Errors still come through the deduced form.
-  const std::int32_t bad[] = {5, 3};
+  const specdec::position_id bad[] = {5, 3};
   CHECK(specdec::commit_kv(vec, specdec::contiguous_positions(8), 2, bad) == specdec::status_code::not_sorted);
   static_assert(specdec::kv_tensor_range<std::vector<specdec::kv_tensor<float>>>);
   static_assert(!specdec::kv_tensor_range<std::vector<float>>);

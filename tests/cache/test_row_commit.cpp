@@ -20,7 +20,7 @@ TEST_CASE("commit_rows moves accepted nodes' hidden states to the front") {
     const auto parent = cache_test::random_parents(g, n);
     const auto path = cache_test::random_path(g, parent);
     const int c = std::uniform_int_distribution<int>(0, 100)(g);
-    std::vector<std::int32_t> keep(path.size());
+    std::vector<specdec::position_id> keep(path.size());
     std::int32_t count = 0;
     REQUIRE(specdec::keep_indices_from_path(parent, path, {}, c, keep, count).ok());
     const std::int64_t cs = seed % 3 == 0 ? 2 : 1;  // column stride 2: the element-by-element path
@@ -44,13 +44,14 @@ TEST_CASE("commit_rows moves accepted nodes' hidden states to the front") {
 TEST_CASE("commit_rows_batch equals per-request gathers; bad input changes nothing") {
   std::mt19937 g(99);
   const int R = 4, width = 5;
-  std::vector<std::int32_t> row_off{0}, keep_off{0}, keep, clen;
+  std::vector<std::int32_t> row_off{0}, keep_off{0};
+  std::vector<specdec::position_id> keep, clen;
   for (int r = 0; r < R; ++r) {
     const int n = std::uniform_int_distribution<int>(1, 12)(g);
     const auto parent = cache_test::random_parents(g, n);
     const auto path = cache_test::random_path(g, parent);
     const int c = 10 * r;
-    std::vector<std::int32_t> k(path.size());
+    std::vector<specdec::position_id> k(path.size());
     std::int32_t count = 0;
     REQUIRE(specdec::keep_indices_from_path(parent, path, cache_test::bfs_slots(parent), c, k, count).ok());
     keep.insert(keep.end(), k.begin(), k.end());
@@ -71,7 +72,7 @@ TEST_CASE("commit_rows_batch equals per-request gathers; bad input changes nothi
   for (int r = 0; r < R; ++r)
     for (int k = keep_off[static_cast<std::size_t>(r)]; k < keep_off[static_cast<std::size_t>(r) + 1]; ++k) {
       const int dst = row_off[static_cast<std::size_t>(r)] + (k - keep_off[static_cast<std::size_t>(r)]);
-      const int src =
+      const auto src =
           row_off[static_cast<std::size_t>(r)] + keep[static_cast<std::size_t>(k)] - clen[static_cast<std::size_t>(r)];
       for (int e = 0; e < width; ++e)
         expect[static_cast<std::size_t>(dst * width + e)] = orig[static_cast<std::size_t>(src * width + e)];
@@ -82,12 +83,12 @@ TEST_CASE("commit_rows_batch equals per-request gathers; bad input changes nothi
 TEST_CASE("commit_rows rejects bad keep lists and aliasing rows") {
   std::vector<float> buf(20, 1.0f);
   const auto v = specdec::make_view(buf.data(), 4, 5);
-  CHECK(specdec::commit_rows(v, std::vector<std::int32_t>{0, 0}) == status_code::not_sorted);
-  CHECK(specdec::commit_rows(v, std::vector<std::int32_t>{4}) == status_code::out_of_range);
-  CHECK(specdec::commit_rows(v, std::vector<std::int32_t>{0, 2}, 0, 1) == status_code::out_of_range);
-  CHECK(specdec::commit_rows(v, std::vector<std::int32_t>{1}, 2) == status_code::out_of_range);
+  CHECK(specdec::commit_rows(v, std::vector<specdec::position_id>{0, 0}) == status_code::not_sorted);
+  CHECK(specdec::commit_rows(v, std::vector<specdec::position_id>{4}) == status_code::out_of_range);
+  CHECK(specdec::commit_rows(v, std::vector<specdec::position_id>{0, 2}, 0, 1) == status_code::out_of_range);
+  CHECK(specdec::commit_rows(v, std::vector<specdec::position_id>{1}, 2) == status_code::out_of_range);
   const auto alias =
       specdec::make_strided_view(buf.data(), {std::int64_t{4}, std::int64_t{5}}, {std::int64_t{2}, std::int64_t{1}});
-  CHECK(specdec::commit_rows(alias, std::vector<std::int32_t>{1}) == status_code::invalid_argument);
-  CHECK(specdec::commit_rows(v, std::vector<std::int32_t>{}).ok());
+  CHECK(specdec::commit_rows(alias, std::vector<specdec::position_id>{1}) == status_code::invalid_argument);
+  CHECK(specdec::commit_rows(v, std::vector<specdec::position_id>{}).ok());
 }

@@ -1,6 +1,6 @@
 // End to end: trees from the draft builders, verified with the mode
 // matching_verify_mode picks, emit tokens distributed as the target p
-// (DESIGN.md's counterexample: p = [.5,.3,.2], q = [.2,.3,.5], two
+// (the counterexample of docs/verify.md: p = [.5,.3,.2], q = [.2,.3,.5], two
 // children). Negative control: a deterministic tree verified as if sampled.
 #include <catch2/catch.hpp>
 
@@ -89,7 +89,7 @@ TEST_CASE("draft builders + matching verify mode are lossless; a mismatched mode
   INFO("deterministic: " << det[0] << " " << det[1] << " " << det[2]);
   CHECK(tv(det, kP) < 0.015);
   // Negative control: the same deterministic top-2 tree verified with the real q
-  // (the MSS rule) gives [.6, 0, .4] (DESIGN.md), TV 0.3 from p.
+  // (the MSS rule) gives [.6, 0, .4] (docs/verify.md), TV 0.3 from p.
   const auto biased = first_token_freq(build_top2, rounds, true);
   INFO("biased: " << biased[0] << " " << biased[1] << " " << biased[2]);
   CHECK(tv(biased, kP) > 0.2);

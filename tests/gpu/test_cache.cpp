@@ -25,7 +25,8 @@ struct gpu_case {
   int layout = 0;  // 0 [B][L][H][S][D], 1 [B][L][S][H][D], 2 paged NHD, 3 paged HND, 4 [B][L][H][D][S]
   std::int64_t R = 1, L = 1, H = 1, D = 1, C = 1, P = 0, pages = 0;
   std::int64_t misalign = 0;  // elements the data pointer is shifted by
-  std::vector<std::int32_t> clen, koff{0}, keep, table, used;
+  std::vector<specdec::position_id> clen, keep;
+  std::vector<std::int32_t> koff{0}, table, used;
 };
 
 template <class T>
@@ -83,7 +84,7 @@ gpu_case random_case(std::mt19937& g, int layout) {
     // Some requests have big trees so waves split (count * units > 512).
     const int n = std::uniform_int_distribution<int>(1, r == 0 ? 200 : 40)(g);
     const int cl = std::uniform_int_distribution<int>(0, 30)(g);
-    std::vector<std::int32_t> k;
+    std::vector<specdec::position_id> k;
     if (r % 2 == 1) {
       for (int i = 0; i < n; ++i)
         if (std::bernoulli_distribution(0.7)(g)) k.push_back(cl + i);
@@ -138,8 +139,9 @@ void run_both(const gpu_case& c, std::mt19937_64& g64, specdec::status& host_st,
   std::vector<kv_tensor<void>> erased;
   for (const auto& t : dts) erased.push_back(specdec::erase_kv_tensor(t));
   device_buffer<kv_tensor<void>> d_tensors(erased);
-  device_buffer<std::int32_t> d_clen(c.clen), d_koff(c.koff),
-      d_keep(c.keep.empty() ? std::vector<std::int32_t>{0} : c.keep);
+  device_buffer<specdec::position_id> d_clen(c.clen),
+      d_keep(c.keep.empty() ? std::vector<specdec::position_id>{0} : c.keep);
+  device_buffer<std::int32_t> d_koff(c.koff);
   device_buffer<std::int32_t> d_table(c.table.empty() ? std::vector<std::int32_t>{0} : c.table);
   device_buffer<std::int32_t> d_used(c.used.empty() ? std::vector<std::int32_t>{0} : c.used);
   device_buffer<std::uint64_t> d_status(1);
@@ -154,7 +156,7 @@ void run_both(const gpu_case& c, std::mt19937_64& g64, specdec::status& host_st,
   p.batch = specdec::kv_commit_batch{static_cast<std::int32_t>(c.R), d_clen.data(), d_koff.data(), d_keep.data()};
   p.total_keep = static_cast<std::int64_t>(c.keep.size());
   p.status_word = d_status.data();
-  REQUIRE(specdec::kernels::kv_commit(p, nullptr).ok());
+  REQUIRE(specdec::kernels::kv_commit(p, nullptr, 0, nullptr).ok());
   REQUIRE(specdec::kernels::synchronize(nullptr).ok());
   dev_st = specdec::kernels::kv_commit_result(d_status.download()[0]);
   const auto out = dev.download();
@@ -201,7 +203,7 @@ TEST_CASE("GPU kv_commit rejects a bad batch and writes nothing") {
         for (auto& e : c.table) e = static_cast<std::int32_t>(c.pages);
         break;
       case 1:  // capacity overflow
-        c.keep.back() = static_cast<std::int32_t>(c.C);
+        c.keep.back() = c.C;
         break;
       case 2:  // block table too short
         for (auto& u : c.used) u = 0;

@@ -64,9 +64,6 @@ TEST_CASE("batched top-B pruning: kernel equals host twin (ties, zeros, -0, brok
     device_buffer<std::int32_t> d_off(b.offsets), d_budget(b.budget);
     device_buffer<specdec::node_id> d_idx(std::vector<specdec::node_id>(b.parent.size(), -7));
     device_buffer<std::int32_t> d_kept(static_cast<std::size_t>(R)), d_status(static_cast<std::size_t>(R));
-    std::size_t ws_bytes = 0;
-    REQUIRE(specdec::kernels::batch_prune_workspace_size(R, N, ws_bytes).ok());
-    device_buffer<unsigned char> ws(ws_bytes);
     specdec::kernels::batch_prune_params p;
     p.parent = d_parent.data();
     p.score = d_score.data();
@@ -77,9 +74,12 @@ TEST_CASE("batched top-B pruning: kernel equals host twin (ties, zeros, -0, brok
     p.new_index = d_idx.data();
     p.kept = d_kept.data();
     p.request_status = d_status.data();
-    p.workspace = ws.data();
-    p.workspace_bytes = ws_bytes;
-    REQUIRE(specdec::kernels::batch_prune_to_budget(p, nullptr).ok());
+    const std::size_t ws_bytes = specdec::kernels::batch_prune_workspace_size(p);
+    REQUIRE(ws_bytes > 0);
+    device_buffer<unsigned char> ws(ws_bytes);
+    CHECK(specdec::kernels::batch_prune_to_budget(p, ws.data(), ws_bytes - 1, nullptr) ==
+          specdec::status_code::buffer_too_small);
+    REQUIRE(specdec::kernels::batch_prune_to_budget(p, ws.data(), ws_bytes, nullptr).ok());
     REQUIRE(specdec::kernels::synchronize(nullptr).ok());
     CHECK(d_status.download() == host_status);
     CHECK(d_kept.download() == host_kept);

@@ -73,7 +73,7 @@ void compare_scan(const dims& d, flags f, const std::vector<node_id>& parent, st
   p.y = specdec::make_view(dy.data(), d.n, d.heads, d.headdim);
   if (with_states) p.states = specdec::make_view(dst.data(), d.n, d.heads, d.headdim, d.dstate);
   p.status_word = dstatus.data();
-  const std::size_t wbytes = specdec::kernels::tree_scan_workspace_size(shape, sizeof(T), with_states);
+  const std::size_t wbytes = specdec::kernels::tree_scan_workspace_size(p);
   device_buffer<std::byte> dws(wbytes);
   REQUIRE(specdec::kernels::tree_scan(p, dws.data(), wbytes, nullptr).ok());
   REQUIRE(specdec::kernels::synchronize(nullptr).ok());
@@ -106,8 +106,7 @@ TEST_CASE("gpu tree_scan reports bad parents and bad shapes") {
   p.in = dp.in;
   p.y = specdec::make_view(dy.data(), d.n, d.heads, d.headdim);
   p.status_word = dstatus.data();
-  const specdec::tree_ssm_shape shape{d.n, d.heads, d.headdim, d.groups, d.dstate};
-  const std::size_t wbytes = specdec::kernels::tree_scan_workspace_size(shape, sizeof(float), false);
+  const std::size_t wbytes = specdec::kernels::tree_scan_workspace_size(p);
   device_buffer<std::byte> dws(wbytes);
   REQUIRE(specdec::kernels::tree_scan(p, dws.data(), wbytes, nullptr).ok());
   REQUIRE(specdec::kernels::synchronize(nullptr).ok());
@@ -166,7 +165,7 @@ TEST_CASE("gpu tree_conv1d equals the host tree conv1d") {
     }
     p.out = specdec::make_view(dout.data(), n, ch);
     p.status_word = dstatus.data();
-    REQUIRE(specdec::kernels::tree_conv1d(p, nullptr).ok());
+    REQUIRE(specdec::kernels::tree_conv1d(p, nullptr, 0, nullptr).ok());
     REQUIRE(specdec::kernels::synchronize(nullptr).ok());
     CHECK(dstatus.download()[0] == 0);
     CHECK(max_scaled_error(dout.download(), out_host, 1e-5, 1e-5) <= 1.0);

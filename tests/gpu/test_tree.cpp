@@ -101,8 +101,10 @@ void compare(const batch_input& in, std::int64_t extra_stride, bool with_positio
   db.masks = d_masks.data();
   db.positions = with_positions ? d_pos.data() : nullptr;
   db.tree_status = d_status.data();
-  REQUIRE(specdec::kernels::can_implement(db).ok());
-  REQUIRE(specdec::kernels::build_tree_masks(db, nullptr).ok());
+  REQUIRE(specdec::kernels::build_tree_masks_can_implement(db).ok());
+  REQUIRE(
+      specdec::kernels::build_tree_masks(db, nullptr, specdec::kernels::build_tree_masks_workspace_size(db), nullptr)
+          .ok());
   REQUIRE(specdec::kernels::synchronize(nullptr).ok());
 
   CHECK(d_status.download() == h_status);
@@ -142,13 +144,14 @@ TEST_CASE("tree masks: trees above the shared-memory limit read parents from glo
 
 TEST_CASE("tree masks: whole-call errors are reported before launching") {
   specdec::tree_mask_batch<std::uint32_t> b;
-  CHECK(specdec::kernels::build_tree_masks(b, nullptr) == status_code::invalid_argument);  // no offsets/status
+  CHECK(specdec::kernels::build_tree_masks(b, nullptr, 0, nullptr) ==
+        status_code::invalid_argument);  // no offsets/status
   specdec_test::device_buffer<std::int32_t> off(std::vector<std::int32_t>{0});
   specdec_test::device_buffer<std::int32_t> st(1);
   b.offsets = off.data();
   b.tree_status = st.data();
-  CHECK(specdec::kernels::build_tree_masks(b, nullptr).ok());  // zero trees: nothing to do
+  CHECK(specdec::kernels::build_tree_masks(b, nullptr, 0, nullptr).ok());  // zero trees: nothing to do
   b.max_nodes = 65535 * specdec::kernels::tree_mask_rows_per_block + 1;
   b.row_stride_words = specdec::mask_words_per_row<std::uint32_t>(b.max_nodes);
-  CHECK(specdec::kernels::can_implement(b) == status_code::unsupported);
+  CHECK(specdec::kernels::build_tree_masks_can_implement(b) == status_code::unsupported);
 }

@@ -483,8 +483,8 @@ TEST_CASE("tree scan: negative control, the seed's formula without the dt' corre
 }
 
 TEST_CASE("tree scan: workspace bounds need no tree and serve every tree of that size") {
-  const specdec::tree_ssm_shape shape{.nodes = 0, .heads = 4, .headdim = 8, .groups = 2, .dstate = 16};
   for (std::int64_t n : {1, 2, 7, 33}) {
+    const specdec::tree_ssm_shape shape{.nodes = n, .heads = 4, .headdim = 8, .groups = 2, .dstate = 16};
     for (int kind = 0; kind < 3; ++kind) {
       const auto parent = kind == 0   ? random_tree(n, 77 + static_cast<std::uint64_t>(n))
                           : kind == 1 ? binary_tree(n)
@@ -522,5 +522,5 @@ TEST_CASE("tree scan: workspace bounds need no tree and serve every tree of that
                                     specdec::view4d<float>{}, ws, m)
               .ok());
   }
-  CHECK(specdec::tree_scan_workspace_bound<float>(0, shape) == 0);
+  CHECK(specdec::tree_scan_workspace_bound<float>(0, s) == 0);
 }

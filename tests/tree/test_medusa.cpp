@@ -117,7 +117,7 @@ TEST_CASE("Medusa mc_sim_7b_63: 64 nodes, 10/28/23/2 per depth, mask, positions,
   CHECK(pos_shifted[63] == 1004);
 
   const auto paths = specdec::paths(parent, specdec::leaf_order::descending);
-  CHECK(paths.shape.rows == 42);  // SpecMemo (seed 003) counts 42 candidate leaves in this tree
+  CHECK(paths.shape.rows == 42);  // SpecMemo counts 42 candidate leaves in this tree
   CHECK(paths.shape.width == 5);
   REQUIRE(ref.retrieve.size() == 42);
   for (std::int32_t r = 0; r < 42; ++r) {

@@ -4,6 +4,7 @@
 #include <random>
 #include <vector>
 
+#include "specdec/tree/structure.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/validate.hpp"
 
@@ -26,6 +27,33 @@ TEST_CASE("token_tree appends nodes in topological order") {
   CHECK(specdec::validate_tree(t.view(), 13) == status_code::token_out_of_range);
   CHECK_THROWS_AS(t.add_child(9, 1), specdec::error);
   CHECK_THROWS_AS(t.add_root(1), specdec::error);
+}
+
+TEST_CASE("token_tree accessors report a bad node id as specdec::error with out_of_range") {
+  specdec::token_tree t(7);
+  t.add_child(0, 3);
+  const auto code_of = [](auto&& call) {
+    try {
+      call();
+    } catch (const specdec::error& e) {
+      return e.code();
+    }
+    return specdec::status_code::ok;
+  };
+  for (const specdec::node_id bad : {-1, 2, 100}) {
+    INFO("node " << bad);
+    CHECK(code_of([&] { (void)t.token(bad); }) == status_code::out_of_range);
+    CHECK(code_of([&] { (void)t.parent(bad); }) == status_code::out_of_range);
+    CHECK(code_of([&] { (void)t.depth(bad); }) == status_code::out_of_range);
+    CHECK(code_of([&] { (void)t.score(bad); }) == status_code::out_of_range);
+    CHECK(code_of([&] { t.set_score(bad, 1.0f); }) == status_code::out_of_range);
+    CHECK(code_of([&] { t.set_token(bad, 1); }) == status_code::out_of_range);
+    CHECK(code_of([&] { (void)specdec::children_csr(t.parents()).of(bad); }) == status_code::out_of_range);
+  }
+  // Valid ids still read and write.
+  t.set_token(1, 9);
+  CHECK(t.token(1) == 9);
+  CHECK(code_of([&] { (void)t.token(1); }) == status_code::ok);
 }
 
 TEST_CASE("token_tree keeps capacity on clear") {

@@ -733,41 +733,67 @@ TEST_CASE("batched verification rejects malformed batches before writing") {
 TEST_CASE("vectorised and scalar row passes agree bit for bit") {
   std::mt19937 gen(21);
   INFO("seed 21");
-  for (std::int64_t V : {1, 7, 8, 9, 31, 64, 100, 1003}) {
+  const detail::host_row_ops ops{};
+  for (std::int64_t V : {1, 7, 8, 9, 31, 64, 100, 1003, 1024, 1025, 3000, 5000}) {
+    INFO("V = " << V);
     const auto P = random_rows(gen, 1, V, 0.3);
     const auto Q = random_rows(gen, 1, V, 0.3);
-    // The same rows at stride 2 take the scalar path.
+    // The same rows at stride 2 take the scalar (gathered) path.
     std::vector<float> P2(static_cast<std::size_t>(2 * V)), Q2(static_cast<std::size_t>(2 * V));
     for (std::int64_t i = 0; i < V; ++i) {
       P2[static_cast<std::size_t>(2 * i)] = P[static_cast<std::size_t>(i)];
       Q2[static_cast<std::size_t>(2 * i)] = Q[static_cast<std::size_t>(i)];
     }
-    const detail::contig_load cp{P.data()}, cq{Q.data()};
-    const detail::strided_load sp{P2.data(), 2}, sq{Q2.data(), 2};
+    const detail::row_ref cp{P.data(), 1}, cq{Q.data(), 1};
+    const detail::row_ref sp{P2.data(), 2}, sq{Q2.data(), 2};
+    const auto nt = static_cast<std::size_t>(sum_tile_count(V));
+    std::vector<double> t1(nt), t2(nt), t3(nt), u1(nt), u2(nt), u3(nt);
     double m1 = 0, m2 = 0;
-    CHECK(detail::mass_pass(cp, V, m1));
-    CHECK(detail::mass_pass(sp, V, m2));
+    CHECK(ops.mass(cp, V, t1.data(), m1));
+    CHECK(ops.mass(sp, V, t2.data(), m2));
     CHECK(m1 == m2);
+    // The scalar reference of the fixed order.
+    double ref = 0.0;
+    for (std::size_t t = 0; t < nt; ++t) {
+      const auto b = static_cast<std::int64_t>(t) * sum_tile;
+      const double ts = detail::tile_tree_sum([&](std::int64_t i) { return P[static_cast<std::size_t>(b + i)]; },
+                                              std::min<std::int64_t>(sum_tile, V - b));
+      CHECK(ts == t1[t]);
+      ref += ts;
+    }
+    CHECK(ref == m1);
+    double total = 0.0;
+    REQUIRE(validate_probability_row(make_view(P.data(), V).as_const(), &total).ok());
+    CHECK(total == m1);
     double a[3], b[3];
     bool o[4];
     std::vector<float> R1(static_cast<std::size_t>(V)), R2(static_cast<std::size_t>(V));
-    detail::first_residual_pass(cp, cq, R1.data(), V, a[0], a[1], a[2], o[0], o[1]);
-    detail::first_residual_pass(sp, sq, R2.data(), V, b[0], b[1], b[2], o[2], o[3]);
+    ops.first_residual(cp, cq, R1.data(), V, t1.data(), t2.data(), t3.data(), a[0], a[1], a[2], o[0], o[1]);
+    ops.first_residual(sp, sq, R2.data(), V, u1.data(), u2.data(), u3.data(), b[0], b[1], b[2], o[2], o[3]);
     CHECK(R1 == R2);
     CHECK((a[0] == b[0] && a[1] == b[1] && a[2] == b[2]));
-    CHECK(detail::update_residual_pass(cq, R1.data(), 0.75, V) == detail::update_residual_pass(sq, R2.data(), 0.75, V));
+    CHECK((t3 == u3));
+    CHECK(ops.update_residual(cq, R1.data(), 0.75f, V, t3.data()) ==
+          ops.update_residual(sq, R2.data(), 0.75f, V, u3.data()));
     CHECK(R1 == R2);
-    for (double t : {0.0, 0.3, 0.999}) {
+    REQUIRE(ops.mass(cp, V, t1.data(), m1));
+    for (double t : {0.0, 0.3, 0.999, std::nextafter(1.0, 0.0)}) {
       const double target = t * m1;
-      CHECK(detail::sample_pass(cp, V, target) == detail::sample_pass(sp, V, target));
+      const token_id y = ops.sample(cp, V, t1.data(), target);
+      CHECK(y == ops.sample(sp, V, t1.data(), target));
+      CHECK(y == sample_row(make_view(P.data(), V).as_const(), t, m1));
+      const std::int64_t ext[1] = {V}, str[1] = {2};
+      CHECK(y == sample_row(make_strided_view(static_cast<const float*>(P2.data()), ext, str), t, m1));
     }
-    // Negative and NaN entries are caught on both paths.
+    // Negative and NaN entries are caught on both paths; -0.0 is a probability.
     auto Pn = P;
     Pn[static_cast<std::size_t>(V - 1)] = -1e-9f;
-    CHECK_FALSE(detail::mass_pass(detail::contig_load{Pn.data()}, V, m1));
+    CHECK_FALSE(ops.mass(detail::row_ref{Pn.data(), 1}, V, t1.data(), m1));
+    CHECK(ops.classify(detail::row_ref{Pn.data(), 1}, V) == status_code::negative_probability);
     Pn[static_cast<std::size_t>(V - 1)] = std::numeric_limits<float>::quiet_NaN();
-    CHECK_FALSE(detail::mass_pass(detail::contig_load{Pn.data()}, V, m1));
+    CHECK_FALSE(ops.mass(detail::row_ref{Pn.data(), 1}, V, t1.data(), m1));
+    CHECK(ops.classify(detail::row_ref{Pn.data(), 1}, V) == status_code::non_finite);
     Pn[static_cast<std::size_t>(V - 1)] = -0.0f;
-    CHECK(detail::mass_pass(detail::contig_load{Pn.data()}, V, m1));
+    CHECK(ops.mass(detail::row_ref{Pn.data(), 1}, V, t1.data(), m1));
   }
 }

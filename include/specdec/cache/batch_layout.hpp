@@ -9,7 +9,7 @@
 //! after another (CSR `mask_offsets`). Requests never see each other: the
 //! mask is block-diagonal.
 //!
-//! Padded (SpecMemo, seed 003, section 3.3): every request gets `width`
+//! Padded (SpecMemo: "Speculative Decoding is in Your Pocket", section 3.3): every request gets `width`
 //! query slots and a KV of prefix_width + width entries; pad queries, pad
 //! cache entries (slots >= cache_len or flagged as pad holes) and pad tree
 //! slots are masked with the deny value (-inf for additive masks), and
@@ -20,6 +20,7 @@
 #include <concepts>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <type_traits>
 
@@ -40,15 +41,15 @@ concept batch_mask_element = (dense_mask_element<M> || std::floating_point<M>)&&
 
 //! Output sizes of a ragged batch: query tokens, KV entries, mask elements.
 struct ragged_batch_sizes {
-  std::int64_t tokens = 0;
-  std::int64_t kv = 0;
-  std::int64_t mask = 0;
+  std::int64_t tokens = 0;  //!< packed query tokens (all nodes)
+  std::int64_t kv = 0;      //!< KV entries: sum of cache_len + n per request
+  std::int64_t mask = 0;    //!< mask elements: sum of n * (cache_len + n)
 };
 
 namespace detail {
 
 inline status check_batch_trees(std::span<const node_id> parent, std::span<const std::int32_t> tree_offsets,
-                                std::span<const std::int32_t> cache_len) noexcept {
+                                std::span<const position_id> cache_len) noexcept {
   if (tree_offsets.size() != cache_len.size() + 1)
     return make_status(status_code::size_mismatch, "tree_offsets must have num_requests + 1 entries");
   if (tree_offsets[0] != 0) return make_status(status_code::invalid_argument, "tree_offsets[0] must be 0");
@@ -60,6 +61,8 @@ inline status check_batch_trees(std::span<const node_id> parent, std::span<const
       return make_status(status_code::not_sorted, "tree_offsets must be non-decreasing", ri);
     if (cache_len[r] < 0) return make_status(status_code::invalid_argument, "cache_len must be non-negative", ri);
     const std::int32_t n = tree_offsets[r + 1] - tree_offsets[r];
+    if (cache_len[r] > std::numeric_limits<position_id>::max() - n)
+      return make_status(status_code::out_of_range, "position overflows position_id", ri);
     const status s = validate_topological_parents(parent.data() + tree_offsets[r], n);
     if (!s.ok()) return make_status(s.code(), s.message(), ri);
   }
@@ -97,14 +100,18 @@ status check_pad_rows(const view2d<A>& padded, const view2d<B>& ragged, std::spa
 //! Sizes of the ragged layout for R trees (validates the trees: one root
 //! first, topological local parent ids). O(total nodes).
 inline status ragged_batch_size(std::span<const node_id> parent, std::span<const std::int32_t> tree_offsets,
-                                std::span<const std::int32_t> cache_len, ragged_batch_sizes& out) noexcept {
+                                std::span<const position_id> cache_len, ragged_batch_sizes& out) noexcept {
   SPECDEC_TRY(detail::check_batch_trees(parent, tree_offsets, cache_len));
   ragged_batch_sizes s;
+  constexpr std::int64_t big = std::numeric_limits<std::int64_t>::max();
   for (std::size_t r = 0; r < cache_len.size(); ++r) {
     const std::int64_t n = tree_offsets[r + 1] - tree_offsets[r];
+    const std::int64_t kv = cache_len[r] + n;  // no overflow: checked above
+    if (kv > big - s.kv || (n > 0 && kv > (big - s.mask) / n))
+      return make_status(status_code::out_of_range, "batch sizes overflow int64", static_cast<std::int64_t>(r));
     s.tokens += n;
-    s.kv += cache_len[r] + n;
-    s.mask += n * (cache_len[r] + n);
+    s.kv += kv;
+    s.mask += n * kv;
   }
   out = s;
   return status::success();
@@ -122,7 +129,7 @@ inline status ragged_batch_size(std::span<const node_id> parent, std::span<const
 //! Nothing is written on error. O(mask size + total depth); no allocation.
 template <batch_mask_element M>
 status pack_ragged_batch(std::span<const node_id> parent, std::span<const std::int32_t> tree_offsets,
-                         std::span<const std::int32_t> cache_len, std::span<std::int32_t> positions,
+                         std::span<const position_id> cache_len, std::span<position_id> positions,
                          std::span<std::int64_t> kv_offsets, std::span<std::int64_t> mask_offsets, std::span<M> mask,
                          M allow, M deny) noexcept {
   ragged_batch_sizes s;
@@ -131,9 +138,6 @@ status pack_ragged_batch(std::span<const node_id> parent, std::span<const std::i
   if (positions.size() < static_cast<std::size_t>(s.tokens) || kv_offsets.size() < R + 1 ||
       mask_offsets.size() < R + 1 || mask.size() < static_cast<std::size_t>(s.mask))
     return make_status(status_code::buffer_too_small, "ragged batch output too small");
-  for (std::size_t r = 0; r < R; ++r)
-    if (static_cast<std::int64_t>(cache_len[r]) + (tree_offsets[r + 1] - tree_offsets[r]) > INT32_MAX)
-      return make_status(status_code::out_of_range, "position exceeds int32", static_cast<std::int64_t>(r));
   kv_offsets[0] = 0;
   mask_offsets[0] = 0;
   for (std::size_t r = 0; r < R; ++r) {
@@ -170,9 +174,9 @@ status pack_ragged_batch(std::span<const node_id> parent, std::span<const std::i
 //! on error. O(R * width * (prefix_width + width)).
 template <batch_mask_element M>
 status pack_padded_batch(std::span<const node_id> parent, std::span<const token_id> tokens,
-                         std::span<const std::int32_t> tree_offsets, std::span<const std::int32_t> cache_len,
+                         std::span<const std::int32_t> tree_offsets, std::span<const position_id> cache_len,
                          std::int32_t prefix_width, std::span<const std::uint8_t> prefix_pad, std::int32_t width,
-                         token_id pad_token, std::span<token_id> out_tokens, std::span<std::int32_t> out_positions,
+                         token_id pad_token, std::span<token_id> out_tokens, std::span<position_id> out_positions,
                          std::span<M> mask, M allow, M deny) noexcept {
   SPECDEC_TRY(detail::check_batch_trees(parent, tree_offsets, cache_len));
   const std::size_t R = cache_len.size();
@@ -195,7 +199,7 @@ status pack_padded_batch(std::span<const node_id> parent, std::span<const token_
     const std::int32_t n = tree_offsets[r + 1] - t0;
     const node_id* p = parent.data() + t0;
     const std::uint8_t* holes = prefix_pad.empty() ? nullptr : prefix_pad.data() + r * prefix_width;
-    std::int32_t real = 0;
+    position_id real = 0;
     for (std::int32_t j = 0; j < cache_len[r]; ++j) real += (holes == nullptr || holes[j] == 0) ? 1 : 0;
     for (std::int32_t i = 0; i < width; ++i) {
       const std::size_t q = r * static_cast<std::size_t>(width) + static_cast<std::size_t>(i);

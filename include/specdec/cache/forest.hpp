@@ -1,13 +1,13 @@
 //! \file
-//! Forest layout for verification fusion (Lyanna, seed 001, section 6.2):
-//! several trees share one verification sequence, e.g. the tree re-sampled
-//! from the previous round's hidden states next to this round's draft tree.
-//! Each tree (one per root, numbered in order of appearance) has its own
+//! Forest layout for verification fusion (Lyanna: "Make Every Draft Count: Hidden State based Speculative Decoding",
+//! section 6.2): several trees share one verification sequence, e.g. the tree re-sampled from the previous round's
+//! hidden states next to this round's draft tree. Each tree (one per root, numbered in order of appearance) has its own
 //! mask block (a node sees only its own ancestors-or-self), its own base
 //! position, and its own visible cache prefix.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 
 #include "specdec/cache/batch_layout.hpp"
@@ -76,8 +76,8 @@ inline status fuse_trees(std::span<const node_id> parent, std::span<const std::i
 //! the root above i (roots numbered in order), positions[i] =
 //! root_position[tree_id[i]] + depth(i). root_position has one entry per
 //! tree. Nothing written on error. O(N).
-inline status forest_layout(std::span<const node_id> parent, std::span<const std::int32_t> root_position,
-                            std::span<std::int32_t> tree_id, std::span<std::int32_t> positions) noexcept {
+inline status forest_layout(std::span<const node_id> parent, std::span<const position_id> root_position,
+                            std::span<std::int32_t> tree_id, std::span<position_id> positions) noexcept {
   std::int32_t trees = 0;
   SPECDEC_TRY(validate_forest(parent, trees));
   if (root_position.size() != static_cast<std::size_t>(trees))
@@ -86,9 +86,8 @@ inline status forest_layout(std::span<const node_id> parent, std::span<const std
     return make_status(status_code::buffer_too_small, "tree_id and positions need one entry per node");
   for (std::int32_t t = 0; t < trees; ++t)
     if (root_position[static_cast<std::size_t>(t)] < 0 ||
-        static_cast<std::int64_t>(root_position[static_cast<std::size_t>(t)]) +
-                static_cast<std::int64_t>(parent.size()) >
-            INT32_MAX)
+        root_position[static_cast<std::size_t>(t)] >
+            std::numeric_limits<position_id>::max() - static_cast<position_id>(parent.size()))
       return make_status(status_code::out_of_range, "root position negative or too large", t);
   std::int32_t next = 0;
   for (std::size_t i = 0; i < parent.size(); ++i) {
@@ -110,7 +109,7 @@ inline status forest_layout(std::span<const node_id> parent, std::span<const std
 //! the sequence; everything else (other trees included) is `deny`. M is
 //! std::uint8_t/bool (1/0) or float (0/-inf). O(N * (prefix_width + N)).
 template <batch_mask_element M>
-status forest_mask(std::span<const node_id> parent, std::span<const std::int32_t> prefix_len, std::int32_t prefix_width,
+status forest_mask(std::span<const node_id> parent, std::span<const position_id> prefix_len, std::int32_t prefix_width,
                    std::span<M> mask, M allow, M deny) noexcept {
   std::int32_t trees = 0;
   SPECDEC_TRY(validate_forest(parent, trees));
@@ -127,7 +126,7 @@ status forest_mask(std::span<const node_id> parent, std::span<const std::int32_t
   for (std::size_t i = 0; i < n; ++i) {
     if (parent[i] == -1) ++tree;
     M* row = mask.data() + i * kv;
-    const std::int32_t visible = prefix_len[static_cast<std::size_t>(tree)];
+    const position_id visible = prefix_len[static_cast<std::size_t>(tree)];
     for (std::int32_t j = 0; j < prefix_width; ++j) row[j] = j < visible ? allow : deny;
     M* block = row + prefix_width;
     for (std::size_t j = 0; j < n; ++j) block[j] = deny;

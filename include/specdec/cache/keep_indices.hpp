@@ -7,10 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
+#include "specdec/tree/paths.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
@@ -26,25 +28,21 @@ inline std::size_t path_length(std::span<const node_id> path) noexcept {
 
 //! Validates an unpadded path against its tree without writing anything.
 inline status check_accepted_path(std::span<const node_id> parent, std::span<const node_id> path,
-                                  std::span<const std::int32_t> slot_of_node, std::int32_t cache_len) noexcept {
+                                  std::span<const std::int32_t> slot_of_node, position_id cache_len) noexcept {
   const auto n = static_cast<std::int64_t>(parent.size());
   if (cache_len < 0) return make_status(status_code::invalid_argument, "cache_len must be non-negative");
   if (!slot_of_node.empty() && slot_of_node.size() != parent.size())
     return make_status(status_code::size_mismatch, "slot_of_node must be empty or have one entry per node");
-  if (path.empty()) return make_status(status_code::empty_input, "accepted path is empty");
+  SPECDEC_TRY(validate_root_path(parent, path));
   std::int64_t prev = -1;
   for (std::size_t k = 0; k < path.size(); ++k) {
     const node_id u = path[k];
     const auto ki = static_cast<std::int64_t>(k);
-    if (u < 0 || u >= n) return make_status(status_code::out_of_range, "path node id out of range", ki);
-    const node_id want = k == 0 ? -1 : path[k - 1];
-    if (parent[static_cast<std::size_t>(u)] != want)
-      return make_status(status_code::invalid_argument,
-                         k == 0 ? "path must start at the root" : "path node is not a child of the previous one", ki);
     const std::int64_t slot = slot_of_node.empty() ? u : slot_of_node[static_cast<std::size_t>(u)];
     if (slot < 0 || slot >= n) return make_status(status_code::out_of_range, "slot out of range", ki);
-    const std::int64_t pos = static_cast<std::int64_t>(cache_len) + slot;
-    if (pos > INT32_MAX) return make_status(status_code::out_of_range, "position exceeds int32", ki);
+    if (cache_len > std::numeric_limits<position_id>::max() - slot)
+      return make_status(status_code::out_of_range, "position overflows position_id", ki);
+    const position_id pos = cache_len + slot;
     if (pos <= prev) return make_status(status_code::not_sorted, "slots along the path must increase", ki);
     prev = pos;
   }
@@ -59,12 +57,12 @@ inline status check_accepted_path(std::span<const node_id> parent, std::span<con
 //! ends it early (padded retrieve-index rows). Checks: path[0] is the root
 //! (parent -1), each next node is a child of the previous one, ids and slots
 //! in range, the resulting keep list strictly increasing (true for any
-//! topological slot order) and below INT32_MAX. Writes `count` and
+//! topological slot order) and representable as position_id. Writes `count` and
 //! keep[0..count) only on success (index of an error: the path entry).
 //! O(path length); no allocation.
 inline status keep_indices_from_path(std::span<const node_id> parent, std::span<const node_id> path,
-                                     std::span<const std::int32_t> slot_of_node, std::int32_t cache_len,
-                                     std::span<std::int32_t> keep, std::int32_t& count) noexcept {
+                                     std::span<const std::int32_t> slot_of_node, position_id cache_len,
+                                     std::span<position_id> keep, std::int32_t& count) noexcept {
   const std::size_t len = detail::path_length(path);
   SPECDEC_TRY(detail::check_accepted_path(parent, path.first(len), slot_of_node, cache_len));
   if (keep.size() < len) return make_status(status_code::buffer_too_small, "keep must hold the path length");
@@ -87,8 +85,8 @@ inline status keep_indices_from_path(std::span<const node_id> parent, std::span<
 //! length); no allocation.
 inline status keep_indices_batch(std::span<const node_id> parent, std::span<const std::int32_t> tree_offsets,
                                  std::span<const std::int32_t> slot_of_node, std::span<const node_id> path,
-                                 std::span<const std::int32_t> path_offsets, std::span<const std::int32_t> cache_len,
-                                 std::span<std::int32_t> keep, std::span<std::int32_t> keep_offsets) noexcept {
+                                 std::span<const std::int32_t> path_offsets, std::span<const position_id> cache_len,
+                                 std::span<position_id> keep, std::span<std::int32_t> keep_offsets) noexcept {
   const std::size_t R = cache_len.size();
   if (tree_offsets.size() != R + 1 || path_offsets.size() != R + 1)
     return make_status(status_code::size_mismatch, "tree_offsets and path_offsets need num_requests + 1 entries");

@@ -5,7 +5,7 @@
 //! and paged caches. See kv_layout.hpp for the cache description and
 //! docs/cache.md for the layouts table.
 //!
-//! Why in place is safe (DESIGN.md section 4): keep lists are strictly
+//! Why in place is safe: keep lists are strictly
 //! increasing with keep[0] >= cache_len, so keep[k] >= cache_len + k: each
 //! destination is at or before its own source and strictly before every
 //! later source. Copying the entries of one (layer, head) row in increasing
@@ -61,7 +61,7 @@ inline void kv_move_run(T* data, std::int64_t dst, std::int64_t src, std::int64_
 //! memory ([..][pos][H][D] layouts), so a position is moved with one copy.
 template <kv_element T>
 inline void kv_commit_one(const kv_tensor<T>& t, const kv_position_map& map, std::int64_t r, std::int64_t c,
-                          const std::int32_t* keep, std::int64_t count) noexcept {
+                          const position_id* keep, std::int64_t count) noexcept {
   const bool collapse = t.heads > 1 && t.stride_head == t.head_dim * t.stride_dim;
   const std::int64_t heads = collapse ? 1 : t.heads;
   const std::int64_t row_elems = collapse ? t.heads * t.head_dim : t.head_dim;
@@ -96,8 +96,8 @@ inline void kv_commit_one(const kv_tensor<T>& t, const kv_position_map& map, std
 //! O(total keep + tensors). Returned index: the offending request or tensor.
 template <kv_element T>
 status validate_kv_commit(std::span<const kv_tensor<T>> tensors, const kv_position_map& map,
-                          std::span<const std::int32_t> cache_len, std::span<const std::int32_t> keep_offsets,
-                          std::span<const std::int32_t> keep) noexcept {
+                          std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
+                          std::span<const position_id> keep) noexcept {
   if (keep_offsets.size() != cache_len.size() + 1)
     return make_status(status_code::size_mismatch, "keep_offsets must have num_requests + 1 entries");
   if (cache_len.size() > static_cast<std::size_t>(INT32_MAX))
@@ -136,8 +136,8 @@ status validate_kv_commit(std::span<const kv_tensor<T>> tensors, const kv_positi
 //! deterministic. Not thread-safe with respect to the same caches.
 template <kv_element T>
 status commit_kv(std::span<const kv_tensor<T>> tensors, const kv_position_map& map,
-                 std::span<const std::int32_t> cache_len, std::span<const std::int32_t> keep_offsets,
-                 std::span<const std::int32_t> keep) noexcept {
+                 std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
+                 std::span<const position_id> keep) noexcept {
   SPECDEC_TRY(validate_kv_commit(tensors, map, cache_len, keep_offsets, keep));
   for (const auto& t : tensors) {
     for (std::size_t r = 0; r < cache_len.size(); ++r) {
@@ -152,11 +152,11 @@ status commit_kv(std::span<const kv_tensor<T>> tensors, const kv_position_map& m
 //! Single-request convenience: request 0 of a one-request batch (its row 0 /
 //! block-table row 0). Same guarantees as the batched form.
 template <kv_element T>
-status commit_kv(std::span<const kv_tensor<T>> tensors, const kv_position_map& map, std::int32_t cache_len,
-                 std::span<const std::int32_t> keep) noexcept {
+status commit_kv(std::span<const kv_tensor<T>> tensors, const kv_position_map& map, position_id cache_len,
+                 std::span<const position_id> keep) noexcept {
   if (keep.size() > static_cast<std::size_t>(INT32_MAX))
     return make_status(status_code::invalid_argument, "keep list too long");
-  const std::int32_t len[1] = {cache_len};
+  const position_id len[1] = {cache_len};
   const std::int32_t off[2] = {0, static_cast<std::int32_t>(keep.size())};
   return commit_kv<T>(tensors, map, len, off, keep);
 }
@@ -180,8 +180,8 @@ concept kv_tensor_range =
 
 //! commit_kv (batched) over a deduced kv_tensor range.
 template <kv_tensor_range Tensors>
-status commit_kv(const Tensors& tensors, const kv_position_map& map, std::span<const std::int32_t> cache_len,
-                 std::span<const std::int32_t> keep_offsets, std::span<const std::int32_t> keep) noexcept {
+status commit_kv(const Tensors& tensors, const kv_position_map& map, std::span<const position_id> cache_len,
+                 std::span<const std::int32_t> keep_offsets, std::span<const position_id> keep) noexcept {
   using T = typename detail::kv_tensor_element<std::remove_cv_t<std::ranges::range_value_t<const Tensors&>>>::type;
   return commit_kv<T>(std::span<const kv_tensor<T>>(std::ranges::data(tensors), std::ranges::size(tensors)), map,
                       cache_len, keep_offsets, keep);
@@ -189,8 +189,8 @@ status commit_kv(const Tensors& tensors, const kv_position_map& map, std::span<c
 
 //! commit_kv (single request) over a deduced kv_tensor range.
 template <kv_tensor_range Tensors>
-status commit_kv(const Tensors& tensors, const kv_position_map& map, std::int32_t cache_len,
-                 std::span<const std::int32_t> keep) noexcept {
+status commit_kv(const Tensors& tensors, const kv_position_map& map, position_id cache_len,
+                 std::span<const position_id> keep) noexcept {
   using T = typename detail::kv_tensor_element<std::remove_cv_t<std::ranges::range_value_t<const Tensors&>>>::type;
   return commit_kv<T>(std::span<const kv_tensor<T>>(std::ranges::data(tensors), std::ranges::size(tensors)), map,
                       cache_len, keep);

@@ -12,6 +12,7 @@
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
+#include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
 
@@ -40,16 +41,16 @@ concept kv_element = std::is_trivially_copyable_v<T> && !std::is_const_v<T> &&
 //! address distinct elements, and distinct tensors do not overlap.
 template <class T>
 struct kv_tensor {
-  T* data = nullptr;
-  std::int64_t size = 0;
-  std::int64_t layers = 0;
-  std::int64_t heads = 0;
-  std::int64_t head_dim = 0;
-  std::int64_t stride_seq = 0;
-  std::int64_t stride_layer = 0;
-  std::int64_t stride_head = 0;
-  std::int64_t stride_pos = 0;
-  std::int64_t stride_dim = 0;
+  T* data = nullptr;              //!< element (0, 0, 0, 0, 0)
+  std::int64_t size = 0;          //!< elements addressable from `data`
+  std::int64_t layers = 0;        //!< L
+  std::int64_t heads = 0;         //!< H (KV heads)
+  std::int64_t head_dim = 0;      //!< D
+  std::int64_t stride_seq = 0;    //!< between requests' rows (contiguous) or physical pages (paged)
+  std::int64_t stride_layer = 0;  //!< between layers
+  std::int64_t stride_head = 0;   //!< between heads
+  std::int64_t stride_pos = 0;    //!< between positions (slots of a page when paged)
+  std::int64_t stride_dim = 0;    //!< between head-dim elements
 };
 
 //! A dense [rows][L][H][C][D] tensor (the "heads before positions" layout).
@@ -106,14 +107,15 @@ SPECDEC_HD constexpr kv_tensor<void> erase_kv_tensor(const kv_tensor<T>& t) noex
 //! position]) belong to one request only; within a request they are checked
 //! to be distinct.
 struct kv_position_map {
-  std::int64_t capacity = 0;  //!< contiguous: positions per row
-  const std::int32_t* block_table = nullptr;
-  std::int64_t block_table_stride = 0;
-  std::int64_t blocks_per_row = 0;
-  const std::int32_t* blocks_used = nullptr;
-  std::int64_t page_size = 0;
-  std::int64_t num_pages = 0;
+  std::int64_t capacity = 0;                  //!< contiguous: positions per row
+  const std::int32_t* block_table = nullptr;  //!< paged: physical page of each (request, block); null: contiguous
+  std::int64_t block_table_stride = 0;        //!< paged: entries between requests' rows of the table
+  std::int64_t blocks_per_row = 0;            //!< paged: blocks a request may address
+  const std::int32_t* blocks_used = nullptr;  //!< paged, optional: blocks in use per request (null: blocks_per_row)
+  std::int64_t page_size = 0;                 //!< paged: positions per page
+  std::int64_t num_pages = 0;                 //!< paged: physical pages (every page index read is checked against it)
 
+  //! Whether the cache is paged (a block table is set).
   SPECDEC_HD constexpr bool paged() const noexcept { return block_table != nullptr; }
 };
 
@@ -143,10 +145,10 @@ SPECDEC_HD constexpr kv_position_map paged_positions(const std::int32_t* block_t
 //! >= cache_len[r]); the k-th kept entry moves to position cache_len[r] + k,
 //! so the request's new length is cache_len[r] + its keep count.
 struct kv_commit_batch {
-  std::int32_t num_requests = 0;
-  const std::int32_t* cache_len = nullptr;     //!< [num_requests]
+  std::int32_t num_requests = 0;               //!< R
+  const position_id* cache_len = nullptr;      //!< [num_requests]
   const std::int32_t* keep_offsets = nullptr;  //!< [num_requests + 1], CSR
-  const std::int32_t* keep = nullptr;          //!< [keep_offsets[num_requests]]
+  const position_id* keep = nullptr;           //!< [keep_offsets[num_requests]]
 };
 
 static_assert(std::is_trivially_copyable_v<kv_tensor<void>>);

@@ -34,7 +34,7 @@ inline status check_rows_layout(const view2d<T>& v) noexcept {
   return status::success();
 }
 
-inline status check_row_keep(std::span<const std::int32_t> keep, std::int64_t offset, std::int64_t dst_row,
+inline status check_row_keep(std::span<const position_id> keep, std::int64_t offset, std::int64_t dst_row,
                              std::int64_t rows) noexcept {
   std::int64_t prev = -1;
   for (std::size_t k = 0; k < keep.size(); ++k) {
@@ -49,7 +49,7 @@ inline status check_row_keep(std::span<const std::int32_t> keep, std::int64_t of
 }
 
 template <kv_element T>
-inline void move_rows(const view2d<T>& v, std::span<const std::int32_t> keep, std::int64_t offset,
+inline void move_rows(const view2d<T>& v, std::span<const position_id> keep, std::int64_t offset,
                       std::int64_t dst_row) noexcept {
   const std::int64_t width = v.extent[1];
   const std::int64_t count = static_cast<std::int64_t>(keep.size());
@@ -86,7 +86,7 @@ inline void move_rows(const view2d<T>& v, std::span<const std::int32_t> keep, st
 //! Rows not kept are left as they are. Validated before any write.
 //! O(moved elements); no allocation; deterministic.
 template <kv_element T>
-status commit_rows(const view2d<T>& rows, std::span<const std::int32_t> keep, std::int64_t offset = 0,
+status commit_rows(const view2d<T>& rows, std::span<const position_id> keep, std::int64_t offset = 0,
                    std::int64_t dst_row = 0) noexcept {
   SPECDEC_TRY(detail::check_rows_layout(rows));
   if (dst_row < 0) return make_status(status_code::invalid_argument, "dst_row must be non-negative");
@@ -103,8 +103,8 @@ status commit_rows(const view2d<T>& rows, std::span<const std::int32_t> keep, st
 //! requests are validated before any write; an error's index is the request.
 template <kv_element T>
 status commit_rows_batch(const view2d<T>& rows, std::span<const std::int32_t> row_offsets,
-                         std::span<const std::int32_t> keep_offsets, std::span<const std::int32_t> keep,
-                         std::span<const std::int32_t> offset = {}) noexcept {
+                         std::span<const std::int32_t> keep_offsets, std::span<const position_id> keep,
+                         std::span<const position_id> offset = {}) noexcept {
   if (row_offsets.size() != keep_offsets.size() || row_offsets.empty())
     return make_status(status_code::size_mismatch, "row_offsets and keep_offsets need num_requests + 1 entries");
   const std::size_t R = row_offsets.size() - 1;

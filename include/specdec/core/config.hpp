@@ -3,8 +3,11 @@
 //! exception support. The only header that defines SPECDEC_* macros.
 #pragma once
 
+//! Major version of the headers.
 #define SPECDEC_VERSION_MAJOR 0
+//! Minor version of the headers.
 #define SPECDEC_VERSION_MINOR 1
+//! Patch version of the headers.
 #define SPECDEC_VERSION_PATCH 0
 //! Single integer version: major * 10000 + minor * 100 + patch.
 #define SPECDEC_VERSION (SPECDEC_VERSION_MAJOR * 10000 + SPECDEC_VERSION_MINOR * 100 + SPECDEC_VERSION_PATCH)
@@ -16,17 +19,24 @@
 #define SPECDEC_DEVICE __device__ inline
 //! A kernel entry point.
 #define SPECDEC_KERNEL __global__
+//! 1: compiled by nvcc.
 #define SPECDEC_IS_DEVICE_COMPILER 1
 #else
+//! Host compilers: plain inline (the device annotations vanish).
 #define SPECDEC_HD inline
+//! Host compilers: plain inline.
 #define SPECDEC_DEVICE inline
+//! Host compilers: nothing.
 #define SPECDEC_KERNEL
+//! 0: compiled by a host compiler.
 #define SPECDEC_IS_DEVICE_COMPILER 0
 #endif
 
 #if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
+//! 1: exceptions are enabled; owning layers throw specdec::error.
 #define SPECDEC_HAS_EXCEPTIONS 1
 #else
+//! 0: compiled with -fno-exceptions; owning layers abort instead of throwing.
 #define SPECDEC_HAS_EXCEPTIONS 0
 #endif
 
@@ -34,9 +44,9 @@ namespace specdec {
 
 //! Version of the headers this translation unit was compiled against.
 struct version_info {
-  int major;
-  int minor;
-  int patch;
+  int major;  //!< major version
+  int minor;  //!< minor version
+  int patch;  //!< patch version
 };
 
 //! The header version as a value (constexpr; compare with the kernels library's).

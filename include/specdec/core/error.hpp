@@ -16,12 +16,14 @@ namespace specdec {
 //! Exception carrying the status that caused it.
 class error : public std::runtime_error {
  public:
+  //! Wraps a failed status; what() names the code, message and index.
   explicit error(status s)
       : std::runtime_error(std::string(status_code_name(s.code())) + ": " + s.message() +
                            (s.index() >= 0 ? " (at index " + std::to_string(s.index()) + ")" : std::string())),
         status_(s) {}
   //! The status this exception was made from.
   status get_status() const noexcept { return status_; }
+  //! The status code of the failure.
   status_code code() const noexcept { return status_.code(); }
 
  private:

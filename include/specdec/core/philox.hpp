@@ -12,7 +12,7 @@ namespace specdec {
 
 //! Four 32-bit words: a counter or a generator output.
 struct philox_block {
-  std::uint32_t v[4];
+  std::uint32_t v[4];  //!< the four words
 };
 
 namespace detail {
@@ -57,9 +57,9 @@ SPECDEC_HD constexpr double bits_to_uniform_double(std::uint32_t hi, std::uint32
 //! 0..3 of one node share one Philox call. A result depends only on these
 //! five numbers, never on batch order, thread count or device.
 struct rng_stream {
-  std::uint64_t seed = 0;
-  std::uint32_t request = 0;
-  std::uint32_t round = 0;
+  std::uint64_t seed = 0;     //!< Philox key: one per generation (or per user seed)
+  std::uint32_t request = 0;  //!< request id within the batch (counter word 3)
+  std::uint32_t round = 0;    //!< speculation round (counter word 2)
 
   //! Raw 32 bits of draw `draw` at node `node`.
   SPECDEC_HD constexpr std::uint32_t bits(std::uint32_t node, std::uint32_t draw) const noexcept {
@@ -70,6 +70,15 @@ struct rng_stream {
   //! Float uniform in [0, 1) for (node, draw).
   SPECDEC_HD constexpr float uniform(std::uint32_t node, std::uint32_t draw) const noexcept {
     return bits_to_uniform_float(bits(node, draw));
+  }
+  //! The 53-bit uniform in [0, 1) of a node's inverse-CDF draw (draw 0 of
+  //! the verification contract): lanes 0 and 1 of counter (2^32 - 1, node,
+  //! round, request), a counter no `bits`/`uniform` draw uses (their first
+  //! word is draw / 4 < 2^30), so it is independent of every float draw.
+  SPECDEC_HD constexpr double uniform53(std::uint32_t node) const noexcept {
+    const philox_block out = philox4x32_10(philox_block{{0xFFFFFFFFu, node, round, request}},
+                                           static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
+    return bits_to_uniform_double(out.v[0], out.v[1]);
   }
   //! Double uniform in [0, 1) for (node, draw); uses lanes 2*(draw%2) and
   //! 2*(draw%2)+1 of counter (draw / 2, node, round, request), so it is a

@@ -85,15 +85,20 @@ SPECDEC_HD constexpr const char* status_code_name(status_code c) noexcept {
 class [[nodiscard]] status {
  public:
   constexpr status() noexcept = default;
+  //! A status with a code, a static message and an optional index (-1: none).
   SPECDEC_HD constexpr status(status_code code, const char* message, std::int64_t index = -1) noexcept
       : code_(code), message_(message), index_(index) {}
 
   //! The success value.
   SPECDEC_HD static constexpr status success() noexcept { return {}; }
 
+  //! Whether the call succeeded.
   SPECDEC_HD constexpr bool ok() const noexcept { return code_ == status_code::ok; }
+  //! Same as ok().
   SPECDEC_HD constexpr explicit operator bool() const noexcept { return ok(); }
+  //! The status code.
   SPECDEC_HD constexpr status_code code() const noexcept { return code_; }
+  //! A static, human-readable message (never null).
   SPECDEC_HD constexpr const char* message() const noexcept { return message_; }
   //! Offending element (node id, row, token...), or -1 when not applicable.
   SPECDEC_HD constexpr std::int64_t index() const noexcept { return index_; }

@@ -19,13 +19,13 @@ namespace specdec {
 template <class T, int Rank>
 struct strided_view {
   static_assert(Rank >= 1 && Rank <= 4, "strided_view supports 1 to 4 dimensions");
-  using element_type = T;
-  using index_type = std::int64_t;
-  static constexpr int rank = Rank;
+  using element_type = T;            //!< the element type (const for read-only views)
+  using index_type = std::int64_t;   //!< extents and strides are 64-bit
+  static constexpr int rank = Rank;  //!< number of dimensions
 
-  T* data = nullptr;
-  index_type extent[Rank] = {};
-  index_type stride[Rank] = {};
+  T* data = nullptr;             //!< first element (null: an absent optional input)
+  index_type extent[Rank] = {};  //!< size of each dimension
+  index_type stride[Rank] = {};  //!< element distance between neighbours in each dimension (0 broadcasts)
 
   //! Number of elements the view addresses (product of extents).
   SPECDEC_HD constexpr index_type size() const noexcept {
@@ -33,6 +33,7 @@ struct strided_view {
     for (int d = 0; d < Rank; ++d) n *= extent[d];
     return n;
   }
+  //! Whether the view has no elements.
   SPECDEC_HD constexpr bool empty() const noexcept { return size() == 0; }
 
   //! Offset (in elements) of the element at the given indices.
@@ -46,6 +47,7 @@ struct strided_view {
   }
 
   template <class... I>
+  //! The element at (idx...): data[sum of idx[d] * stride[d]]; no bounds check.
   SPECDEC_HD constexpr T& operator()(I... idx) const noexcept {
     return data[offset(idx...)];
   }
@@ -139,12 +141,16 @@ SPECDEC_HD constexpr strided_view<T, Rank> make_strided_view(T* data, const std:
 }
 
 template <class T>
+//! A rank-1 strided view.
 using view1d = strided_view<T, 1>;
 template <class T>
+//! A rank-2 strided view.
 using view2d = strided_view<T, 2>;
 template <class T>
+//! A rank-3 strided view.
 using view3d = strided_view<T, 3>;
 template <class T>
+//! A rank-4 strided view.
 using view4d = strided_view<T, 4>;
 
 static_assert(std::is_trivially_copyable_v<strided_view<float, 2>>);

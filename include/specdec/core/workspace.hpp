@@ -35,6 +35,7 @@ SPECDEC_HD constexpr std::size_t align_up(std::size_t n, std::size_t a = workspa
 class workspace_carver {
  public:
   SPECDEC_HD constexpr workspace_carver() noexcept = default;
+  //! A carver over `bytes` bytes at `base` (null base: count only).
   SPECDEC_HD constexpr workspace_carver(void* base, std::size_t bytes) noexcept
       : base_(static_cast<unsigned char*>(base)), capacity_(bytes) {}
 
@@ -62,5 +63,21 @@ class workspace_carver {
   std::size_t capacity_ = 0;
   std::size_t used_ = 0;
 };
+
+//! Extra bytes a host entry point adds to its workspace size so that it
+//! accepts a buffer at any address (a std::vector<std::byte>, say): it
+//! carves from the buffer's first aligned byte, as unaligned_carver does.
+inline constexpr std::size_t unaligned_workspace_slack = workspace_alignment - 1;
+
+//! A carver over the aligned part of `bytes` bytes at `base`, which may have
+//! any alignment. A null base gives a counting carver. Pair it with a size of
+//! bytes_used() + unaligned_workspace_slack.
+SPECDEC_HD workspace_carver unaligned_carver(void* base, std::size_t bytes) noexcept {
+  if (base == nullptr) return workspace_carver{};
+  const std::size_t mis = reinterpret_cast<std::uintptr_t>(base) % workspace_alignment;
+  const std::size_t skip = mis == 0 ? 0 : workspace_alignment - mis;
+  if (skip > bytes) return workspace_carver{base, 0};  // too small for even one aligned byte
+  return workspace_carver{static_cast<unsigned char*>(base) + skip, bytes - skip};
+}
 
 }  // namespace specdec

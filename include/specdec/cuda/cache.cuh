@@ -4,7 +4,7 @@
 //! request). Engines compiling with nvcc may launch these templates
 //! directly; specdec::kernels::kv_commit wraps them (kernels/cache.cu).
 //!
-//! Parallel safety (DESIGN.md section 4). Within one (tensor, request,
+//! Parallel safety. Within one (tensor, request,
 //! layer, head) row, entry k reads position s_k = keep[k] and writes
 //! position d_k = cache_len + k. Keep lists are strictly increasing with
 //! s_0 >= cache_len, so the shift t_k = s_k - d_k is >= 0 and
@@ -30,12 +30,14 @@
 #include "specdec/cache/kv_layout.hpp"
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
+#include "specdec/cuda/check.cuh"
+#include "specdec/kernels/cache.hpp"
 
 namespace specdec::cuda {
 
 //! Status word value meaning "no error" (the word keeps the minimum over
 //! failing items, see encode_kv_status).
-inline constexpr std::uint64_t kv_status_ok = ~std::uint64_t{0};
+inline constexpr std::uint64_t kv_status_ok = kernels::kv_commit_status_ok;
 
 //! Packs (rank, code): the lowest rank wins under atomicMin, so the result
 //! does not depend on block scheduling.
@@ -112,7 +114,7 @@ namespace detail {
 template <class U, int Regs>
 SPECDEC_DEVICE void kv_copy_row(unsigned char* base, const kv_tensor<void>& t, const kv_position_map& map,
                                 std::int64_t r, std::int64_t layer, std::int64_t head, std::int64_t c,
-                                const std::int32_t* keep, std::int64_t k0, std::int64_t count,
+                                const position_id* keep, std::int64_t k0, std::int64_t count,
                                 const ::specdec::detail::kv_copy_plan& plan, std::int64_t elem_bytes) {
   const std::int64_t units = plan.units;
   const std::int64_t capacity = static_cast<std::int64_t>(blockDim.x) * Regs;
@@ -174,7 +176,7 @@ SPECDEC_KERNEL void kv_commit_copy_kernel(const kv_tensor<void>* tensors, std::i
   const kv_tensor<void> t = tensors[ti];
   if (layer >= t.layers || head >= t.heads) return;
   const std::int64_t c = batch.cache_len[r];
-  const std::int32_t* keep = batch.keep + batch.keep_offsets[r];
+  const position_id* keep = batch.keep + batch.keep_offsets[r];
   const std::int64_t count = batch.keep_offsets[r + 1] - batch.keep_offsets[r];
   const std::int64_t k0 = ::specdec::detail::kv_first_moved(keep, count, c);
   if (k0 == count) return;
@@ -198,6 +200,36 @@ SPECDEC_KERNEL void kv_commit_copy_kernel(const kv_tensor<void>* tensors, std::i
       detail::kv_copy_row<std::uint8_t, Regs>(base, t, map, r, layer, head, c, keep, k0, count, plan, eb);
       break;
   }
+}
+
+//! Threads of the copy kernel, registers of 16 B each per thread per wave
+//! (128 x 4 x 16 B = 8 KiB staged per wave), threads of the validation kernel.
+inline constexpr int kv_copy_threads = 128;
+//! 16-byte registers per thread per wave of the copy kernel.
+inline constexpr int kv_copy_regs = 4;
+//! Threads of the validation kernel.
+inline constexpr int kv_validate_threads = 256;
+
+//! Checks (kernels::kv_commit_can_implement) and enqueues the validation
+//! and copy kernels on `stream`: the kernels API's kv_commit, for engines
+//! that compile this header themselves. Needs no workspace.
+inline status kv_commit(const kernels::kv_commit_params& p, void* /*workspace*/, std::size_t /*workspace_bytes*/,
+                        cudaStream_t stream) noexcept {
+  SPECDEC_TRY(kernels::kv_commit_can_implement(p));
+  if (p.batch.num_requests == 0 || p.num_tensors == 0) {
+    // Nothing to move; still leave an ok word for a caller who reads it.
+    if (p.status_word != nullptr)
+      SPECDEC_TRY(from_cuda(cudaMemsetAsync(p.status_word, 0xff, sizeof(std::uint64_t), stream)));
+    return status::success();
+  }
+  kv_commit_validate_kernel<<<1, kv_validate_threads, 0, stream>>>(p.tensors, p.num_tensors, p.max_layers, p.max_heads,
+                                                                   p.map, p.batch, p.total_keep, p.status_word);
+  SPECDEC_TRY(last_launch_status());
+  const dim3 grid(static_cast<unsigned>(p.max_heads), static_cast<unsigned>(p.max_layers * p.num_tensors),
+                  static_cast<unsigned>(p.batch.num_requests));
+  kv_commit_copy_kernel<kv_copy_regs>
+      <<<grid, kv_copy_threads, 0, stream>>>(p.tensors, p.max_layers, p.elem_bytes, p.map, p.batch, p.status_word);
+  return last_launch_status();
 }
 
 }  // namespace specdec::cuda

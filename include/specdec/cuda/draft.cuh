@@ -21,22 +21,24 @@
 #include <cub/cub.cuh>
 
 #include "specdec/core/status.hpp"
+#include "specdec/core/workspace.hpp"
 #include "specdec/cuda/check.cuh"
+#include "specdec/kernels/draft.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec::cuda {
 
 //! Device pointers of one batched pruning call (see kernels/draft.hpp).
 struct prune_batch_args {
-  const node_id* parent;
-  const float* score;
-  const std::int32_t* offsets;  // R + 1
-  const std::int32_t* budget;   // R entries, or null: use uniform_budget
-  std::int32_t uniform_budget;
-  std::int32_t num_requests;
-  node_id* new_index;
-  std::int32_t* kept;
-  std::int32_t* request_status;
+  const node_id* parent;         //!< concatenated local parent ids
+  const float* score;            //!< node scores
+  const std::int32_t* offsets;   //!< R + 1 node offsets (CSR)
+  const std::int32_t* budget;    //!< R budgets, or null: use uniform_budget
+  std::int32_t uniform_budget;   //!< the budget of every request when `budget` is null
+  std::int32_t num_requests;     //!< R
+  node_id* new_index;            //!< output: new local id of each node, or -1
+  std::int32_t* kept;            //!< output: nodes kept per request
+  std::int32_t* request_status;  //!< output: status_code per request
 };
 
 namespace detail {
@@ -148,53 +150,65 @@ __global__ void __launch_bounds__(BlockSize) prune_select_kernel(prune_batch_arg
 
 }  // namespace detail
 
-//! Scratch layout of a call: effective scores (N floats), keys in and out
-//! (2 x N uint64) and CUB's temporary storage, each 256-byte aligned.
-struct prune_batch_workspace {
-  std::size_t cub_bytes = 0;
-  std::size_t total = 0;
-  static constexpr std::size_t align(std::size_t x) noexcept { return (x + 255) / 256 * 256; }
+//! Scratch of one call, carved by one routine for sizing and running:
+//! effective scores (N floats), sort keys in and out (2 x N uint64) and
+//! CUB's temporary storage, each 256-byte aligned.
+struct prune_batch_scratch {
+  float* eff = nullptr;               //!< effective scores (N)
+  std::uint64_t* keys_in = nullptr;   //!< sort keys (N)
+  std::uint64_t* keys_out = nullptr;  //!< sorted keys (N)
+  void* cub_tmp = nullptr;            //!< CUB's temporary storage
+  std::size_t cub_bytes = 0;          //!< its size in bytes
 };
 
-//! Bytes of workspace for R requests and N nodes in total (asks CUB; no
-//! device work). Returns 0 and cuda_error when CUB fails.
-inline status prune_batch_workspace_size(std::int32_t num_requests, std::int32_t total_nodes,
-                                         prune_batch_workspace& w) noexcept {
-  std::size_t cub_bytes = 0;
-  const cudaError_t e = cub::DeviceSegmentedRadixSort::SortKeysDescending(
-      nullptr, cub_bytes, static_cast<const std::uint64_t*>(nullptr), static_cast<std::uint64_t*>(nullptr), total_nodes,
-      num_requests, static_cast<const std::int32_t*>(nullptr), static_cast<const std::int32_t*>(nullptr));
-  SPECDEC_TRY(from_cuda(e));
-  const std::size_t a4 = prune_batch_workspace::align(static_cast<std::size_t>(total_nodes) * 4);
-  const std::size_t a8 = prune_batch_workspace::align(static_cast<std::size_t>(total_nodes) * 8);
-  w.cub_bytes = cub_bytes;
-  w.total = a4 + 2 * a8 + prune_batch_workspace::align(cub_bytes);
+//! Carves the scratch from `c` (a counting carver when sizing). Asks CUB
+//! for its temporary size (no device work); cuda_error when that fails.
+inline status carve_prune_batch(workspace_carver& c, std::int32_t num_requests, std::int32_t total_nodes,
+                                prune_batch_scratch& w) noexcept {
+  SPECDEC_TRY(from_cuda(cub::DeviceSegmentedRadixSort::SortKeysDescending(
+      nullptr, w.cub_bytes, static_cast<const std::uint64_t*>(nullptr), static_cast<std::uint64_t*>(nullptr),
+      total_nodes, num_requests, static_cast<const std::int32_t*>(nullptr),
+      static_cast<const std::int32_t*>(nullptr))));
+  const auto n = static_cast<std::size_t>(total_nodes);
+  w.eff = c.take<float>(n);
+  w.keys_in = c.take<std::uint64_t>(n);
+  w.keys_out = c.take<std::uint64_t>(n);
+  w.cub_tmp = c.take<unsigned char>(w.cub_bytes);
   return status::success();
 }
 
-//! Enqueues the three steps on `stream`. Preconditions (checked by the
-//! kernels API): valid offsets (non-decreasing, each request non-empty),
-//! workspace of prune_batch_workspace_size bytes, 256-byte aligned.
+//! Workspace bytes of batch_prune_to_budget (see kernels/draft.hpp).
+inline std::size_t batch_prune_workspace_size(const kernels::batch_prune_params& p) noexcept {
+  if (p.num_requests < 0 || p.total_nodes < 0) return 0;
+  workspace_carver c;
+  prune_batch_scratch w;
+  if (!carve_prune_batch(c, p.num_requests, p.total_nodes, w).ok()) return 0;
+  return c.bytes_used();
+}
+
+//! Checks (kernels::batch_prune_can_implement, workspace size and
+//! alignment) and enqueues the three steps on `stream`: the kernels API's
+//! batch_prune_to_budget, for engines that compile this header themselves.
 template <int BlockSize = 256>
-status prune_batch_async(const prune_batch_args& a, std::int32_t total_nodes, void* workspace,
-                         std::size_t workspace_bytes, cudaStream_t stream) noexcept {
-  prune_batch_workspace w;
-  SPECDEC_TRY(prune_batch_workspace_size(a.num_requests, total_nodes, w));
-  if (workspace_bytes < w.total) return make_status(status_code::buffer_too_small, "workspace too small");
-  if (a.num_requests == 0) return status::success();
-  auto* base = static_cast<unsigned char*>(workspace);
-  const std::size_t a4 = prune_batch_workspace::align(static_cast<std::size_t>(total_nodes) * 4);
-  const std::size_t a8 = prune_batch_workspace::align(static_cast<std::size_t>(total_nodes) * 8);
-  auto* eff = reinterpret_cast<float*>(base);
-  auto* keys_in = reinterpret_cast<std::uint64_t*>(base + a4);
-  auto* keys_out = reinterpret_cast<std::uint64_t*>(base + a4 + a8);
-  void* cub_tmp = base + a4 + 2 * a8;
-  detail::prune_keys_kernel<BlockSize><<<a.num_requests, BlockSize, 0, stream>>>(a, eff, keys_in);
+status batch_prune_to_budget(const kernels::batch_prune_params& p, void* workspace, std::size_t workspace_bytes,
+                             cudaStream_t stream) noexcept {
+  SPECDEC_TRY(kernels::batch_prune_can_implement(p));
+  if (p.num_requests == 0) return status::success();
+  workspace_carver c(workspace, workspace_bytes);
+  prune_batch_scratch w;
+  SPECDEC_TRY(carve_prune_batch(c, p.num_requests, p.total_nodes, w));
+  if (workspace == nullptr || c.overflowed())
+    return make_status(status_code::buffer_too_small, "workspace smaller than batch_prune_workspace_size");
+  if (!c.base_aligned()) return make_status(status_code::invalid_argument, "workspace must be 256-byte aligned");
+  const prune_batch_args a{p.parent,       p.score,     p.offsets, p.budget,        p.uniform_budget,
+                           p.num_requests, p.new_index, p.kept,    p.request_status};
+  detail::prune_keys_kernel<BlockSize><<<a.num_requests, BlockSize, 0, stream>>>(a, w.eff, w.keys_in);
   SPECDEC_TRY(last_launch_status());
   std::size_t cub_bytes = w.cub_bytes;
-  SPECDEC_TRY(from_cuda(cub::DeviceSegmentedRadixSort::SortKeysDescending(
-      cub_tmp, cub_bytes, keys_in, keys_out, total_nodes, a.num_requests, a.offsets, a.offsets + 1, 0, 64, stream)));
-  detail::prune_select_kernel<BlockSize><<<a.num_requests, BlockSize, 0, stream>>>(a, keys_out);
+  SPECDEC_TRY(from_cuda(cub::DeviceSegmentedRadixSort::SortKeysDescending(w.cub_tmp, cub_bytes, w.keys_in, w.keys_out,
+                                                                          p.total_nodes, a.num_requests, a.offsets,
+                                                                          a.offsets + 1, 0, 64, stream)));
+  detail::prune_select_kernel<BlockSize><<<a.num_requests, BlockSize, 0, stream>>>(a, w.keys_out);
   return last_launch_status();
 }
 

@@ -5,11 +5,17 @@
 //! points are in specdec::kernels (kernels/ssm.hpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include <cuda_runtime.h>
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
+#include "specdec/core/workspace.hpp"
+#include "specdec/cuda/check.cuh"
+#include "specdec/kernels/ssm.hpp"
 #include "specdec/ssm/tree_conv1d.hpp"
 #include "specdec/ssm/tree_ssm_inputs.hpp"
 #include "specdec/tree/token_tree.hpp"
@@ -124,6 +130,51 @@ SPECDEC_KERNEL void tree_conv1d_kernel(const node_id* parent, tree_conv1d_inputs
     acc += in.weight(c, w - 1 - m) * v;
   }
   out(i, c) = in.silu ? detail::ssm_silu(acc) : acc;
+}
+
+static_assert(32 * ssm_scan_max_per_lane == 256, "tree_scan_can_implement assumes dstate <= 256");
+static_assert(ssm_scan_warps == 4, "tree_scan_can_implement assumes 4 headdim rows per block");
+
+//! Checks (kernels::tree_scan_can_implement, workspace) and launches
+//! tree_scan_kernel on `stream`: the kernels API's tree_scan, for engines
+//! that compile this header themselves. The status word, when given, is
+//! reset on the stream first, so a stale fault is never reported.
+template <class T>
+status tree_scan(const kernels::tree_scan_params<T>& p, void* workspace, std::size_t workspace_bytes,
+                 cudaStream_t stream) noexcept {
+  SPECDEC_TRY(kernels::tree_scan_can_implement(p));
+  tree_ssm_shape s;
+  SPECDEC_TRY(validate_tree_ssm_shapes(p.in, s));
+  view4d<T> states = p.states;
+  if (states.data == nullptr) {
+    workspace_carver c(workspace, workspace_bytes);
+    T* buf = c.take<T>(static_cast<std::size_t>(s.nodes * s.heads * s.headdim * s.dstate));
+    if (buf == nullptr || c.overflowed())
+      return make_status(status_code::buffer_too_small, "tree_scan: workspace smaller than tree_scan_workspace_size");
+    if (!c.base_aligned()) return make_status(status_code::invalid_argument, "workspace must be 256-byte aligned");
+    states = make_view(buf, s.nodes, s.heads, s.headdim, s.dstate);
+  }
+  const dim3 grid(static_cast<unsigned>(s.heads),
+                  static_cast<unsigned>((s.headdim + ssm_scan_warps - 1) / ssm_scan_warps));
+  const dim3 block(32 * ssm_scan_warps);
+  if (p.status_word != nullptr) SPECDEC_TRY(from_cuda(cudaMemsetAsync(p.status_word, 0, sizeof(std::int32_t), stream)));
+  tree_scan_kernel<T><<<grid, block, 0, stream>>>(p.parent, p.in, p.opt, p.y, states, p.status_word);
+  return last_launch_status();
+}
+
+//! Checks (kernels::tree_conv1d_can_implement) and launches
+//! tree_conv1d_kernel on `stream`: the kernels API's tree_conv1d. Needs no
+//! workspace; resets the status word first like tree_scan.
+template <class T>
+status tree_conv1d(const kernels::tree_conv1d_params<T>& p, void* /*workspace*/, std::size_t /*workspace_bytes*/,
+                   cudaStream_t stream) noexcept {
+  SPECDEC_TRY(kernels::tree_conv1d_can_implement(p));
+  const std::int64_t n = p.in.x.extent[0], ch = p.in.x.extent[1];
+  constexpr int threads = 128;
+  const dim3 grid(static_cast<unsigned>((ch + threads - 1) / threads), static_cast<unsigned>(n));
+  if (p.status_word != nullptr) SPECDEC_TRY(from_cuda(cudaMemsetAsync(p.status_word, 0, sizeof(std::int32_t), stream)));
+  tree_conv1d_kernel<T><<<grid, threads, 0, stream>>>(p.parent, p.in, p.out, p.status_word);
+  return last_launch_status();
 }
 
 }  // namespace specdec::cuda

@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(tree_mask_threads)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warps = static_cast<int>(blockDim.x) / 32;
   const int row_end = min(n, row_begin + kernels::tree_mask_rows_per_block);
-  const std::int64_t cache_len = b.cache_len == nullptr ? 0 : b.cache_len[t];
+  const position_id cache_len = b.cache_len == nullptr ? 0 : b.cache_len[t];
   for (int i = row_begin + warp; i < row_end; i += warps) {
     Word* row = b.masks + (static_cast<std::int64_t>(begin) + i) * stride;
     int steps = 0;
@@ -110,10 +110,13 @@ __global__ void __launch_bounds__(tree_mask_threads)
   }
 }
 
-//! Validates (kernels::can_implement) and launches tree_mask_kernel.
+//! Validates (kernels::build_tree_masks_can_implement) and launches
+//! tree_mask_kernel on `stream`: the kernels API's build_tree_masks, for
+//! engines that compile this header themselves. Needs no workspace.
 template <class Word>
-status launch_tree_masks(const tree_mask_batch<Word>& b, cudaStream_t stream) noexcept {
-  SPECDEC_TRY(kernels::can_implement(b));
+status build_tree_masks(const tree_mask_batch<Word>& b, void* /*workspace*/, std::size_t /*workspace_bytes*/,
+                        cudaStream_t stream) noexcept {
+  SPECDEC_TRY(kernels::build_tree_masks_can_implement(b));
   if (b.num_trees == 0) return status::success();
   const int max_nodes = b.max_nodes > 0 ? b.max_nodes : 1;
   const unsigned chunks =

@@ -1,6 +1,6 @@
 //! \file
 //! Joint-probability beam tree (EAGLE-2's dynamic draft tree; Lyanna's
-//! Algorithm 1 with a plain drafter, seed 001): per level, expand every
+//! Algorithm 1 with a plain drafter, "Make Every Draft Count"): per level, expand every
 //! frontier node by its top-k draft tokens, keep every candidate in the
 //! tree, take the `width` candidates of highest joint probability as the
 //! next frontier, and finally rerank all nodes and keep the best `budget`
@@ -34,8 +34,9 @@ struct beam_tree_options {
 //! probabilities; ties everywhere are broken by lower node id (and lower
 //! token id among one node's candidates), so the result is deterministic.
 //! Keeps its scratch between builds: no allocation once warm.
-class beam_tree_builder {
+class beam_tree_builder : public owning_build<beam_tree_builder> {
  public:
+  //! A builder with these options.
   explicit beam_tree_builder(beam_tree_options o = {}) : opt_(o) {}
 
   //! Builds into `out` from any per-node or level drafter (one level call
@@ -69,13 +70,6 @@ class beam_tree_builder {
     return build(d, draft_round{.root_token = root_token}, out);
   }
 
-  //! Throwing convenience: builds into an internal tree and returns it.
-  template <any_drafter D>
-  const drafted_tree& operator()(D& d, token_id root_token) {
-    throw_if_error(build(d, root_token, result_));
-    return result_;
-  }
-
   //! Most nodes a build can produce: the budget when set, else the grown tree.
   [[nodiscard]] std::int32_t node_bound() const noexcept {
     const double g = grown_size();
@@ -83,6 +77,7 @@ class beam_tree_builder {
     return b > static_cast<double>(INT32_MAX) ? INT32_MAX : static_cast<std::int32_t>(b);
   }
 
+  //! The options it was built with.
   const beam_tree_options& options() const noexcept { return opt_; }
 
  private:
@@ -95,7 +90,6 @@ class beam_tree_builder {
 
   beam_tree_options opt_;
   detail::beam_scratch s_;
-  drafted_tree result_;
 };
 
 }  // namespace specdec

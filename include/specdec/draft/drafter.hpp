@@ -5,7 +5,7 @@
 //! yields either a full probability row over the vocabulary or its top-k
 //! candidates with probabilities. Builders record, per node, how that node's
 //! children were drafted, so a verifier can apply the one exact rule that
-//! matches (DESIGN.md section 4).
+//! matches (see docs/verify.md).
 #pragma once
 
 #include <concepts>
@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "specdec/core/error.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
@@ -52,9 +53,9 @@ constexpr const char* draft_mode_name(draft_mode m) noexcept {
 //! holds the tokens from the root (the last committed token) to `node`
 //! inclusive, so `path.size() == depth + 1`; it is valid only during the call.
 struct draft_context {
-  node_id node = 0;
-  std::int32_t depth = 0;
-  std::span<const token_id> path;
+  node_id node = 0;                //!< the node whose children are drafted
+  std::int32_t depth = 0;          //!< its depth (root 0)
+  std::span<const token_id> path;  //!< tokens from the root to `node`, depth + 1 of them
   //! The committed tokens before the root (the root is not repeated here);
   //! empty when the builder's caller gave none (see draft_round::history).
   std::span<const token_id> history{};
@@ -104,22 +105,25 @@ concept drafter = probability_drafter<D> || topk_drafter<D>;
 //! and per node how its children were drafted. Owning; `clear()` keeps
 //! capacity so a builder can refill it every round without allocating.
 struct drafted_tree {
-  token_tree tree;
+  token_tree tree;  //!< tokens, parents, depths and log joint draft probabilities
   //! q_parent(token) of each node (1 for the root).
   std::vector<float> prob;
   //! How each node's children were drafted (`leaf` when it has none).
   std::vector<draft_mode> child_mode;
 
+  //! Removes every node; capacity is kept.
   void clear() noexcept {
     tree.clear();
     prob.clear();
     child_mode.clear();
   }
+  //! Reserves room for `n` nodes in every array.
   void reserve(std::size_t n) {
     tree.reserve(n);
     prob.reserve(n);
     child_mode.reserve(n);
   }
+  //! Number of nodes.
   std::int32_t size() const noexcept { return tree.size(); }
   //! Starts a new tree with only the root (score 0, prob 1).
   void reset(token_id root_token) {
@@ -136,6 +140,40 @@ struct drafted_tree {
     child_mode[static_cast<std::size_t>(parent)] = mode;
     return id;
   }
+};
+
+//! The throwing convenience every tree builder offers, written once: a
+//! builder derives from `owning_build<Builder>` and provides
+//! `status build(D&, const draft_round&, drafted_tree&)`; `builder(d, round)`
+//! (or `builder(d, root_token)` for a round with only a root) then builds
+//! into a tree the builder owns and returns it (valid until the next call),
+//! throwing `specdec::error` for a failed build. It takes exactly the
+//! drafters the builder's own `build` accepts.
+template <class Builder>
+class owning_build {
+ public:
+  //! Builds into the builder's own tree and returns it (throws specdec::error).
+  template <class D>
+  requires requires(Builder& b, D& d, const draft_round& r, drafted_tree& out) {
+    { b.build(d, r, out) } -> std::same_as<status>;
+  }
+  const drafted_tree& operator()(D& d, const draft_round& round) {
+    throw_if_error(static_cast<Builder&>(*this).build(d, round, result_));
+    return result_;
+  }
+  //! Same, for a round given by its root token only (key {0, 0, 0}).
+  template <class D>
+  requires requires(Builder& b, D& d, const draft_round& r, drafted_tree& out) {
+    { b.build(d, r, out) } -> std::same_as<status>;
+  }
+  const drafted_tree& operator()(D& d, token_id root_token) {
+    draft_round r;
+    r.root_token = root_token;
+    return (*this)(d, r);
+  }
+
+ private:
+  drafted_tree result_;
 };
 
 }  // namespace specdec

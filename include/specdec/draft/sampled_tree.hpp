@@ -21,7 +21,7 @@
 #include "specdec/draft/detail/topk.hpp"
 #include "specdec/draft/drafter.hpp"
 #include "specdec/draft/level_drafter.hpp"
-#include "specdec/verify/distribution.hpp"
+#include "specdec/sample/row.hpp"
 
 namespace specdec {
 
@@ -51,8 +51,9 @@ struct sampled_tree_options {
 //! Node probabilities are q normalized by the row mass; scores are log joint.
 //! One level-drafter call per depth; O(V) per expanded node; scratch reused
 //! between builds (no allocation once warm).
-class sampled_tree_builder {
+class sampled_tree_builder : public owning_build<sampled_tree_builder> {
  public:
+  //! A builder with these options.
   explicit sampled_tree_builder(sampled_tree_options o = {}) : opt_(std::move(o)) {}
 
   //! Builds into `out`. The random stream is round.rng (see draft_round);
@@ -128,6 +129,7 @@ class sampled_tree_builder {
     return f > static_cast<double>(INT32_MAX) ? INT32_MAX : static_cast<std::int32_t>(f);
   }
 
+  //! The options it was built with.
   const sampled_tree_options& options() const noexcept { return opt_; }
 
  private:

@@ -1,5 +1,5 @@
 //! \file
-//! SpecMemo's tree shaping for memory budgets (seed 003, section 3.2):
+//! SpecMemo's tree shaping for memory budgets ("SpecMemo: Speculative Decoding is in Your Pocket", section 3.2):
 //! per-level pruning rates from a scaled logistic function (low on the first
 //! levels to keep token variety, high on deep levels so the tree stays
 //! small), applied to an assumed full k-ary tree or in place to an existing
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "specdec/core/status.hpp"
-#include "specdec/draft/shape.hpp"
+#include "specdec/tree/shape.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/validate.hpp"
 
@@ -152,7 +152,7 @@ inline status right_to_left_prune(const tree_view& t, const logistic_pruning& ra
 //! A tree with exactly `nodes` nodes (root included), `leaves` leaves,
 //! depth <= max_depth and at most `max_children` children per node (the
 //! heads' top-k arity; 0 = unlimited): SpecMemo's "(#nodes, #leaves)
-//! features" (seed 003, section 3.2 and Table 2).
+//! features" (SpecMemo, section 3.2 and Table 2).
 //!
 //! Construction: the I = nodes - leaves internal nodes form a skeleton of
 //! depth <= max_depth - 1 with as few skeleton leaves as possible (extend

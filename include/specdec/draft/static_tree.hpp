@@ -21,8 +21,8 @@
 #include "specdec/draft/detail/children.hpp"
 #include "specdec/draft/drafter.hpp"
 #include "specdec/draft/level_drafter.hpp"
+#include "specdec/sample/row.hpp"
 #include "specdec/tree/validate.hpp"
-#include "specdec/verify/distribution.hpp"
 
 namespace specdec {
 
@@ -44,7 +44,7 @@ struct static_tree_options {
 //! shape below the missing children. Node ids of the result are in level
 //! order. Randomness: for_purpose(round.rng, rng_purpose::draft), keyed by
 //! the drafted node id (as sampled_tree_builder). Scratch kept between builds.
-class static_tree_builder {
+class static_tree_builder : public owning_build<static_tree_builder> {
  public:
   explicit static_tree_builder(static_tree_options o = {}) : opt_(std::move(o)) {}
 

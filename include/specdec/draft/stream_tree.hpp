@@ -1,10 +1,9 @@
 //! \file
-//! Speculative Streaming tree drafts (seed 004, sections 3.2.2-3.2.3): the
-//! top-k tokens of each of gamma stream distributions form the levels of a
-//! tree in which every token of stream n is a parent of every token of
-//! stream n+1 (1 + sum_g k^g nodes unpruned). Paths whose parent-to-child
-//! transition probability falls below a threshold are pruned with their
-//! subtrees (the paper's early-exit pruning layer).
+//! Speculative Streaming tree drafts ("Speculative Streaming: Fast LLM Inference without Auxiliary Models",
+//! sections 3.2.2-3.2.3): the top-k tokens of each of gamma stream distributions form the levels of a tree in which
+//! every token of stream n is a parent of every token of stream n+1 (1 + sum_g k^g nodes unpruned). Paths whose
+//! parent-to-child transition probability falls below a threshold are pruned with their subtrees (the paper's
+//! early-exit pruning layer).
 //!
 //! Two entry points: a builder that asks a transition model while growing
 //! (so pruned subtrees are never created), and `prune_by_transition` for a
@@ -38,6 +37,7 @@ concept transition_model = requires(T& t, node_id parent, token_id parent_token,
 
 //! The transition model that keeps every edge (the unpruned tree).
 struct keep_all_transitions {
+  //! Every transition has probability 1.
   constexpr float operator()(node_id, token_id, token_id) const noexcept { return 1.0f; }
 };
 
@@ -56,6 +56,7 @@ struct stream_tree_options {
 //! plus one transition call per candidate edge.
 class stream_tree_builder {
  public:
+  //! A builder with these options.
   explicit stream_tree_builder(stream_tree_options o = {}) : opt_(o) {}
 
   //! `streams` is gamma x V probabilities (unit column stride); row g is
@@ -106,6 +107,7 @@ class stream_tree_builder {
     return status::success();
   }
 
+  //! The options it was built with.
   const stream_tree_options& options() const noexcept { return opt_; }
 
  private:

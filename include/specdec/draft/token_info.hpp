@@ -1,5 +1,5 @@
 //! \file
-//! Lyanna's token-info sampling and re-sampling (seed 001, Algorithms 1-2).
+//! Lyanna's token-info sampling and re-sampling ("Make Every Draft Count", Algorithms 1-2).
 //!
 //! The drafter runs once per round and yields a chain of N logit rows
 //! l_1..l_N (its hidden-state trajectory does not depend on the sampled
@@ -40,9 +40,9 @@ namespace specdec {
 //! `slot` has V entries in [-1, H); `fallback` has V entries or is empty
 //! (zero bias). A dense table is H = V with slot[t] = t.
 struct token_info_table {
-  view2d<const float> rows{};
-  std::span<const std::int32_t> slot;
-  std::span<const float> fallback;
+  view2d<const float> rows{};          //!< H x V bias rows, unit column stride
+  std::span<const std::int32_t> slot;  //!< V entries: the row of token t, or -1 (use `fallback`)
+  std::span<const float> fallback;     //!< V entries, or empty for a zero bias
 
   //! Bias row of token t (empty span = no bias). Precondition: validated table, t < V.
   std::span<const float> bias(token_id t) const noexcept {
@@ -105,6 +105,7 @@ struct token_info_options {
 //! l_d + r(t) each); scratch reused between calls. Deterministic.
 class token_info_builder {
  public:
+  //! A builder with these options.
   explicit token_info_builder(token_info_options o = {}) : opt_(o) {}
 
   //! Grows the tree rooted at `root_token` (the last verified token t_0)
@@ -133,6 +134,7 @@ class token_info_builder {
     return status::success();
   }
 
+  //! The options it was built with.
   const token_info_options& options() const noexcept { return opt_; }
 
  private:

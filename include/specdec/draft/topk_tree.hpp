@@ -1,5 +1,5 @@
 //! \file
-//! Top-k recursive expansion (the tree-decoding walkthrough, seed 002):
+//! Top-k recursive expansion (the "Tree-Based Speculative Decoding" NanoGPT walkthrough):
 //! every node above the depth limit gets its k most probable draft tokens
 //! as children. Children are deterministic given q, so verification must
 //! use the deterministic (one-hot q) rule; `child_mode` records that.
@@ -30,8 +30,9 @@ struct topk_tree_options {
 //! level-drafter call per depth (a per-node drafter is called once per
 //! expanded node through level_adapter); scratch is kept between builds (no
 //! allocation once warm). Deterministic.
-class topk_tree_builder {
+class topk_tree_builder : public owning_build<topk_tree_builder> {
  public:
+  //! A builder with these options.
   explicit topk_tree_builder(topk_tree_options o = {}) : opt_(o) {}
 
   //! Builds into `out` (cleared first) from any per-node or level drafter:
@@ -79,13 +80,6 @@ class topk_tree_builder {
     return build(d, draft_round{.root_token = root_token}, out);
   }
 
-  //! Throwing convenience: builds and returns a reference to an internal tree.
-  template <any_drafter D>
-  const drafted_tree& operator()(D& d, token_id root_token) {
-    throw_if_error(build(d, root_token, result_));
-    return result_;
-  }
-
   //! Most nodes a build with these options can produce (the full k-ary tree,
   //! saturated at max_nodes + 1).
   [[nodiscard]] std::int32_t node_bound() const noexcept {
@@ -94,6 +88,7 @@ class topk_tree_builder {
                                                    : static_cast<std::int32_t>(f);
   }
 
+  //! The options it was built with.
   const topk_tree_options& options() const noexcept { return opt_; }
 
  private:
@@ -107,7 +102,6 @@ class topk_tree_builder {
 
   topk_tree_options opt_;
   detail::level_scratch s_;
-  drafted_tree result_;
 };
 
 }  // namespace specdec

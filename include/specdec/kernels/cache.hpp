@@ -4,6 +4,7 @@
 //! all requests, layers, heads and tensors in one launch pair. Plain C++.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -22,35 +23,70 @@ namespace specdec::kernels {
 //! reported as invalid_argument by the device and nothing is written). `total_keep` is the length
 //! of batch.keep; keep_offsets[num_requests] must equal it.
 struct kv_commit_params {
-  const kv_tensor<void>* tensors = nullptr;
-  std::int32_t num_tensors = 0;
-  std::int32_t elem_bytes = 0;  //!< 1, 2, 4, 8 or 16: bits are moved, never converted
-  std::int32_t max_layers = 0;
-  std::int32_t max_heads = 0;
-  kv_position_map map{};
-  kv_commit_batch batch{};
-  std::int64_t total_keep = 0;
-  std::uint64_t* status_word = nullptr;
+  const kv_tensor<void>* tensors = nullptr;  //!< device array of num_tensors tensor descriptions
+  std::int32_t num_tensors = 0;              //!< tensors committed in this call (K, V, per-layer pieces...)
+  std::int32_t elem_bytes = 0;               //!< 1, 2, 4, 8 or 16: bits are moved, never converted
+  std::int32_t max_layers = 0;               //!< grid size: >= every tensor's layers
+  std::int32_t max_heads = 0;                //!< grid size: >= every tensor's heads
+  kv_position_map map{};                     //!< contiguous or paged positions (block table in device memory)
+  kv_commit_batch batch{};                   //!< cache lengths and keep lists (device memory)
+  std::int64_t total_keep = 0;               //!< length of batch.keep; keep_offsets[R] must equal it
+  std::uint64_t* status_word = nullptr;  //!< device word: reset by the call, kv_commit_status_ok or the first failure
 };
 static_assert(std::is_trivially_copyable_v<kv_commit_params>);
+
+//! Status-word value meaning "no error": the word keeps the minimum over
+//! failing items, (rank << 32) | code, so the lowest rank wins.
+inline constexpr std::uint64_t kv_commit_status_ok = ~std::uint64_t{0};
 
 //! Host-side checks of the scalar arguments (no device memory is read):
 //! element size, counts, grid limits (num_requests <= 65535, max_layers *
 //! num_tensors <= 65535), non-null pointers, page size / capacity.
-status kv_commit_can_implement(const kv_commit_params& p) noexcept;
+inline status kv_commit_can_implement(const kv_commit_params& p) noexcept {
+  const auto eb = p.elem_bytes;
+  if (eb != 1 && eb != 2 && eb != 4 && eb != 8 && eb != 16)
+    return make_status(status_code::invalid_argument, "elem_bytes must be 1, 2, 4, 8 or 16");
+  if (p.num_tensors < 0 || p.batch.num_requests < 0 || p.total_keep < 0)
+    return make_status(status_code::invalid_argument, "counts must be non-negative");
+  if (p.batch.num_requests == 0 || p.num_tensors == 0) return status::success();
+  if (p.max_layers <= 0 || p.max_heads <= 0)
+    return make_status(status_code::invalid_argument, "max_layers and max_heads must be positive");
+  if (p.batch.num_requests > 65535) return make_status(status_code::unsupported, "at most 65535 requests per launch");
+  if (static_cast<std::int64_t>(p.max_layers) * p.num_tensors > 65535)
+    return make_status(status_code::unsupported, "max_layers * num_tensors must be <= 65535");
+  if (p.tensors == nullptr || p.status_word == nullptr || p.batch.cache_len == nullptr ||
+      p.batch.keep_offsets == nullptr || (p.total_keep > 0 && p.batch.keep == nullptr))
+    return make_status(status_code::invalid_argument, "a required device pointer is null");
+  if (p.map.paged()) {
+    if (p.map.page_size <= 0 || p.map.num_pages <= 0)
+      return make_status(status_code::invalid_argument, "page_size and num_pages must be positive");
+  } else if (p.map.capacity < 0) {
+    return make_status(status_code::invalid_argument, "capacity must be non-negative");
+  }
+  return status::success();
+}
+
+//! Workspace bytes kv_commit needs: none (each block stages its wave in
+//! registers), so any pointer, null included, may be passed.
+constexpr std::size_t kv_commit_workspace_size(const kv_commit_params&) noexcept { return 0; }
 
 //! Enqueues the commit on `stream` (a cudaStream_t; null = default):
 //! a one-block validation kernel (the same checks as the host's
 //! validate_kv_commit, per request and per tensor; it also resets the
-//! status word) and the copy kernel, which writes nothing unless every check passed, so a bad batch
-//! leaves every cache untouched. Asynchronous: the returned status covers
-//! argument checks and launch errors; read the device result with
-//! kv_commit_result after synchronizing. Deterministic.
-status kv_commit(const kv_commit_params& p, void* stream) noexcept;
+//! status word) and the copy kernel, which writes nothing unless every
+//! check passed, so a bad batch leaves every cache untouched.
+//! Asynchronous: the returned status covers argument checks and launch
+//! errors; read the device result with kv_commit_result after
+//! synchronizing. Deterministic.
+status kv_commit(const kv_commit_params& p, void* workspace, std::size_t workspace_bytes, void* stream) noexcept;
 
 //! Turns the status word (copied to the host) into a status: ok, or the
 //! code of the failing item with the lowest rank, its index being the
 //! request (ranks 0..R-1) or R + the tensor index.
-status kv_commit_result(std::uint64_t status_word) noexcept;
+inline status kv_commit_result(std::uint64_t status_word) noexcept {
+  if (status_word == kv_commit_status_ok) return status::success();
+  const auto code = static_cast<status_code>(static_cast<std::int32_t>(status_word & 0xffffffffu));
+  return make_status(code, status_code_name(code), static_cast<std::int64_t>(status_word >> 32));
+}
 
 }  // namespace specdec::kernels

@@ -19,34 +19,45 @@ namespace specdec::kernels {
 //! Outputs: new_index (N local new ids or -1; untouched for a failed
 //! request), kept (R), request_status (R status_code values).
 struct batch_prune_params {
-  const node_id* parent = nullptr;
-  const float* score = nullptr;
-  const std::int32_t* offsets = nullptr;
-  const std::int32_t* budget = nullptr;
-  std::int32_t uniform_budget = 0;
-  std::int32_t num_requests = 0;
-  std::int32_t total_nodes = 0;
-  node_id* new_index = nullptr;
-  std::int32_t* kept = nullptr;
-  std::int32_t* request_status = nullptr;
-  void* workspace = nullptr;  //!< batch_prune_workspace_size bytes, 256-byte aligned
-  std::size_t workspace_bytes = 0;
+  const node_id* parent = nullptr;         //!< N local parent ids (root -1), request by request
+  const float* score = nullptr;            //!< N node scores
+  const std::int32_t* offsets = nullptr;   //!< R + 1 node offsets (CSR)
+  const std::int32_t* budget = nullptr;    //!< R budgets, or null: `uniform_budget` for all
+  std::int32_t uniform_budget = 0;         //!< the budget when `budget` is null
+  std::int32_t num_requests = 0;           //!< R
+  std::int32_t total_nodes = 0;            //!< N = offsets[R]
+  node_id* new_index = nullptr;            //!< output: N local new ids or -1 (untouched for a failed request)
+  std::int32_t* kept = nullptr;            //!< output: R kept counts
+  std::int32_t* request_status = nullptr;  //!< output: R status_code values
 };
 static_assert(std::is_trivially_copyable_v<batch_prune_params>);
 
-//! Workspace bytes for R requests and N nodes in total (writes `bytes`).
-//! Errors: invalid_argument (negative sizes), cuda_error.
-status batch_prune_workspace_size(std::int32_t num_requests, std::int32_t total_nodes, std::size_t& bytes) noexcept;
+//! Checks what can be checked on the host without reading device memory:
+//! sizes >= 0 and non-null pointers where needed. The workspace (size and
+//! 256-byte alignment) is checked by batch_prune_to_budget itself.
+inline status batch_prune_can_implement(const batch_prune_params& p) noexcept {
+  if (p.num_requests < 0 || p.total_nodes < 0) return make_status(status_code::invalid_argument, "sizes must be >= 0");
+  if (p.num_requests == 0) return status::success();
+  if (p.offsets == nullptr || p.kept == nullptr || p.request_status == nullptr)
+    return make_status(status_code::invalid_argument, "offsets, kept and request_status are required");
+  if (p.total_nodes > 0 && (p.parent == nullptr || p.score == nullptr || p.new_index == nullptr))
+    return make_status(status_code::invalid_argument, "parent, score and new_index are required");
+  return status::success();
+}
 
-//! Checks what can be checked without reading device memory: sizes >= 0,
-//! non-null pointers where needed, workspace size and alignment.
-status batch_prune_can_implement(const batch_prune_params& p) noexcept;
+//! Workspace bytes for these sizes (effective scores, sort keys and CUB's
+//! temporary storage, carved with workspace_carver): asks CUB, no device
+//! work. 0 for negative sizes or when CUB's query fails.
+std::size_t batch_prune_workspace_size(const batch_prune_params& p) noexcept;
 
 //! Enqueues batched ancestor-closed top-B pruning on `stream` (a
-//! cudaStream_t; null = default). Asynchronous. The offsets are trusted to
+//! cudaStream_t; null = default). `workspace`: batch_prune_workspace_size(p)
+//! bytes of device memory, 256-byte aligned (buffer_too_small /
+//! invalid_argument otherwise). Asynchronous. The offsets are trusted to
 //! be non-decreasing with non-empty requests (validate on the host with
 //! validate_prune_batch when they are untrusted); per-request tree, score
 //! and budget errors go to request_status.
-status batch_prune_to_budget(const batch_prune_params& p, void* stream) noexcept;
+status batch_prune_to_budget(const batch_prune_params& p, void* workspace, std::size_t workspace_bytes,
+                             void* stream) noexcept;
 
 }  // namespace specdec::kernels

@@ -15,6 +15,7 @@
 
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
+#include "specdec/core/workspace.hpp"
 #include "specdec/ssm/tree_conv1d.hpp"
 #include "specdec/ssm/tree_ssm_inputs.hpp"
 #include "specdec/tree/token_tree.hpp"
@@ -44,27 +45,83 @@ struct tree_conv1d_params {
 static_assert(std::is_trivially_copyable_v<tree_scan_params<float>>);
 static_assert(std::is_trivially_copyable_v<tree_conv1d_params<double>>);
 
-//! Device workspace bytes tree_scan needs: 0 when `states_given` (the
-//! per-node states buffer is the working memory), else N * heads * headdim
-//! * dstate scalars.
-std::size_t tree_scan_workspace_size(const tree_ssm_shape& shape, std::size_t scalar_size, bool states_given) noexcept;
+//! Host checks of a tree_scan call, no device memory read: the shapes
+//! and strides of every view, dt limits, non-null parent, dstate <= 256
+//! and grid limits (unsupported beyond), and no zero stride in `states`
+//! (the kernel reads parent states back from it, so a broadcast dimension
+//! would alias live states).
+template <class T>
+status tree_scan_can_implement(const tree_scan_params<T>& p) noexcept {
+  tree_ssm_shape s;
+  SPECDEC_TRY(validate_tree_ssm_shapes(p.in, s));
+  SPECDEC_TRY(validate_tree_ssm_output(p.y, s));
+  SPECDEC_TRY(validate_tree_ssm_states(p.states, s));
+  if (p.parent == nullptr) return make_status(status_code::invalid_argument, "parent is required");
+  if (s.dstate > 256) return make_status(status_code::unsupported, "tree_scan kernel supports dstate <= 256");
+  if (s.nodes > INT32_MAX || s.heads > 65535) return make_status(status_code::unsupported, "too many nodes or heads");
+  if ((s.headdim + 3) / 4 > 65535) return make_status(status_code::unsupported, "tree_scan kernel: headdim too large");
+  if (!(p.opt.dt_min >= T(0)) || !(p.opt.dt_max >= p.opt.dt_min))
+    return make_status(status_code::invalid_argument, "dt limits must satisfy 0 <= dt_min <= dt_max");
+  for (int d = 0; d < 4; ++d)
+    if (p.states.data != nullptr && p.states.extent[d] > 1 && p.states.stride[d] == 0)
+      return make_status(status_code::invalid_argument, "tree_scan kernel: states must not have a zero stride");
+  return status::success();
+}
+
+//! Workspace bytes tree_scan needs: 0 when `p.states` is given (the
+//! per-node states are the working memory), else room for N * heads *
+//! headdim * dstate scalars (carved with workspace_carver). 0 for shapes
+//! tree_scan_can_implement rejects.
+template <class T>
+std::size_t tree_scan_workspace_size(const tree_scan_params<T>& p) noexcept {
+  tree_ssm_shape s;
+  if (p.states.data != nullptr || !validate_tree_ssm_shapes(p.in, s).ok()) return 0;
+  workspace_carver c;
+  (void)c.take<T>(static_cast<std::size_t>(s.nodes * s.heads * s.headdim * s.dstate));
+  return c.bytes_used();
+}
 
 //! Recurrent tree scan on the device, equal to the host
 //! tree_scan_recurrent up to float rounding (the dot products are summed in
-//! a different order). Requires dstate <= 256 (else unsupported). Cost per
-//! node: one state row read (parent, unless it is the previous node) and
-//! written per (head, headdim) row. Returns shape errors, buffer_too_small
-//! or cuda_error (launch).
+//! a different order). `workspace`: tree_scan_workspace_size(p) bytes of
+//! device memory, 256-byte aligned. Cost per node: one state row read
+//! (parent, unless it is the previous node) and written per (head,
+//! headdim) row. Returns the can_implement status, buffer_too_small,
+//! invalid_argument (misaligned workspace) or cuda_error (launch).
 status tree_scan(const tree_scan_params<float>& p, void* workspace, std::size_t workspace_bytes, void* stream) noexcept;
 //! Double-precision overload.
 status tree_scan(const tree_scan_params<double>& p, void* workspace, std::size_t workspace_bytes,
                  void* stream) noexcept;
 
+//! Host checks of a tree_conv1d call: shapes and strides of the views,
+//! non-null parent, at most 65535 nodes (unsupported beyond).
+template <class T>
+status tree_conv1d_can_implement(const tree_conv1d_params<T>& p) noexcept {
+  if (p.parent == nullptr) return make_status(status_code::invalid_argument, "parent is required");
+  SPECDEC_TRY(detail::tree_conv1d_check_shapes(p.in.x.extent[0], p.in));
+  const std::int64_t n = p.in.x.extent[0], ch = p.in.x.extent[1];
+  if (p.out.data == nullptr || p.out.extent[0] != n || p.out.extent[1] != ch)
+    return make_status(status_code::size_mismatch, "out must be [N, channels]");
+  if (!detail::ssm_view_nonnegative_strides(p.out))
+    return make_status(status_code::invalid_argument, "negative stride in out");
+  if (n > 65535) return make_status(status_code::unsupported, "tree_conv1d kernel: at most 65535 nodes");
+  return status::success();
+}
+
+//! Workspace bytes tree_conv1d needs: none (each thread walks its own
+//! window), so any pointer, null included, may be passed.
+template <class T>
+constexpr std::size_t tree_conv1d_workspace_size(const tree_conv1d_params<T>&) noexcept {
+  return 0;
+}
+
 //! Tree conv1d on the device, equal to the host tree_conv1d up to rounding
-//! (same summation order, so usually bit-identical). Returns shape errors or
-//! cuda_error.
-status tree_conv1d(const tree_conv1d_params<float>& p, void* stream) noexcept;
+//! (same summation order, so usually bit-identical). Returns the
+//! can_implement status or cuda_error.
+status tree_conv1d(const tree_conv1d_params<float>& p, void* workspace, std::size_t workspace_bytes,
+                   void* stream) noexcept;
 //! Double-precision overload.
-status tree_conv1d(const tree_conv1d_params<double>& p, void* stream) noexcept;
+status tree_conv1d(const tree_conv1d_params<double>& p, void* workspace, std::size_t workspace_bytes,
+                   void* stream) noexcept;
 
 }  // namespace specdec::kernels

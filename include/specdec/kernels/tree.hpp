@@ -5,6 +5,7 @@
 //! results is specdec::build_tree_masks_batched (tree/batch.hpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "specdec/core/status.hpp"
@@ -27,10 +28,10 @@ inline constexpr std::int32_t tree_mask_smem_max_nodes = 12000;
 //! Per-tree problems (bad parents, offsets, sizes) are reported on the
 //! device through tree_status instead.
 template <mask_word Word>
-status can_implement(const tree_mask_batch<Word>& b) noexcept {
+status build_tree_masks_can_implement(const tree_mask_batch<Word>& b) noexcept {
   SPECDEC_TRY(check_tree_mask_batch(b));
   if (reinterpret_cast<std::uintptr_t>(b.masks) % alignof(Word) != 0 ||
-      reinterpret_cast<std::uintptr_t>(b.positions) % alignof(std::int64_t) != 0 ||
+      reinterpret_cast<std::uintptr_t>(b.positions) % alignof(position_id) != 0 ||
       reinterpret_cast<std::uintptr_t>(b.parents) % alignof(node_id) != 0)
     return make_status(status_code::invalid_argument, "device buffers must be aligned to their element type");
   const std::int64_t chunks =
@@ -39,16 +40,27 @@ status can_implement(const tree_mask_batch<Word>& b) noexcept {
   return status::success();
 }
 
+//! Workspace bytes build_tree_masks needs: none (the parents are staged in
+//! shared memory), so any pointer, null included, may be passed.
+template <mask_word Word>
+constexpr std::size_t build_tree_masks_workspace_size(const tree_mask_batch<Word>&) noexcept {
+  return 0;
+}
+
 //! Builds the packed masks (32-bit words) and positions of every tree of
 //! the batch on `stream` (a cudaStream_t; null = default stream). All
-//! pointers in `b` are device pointers. Asynchronous: returns after the
-//! launch with the can_implement status or the launch error; per-tree
-//! status codes (status_code values, identical to the host twin's) are in
-//! b.tree_status once the stream reaches this point. Deterministic: the
-//! same input gives the same bits as build_tree_masks_batched.
-status build_tree_masks(const tree_mask_batch<std::uint32_t>& b, void* stream) noexcept;
+//! pointers in `b` are device pointers; `workspace` holds
+//! build_tree_masks_workspace_size(b) bytes (none today). Asynchronous:
+//! returns after the launch with the can_implement status or the launch
+//! error; per-tree status codes (status_code values, identical to the host
+//! twin's) are in b.tree_status once the stream reaches this point.
+//! Deterministic: the same input gives the same bits as
+//! build_tree_masks_batched.
+status build_tree_masks(const tree_mask_batch<std::uint32_t>& b, void* workspace, std::size_t workspace_bytes,
+                        void* stream) noexcept;
 
 //! The 64-bit-word variant of build_tree_masks.
-status build_tree_masks(const tree_mask_batch<std::uint64_t>& b, void* stream) noexcept;
+status build_tree_masks(const tree_mask_batch<std::uint64_t>& b, void* workspace, std::size_t workspace_bytes,
+                        void* stream) noexcept;
 
 }  // namespace specdec::kernels

@@ -39,8 +39,8 @@ struct batch_tree_forward {
   std::span<const std::int32_t> offsets{};
   tree_view nodes{};
   std::span<const std::span<const token_id>> histories{};
-  std::span<const std::int32_t> cache_len{};
-  std::span<const std::int64_t> positions{};
+  std::span<const position_id> cache_len{};
+  std::span<const position_id> positions{};
   std::span<const std::uint64_t> mask{};
   std::int64_t mask_words = 0;
   view2d<float> logits{};
@@ -57,9 +57,9 @@ concept batch_target_model = requires(T& t, const batch_tree_forward& f) {
 //! moving to cache_len[b] + k (the layout commit_kv takes).
 struct batch_kv_commit_request {
   std::span<const std::int32_t> requests{};
-  std::span<const std::int32_t> cache_len{};
+  std::span<const position_id> cache_len{};
   std::span<const std::int32_t> keep_offsets{};
-  std::span<const std::int32_t> keep{};
+  std::span<const position_id> keep{};
 };
 
 //! A batch target that also owns the KV caches.
@@ -179,7 +179,7 @@ class batched_session {
       tokens_.insert(tokens_.end(), tk.begin(), tk.end());
       parents_.insert(parents_.end(), pa.begin(), pa.end());
       offsets_.push_back(offsets_.back() + n);
-      cache_len_.push_back(static_cast<std::int32_t>(s.history.size() - 1));
+      cache_len_.push_back(static_cast<position_id>(s.history.size() - 1));
       histories_.push_back(dr.history);
     }
     last_.time.draft = detail::seconds_since(t0);
@@ -197,7 +197,7 @@ class batched_session {
       const auto o = static_cast<std::size_t>(offsets_[b]);
       const auto n = static_cast<std::size_t>(offsets_[b + 1]) - o;
       const std::span<const node_id> pa(parents_.data() + o, n);
-      SPECDEC_TRY(build_positions<std::int64_t>(pa, cache_len_[b], std::span<std::int64_t>(positions_.data() + o, n)));
+      SPECDEC_TRY(build_positions<position_id>(pa, cache_len_[b], std::span<position_id>(positions_.data() + o, n)));
       SPECDEC_TRY(
           build_packed_mask<std::uint64_t>(pa,
                                            std::span<std::uint64_t>(mask_.data() + o * static_cast<std::size_t>(words),
@@ -338,12 +338,13 @@ class batched_session {
   std::vector<sequence> seq_;
   drafted_tree tree_;
   level_adapter_scratch adapter_;
-  std::vector<std::int32_t> active_, offsets_, cache_len_, path_offsets_, keep_, keep_offsets_;
+  std::vector<std::int32_t> active_, offsets_, path_offsets_, keep_offsets_;
+  std::vector<position_id> cache_len_, keep_;
   std::vector<token_id> tokens_, emitted_;
   std::vector<node_id> parents_, paths_, kept_paths_;
   std::vector<std::span<const token_id>> histories_;
   std::vector<verify_mode> modes_;
-  std::vector<std::int64_t> positions_;
+  std::vector<position_id> positions_;
   std::vector<std::uint64_t> mask_;
   detail::grow_buffer<float> logits_, probs_, q_;
   std::vector<sampling_params> row_params_;

@@ -33,9 +33,9 @@ namespace specdec {
 //! Valid only during the call.
 struct tree_forward {
   std::span<const token_id> history{};
-  std::int32_t cache_len = 0;
+  position_id cache_len = 0;
   tree_view tree{};
-  std::span<const std::int64_t> positions{};
+  std::span<const position_id> positions{};
   std::span<const std::uint64_t> mask{};
   std::int64_t mask_words = 0;
   view2d<float> logits{};
@@ -53,9 +53,9 @@ concept target_model = requires(T& t, const tree_forward& f) {
 //! the root) and move the k-th to cache_len + k, e.g. with commit_kv
 //! (cache/kv_commit.hpp). The cache then holds new_len entries.
 struct kv_commit_request {
-  std::int32_t cache_len = 0;
-  std::span<const std::int32_t> keep{};
-  std::int32_t new_len = 0;
+  position_id cache_len = 0;
+  std::span<const position_id> keep{};
+  position_id new_len = 0;
 };
 
 //! A target model that also owns a KV cache: the session calls

@@ -279,7 +279,7 @@ class speculative_session {
     round_stats st{};
     const std::int64_t V = opt_.vocab_size;
     const auto bound = static_cast<std::size_t>(std::max<std::int32_t>(builder_.node_bound(), 1));
-    const auto cache_len = static_cast<std::int32_t>(history_.size() - 1);
+    const auto cache_len = static_cast<position_id>(history_.size() - 1);
     const std::span<const token_id> before_root(history_.data(), history_.size() - 1);
     const auto round_key = static_cast<std::uint32_t>(stats_.rounds);
 
@@ -312,7 +312,7 @@ class speculative_session {
     t0 = clock::now();
     const auto parents = tree_.tree.parents();
     positions_.resize(static_cast<std::size_t>(n));
-    SPECDEC_TRY(build_positions<std::int64_t>(parents, cache_len, positions_));
+    SPECDEC_TRY(build_positions<position_id>(parents, cache_len, positions_));
     const std::int64_t words = mask_words_per_row<std::uint64_t>(n);
     mask_.resize(static_cast<std::size_t>(n * words));
     SPECDEC_TRY(build_packed_mask<std::uint64_t>(parents, mask_));
@@ -451,13 +451,13 @@ class speculative_session {
   bool stopped_ = false;
   drafted_tree tree_;
   level_adapter_scratch adapter_;
-  std::vector<std::int64_t> positions_;
+  std::vector<position_id> positions_;
   std::vector<std::uint64_t> mask_;
   detail::grow_buffer<float> logits_, probs_, q_;
   std::vector<std::byte> filter_ws_, verify_ws_;
   std::vector<node_id> path_;
   std::vector<token_id> emitted_;
-  std::vector<std::int32_t> keep_;
+  std::vector<position_id> keep_;
   round_stats last_{};
   session_stats stats_{};
 };

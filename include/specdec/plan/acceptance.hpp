@@ -25,9 +25,9 @@ namespace specdec {
 //! a rank-r child at depth d (1-based). Depths beyond `depths` use the last
 //! row; ranks >= `ranks` have probability 0. Owning, small.
 struct acceptance_model {
-  std::int32_t depths = 0;
-  std::int32_t ranks = 0;
-  std::vector<double> p;
+  std::int32_t depths = 0;  //!< depth rows (depth 1 .. depths)
+  std::int32_t ranks = 0;   //!< sibling ranks per row
+  std::vector<double> p;    //!< depths x ranks probabilities, row d - 1 for depth d
 
   //! A depth-independent (Sequoia) model from a per-rank vector.
   static acceptance_model positional(std::span<const double> per_rank) {
@@ -119,14 +119,16 @@ inline status expected_accepted_length(const tree_view& t, const acceptance_mode
 //! and sibling rank r < ranks, how many times such a child was offered
 //! (its parent was reached) and how many times it was the accepted one.
 struct acceptance_counts {
-  std::int32_t depths = 0;
-  std::int32_t ranks = 0;
-  std::vector<std::uint64_t> offered;
-  std::vector<std::uint64_t> accepted;
-  std::uint64_t rounds = 0;
-  std::uint64_t accepted_tokens = 0;
+  std::int32_t depths = 0;              //!< depth rows (deeper children pool into the last)
+  std::int32_t ranks = 0;               //!< sibling ranks per row
+  std::vector<std::uint64_t> offered;   //!< depths x ranks: times a child was offered (its parent reached)
+  std::vector<std::uint64_t> accepted;  //!< depths x ranks: times that child was the accepted one
+  std::uint64_t rounds = 0;             //!< verification rounds recorded
+  std::uint64_t accepted_tokens = 0;    //!< draft tokens accepted over all rounds
 
+  //! Empty counts (no rows).
   acceptance_counts() = default;
+  //! Zero counts for `d` depths and `r` ranks (each at least 1).
   acceptance_counts(std::int32_t d, std::int32_t r)
       : depths(d < 1 ? 1 : d),
         ranks(r < 1 ? 1 : r),

@@ -1,11 +1,9 @@
 //! \file
-//! STree's runtime-versus-acceptance analysis (seed 000, section 4). A
-//! verification call on N tree tokens costs t(N): linear t = kN + C for SSMs
-//! (C = weight loading, kN = inputs and compute), quadratic t = aN^2 + bN + c
-//! for hybrids with attention layers. Wall time per token is t(N) / tau(N)
-//! (tau = tokens produced per round), so moving from (N1, tau1) to (N2,
-//! tau2) pays off iff tau2 / tau1 >= t2(N2) / t1(N1) (eq. 7-8). The fits are
-//! ordinary least squares on measured (N, t) pairs.
+//! STree's runtime-versus-acceptance analysis ("STree: Speculative Tree Decoding for Hybrid State-Space Models",
+//! section 4). A verification call on N tree tokens costs t(N): linear t = kN + C for SSMs (C = weight loading, kN =
+//! inputs and compute), quadratic t = aN^2 + bN + c for hybrids with attention layers. Wall time per token is t(N) /
+//! tau(N) (tau = tokens produced per round), so moving from (N1, tau1) to (N2, tau2) pays off iff tau2 / tau1 >= t2(N2)
+//! / t1(N1) (eq. 7-8). The fits are ordinary least squares on measured (N, t) pairs.
 #pragma once
 
 #include <cmath>
@@ -19,16 +17,18 @@ namespace specdec {
 
 //! t(N) = k N + C.
 struct linear_cost {
-  double k = 0.0;
-  double C = 0.0;
+  double k = 0.0;  //!< cost per tree node
+  double C = 0.0;  //!< fixed cost of a forward pass
+  //! Cost of a forward pass over `n` tree nodes.
   constexpr double operator()(double n) const noexcept { return k * n + C; }
 };
 
 //! t(N) = a N^2 + b N + c.
 struct quadratic_cost {
-  double a = 0.0;
-  double b = 0.0;
-  double c = 0.0;
+  double a = 0.0;  //!< quadratic coefficient
+  double b = 0.0;  //!< linear coefficient
+  double c = 0.0;  //!< constant term
+  //! Cost of a forward pass over `n` tree nodes.
   constexpr double operator()(double n) const noexcept { return (a * n + b) * n + c; }
 };
 

@@ -1,5 +1,5 @@
 //! \file
-//! SpecMemo's memory model (seed 003, section 3.1, eq. 1-6) and the
+//! SpecMemo's memory model ("SpecMemo: Speculative Decoding is in Your Pocket", section 3.1, eq. 1-6) and the
 //! budgeting it drives: the largest tree, head count and KV allocation that
 //! fit a device byte budget for a number of chat turns.
 //!
@@ -24,17 +24,17 @@ namespace specdec {
 
 //! Model and deployment constants of the memory model.
 struct memory_config {
-  std::int64_t layers = 32;               //!< h
-  std::int64_t batch = 1;                 //!< b
-  std::int64_t kv_heads = 32;             //!< k
-  std::int64_t head_dim = 128;            //!< d
-  double kv_bytes_per_element = 2.0;      //!< p (KV precision)
-  std::int64_t tokens_per_turn = 128;     //!< m (max tokens of one query + answer)
-  std::int64_t vocab_size = 32000;        //!< w
-  double buffer_bytes_per_element = 2.0;  //!< precision of the sampling buffers
-  double head_bytes = 0.6e9;              //!< one decoding head (the seed: 0.6 GB per Medusa head)
-  double model_parameters = 7e9;          //!< B
-  double model_bytes_per_parameter = 2.0;
+  std::int64_t layers = 32;                //!< h
+  std::int64_t batch = 1;                  //!< b
+  std::int64_t kv_heads = 32;              //!< k
+  std::int64_t head_dim = 128;             //!< d
+  double kv_bytes_per_element = 2.0;       //!< p (KV precision)
+  std::int64_t tokens_per_turn = 128;      //!< m (max tokens of one query + answer)
+  std::int64_t vocab_size = 32000;         //!< w
+  double buffer_bytes_per_element = 2.0;   //!< precision of the sampling buffers
+  double head_bytes = 0.6e9;               //!< one decoding head (the seed: 0.6 GB per Medusa head)
+  double model_parameters = 7e9;           //!< B
+  double model_bytes_per_parameter = 2.0;  //!< precision of the model weights
 
   //! invalid_argument when any count is < 0, or a precision or size is negative or not finite.
   status validate() const noexcept {

@@ -23,7 +23,7 @@
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/status.hpp"
-#include "specdec/draft/shape.hpp"
+#include "specdec/tree/shape.hpp"
 
 namespace specdec {
 
@@ -91,7 +91,9 @@ class sequoia_plan {
     return status::success();
   }
 
+  //! Largest node budget the plan covers.
   std::int32_t max_nodes() const noexcept { return B_; }
+  //! Largest depth the plan covers.
   std::int32_t max_depth() const noexcept { return D_; }
 
   //! Best expected tokens per round with exactly n nodes (-inf if no tree

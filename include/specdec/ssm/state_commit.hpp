@@ -17,8 +17,8 @@
 
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
-#include "specdec/ssm/detail/tree_walk.hpp"
 #include "specdec/ssm/tree_ssm_inputs.hpp"
+#include "specdec/tree/paths.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
@@ -70,7 +70,7 @@ status tree_ssm_commit_path(std::span<const node_id> parent, const tree_ssm_inpu
   tree_ssm_shape s;
   SPECDEC_TRY(validate_tree_ssm(parent, in, opt, s));
   SPECDEC_TRY(detail::ssm_check_state_out(h_out, s));
-  SPECDEC_TRY(detail::ssm_validate_root_path(parent, path));
+  SPECDEC_TRY(validate_root_path(parent, path));
   for (std::size_t k = 0; k < path.size(); ++k) detail::ssm_commit_step(in, opt, s, path[k], k == 0, h_out);
   return status::success();
 }

@@ -16,8 +16,9 @@
 
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
-#include "specdec/ssm/detail/tree_walk.hpp"
+#include "specdec/core/workspace.hpp"
 #include "specdec/ssm/tree_ssm_inputs.hpp"
+#include "specdec/tree/paths.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/validate.hpp"
 
@@ -70,10 +71,12 @@ status tree_conv1d_check(std::span<const node_id> parent, const tree_conv1d_inpu
 
 }  // namespace detail
 
-//! Bytes of workspace tree_conv1d needs: W node ids (one window).
+//! Bytes of workspace tree_conv1d needs: W node ids (one window), plus
+//! unaligned_workspace_slack.
 constexpr std::size_t tree_conv1d_workspace_size(std::int64_t width) noexcept {
-  return detail::ssm_carve_size<node_id>(0, static_cast<std::size_t>(width > 0 ? width : 0)) +
-         detail::ssm_workspace_align;
+  workspace_carver c;
+  (void)c.take<node_id>(static_cast<std::size_t>(width > 0 ? width : 0));
+  return c.bytes_used() + unaligned_workspace_slack;
 }
 
 //! Tree conv1d: out [N, channels]. Any topological order. The conv state
@@ -89,10 +92,10 @@ status tree_conv1d(std::span<const node_id> parent, const tree_conv1d_inputs<T>&
     return make_status(status_code::size_mismatch, "out must be [N, channels]");
   if (!detail::ssm_view_nonnegative_strides(out))
     return make_status(status_code::invalid_argument, "negative stride in out");
-  if (workspace.data() == nullptr || workspace.size() < tree_conv1d_workspace_size(w))
+  workspace_carver carver = unaligned_carver(workspace.data(), workspace.size());
+  node_id* window = carver.take<node_id>(static_cast<std::size_t>(w));
+  if (workspace.data() == nullptr || carver.overflowed())
     return make_status(status_code::buffer_too_small, "tree_conv1d: workspace too small");
-  std::size_t off = 0;
-  node_id* window = detail::ssm_carve<node_id>(workspace.data(), off, static_cast<std::size_t>(w));
   const std::int64_t len = in.conv_state.data != nullptr ? in.conv_state.extent[1] : 0;
   for (std::int64_t i = 0; i < n; ++i) {
     // window[m] = m-th ancestor of i (m = 0: itself), or -(r + 1) for the
@@ -136,7 +139,7 @@ status tree_conv1d_commit_state(std::span<const node_id> parent, view2d<const T>
   if (!detail::ssm_view_nonnegative_strides(x) || !detail::ssm_view_nonnegative_strides(state))
     return make_status(status_code::invalid_argument, "negative extent or stride");
   SPECDEC_TRY(validate_topological_parents(parent));
-  SPECDEC_TRY(detail::ssm_validate_root_path(parent, path));
+  SPECDEC_TRY(validate_root_path(parent, path));
   const std::int64_t len = state.extent[1], shift = static_cast<std::int64_t>(path.size());
   for (std::int64_t c = 0; c < state.extent[0]; ++c) {
     // Ascending columns: column k reads column k + shift (> k), not yet overwritten.

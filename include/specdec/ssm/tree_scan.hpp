@@ -12,10 +12,10 @@
 
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
-#include "specdec/ssm/detail/tree_walk.hpp"
 #include "specdec/ssm/tree_scan_dual.hpp"
 #include "specdec/ssm/tree_scan_recurrent.hpp"
 #include "specdec/ssm/tree_ssm_inputs.hpp"
+#include "specdec/tree/structure.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
@@ -35,7 +35,8 @@ enum class tree_scan_method {
 inline tree_scan_method tree_scan_choose(std::span<const node_id> parent, const tree_ssm_shape& s, bool want_states,
                                          bool has_h0) noexcept {
   if (want_states) return tree_scan_method::recurrent;
-  const double pairs = static_cast<double>(detail::ssm_tree_ancestor_pairs(parent));
+  const double pairs =
+      static_cast<double>(ancestor_pair_count(parent.data(), static_cast<std::int32_t>(parent.size())));
   const double n = static_cast<double>(s.nodes), h = static_cast<double>(s.heads);
   const double p = static_cast<double>(s.headdim), st = static_cast<double>(s.dstate);
   const double g = static_cast<double>(s.groups);
@@ -73,9 +74,14 @@ std::size_t tree_scan_workspace_bound(std::int64_t nodes, const tree_ssm_shape& 
                                       std::int64_t max_depth = -1) noexcept {
   if (nodes <= 0) return 0;
   const std::int64_t depth = max_depth < 0 || max_depth > nodes - 1 ? nodes - 1 : max_depth;
-  const std::size_t rec =
-      detail::tree_scan_recurrent_bytes(nodes, depth, shape.headdim, shape.groups, shape.dstate, sizeof(T));
-  const std::size_t dual = detail::tree_scan_dual_bytes(nodes, nodes * (depth + 1), shape, sizeof(T));
+  tree_ssm_shape s = shape;
+  s.nodes = nodes;
+  workspace_carver r, d;
+  (void)detail::carve_tree_scan_recurrent_walk<T>(r, s);
+  (void)detail::carve_tree_scan_recurrent_slots<T>(r, depth, s);
+  (void)detail::carve_tree_scan_dual<T>(d, nodes * (depth + 1), s);
+  const std::size_t rec = r.bytes_used() + unaligned_workspace_slack;
+  const std::size_t dual = d.bytes_used() + unaligned_workspace_slack;
   switch (method) {
     case tree_scan_method::recurrent:
       return rec;

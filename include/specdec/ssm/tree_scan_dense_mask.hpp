@@ -16,15 +16,18 @@
 
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
-#include "specdec/ssm/detail/tree_walk.hpp"
+#include "specdec/core/workspace.hpp"
 #include "specdec/ssm/tree_ssm_inputs.hpp"
 
 namespace specdec {
 
-//! Bytes of workspace tree_scan_dense_mask needs (2 N scalars).
+//! Bytes of workspace tree_scan_dense_mask needs (2 N scalars, plus
+//! unaligned_workspace_slack).
 template <ssm_scalar T>
 constexpr std::size_t tree_scan_dense_mask_workspace_size(const tree_ssm_shape& shape) noexcept {
-  return detail::ssm_carve_size<T>(0, 2 * static_cast<std::size_t>(shape.nodes)) + detail::ssm_workspace_align;
+  workspace_carver c;
+  (void)c.take<T>(2 * static_cast<std::size_t>(shape.nodes));
+  return c.bytes_used() + unaligned_workspace_slack;
 }
 
 //! Checks a dense mask: [N, N] of 0/1, unit diagonal, nothing above the
@@ -69,10 +72,10 @@ status tree_scan_dense_mask(view2d<const std::uint8_t> mask, const tree_ssm_inpu
   SPECDEC_TRY(validate_tree_ssm_values(in, opt, s));
   SPECDEC_TRY(validate_dense_mask(mask, s.nodes));
   SPECDEC_TRY(validate_tree_ssm_output(y, s));
-  if (workspace.data() == nullptr || workspace.size() < tree_scan_dense_mask_workspace_size<T>(s))
+  workspace_carver c = unaligned_carver(workspace.data(), workspace.size());
+  T* dt_eff = c.take<T>(2 * static_cast<std::size_t>(s.nodes));
+  if (workspace.data() == nullptr || c.overflowed())
     return make_status(status_code::buffer_too_small, "tree_scan_dense_mask: workspace too small");
-  std::size_t off = 0;
-  T* dt_eff = detail::ssm_carve<T>(workspace.data(), off, 2 * static_cast<std::size_t>(s.nodes));
   T* a_tree = dt_eff + s.nodes;
   const std::int64_t hpg = s.heads_per_group();
   for (std::int64_t h = 0; h < s.heads; ++h) {

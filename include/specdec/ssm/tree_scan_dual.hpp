@@ -17,30 +17,41 @@
 
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
+#include "specdec/core/workspace.hpp"
 #include "specdec/ssm/detail/ssm_step.hpp"
-#include "specdec/ssm/detail/tree_walk.hpp"
 #include "specdec/ssm/tree_decay.hpp"
 #include "specdec/ssm/tree_ssm_inputs.hpp"
+#include "specdec/tree/structure.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
 
 namespace detail {
 
-inline std::size_t tree_scan_dual_bytes(std::int64_t nodes, std::int64_t pairs, const tree_ssm_shape& s,
-                                        std::size_t scalar_size) noexcept {
-  const auto n = static_cast<std::size_t>(nodes);
+//! Scratch of tree_scan_dual, carved by one routine for sizing and running.
+template <class T>
+struct tree_scan_dual_scratch {
+  std::int64_t* pair_begin = nullptr;  // pair offsets (N + 1)
+  node_id* pair_node = nullptr;        // pair ancestor ids
+  T* cb = nullptr;                     // C.B per pair, then the weight per pair
+  T* dt_eff = nullptr;                 // dt', then A_tree of one head (2 N)
+  T* h0row = nullptr;                  // h0 of one head, then B and C of one group for all nodes
+  T* acc = nullptr;                    // row accumulator (headdim)
+};
+
+template <class T>
+tree_scan_dual_scratch<T> carve_tree_scan_dual(workspace_carver& c, std::int64_t pairs,
+                                               const tree_ssm_shape& s) noexcept {
+  const auto n = static_cast<std::size_t>(s.nodes);
   const auto np = static_cast<std::size_t>(pairs);
-  std::size_t off = 0;
-  off = ssm_carve_size<std::int64_t>(off, n + 1);              // pair offsets
-  off = ssm_carve_size<node_id>(off, np);                      // pair ancestor ids
-  off = ssm_carve_size<std::byte>(off, 2 * np * scalar_size);  // C.B per pair, weight per pair
-  off = ssm_carve_size<std::byte>(off, 2 * n * scalar_size);   // dt', A_tree of one head
-  // h0 of one head, then B and C of one group for all nodes (contiguous copies).
-  off = ssm_carve_size<std::byte>(off,
-                                  static_cast<std::size_t>(s.headdim * s.dstate + 2 * nodes * s.dstate) * scalar_size);
-  off = ssm_carve_size<std::byte>(off, static_cast<std::size_t>(s.headdim) * scalar_size);  // row accumulator
-  return off + ssm_workspace_align;
+  tree_scan_dual_scratch<T> r;
+  r.pair_begin = c.take<std::int64_t>(n + 1);
+  r.pair_node = c.take<node_id>(np);
+  r.cb = c.take<T>(2 * np);
+  r.dt_eff = c.take<T>(2 * n);
+  r.h0row = c.take<T>(static_cast<std::size_t>(s.headdim * s.dstate + 2 * s.nodes * s.dstate));
+  r.acc = c.take<T>(static_cast<std::size_t>(s.headdim));
+  return r;
 }
 
 }  // namespace detail
@@ -51,8 +62,10 @@ inline std::size_t tree_scan_dual_bytes(std::int64_t nodes, std::int64_t pairs, 
 template <ssm_scalar T>
 std::size_t tree_scan_dual_workspace_size(std::span<const node_id> parent, const tree_ssm_shape& shape) noexcept {
   if (!validate_topological_parents(parent).ok()) return 0;
-  return detail::tree_scan_dual_bytes(static_cast<std::int64_t>(parent.size()), detail::ssm_tree_ancestor_pairs(parent),
-                                      shape, sizeof(T));
+  workspace_carver c;
+  (void)detail::carve_tree_scan_dual<T>(c, ancestor_pair_count(parent.data(), static_cast<std::int32_t>(parent.size())),
+                                        shape);
+  return c.bytes_used() + unaligned_workspace_slack;
 }
 
 //! Tree-masked selective scan, dual form restricted to ancestor pairs.
@@ -66,23 +79,24 @@ status tree_scan_dual(std::span<const node_id> parent, const tree_ssm_inputs<T>&
   tree_ssm_shape s;
   SPECDEC_TRY(validate_tree_ssm(parent, in, opt, s));
   SPECDEC_TRY(validate_tree_ssm_output(y, s));
-  const std::int64_t pairs = detail::ssm_tree_ancestor_pairs(parent);
-  if (workspace.data() == nullptr || workspace.size() < detail::tree_scan_dual_bytes(s.nodes, pairs, s, sizeof(T)))
-    return make_status(status_code::buffer_too_small, "tree_scan_dual: workspace too small");
+  const std::int64_t pairs = ancestor_pair_count(parent.data(), static_cast<std::int32_t>(s.nodes));
+  if (workspace.data() == nullptr)
+    return make_status(status_code::buffer_too_small, "tree_scan_dual: workspace is required");
+  workspace_carver c = unaligned_carver(workspace.data(), workspace.size());
+  const auto ws = detail::carve_tree_scan_dual<T>(c, pairs, s);
+  if (c.overflowed()) return make_status(status_code::buffer_too_small, "tree_scan_dual: workspace too small");
 
   const auto n = static_cast<std::size_t>(s.nodes);
-  std::size_t off = 0;
-  std::byte* base = workspace.data();
-  std::int64_t* pair_begin = detail::ssm_carve<std::int64_t>(base, off, n + 1);
-  node_id* pair_node = detail::ssm_carve<node_id>(base, off, static_cast<std::size_t>(pairs));
-  T* cb = detail::ssm_carve<T>(base, off, 2 * static_cast<std::size_t>(pairs));
+  std::int64_t* pair_begin = ws.pair_begin;
+  node_id* pair_node = ws.pair_node;
+  T* cb = ws.cb;
   T* weight = cb + pairs;
-  T* dt_eff = detail::ssm_carve<T>(base, off, 2 * n);
+  T* dt_eff = ws.dt_eff;
   T* a_tree = dt_eff + n;
-  T* h0row = detail::ssm_carve<T>(base, off, static_cast<std::size_t>(s.headdim * s.dstate + 2 * s.nodes * s.dstate));
+  T* h0row = ws.h0row;
   T* bg = h0row + s.headdim * s.dstate;
   T* cg = bg + s.nodes * s.dstate;
-  T* acc = detail::ssm_carve<T>(base, off, static_cast<std::size_t>(s.headdim));
+  T* acc = ws.acc;
 
   // Ancestor lists, self first then up to the root: the mask L, stored sparsely.
   std::int64_t k = 0;

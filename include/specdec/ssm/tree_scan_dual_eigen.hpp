@@ -22,24 +22,48 @@
 
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
-#include "specdec/ssm/detail/tree_walk.hpp"
+#include "specdec/core/workspace.hpp"
 #include "specdec/ssm/tree_decay.hpp"
 #include "specdec/ssm/tree_ssm_inputs.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
 
+namespace detail {
+
+//! Scratch of tree_scan_dual_eigen, carved by one routine for sizing and running.
+template <class T>
+struct tree_scan_dual_eigen_scratch {
+  std::uint8_t* anc = nullptr;  // dense ancestor mask [N, N]
+  T* gbuf = nullptr;            // two [N, N] products
+  T* ybuf = nullptr;            // y, x and C.h0 rows [N, headdim] each
+  T* h0buf = nullptr;           // h0 of one head [headdim, dstate]
+  T* dt_eff = nullptr;          // dt', then A_tree (2 N)
+};
+
+template <class T>
+constexpr tree_scan_dual_eigen_scratch<T> carve_tree_scan_dual_eigen(workspace_carver& c,
+                                                                     const tree_ssm_shape& s) noexcept {
+  const auto n = static_cast<std::size_t>(s.nodes);
+  tree_scan_dual_eigen_scratch<T> r;
+  r.anc = c.take<std::uint8_t>(n * n);
+  r.gbuf = c.take<T>(2 * n * n);
+  r.ybuf = c.take<T>(n * static_cast<std::size_t>(3 * s.headdim));
+  r.h0buf = c.take<T>(static_cast<std::size_t>(s.headdim * s.dstate));
+  r.dt_eff = c.take<T>(2 * n);
+  return r;
+}
+
+}  // namespace detail
+
 //! Bytes of workspace tree_scan_dual_eigen needs: N^2 bytes (ancestor mask)
-//! plus (2 N^2 + 3 N headdim + headdim * dstate + 2 N) scalars.
+//! plus (2 N^2 + 3 N headdim + headdim * dstate + 2 N) scalars, plus
+//! unaligned_workspace_slack.
 template <ssm_scalar T>
 constexpr std::size_t tree_scan_dual_eigen_workspace_size(const tree_ssm_shape& s) noexcept {
-  const auto n = static_cast<std::size_t>(s.nodes);
-  std::size_t off = detail::ssm_carve_size<std::uint8_t>(0, n * n);
-  off = detail::ssm_carve_size<T>(off, 2 * n * n);
-  off = detail::ssm_carve_size<T>(off, n * static_cast<std::size_t>(3 * s.headdim));
-  off = detail::ssm_carve_size<T>(off, static_cast<std::size_t>(s.headdim * s.dstate));
-  off = detail::ssm_carve_size<T>(off, 2 * n);
-  return off + detail::ssm_workspace_align;
+  workspace_carver c;
+  (void)detail::carve_tree_scan_dual_eigen<T>(c, s);
+  return c.bytes_used() + unaligned_workspace_slack;
 }
 
 //! Tree-masked scan, dense dual form (Eigen GEMMs). Same contract and
@@ -58,19 +82,20 @@ status tree_scan_dual_eigen(std::span<const node_id> parent, const tree_ssm_inpu
   tree_ssm_shape s;
   SPECDEC_TRY(validate_tree_ssm(parent, in, opt, s));
   SPECDEC_TRY(validate_tree_ssm_output(y, s));
-  if (workspace.data() == nullptr || workspace.size() < tree_scan_dual_eigen_workspace_size<T>(s))
-    return make_status(status_code::buffer_too_small, "tree_scan_dual_eigen: workspace too small");
+  if (workspace.data() == nullptr)
+    return make_status(status_code::buffer_too_small, "tree_scan_dual_eigen: workspace is required");
+  workspace_carver c = unaligned_carver(workspace.data(), workspace.size());
+  const auto w = detail::carve_tree_scan_dual_eigen<T>(c, s);
+  if (c.overflowed()) return make_status(status_code::buffer_too_small, "tree_scan_dual_eigen: workspace too small");
   const auto n = static_cast<std::size_t>(s.nodes);
   const Eigen::Index N = s.nodes, P = s.headdim, S = s.dstate;
-  std::size_t off = 0;
-  std::byte* base = workspace.data();
-  std::uint8_t* anc = detail::ssm_carve<std::uint8_t>(base, off, n * n);
-  T* gbuf = detail::ssm_carve<T>(base, off, 2 * n * n);
-  T* ybuf = detail::ssm_carve<T>(base, off, n * static_cast<std::size_t>(3 * P));
+  std::uint8_t* anc = w.anc;
+  T* gbuf = w.gbuf;
+  T* ybuf = w.ybuf;
   T* xbuf = ybuf + N * P;
   T* chbuf = xbuf + N * P;
-  T* h0buf = detail::ssm_carve<T>(base, off, static_cast<std::size_t>(P * S));
-  T* dt_eff = detail::ssm_carve<T>(base, off, 2 * n);
+  T* h0buf = w.h0buf;
+  T* dt_eff = w.dt_eff;
   T* a_tree = dt_eff + N;
 
   // Dense ancestor mask from parents: row i = row parent[i] + bit i.
@@ -114,5 +139,6 @@ status tree_scan_dual_eigen(std::span<const node_id> parent, const tree_ssm_inpu
 }  // namespace specdec
 
 #else
+//! 0: Eigen was not found, tree_scan_dual_eigen is not declared.
 #define SPECDEC_SSM_HAS_EIGEN 0
 #endif

@@ -14,27 +14,49 @@
 
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
+#include "specdec/core/workspace.hpp"
 #include "specdec/ssm/detail/ssm_step.hpp"
-#include "specdec/ssm/detail/tree_walk.hpp"
 #include "specdec/ssm/tree_ssm_inputs.hpp"
+#include "specdec/tree/detail/tree_common.hpp"
+#include "specdec/tree/positions.hpp"
+#include "specdec/tree/structure.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
 
 namespace detail {
 
-inline std::size_t tree_scan_recurrent_bytes(std::int64_t nodes, std::int64_t max_depth, std::int64_t headdim,
-                                             std::int64_t groups, std::int64_t dstate,
-                                             std::size_t scalar_size) noexcept {
-  const auto n = static_cast<std::size_t>(nodes);
-  std::size_t off = 0;
-  for (int k = 0; k < 4; ++k) off = ssm_carve_size<node_id>(off, n);  // order, first_child, next_sibling, depth
-  // depth + 2 slots: slot 0 holds h0, slot d + 1 the state of the node at depth d on the current path.
-  const auto slots = static_cast<std::size_t>(max_depth + 2) * static_cast<std::size_t>(headdim * dstate);
-  off = ssm_carve_size<std::byte>(off, slots * scalar_size);
-  // Contiguous copies of B and C ([N, groups, dstate] each), made once per call.
-  off = ssm_carve_size<std::byte>(off, 2 * static_cast<std::size_t>(nodes * groups * dstate) * scalar_size);
-  return off + ssm_workspace_align;
+//! Scratch of tree_scan_recurrent, carved by the same routine when sizing
+//! and when running. The state slots come last: their count depends on the
+//! tree's depth, which the run computes into `depth` first.
+template <class T>
+struct tree_scan_recurrent_scratch {
+  node_id* order = nullptr;         // DFS preorder (N)
+  std::int32_t* offsets = nullptr;  // children CSR (N + 1)
+  node_id* kids = nullptr;          // children CSR (N)
+  std::int32_t* stack = nullptr;    // DFS stack (N)
+  std::int32_t* depth = nullptr;    // node depths (N)
+  T* bcopy = nullptr;               // contiguous B then C, [N, groups, dstate] each
+  T* slots = nullptr;               // (max_depth + 2) state rows of one head
+};
+
+template <class T>
+tree_scan_recurrent_scratch<T> carve_tree_scan_recurrent_walk(workspace_carver& c, const tree_ssm_shape& s) noexcept {
+  const auto n = static_cast<std::size_t>(s.nodes);
+  tree_scan_recurrent_scratch<T> r;
+  r.order = c.take<node_id>(n);
+  r.offsets = c.take<std::int32_t>(n + 1);
+  r.kids = c.take<node_id>(n);
+  r.stack = c.take<std::int32_t>(n);
+  r.depth = c.take<std::int32_t>(n);
+  r.bcopy = c.take<T>(2 * static_cast<std::size_t>(s.nodes * s.groups * s.dstate));
+  return r;
+}
+
+// depth + 2 slots: slot 0 holds h0, slot d + 1 the state of the node at depth d on the current path.
+template <class T>
+T* carve_tree_scan_recurrent_slots(workspace_carver& c, std::int64_t max_depth, const tree_ssm_shape& s) noexcept {
+  return c.take<T>(static_cast<std::size_t>((max_depth + 2) * s.headdim * s.dstate));
 }
 
 }  // namespace detail
@@ -42,14 +64,18 @@ inline std::size_t tree_scan_recurrent_bytes(std::int64_t nodes, std::int64_t ma
 //! Bytes of workspace `tree_scan_recurrent` needs for this tree and shape:
 //! (max_depth + 2) * headdim * dstate scalars (one head's state per depth
 //! level: the O(depth x state) memory of the walk), contiguous copies of B
-//! and C (2 N groups dstate scalars) and 4 N ints. `parent`
+//! and C (2 N groups dstate scalars) and 5 N + 1 ints (depths, DFS order and its scratch),
+//! plus unaligned_workspace_slack. `parent`
 //! must be a valid topological parent array (validate first; an invalid one
 //! gives a bound that the scan will reject anyway). O(N * depth).
 template <ssm_scalar T>
 std::size_t tree_scan_recurrent_workspace_size(std::span<const node_id> parent, const tree_ssm_shape& shape) noexcept {
   if (!validate_topological_parents(parent).ok()) return 0;
-  return detail::tree_scan_recurrent_bytes(static_cast<std::int64_t>(parent.size()), detail::ssm_tree_max_depth(parent),
-                                           shape.headdim, shape.groups, shape.dstate, sizeof(T));
+  workspace_carver c;
+  (void)detail::carve_tree_scan_recurrent_walk<T>(c, shape);
+  (void)detail::carve_tree_scan_recurrent_slots<T>(
+      c, max_node_depth(parent.data(), static_cast<std::int32_t>(parent.size())), shape);
+  return c.bytes_used() + unaligned_workspace_slack;
 }
 
 //! Tree-masked selective scan, recurrent form. Writes y [N, heads, headdim]
@@ -68,22 +94,24 @@ status tree_scan_recurrent(std::span<const node_id> parent, const tree_ssm_input
   SPECDEC_TRY(validate_tree_ssm(parent, in, opt, s));
   SPECDEC_TRY(validate_tree_ssm_output(y, s));
   SPECDEC_TRY(validate_tree_ssm_states(states, s));
-  const std::size_t need = tree_scan_recurrent_workspace_size<T>(parent, s);
-  if (workspace.size() < need || workspace.data() == nullptr)
-    return make_status(status_code::buffer_too_small, "tree_scan_recurrent: workspace too small");
+  if (workspace.data() == nullptr)
+    return make_status(status_code::buffer_too_small, "tree_scan_recurrent: workspace is required");
 
-  const auto n = static_cast<std::size_t>(s.nodes);
-  std::size_t off = 0;
-  std::byte* base = workspace.data();
-  node_id* order = detail::ssm_carve<node_id>(base, off, n);
-  node_id* first_child = detail::ssm_carve<node_id>(base, off, n);
-  node_id* next_sibling = detail::ssm_carve<node_id>(base, off, n);
-  std::int32_t* depth = detail::ssm_carve<std::int32_t>(base, off, n);
-  const std::int32_t max_depth = detail::ssm_tree_depths(parent, depth);
+  // The size query's carve; the depths computed here size the slots.
+  workspace_carver c = unaligned_carver(workspace.data(), workspace.size());
+  auto w = detail::carve_tree_scan_recurrent_walk<T>(c, s);
+  if (c.overflowed()) return make_status(status_code::buffer_too_small, "tree_scan_recurrent: workspace too small");
+  SPECDEC_TRY(build_depths(parent, std::span<std::int32_t>(w.depth, parent.size())));
+  std::int32_t max_depth = 0;
+  for (std::int64_t i = 0; i < s.nodes; ++i) max_depth = w.depth[i] > max_depth ? w.depth[i] : max_depth;
+  w.slots = detail::carve_tree_scan_recurrent_slots<T>(c, max_depth, s);
+  if (c.overflowed()) return make_status(status_code::buffer_too_small, "tree_scan_recurrent: workspace too small");
+  const node_id* order = w.order;
+  const std::int32_t* depth = w.depth;
   const std::int64_t row = s.headdim * s.dstate;
-  T* slots = detail::ssm_carve<T>(base, off, static_cast<std::size_t>((max_depth + 2) * row));
+  T* slots = w.slots;
   const std::int64_t gs = s.groups * s.dstate;
-  T* bcopy = detail::ssm_carve<T>(base, off, static_cast<std::size_t>(2 * s.nodes * gs));
+  T* bcopy = w.bcopy;
   T* ccopy = bcopy + s.nodes * gs;
   for (std::int64_t i = 0; i < s.nodes; ++i)
     for (std::int64_t g = 0; g < s.groups; ++g)
@@ -91,7 +119,8 @@ status tree_scan_recurrent(std::span<const node_id> parent, const tree_ssm_input
         bcopy[i * gs + g * s.dstate + k] = in.B(i, g, k);
         ccopy[i * gs + g * s.dstate + k] = in.C(i, g, k);
       }
-  detail::ssm_dfs_preorder(parent, order, first_child, next_sibling);
+  detail::build_children_csr(parent.data(), static_cast<std::int32_t>(s.nodes), w.offsets, w.kids);
+  detail::dfs_preorder(w.offsets, w.kids, 0, w.stack, w.order);
 
   const std::int64_t hpg = s.heads_per_group();
   for (std::int64_t h = 0; h < s.heads; ++h) {
@@ -101,7 +130,7 @@ status tree_scan_recurrent(std::span<const node_id> parent, const tree_ssm_input
     // Slot 0 = h0 (contiguous copy, or zeros), so the root needs no special case.
     for (std::int64_t p = 0; p < s.headdim; ++p)
       for (std::int64_t k = 0; k < s.dstate; ++k) slots[p * s.dstate + k] = in.h0.data ? in.h0(h, p, k) : T(0);
-    for (std::size_t t = 0; t < n; ++t) {
+    for (std::int64_t t = 0; t < s.nodes; ++t) {
       // Preorder: when node i (depth d) is visited, slot d holds its parent's
       // state (the last node seen at depth d - 1), and slot d + 1 is free.
       const node_id i = order[t];

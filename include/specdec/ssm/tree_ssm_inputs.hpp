@@ -44,18 +44,18 @@ struct tree_ssm_inputs {
 //! dt_limit). Requires 0 <= dt_min <= dt_max.
 template <ssm_scalar T>
 struct tree_ssm_options {
-  bool dt_softplus = true;
-  T dt_min = T(0);
-  T dt_max = std::numeric_limits<T>::infinity();
+  bool dt_softplus = true;                        //!< apply softplus to dt + dt_bias
+  T dt_min = T(0);                                //!< lower clamp of dt'
+  T dt_max = std::numeric_limits<T>::infinity();  //!< upper clamp of dt'
 };
 
 //! Sizes of one tree SSM problem (derived from the views by validation).
 struct tree_ssm_shape {
-  std::int64_t nodes = 0;
-  std::int64_t heads = 0;
-  std::int64_t headdim = 0;
-  std::int64_t groups = 0;
-  std::int64_t dstate = 0;
+  std::int64_t nodes = 0;    //!< N
+  std::int64_t heads = 0;    //!< H
+  std::int64_t headdim = 0;  //!< P
+  std::int64_t groups = 0;   //!< G (B and C groups; H is a multiple of G)
+  std::int64_t dstate = 0;   //!< S
   //! Heads per group.
   SPECDEC_HD constexpr std::int64_t heads_per_group() const noexcept { return groups > 0 ? heads / groups : 0; }
 };

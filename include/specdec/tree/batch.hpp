@@ -28,16 +28,16 @@ namespace specdec {
 //! be passed to a kernel by value.
 template <mask_word Word>
 struct tree_mask_batch {
-  const node_id* parents = nullptr;         //!< capacity_nodes entries, local ids per tree
-  const std::int32_t* offsets = nullptr;    //!< num_trees + 1 row offsets (CSR)
-  const std::int64_t* cache_len = nullptr;  //!< num_trees committed lengths; null = all 0
-  Word* masks = nullptr;                    //!< capacity_nodes rows of row_stride_words words
-  std::int64_t* positions = nullptr;        //!< capacity_nodes entries; null = not written
-  std::int32_t* tree_status = nullptr;      //!< num_trees status codes (status_code values)
-  std::int32_t num_trees = 0;
-  std::int32_t max_nodes = 0;         //!< upper bound on every tree's node count (sizes the rows)
-  std::int32_t capacity_nodes = 0;    //!< rows in masks / entries in parents and positions
-  std::int64_t row_stride_words = 0;  //!< >= ceil(max_nodes / W); 0 means exactly that
+  const node_id* parents = nullptr;        //!< capacity_nodes entries, local ids per tree
+  const std::int32_t* offsets = nullptr;   //!< num_trees + 1 row offsets (CSR)
+  const position_id* cache_len = nullptr;  //!< num_trees committed lengths; null = all 0
+  Word* masks = nullptr;                   //!< capacity_nodes rows of row_stride_words words
+  position_id* positions = nullptr;        //!< capacity_nodes entries; null = not written
+  std::int32_t* tree_status = nullptr;     //!< num_trees status codes (status_code values)
+  std::int32_t num_trees = 0;              //!< number of trees (requests) in the batch
+  std::int32_t max_nodes = 0;              //!< upper bound on every tree's node count (sizes the rows)
+  std::int32_t capacity_nodes = 0;         //!< rows in masks / entries in parents and positions
+  std::int64_t row_stride_words = 0;       //!< >= ceil(max_nodes / W); 0 means exactly that
 };
 
 static_assert(std::is_trivially_copyable_v<tree_mask_batch<std::uint32_t>>);

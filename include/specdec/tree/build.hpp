@@ -63,8 +63,8 @@ inline status relabel_topological(std::span<const node_id> parent, std::span<nod
 //! Result of an owning relabel: the topological parent array and both
 //! permutations.
 struct relabelled_tree {
-  std::vector<node_id> parent;
-  tree_permutation perm;
+  std::vector<node_id> parent;  //!< the relabelled, topological parent array
+  tree_permutation perm;        //!< old and new ids both ways
 };
 
 //! Owning relabel_topological (throws specdec::error).
@@ -114,7 +114,7 @@ inline token_tree tree_from_parents(std::span<const node_id> parent, std::span<c
 constexpr std::size_t choices_workspace_size(std::size_t num_choices) noexcept { return num_choices; }
 
 //! Tree of a choice list given as CSR: choice c is
-//! `ranks[offsets[c] .. offsets[c + 1])`. Writes `parent` (num_choices + 1
+//! ranks[k] for offsets[c] <= k < offsets[c + 1]. Writes `parent` (num_choices + 1
 //! entries, root first, topological) and, when `node_choice` is non-empty,
 //! the input index of each node's choice (-1 for the root). O(C log C * L)
 //! for C choices of length <= L; allocation-free (std::sort in place on the

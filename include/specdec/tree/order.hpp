@@ -128,8 +128,8 @@ status permute_values(std::span<const T> src, std::span<const node_id> new_to_ol
 
 //! Both directions of a relabelling (owning).
 struct tree_permutation {
-  std::vector<node_id> new_to_old;
-  std::vector<node_id> old_to_new;
+  std::vector<node_id> new_to_old;  //!< old id of the node at each new position
+  std::vector<node_id> old_to_new;  //!< new position of each old id
 };
 
 //! Owning DFS order of a topological parent array (throws specdec::error).

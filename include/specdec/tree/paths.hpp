@@ -25,9 +25,29 @@ enum class leaf_order : std::int32_t {
 //! Shape of the path matrix of a tree: `rows` = number of leaves,
 //! `width` = max depth + 1.
 struct path_shape {
-  std::int32_t rows = 0;
-  std::int32_t width = 0;
+  std::int32_t rows = 0;   //!< number of leaves
+  std::int32_t width = 0;  //!< max depth + 1
 };
+
+//! Checks that `path` (root first) is a root-to-node path of the tree:
+//! path[0] is the root and each next node is a child of the previous one.
+//! Trusts `parent` to be validated. Returns empty_input, out_of_range (a
+//! node id) or invalid_argument, with the offending path position as index.
+//! O(length), no scratch.
+inline status validate_root_path(std::span<const node_id> parent, std::span<const node_id> path) noexcept {
+  if (path.empty()) return make_status(status_code::empty_input, "path is empty");
+  const auto n = static_cast<std::int64_t>(parent.size());
+  for (std::size_t k = 0; k < path.size(); ++k) {
+    const node_id u = path[k];
+    const auto ki = static_cast<std::int64_t>(k);
+    if (u < 0 || u >= n) return make_status(status_code::out_of_range, "path node id out of range", ki);
+    const node_id want = k == 0 ? -1 : path[k - 1];
+    if (parent[static_cast<std::size_t>(u)] != want)
+      return make_status(status_code::invalid_argument,
+                         k == 0 ? "path must start at the root" : "path node is not a child of the previous one", ki);
+  }
+  return status::success();
+}
 
 //! Ints of scratch that path_matrix_shape / build_leaves / build_paths need (N).
 constexpr std::size_t paths_workspace_size(std::size_t n) noexcept { return n; }
@@ -105,7 +125,7 @@ inline status build_leaves(std::span<const node_id> parent, std::span<node_id> l
 //! buffer_too_small.
 inline status build_paths(std::span<const node_id> parent, std::span<node_id> out, std::span<std::int32_t> workspace,
                           leaf_order order = leaf_order::ascending, std::int64_t row_stride = 0) noexcept {
-  path_shape shape;
+  path_shape shape;  //!< rows (leaves) and width (max depth + 1)
   SPECDEC_TRY(path_matrix_shape(parent, shape, workspace));
   if (row_stride < 0) return make_status(status_code::invalid_argument, "row stride must be >= 0");
   if (row_stride == 0) row_stride = shape.width;
@@ -150,7 +170,7 @@ inline std::vector<node_id> leaves(std::span<const node_id> parent, leaf_order o
 
 //! Owning path matrix, row-major rows x width (throws specdec::error).
 struct path_matrix {
-  path_shape shape;
+  path_shape shape;           //!< rows (leaves) and width (max depth + 1)
   std::vector<node_id> data;  //!< rows * width entries
   //! Row r as a span of `width` ids.
   std::span<const node_id> row(std::int32_t r) const {

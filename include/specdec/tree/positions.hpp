@@ -62,7 +62,7 @@ inline std::vector<std::int32_t> depths(std::span<const node_id> parent) {
 }
 
 //! Owning positions (throws specdec::error).
-template <std::integral Pos = std::int64_t>
+template <std::integral Pos = position_id>
 std::vector<Pos> positions(std::span<const node_id> parent, Pos cache_len) {
   std::vector<Pos> p(parent.size());
   throw_if_error(build_positions<Pos>(parent, cache_len, p));

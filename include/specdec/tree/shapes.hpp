@@ -11,8 +11,9 @@
 //!   decoding with n - 1 drafted tokens).
 //! - k-ary(k, d): the full k-ary tree of depth d, 1 + k + ... + k^d nodes;
 //!   parent[i] = (i - 1) / k.
-//! - SpecMemo (arity, levels) full trees (seed 003): k-ary(arity, levels).
-//! - Speculative Streaming (seed 004): gamma streams each proposing top-k
+//! - SpecMemo (arity, levels) full trees (SpecMemo): k-ary(arity, levels).
+//! - Speculative Streaming ("Speculative Streaming: Fast LLM Inference without Auxiliary Models"): gamma streams each
+//! proposing top-k
 //!   tokens, every token of stream g a child of every token of stream g - 1:
 //!   structure k-ary(k, gamma), 1 + sum_g k^g nodes; the node at depth g
 //!   with sibling rank r carries stream g's rank-r token.
@@ -21,7 +22,7 @@
 //!   possible, earlier parents taking the remainder: parent p (0-based in
 //!   its level) gets floor(w_l / w_{l-1}) + (p < w_l mod w_{l-1}) children.
 //!   Equal widths give w parallel chains below a root with w children.
-//! - STree static trees (seed 000, Table 4): the text fixes per-depth node
+//! - STree static trees (STree, Table 4): the text fixes per-depth node
 //!   counts for configurations A (depth 4, width 3, 13 tokens including the
 //!   root: widths 3,3,3,3) and E (depth 5, width 3, 16 tokens: 3,3,3,3,3);
 //!   both are encoded with the per-level rule above. B, C and D are only
@@ -37,6 +38,7 @@
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/status.hpp"
+#include "specdec/tree/build.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
@@ -123,7 +125,7 @@ inline status build_level_widths_tree(std::span<const std::int32_t> widths, std:
 }
 
 //! SpecMemo's full attention tree with `arity` children per node over
-//! `levels` decoding heads (seed 003): the full k-ary tree.
+//! `levels` decoding heads (SpecMemo): the full k-ary tree.
 inline status specmemo_tree_size(std::int32_t arity, std::int32_t levels, std::int32_t& n) noexcept {
   return kary_tree_size(arity, levels, n);
 }
@@ -137,12 +139,10 @@ inline status stream_tree_size(std::int32_t gamma, std::int32_t k, std::int32_t&
   return kary_tree_size(k, gamma, n);
 }
 
-//! Speculative Streaming tree draft (seed 004): structure of
-//! build_kary_tree(k, gamma), and tokens: the root carries `root_token`,
-//! the node at depth g with sibling rank r carries
-//! `stream_topk[(g - 1) * k + r]` (stream g's top-k, best first).
-//! `stream_topk` holds gamma * k tokens; `parent` and `tokens` hold exactly
-//! stream_tree_size nodes. O(N).
+//! Speculative Streaming tree draft ("Speculative Streaming: Fast LLM Inference without Auxiliary Models"): structure
+//! of build_kary_tree(k, gamma), and tokens: the root carries `root_token`, the node at depth g with sibling rank r
+//! carries `stream_topk[(g - 1) * k + r]` (stream g's top-k, best first). `stream_topk` holds gamma * k tokens;
+//! `parent` and `tokens` hold exactly stream_tree_size nodes. O(N).
 inline status build_stream_tree(std::int32_t gamma, std::int32_t k, std::span<const token_id> stream_topk,
                                 token_id root_token, std::span<node_id> parent, std::span<token_id> tokens) noexcept {
   std::int32_t n = 0;
@@ -165,7 +165,7 @@ inline status build_stream_tree(std::int32_t gamma, std::int32_t k, std::span<co
 }
 
 //! STree's static tree configurations whose per-depth widths the paper's
-//! text determines (seed 000, Table 4).
+//! text determines (STree, Table 4).
 enum class stree_config : std::int32_t {
   a = 0,  //!< 4 drafting steps x 3 tokens per level (13 nodes with the root); Fig. 4a's tree
   e = 4,  //!< 5 drafting steps x 3 tokens per level (16 nodes)
@@ -178,23 +178,11 @@ inline std::span<const std::int32_t> stree_level_widths(stree_config c) noexcept
   return c == stree_config::e ? std::span<const std::int32_t>(e) : std::span<const std::int32_t>(a);
 }
 
-namespace detail {
-inline token_tree tree_with_tokens(std::span<const node_id> parent, std::span<const token_id> tokens) {
-  if (!tokens.empty() && tokens.size() != parent.size())
-    throw_if_error(make_status(status_code::size_mismatch, "tokens must be empty or hold one per node"));
-  token_tree t;
-  t.reserve(parent.size());
-  t.add_root(tokens.empty() ? 0 : tokens[0]);
-  for (std::size_t i = 1; i < parent.size(); ++i) t.add_child(parent[i], tokens.empty() ? 0 : tokens[i]);
-  return t;
-}
-}  // namespace detail
-
 //! Owning chain of n nodes; tokens empty (placeholder 0) or one per node.
 inline token_tree make_chain_tree(std::int32_t n, std::span<const token_id> tokens = {}) {
   std::vector<node_id> p(static_cast<std::size_t>(n < 0 ? 0 : n));
   throw_if_error(build_chain(p));
-  return detail::tree_with_tokens(p, tokens);
+  return tree_from_parents(p, tokens);
 }
 
 //! Owning full k-ary tree of depth `depth`.
@@ -203,7 +191,7 @@ inline token_tree make_kary_tree(std::int32_t k, std::int32_t depth, std::span<c
   throw_if_error(kary_tree_size(k, depth, n));
   std::vector<node_id> p(static_cast<std::size_t>(n));
   throw_if_error(build_kary_tree(k, depth, p));
-  return detail::tree_with_tokens(p, tokens);
+  return tree_from_parents(p, tokens);
 }
 
 //! Owning per-level-widths tree.
@@ -212,7 +200,7 @@ inline token_tree make_level_widths_tree(std::span<const std::int32_t> widths, s
   throw_if_error(level_widths_tree_size(widths, n));
   std::vector<node_id> p(static_cast<std::size_t>(n));
   throw_if_error(build_level_widths_tree(widths, p));
-  return detail::tree_with_tokens(p, tokens);
+  return tree_from_parents(p, tokens);
 }
 
 //! Owning SpecMemo (arity, levels) full tree.
@@ -228,7 +216,7 @@ inline token_tree make_stream_tree(std::int32_t gamma, std::int32_t k, std::span
   std::vector<node_id> p(static_cast<std::size_t>(n));
   std::vector<token_id> tok(static_cast<std::size_t>(n));
   throw_if_error(build_stream_tree(gamma, k, stream_topk, root_token, p, tok));
-  return detail::tree_with_tokens(p, tok);
+  return tree_from_parents(p, tok);
 }
 
 //! Owning STree static tree.

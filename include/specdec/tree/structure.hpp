@@ -17,7 +17,7 @@
 namespace specdec {
 
 //! Children of every node as CSR: the children of u are
-//! `children[offsets[u] .. offsets[u + 1])`, in ascending id (rank order).
+//! children[k] for offsets[u] <= k < offsets[u + 1], in ascending id (rank order).
 //! `offsets` holds N + 1 entries, `children` N - 1 (every node but the
 //! root). O(N), no allocation.
 //! Errors: those of validate_topological_parents, buffer_too_small.
@@ -62,6 +62,26 @@ SPECDEC_HD constexpr std::int32_t node_depth(const node_id* parent, node_id node
   return d;
 }
 
+//! Largest node depth of a validated topological parent array, without
+//! scratch (for size queries that must not need a workspace). O(N * depth).
+SPECDEC_HD constexpr std::int32_t max_node_depth(const node_id* parent, std::int32_t n) noexcept {
+  std::int32_t best = 0;
+  for (node_id i = 0; i < n; ++i) {
+    const std::int32_t d = node_depth(parent, i);
+    best = d > best ? d : best;
+  }
+  return best;
+}
+
+//! Number of (node, ancestor-or-self) pairs of a validated topological
+//! parent array: the set bits of its ancestor mask, sum of (depth + 1).
+//! No scratch. O(N * depth).
+SPECDEC_HD constexpr std::int64_t ancestor_pair_count(const node_id* parent, std::int32_t n) noexcept {
+  std::int64_t pairs = 0;
+  for (node_id i = 0; i < n; ++i) pairs += node_depth(parent, i) + 1;
+  return pairs;
+}
+
 //! True when `a` is an ancestor of `b` or b itself; trusts a validated
 //! topological parent array and in-range ids. O(depth(b) - depth(a)):
 //! ancestors have smaller ids, so the walk stops once it passes below a.
@@ -94,10 +114,13 @@ inline status ancestor_path(std::span<const node_id> parent, node_id node, std::
 struct children_lists {
   std::vector<std::int32_t> offsets;  //!< N + 1 entries
   std::vector<node_id> children;      //!< N - 1 entries, grouped by parent
-  //! Children of u in ascending id.
+  //! Children of u in ascending id. Throws `specdec::error` (out_of_range)
+  //! for a node id outside the tree.
   std::span<const node_id> of(node_id u) const {
-    const auto b = static_cast<std::size_t>(offsets.at(static_cast<std::size_t>(u)));
-    const auto e = static_cast<std::size_t>(offsets.at(static_cast<std::size_t>(u) + 1));
+    if (u < 0 || static_cast<std::size_t>(u) + 1 >= offsets.size())
+      throw_if_error(make_status(status_code::out_of_range, "node id out of range", u));
+    const auto b = static_cast<std::size_t>(offsets[static_cast<std::size_t>(u)]);
+    const auto e = static_cast<std::size_t>(offsets[static_cast<std::size_t>(u) + 1]);
     return std::span<const node_id>(children).subspan(b, e - b);
   }
 };

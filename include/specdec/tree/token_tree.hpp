@@ -19,18 +19,25 @@ namespace specdec {
 using token_id = std::int32_t;
 //! Node ids inside one tree (0 = root, -1 = none).
 using node_id = std::int32_t;
+//! Sequence positions and lengths, one type from tree positions through
+//! masks, batch layouts, keep-indices and KV commit: 64-bit, so a long
+//! context or a position offset never overflows and no caller converts
+//! between stages.
+using position_id = std::int64_t;
 
 //! Non-owning view of a token tree: arrays of `size` entries each. `score`
 //! (log joint draft probability, or any caller score) may be null.
 //! Trivially copyable: pass it by value into kernels.
 struct tree_view {
-  const token_id* token = nullptr;
-  const node_id* parent = nullptr;
-  const std::int32_t* depth = nullptr;
-  const float* score = nullptr;
-  std::int32_t size = 0;
+  const token_id* token = nullptr;      //!< token of each node
+  const node_id* parent = nullptr;      //!< parent of each node (root -1), parent[i] < i
+  const std::int32_t* depth = nullptr;  //!< depth of each node (root 0); may be null
+  const float* score = nullptr;         //!< score of each node; may be null
+  std::int32_t size = 0;                //!< number of nodes
 
+  //! Whether the view has no node.
   SPECDEC_HD constexpr bool empty() const noexcept { return size == 0; }
+  //! Whether scores are attached.
   SPECDEC_HD constexpr bool has_score() const noexcept { return score != nullptr; }
 };
 
@@ -77,23 +84,34 @@ class token_tree {
     return size() - 1;
   }
 
+  //! Number of nodes.
   std::int32_t size() const noexcept { return static_cast<std::int32_t>(token_.size()); }
+  //! Whether the tree has no node (not even a root).
   bool empty() const noexcept { return token_.empty(); }
 
+  //! Tokens of all nodes, by id.
   std::span<const token_id> tokens() const noexcept { return token_; }
+  //! Parents of all nodes (root -1), by id.
   std::span<const node_id> parents() const noexcept { return parent_; }
+  //! Depths of all nodes (root 0), by id.
   std::span<const std::int32_t> depths() const noexcept { return depth_; }
+  //! Scores of all nodes, by id.
   std::span<const float> scores() const noexcept { return score_; }
 
-  token_id token(node_id i) const { return token_.at(static_cast<std::size_t>(i)); }
-  node_id parent(node_id i) const { return parent_.at(static_cast<std::size_t>(i)); }
-  std::int32_t depth(node_id i) const { return depth_.at(static_cast<std::size_t>(i)); }
-  float score(node_id i) const { return score_.at(static_cast<std::size_t>(i)); }
+  //! Token of node i. Throws `specdec::error` (out_of_range) for an id
+  //! outside [0, size()), as every accessor taking a node id does.
+  token_id token(node_id i) const { return token_[checked(i)]; }
+  //! Parent of node i (-1 for the root).
+  node_id parent(node_id i) const { return parent_[checked(i)]; }
+  //! Depth of node i (root 0).
+  std::int32_t depth(node_id i) const { return depth_[checked(i)]; }
+  //! Score of node i.
+  float score(node_id i) const { return score_[checked(i)]; }
 
   //! Overwrites the score of node i (e.g. after a drafter reports it).
-  void set_score(node_id i, float s) { score_.at(static_cast<std::size_t>(i)) = s; }
+  void set_score(node_id i, float s) { score_[checked(i)] = s; }
   //! Overwrites the token of node i.
-  void set_token(node_id i, token_id t) { token_.at(static_cast<std::size_t>(i)) = t; }
+  void set_token(node_id i, token_id t) { token_[checked(i)] = t; }
 
   //! Largest depth (0 for a root-only tree, -1 when empty).
   std::int32_t max_depth() const noexcept {
@@ -107,9 +125,15 @@ class token_tree {
     return tree_view{token_.data(), parent_.data(), depth_.data(), score_.data(), size()};
   }
 
+  //! Equal when every array is equal.
   friend bool operator==(const token_tree& a, const token_tree& b) = default;
 
  private:
+  std::size_t checked(node_id i) const {
+    if (i < 0 || i >= size()) throw_if_error(make_status(status_code::out_of_range, "node id out of range", i));
+    return static_cast<std::size_t>(i);
+  }
+
   void push(token_id t, node_id p, std::int32_t d, float s) {
     token_.push_back(t);
     parent_.push_back(p);

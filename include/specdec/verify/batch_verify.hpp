@@ -26,12 +26,18 @@ namespace specdec {
 //! - p: offsets[R] x V target rows; q: offsets[R] x V draft rows (may be
 //!   empty when no request uses a sampled mode).
 //! - params: R entries (mode, seed, request key, round, ...).
+//! - uniforms: empty for the keyed Philox streams, or the caller's
+//!   uniforms: offsets[R] x draws_per_node doubles, node-major over the
+//!   concatenated nodes (request r's node u at row offsets[r] + u; layout
+//!   of caller_uniforms).
 struct verify_batch_input {
   std::span<const std::int32_t> offsets;
   tree_view nodes;
   view2d<const float> p;
   view2d<const float> q;
   std::span<const verify_params> params;
+  std::span<const double> uniforms = {};
+  std::int32_t draws_per_node = 0;
 };
 
 //! Outputs of a batch: row r of `paths` / `tokens` (R x L, L >= the
@@ -90,6 +96,10 @@ inline status verify_batch(const verify_batch_input& in, std::span<std::byte> wo
   bool any_q = false;
   for (const auto& vp : in.params) any_q = any_q || uses_draft_probs(vp.mode);
   if (any_q && in.q.extent[0] != total) return make_status(status_code::size_mismatch, "q needs offsets[R] rows");
+  if (!in.uniforms.empty() &&
+      (in.draws_per_node <= 0 ||
+       in.uniforms.size() / static_cast<std::size_t>(in.draws_per_node) < static_cast<std::size_t>(total)))
+    return make_status(status_code::size_mismatch, "uniforms needs offsets[R] x draws_per_node entries");
   if (workspace.size() < verify_batch_workspace_size(V, in.offsets))
     return make_status(status_code::buffer_too_small, "workspace smaller than verify_batch_workspace_size");
 
@@ -114,8 +124,15 @@ inline status verify_batch(const verify_batch_input& in, std::span<std::byte> wo
     const view1d<node_id> prow_out = out.paths.slice(static_cast<std::int64_t>(r));
     const view1d<token_id> trow_out = out.tokens.slice(static_cast<std::int64_t>(r));
     verify_result res{};
-    const status st = verify_tree(t, pr, qr, in.params[r], workspace, std::span<node_id>(prow_out.data, L),
-                                  std::span<token_id>(trow_out.data, L), res);
+    const std::span<node_id> path_r(prow_out.data, L);
+    const std::span<token_id> tok_r(trow_out.data, L);
+    const status st =
+        in.uniforms.empty()
+            ? verify_tree(t, pr, qr, in.params[r], workspace, path_r, tok_r, res)
+            : verify_tree(t, pr, qr, in.params[r],
+                          caller_uniforms{in.uniforms.data() + static_cast<std::ptrdiff_t>(b) * in.draws_per_node, n,
+                                          in.draws_per_node},
+                          workspace, path_r, tok_r, res);
     if (!st.ok()) {
       out.results[r] = verify_result{0, 0, -1, st.code()};
       if (first.ok()) first = make_status(st.code(), st.message(), static_cast<std::int64_t>(r));

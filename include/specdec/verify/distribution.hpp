@@ -1,17 +1,10 @@
 //! \file
 //! Target/draft distributions for verification: logits to probabilities
-//! (temperature, top-k, top-p, min-p), probability-row validation, argmax
-//! and inverse-CDF sampling with a fixed tie order.
+//! (temperature, top-k, top-p, min-p) in the specdec tie order. Row
+//! validation, argmax and inverse-CDF sampling live in sample/row.hpp
+//! (included here).
 //!
-//! Tie order. Everywhere in specdec a "ranking" of tokens means probability
-//! descending, then token id ascending. This is a strict total order, so
-//! top-k, top-p and argmax are exactly defined even with equal values
-//! (a token with the same probability as the last kept one but a larger id
-//! is dropped).
-//!
-//! Numerics. Sums and cumulative sums are accumulated in double; outputs are
-//! float. Uniforms are in [0, 1) and the inverse CDF uses a strict `<`, so a
-//! zero-probability token is never returned.
+//! Numerics. Sums are accumulated in double; outputs are float.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +17,7 @@
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
+#include "specdec/sample/row.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
@@ -51,15 +45,6 @@ struct sampling_params {
 
 static_assert(std::is_trivially_copyable_v<sampling_params>);
 
-//! An element type a logits or probability row may have: anything
-//! explicitly convertible to float (float, double, integers, a caller's
-//! half/bfloat16 type with `explicit operator float`). Values are read
-//! through `static_cast<float>`.
-template <class T>
-concept score_value = requires(const T& x) {
-  static_cast<float>(x);
-};
-
 //! One (value, token) pair of the filtering workspace.
 struct prob_candidate {
   float value;
@@ -68,26 +53,11 @@ struct prob_candidate {
 
 namespace detail {
 
-//! Finite test that survives being compiled for the device and needs no
-//! <cmath> overloads: inf - inf and NaN - NaN are NaN, which compares unequal.
-SPECDEC_HD constexpr bool is_finite_value(float x) noexcept { return (x - x) == (x - x); }
-SPECDEC_HD constexpr bool is_finite_value(double x) noexcept { return (x - x) == (x - x); }
-
-//! The specdec tie order: a ranks before b.
-SPECDEC_HD constexpr bool ranks_before(float va, token_id ia, float vb, token_id ib) noexcept {
-  return va > vb || (va == vb && ia < ib);
-}
-
 struct candidate_rank {
   constexpr bool operator()(const prob_candidate& a, const prob_candidate& b) const noexcept {
     return ranks_before(a.value, a.id, b.value, b.id);
   }
 };
-
-template <class T>
-SPECDEC_HD constexpr float to_float(T x) noexcept {
-  return static_cast<float>(x);
-}
 
 }  // namespace detail
 
@@ -127,78 +97,6 @@ inline std::size_t logits_to_probs_workspace_size(std::int64_t vocab,
   std::size_t w = 0;
   for (const auto& p : params) w = std::max(w, logits_to_probs_workspace_size(vocab, p));
   return w;
-}
-
-//! Validates one probability row: every entry finite (non_finite) and >= 0
-//! (negative_probability), total mass > 0 (zero_mass); the offending token
-//! is the status index. Writes the double-precision sum to `*total` when
-//! given. Rows need not be normalized. O(V), one read.
-template <score_value T>
-SPECDEC_HD constexpr status validate_probability_row(view1d<const T> row, double* total = nullptr) noexcept {
-  if (row.extent[0] <= 0) return make_status(status_code::empty_input, "probability row is empty");
-  double s = 0.0;
-  for (std::int64_t i = 0; i < row.extent[0]; ++i) {
-    const float x = detail::to_float(row(i));
-    if (!detail::is_finite_value(x)) return make_status(status_code::non_finite, "probability is NaN or infinite", i);
-    if (x < 0.0f) return make_status(status_code::negative_probability, "probability is negative", i);
-    s += static_cast<double>(x);
-  }
-  if (!(s > 0.0)) return make_status(status_code::zero_mass, "probability row has zero total mass");
-  if (total != nullptr) *total = s;
-  return status::success();
-}
-
-//! Index of the largest entry, lowest id among equal maxima (the specdec
-//! tie order). NaN entries are never chosen unless every entry is NaN (then
-//! 0). Precondition: row.extent[0] > 0. O(V), one read, deterministic.
-template <score_value T>
-SPECDEC_HD constexpr token_id argmax_row(view1d<const T> row) noexcept {
-  token_id best = 0;
-  float bv = detail::to_float(row(0));
-  for (std::int64_t i = 1; i < row.extent[0]; ++i) {
-    const float x = detail::to_float(row(i));
-    // `!(bv >= bv)` replaces a leading NaN by the first comparable value.
-    if (x > bv || (!(bv >= bv) && x == x)) {
-      bv = x;
-      best = static_cast<token_id>(i);
-    }
-  }
-  return best;
-}
-
-//! Inverse-CDF sample from a non-negative row with known total mass
-//! `total` (> 0, e.g. from validate_probability_row): returns the first
-//! token i with u * total < cumsum(0..i) (strict, so tokens with zero mass
-//! are never returned). When rounding leaves u * total at or above the
-//! final cumulative sum, returns the last token with positive mass (a
-//! deterministic valid fallback); -1 only if no entry is positive.
-//! Precondition: u in [0, 1). O(V) worst case, reads until the sample.
-template <score_value T>
-SPECDEC_HD constexpr token_id sample_row(view1d<const T> row, float u, double total) noexcept {
-  const double target = static_cast<double>(u) * total;
-  double c = 0.0;
-  token_id last_positive = -1;
-  for (std::int64_t i = 0; i < row.extent[0]; ++i) {
-    const float x = detail::to_float(row(i));
-    if (x > 0.0f) {
-      c += static_cast<double>(x);
-      last_positive = static_cast<token_id>(i);
-      if (target < c) return last_positive;
-    }
-  }
-  return last_positive;
-}
-
-//! Validates `row` and samples it with uniform `u` in [0, 1) (two reads).
-//! Writes the token to `*out` only on success; errors as
-//! validate_probability_row, invalid_argument for u outside [0, 1).
-template <score_value T>
-SPECDEC_HD constexpr status sample_row_checked(view1d<const T> row, float u, token_id* out) noexcept {
-  if (!(u >= 0.0f && u < 1.0f)) return make_status(status_code::invalid_argument, "uniform must be in [0, 1)");
-  double total = 0.0;
-  SPECDEC_TRY(validate_probability_row(row, &total));
-  *out = sample_row(row, u, total);
-  return status::success();
 }
 
 //! Converts one row of logits to probabilities under `params`, writing

@@ -67,8 +67,7 @@ SPECDEC_HD constexpr std::int64_t kv_wave_entries(std::int64_t units, std::int64
 
 //! First entry that is not already in place. Shifts keep[k] - (c + k) never
 //! decrease, so the in-place entries form a prefix.
-SPECDEC_HD constexpr std::int64_t kv_first_moved(const std::int32_t* keep, std::int64_t count,
-                                                 std::int64_t c) noexcept {
+SPECDEC_HD constexpr std::int64_t kv_first_moved(const position_id* keep, std::int64_t count, std::int64_t c) noexcept {
   std::int64_t k0 = 0;
   while (k0 < count && keep[k0] == c + k0) ++k0;
   return k0;

@@ -15,7 +15,7 @@
 #include "specdec/draft/drafter.hpp"
 #include "specdec/draft/level_drafter.hpp"
 #include "specdec/tree/token_tree.hpp"
-#include "specdec/verify/distribution.hpp"
+#include "specdec/sample/row.hpp"
 
 namespace specdec::detail {
 

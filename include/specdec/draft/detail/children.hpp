@@ -10,7 +10,7 @@
 #include "specdec/core/view.hpp"
 #include "specdec/draft/detail/topk.hpp"
 #include "specdec/draft/drafter.hpp"
-#include "specdec/verify/distribution.hpp"
+#include "specdec/sample/row.hpp"
 
 namespace specdec::detail {
 

@@ -1,0 +1,193 @@
+//! \file
+//! Host passes over probability rows in the fixed order of
+//! sample/order.hpp: tile sums with vector instructions (bit-identical to
+//! detail::tile_tree_sum), argmax, and the sample from known tile sums.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "specdec/core/config.hpp"
+#include "specdec/sample/order.hpp"
+#include "specdec/tree/token_tree.hpp"
+
+// System headers at global scope, before any namespace is opened.
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__SSE2__) && !defined(SPECDEC_NO_SIMD)
+#define SPECDEC_SAMPLE_SIMD 1
+#include <emmintrin.h>
+#endif
+
+namespace specdec::detail {
+
+//! A row of floats: element i at d[i * s] (any stride).
+struct row_ref {
+  const float* d;
+  std::int64_t s;
+  SPECDEC_HD float operator[](std::int64_t i) const noexcept { return d[i * s]; }
+};
+
+#ifdef SPECDEC_SAMPLE_SIMD
+namespace simd {
+typedef float f4 __attribute__((vector_size(16)));
+typedef std::int32_t i4 __attribute__((vector_size(16)));
+inline f4 load(const float* p) noexcept {
+  f4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, f4 v) noexcept { std::memcpy(p, &v, sizeof v); }
+inline bool any(i4 m) noexcept { return (m[0] | m[1] | m[2] | m[3]) != 0; }
+//! max(x, 0) with NaN -> 0 (the scalar `x > 0 ? x : 0`).
+inline f4 relu(f4 x) noexcept {
+  const f4 zero = {0.0f, 0.0f, 0.0f, 0.0f};
+  return reinterpret_cast<f4>(reinterpret_cast<i4>(x) & (x > zero));
+}
+#ifdef __AVX__
+typedef double dv __attribute__((vector_size(32)));
+inline constexpr int dw = 4;
+//! (a + b) + (c + d) of four float quadruples, widened to double.
+inline void quad(f4 a, f4 b, f4 c, f4 d, dv* out) noexcept {
+  out[0] = (__builtin_convertvector(a, dv) + __builtin_convertvector(b, dv)) +
+           (__builtin_convertvector(c, dv) + __builtin_convertvector(d, dv));
+}
+#else
+typedef double dv __attribute__((vector_size(16)));
+inline constexpr int dw = 2;
+inline dv lo(f4 v) noexcept { return reinterpret_cast<dv>(_mm_cvtps_pd(reinterpret_cast<__m128>(v))); }
+inline dv hi(f4 v) noexcept {
+  const __m128 x = reinterpret_cast<__m128>(v);
+  return reinterpret_cast<dv>(_mm_cvtps_pd(_mm_movehl_ps(x, x)));
+}
+inline void quad(f4 a, f4 b, f4 c, f4 d, dv* out) noexcept {
+  out[0] = (lo(a) + lo(b)) + (lo(c) + lo(d));
+  out[1] = (hi(a) + hi(b)) + (hi(c) + hi(d));
+}
+#endif
+}  // namespace simd
+#endif
+
+//! Sum of a full contiguous tile (sum_tile floats) in the halving-tree
+//! order; `signs` gets the OR of the entries' bit patterns (its sign bit is
+//! set when some entry has its sign bit set: a negative value or -0.0).
+inline double tile_sum_full(const float* x, std::uint32_t& signs) noexcept {
+#ifdef SPECDEC_SAMPLE_SIMD
+  using namespace simd;
+  dv v[256 / dw];
+  i4 sg = {};
+  for (int j = 0; j < 256; j += 4) {
+    const f4 a = load(x + j), b = load(x + j + 512), c = load(x + j + 256), d = load(x + j + 768);
+    sg |= (reinterpret_cast<i4>(a) | reinterpret_cast<i4>(b)) | (reinterpret_cast<i4>(c) | reinterpret_cast<i4>(d));
+    quad(a, b, c, d, v + j / dw);
+  }
+  for (int h = 128 / dw; h >= 1; h /= 2)
+    for (int k = 0; k < h; ++k) v[k] += v[k + h];
+  signs |= static_cast<std::uint32_t>(sg[0] | sg[1] | sg[2] | sg[3]);
+  double s[dw];
+  std::memcpy(s, &v[0], sizeof s);
+  for (int h = dw / 2; h >= 1; h /= 2)
+    for (int k = 0; k < h; ++k) s[k] += s[k + h];
+  return s[0];
+#else
+  for (int i = 0; i < sum_tile; ++i) {
+    std::uint32_t b;
+    std::memcpy(&b, x + i, sizeof b);
+    signs |= b;
+  }
+  return tile_tree_sum([&](std::int64_t i) { return x[i]; }, sum_tile);
+#endif
+}
+
+//! Sum of tile `t` of any row (partial or strided tiles go through a
+//! zero-padded copy), with the sign bits as tile_sum_full.
+inline double tile_sum(row_ref r, std::int64_t V, std::int64_t t, std::uint32_t& signs) noexcept {
+  const std::int64_t b = t * sum_tile;
+  const std::int64_t n = V - b < sum_tile ? V - b : sum_tile;
+  if (r.s == 1 && n == sum_tile) return tile_sum_full(r.d + b, signs);
+  alignas(64) float buf[sum_tile];
+  for (std::int64_t i = 0; i < n; ++i) buf[i] = r[b + i];
+  for (std::int64_t i = n; i < sum_tile; ++i) buf[i] = 0.0f;
+  return tile_sum_full(buf, signs);
+}
+
+//! Whether a row has an entry below zero (-0.0 is fine).
+inline bool has_negative(row_ref r, std::int64_t V) noexcept {
+  bool neg = false;
+  for (std::int64_t i = 0; i < V; ++i) neg |= r[i] < 0.0f;
+  return neg;
+}
+
+//! Tile sums of a row into `tiles` and its mass; false when an entry is
+//! NaN, infinite or negative. One streaming read.
+inline bool row_tiles(row_ref r, std::int64_t V, double* tiles, double& mass) noexcept {
+  std::uint32_t signs = 0;
+  const std::int64_t nt = sum_tile_count(V);
+  for (std::int64_t t = 0; t < nt; ++t) tiles[t] = tile_sum(r, V, t, signs);
+  mass = sum_tiles(tiles, nt);
+  // The double sum of finite floats cannot overflow: it is finite exactly
+  // when every entry is. A set sign bit is checked exactly (it may be -0.0).
+  if (!(mass - mass == 0.0)) return false;
+  return (signs >> 31) == 0 || !has_negative(r, V);
+}
+
+//! Last token with a positive entry, or -1.
+inline token_id last_positive(row_ref r, std::int64_t V) noexcept {
+  for (std::int64_t i = V - 1; i >= 0; --i)
+    if (r[i] > 0.0f) return static_cast<token_id>(i);
+  return -1;
+}
+
+//! Inverse-CDF sample of a validated row from its tile sums (reads one tile
+//! plus the fallback's tail in the rare rounding case).
+inline token_id sample_from_tiles(row_ref r, std::int64_t V, const double* tiles, double target) noexcept {
+  return sample_tiled([&](std::int64_t i) { return r[i]; }, V, tiles, target, [&] { return last_positive(r, V); });
+}
+
+//! Argmax (lowest id on ties) of a score row; NaN entries are never
+//! chosen and make it return false (+-inf allowed, so logits work too; an
+//! all -inf row gives token 0).
+inline bool argmax_pass(row_ref r, std::int64_t V, token_id& arg) noexcept {
+  float best = -INFINITY;
+  std::int64_t bi = -1;
+  bool nan = false;
+  std::int64_t i = 0;
+#ifdef SPECDEC_SAMPLE_SIMD
+  if (r.s == 1) {
+    // Block maxima; a block is rescanned in scalar code only when it beats
+    // the running best (rare), so ties keep the lowest id.
+    using namespace simd;
+    i4 n = {};
+    for (; i + 32 <= V; i += 32) {
+      __m128 m4[4];
+      for (int k = 0; k < 4; ++k) {
+        const __m128 a = _mm_loadu_ps(r.d + i + 8 * k), b = _mm_loadu_ps(r.d + i + 8 * k + 4);
+        n |= reinterpret_cast<i4>(_mm_cmpunord_ps(a, b));
+        m4[k] = _mm_max_ps(a, b);
+      }
+      const __m128 m = _mm_max_ps(_mm_max_ps(m4[0], m4[1]), _mm_max_ps(m4[2], m4[3]));
+      const f4 bv4 = {best, best, best, best};
+      if (any(reinterpret_cast<f4>(m) > bv4))
+        for (int k = 0; k < 32; ++k) {
+          const float x = r.d[i + k];
+          if (x > best) {
+            best = x;
+            bi = i + k;
+          }
+        }
+    }
+    nan = any(n);
+  }
+#endif
+  for (; i < V; ++i) {
+    const float x = r[i];
+    nan |= x != x;
+    if (x > best) {
+      best = x;
+      bi = i;
+    }
+  }
+  arg = bi < 0 ? 0 : static_cast<token_id>(bi);
+  return !nan;
+}
+
+}  // namespace specdec::detail

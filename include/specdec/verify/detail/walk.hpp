@@ -1,0 +1,359 @@
+//! \file
+//! THE verification walk: one SPECDEC_HD implementation of every mode, run
+//! by the host verifiers (verify_tree, verify_chain, verify_batch) with the
+//! host row policy and by the CUDA kernel (one thread block per request)
+//! with the device policy. Templated on a topology, a row-operations
+//! policy and a uniform source (concepts in verify/policy.hpp).
+//!
+//! Device rules the code keeps: control flow depends only on values every
+//! participant computes identically (policy results, uniforms, scalar
+//! reads of rows); writes to scratch go through ops.put (one writer) and
+//! are read only after ops.sync().
+//!
+//! Adding a mode: add a `walk_X` below with the same arguments and a case
+//! in verify_walk; it may use any policy pass and the scratch arrays.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "specdec/core/config.hpp"
+#include "specdec/core/status.hpp"
+#include "specdec/sample/detail/host_rows.hpp"
+#include "specdec/sample/order.hpp"
+#include "specdec/tree/token_tree.hpp"
+#include "specdec/verify/policy.hpp"
+#include "specdec/verify/verify_params.hpp"
+
+namespace specdec::detail {
+
+//! The rows of one request: row u of p at p + u * p_rs, element stride p_cs.
+struct walk_rows {
+  const float* p;
+  std::int64_t p_rs, p_cs;
+  const float* q;
+  std::int64_t q_rs, q_cs;
+  std::int64_t V;
+  SPECDEC_HD row_ref prow(node_id u) const noexcept { return row_ref{p + u * p_rs, p_cs}; }
+  SPECDEC_HD row_ref qrow(node_id u) const noexcept { return row_ref{q + u * q_rs, q_cs}; }
+};
+
+//! Scratch of one request: R holds V floats; tp, tq, tr sum_tile_count(V)
+//! doubles (tile sums of p, q and R); queue, depth, from, path n ints each.
+struct walk_scratch {
+  float* R;
+  double* tp;
+  double* tq;
+  double* tr;
+  std::int32_t* queue;
+  std::int32_t* depth;
+  std::int32_t* from;
+  std::int32_t* path;  //!< the walk's output path (copied out on success)
+};
+
+//! Output of the walk: path[0..accepted] the accepted nodes from the root
+//! (capacity entries), then the emitted token.
+struct walk_out {
+  node_id* path;
+  std::int32_t capacity;
+  std::int32_t accepted;
+  node_id last;
+  token_id next;
+};
+
+SPECDEC_HD constexpr status row_status(status_code c, node_id u, bool is_q) noexcept {
+  if (c == status_code::non_finite)
+    return make_status(c, is_q ? "draft row q has a NaN or infinite entry" : "target row p has a NaN or infinite entry",
+                       u);
+  return make_status(c, is_q ? "draft row q has a negative entry" : "target row p has a negative entry", u);
+}
+
+//! zero_mass, or invalid_argument when tol >= 0 and |m - 1| > tol.
+SPECDEC_HD constexpr status mass_status(double m, float tol, node_id u, bool is_q) noexcept {
+  if (!(m > 0.0))
+    return make_status(status_code::zero_mass, is_q ? "draft row q has zero mass" : "target row p has zero mass", u);
+  if (tol >= 0.0f && (m - 1.0 > tol || 1.0 - m > tol))
+    return make_status(status_code::invalid_argument,
+                       is_q ? "draft row q is not normalized (see normalization_tolerance)"
+                            : "target row p is not normalized (see normalization_tolerance)",
+                       u);
+  return status::success();
+}
+
+template <class Uni>
+SPECDEC_HD status take_uniform(const Uni& uni, node_id u, std::uint32_t draw, double& out) noexcept {
+  out = uni(static_cast<std::uint32_t>(u), draw);
+  if (!(out >= 0.0 && out < 1.0))
+    return make_status(status_code::invalid_argument, "uniform outside [0, 1) or past draws_per_node", u);
+  return status::success();
+}
+
+template <class Ops>
+SPECDEC_HD status push_path(const Ops& ops, walk_out& o, node_id c) noexcept {
+  if (o.accepted + 1 >= o.capacity)
+    return make_status(status_code::buffer_too_small, "path and tokens need max depth + 1 entries");
+  ++o.accepted;
+  ops.put(o.path, o.accepted, c);
+  return status::success();
+}
+
+//! Whether an earlier sibling of c (in visit order) carries token x.
+template <class Topo>
+SPECDEC_HD bool earlier_sibling_has(const Topo& t, node_id u, node_id c, token_id x) noexcept {
+  for (node_id s = t.first_child(u); s >= 0 && s != c; s = t.next_sibling(s))
+    if (t.token_of(s) == x) return true;
+  return false;
+}
+
+//! Validates p_u (normalization checked when tol >= 0) and samples it with
+//! draw 0 of u.
+template <class Ops, class Uni>
+SPECDEC_HD status sample_p(const Ops& ops, const Uni& uni, const walk_rows& rows, const walk_scratch& s, node_id u,
+                           float tol, token_id& out) noexcept {
+  const row_ref pu = rows.prow(u);
+  double m = 0.0;
+  if (!ops.mass(pu, rows.V, s.tp, m)) return row_status(ops.classify(pu, rows.V), u, false);
+  SPECDEC_TRY(mass_status(m, tol, u, false));
+  double un = 0.0;
+  SPECDEC_TRY(take_uniform(uni, u, 0, un));
+  out = ops.sample(pu, rows.V, s.tp, un * m);
+  return status::success();
+}
+
+//! Validates p_u and q_u together (rows of an accepted node whose passes
+//! did not run yet).
+template <class Ops>
+SPECDEC_HD status check_pq(const Ops& ops, const walk_rows& rows, const walk_scratch& s, node_id u,
+                           float tol) noexcept {
+  double mp = 0.0, mq = 0.0;
+  if (!ops.mass(rows.prow(u), rows.V, s.tp, mp)) return row_status(ops.classify(rows.prow(u), rows.V), u, false);
+  if (!ops.mass(rows.qrow(u), rows.V, s.tq, mq)) return row_status(ops.classify(rows.qrow(u), rows.V), u, true);
+  SPECDEC_TRY(mass_status(mp, tol, u, false));
+  return mass_status(mq, tol, u, true);
+}
+
+//! sampled_iid / sampled_without_replacement: multi-step speculative
+//! sampling (q renormalized after each rejection without replacement).
+template <class Topo, class Ops, class Uni>
+SPECDEC_HD status walk_sampled(const Topo& t, const Ops& ops, const Uni& uni, const verify_params& vp,
+                               const walk_rows& rows, const walk_scratch& s, walk_out& o) noexcept {
+  const bool wor = vp.mode == verify_mode::sampled_without_replacement;
+  const float tol = vp.normalization_tolerance;
+  const std::int64_t V = rows.V;
+  node_id u = 0;
+  for (;;) {
+    const row_ref pu = rows.prow(u);
+    node_id c = t.first_child(u);
+    if (c < 0) {
+      o.last = u;
+      return sample_p(ops, uni, rows, s, u, tol, o.next);
+    }
+    const row_ref qu = rows.qrow(u);
+    bool have_r = false;
+    double M = 1.0;  // mass of the residual (input rows count as normalized)
+    double Z = 0.0;  // q mass of the distinct tokens rejected so far (without replacement)
+    node_id accepted = -1;
+    for (std::uint32_t j = 0; c >= 0; ++j, c = t.next_sibling(c)) {
+      const token_id x = t.token_of(c);
+      const bool dup = wor && earlier_sibling_has(t, u, c, x);
+      const double qx = dup ? 0.0 : static_cast<double>(qu[x]);
+      const double rx = have_r ? static_cast<double>(s.R[x]) : static_cast<double>(pu[x]);
+      const double denom = 1.0 - Z;  // q_j = q / (1 - Z) outside the rejected set
+      double un = 0.0;
+      SPECDEC_TRY(take_uniform(uni, u, 1u + j, un));
+      // min(1, P(x) / q_j(x)) > un without dividing; q_j(x) = 0 or P(x) = 0 rejects.
+      if (qx > 0.0 && rx > 0.0 && denom > 0.0 && un * qx * M < rx * denom) {
+        accepted = c;
+        break;
+      }
+      if (!have_r) {
+        double mp = 0.0, mq = 0.0;
+        bool okp = true, okq = true;
+        ops.first_residual(pu, qu, s.R, V, s.tp, s.tq, s.tr, mp, mq, M, okp, okq);
+        if (!okp) return row_status(ops.classify(pu, V), u, false);
+        if (!okq) return row_status(ops.classify(qu, V), u, true);
+        SPECDEC_TRY(mass_status(mp, tol, u, false));
+        SPECDEC_TRY(mass_status(mq, tol, u, true));
+        have_r = true;
+      } else if (denom > 0.0) {
+        M = ops.update_residual(qu, s.R, static_cast<float>(M / denom), V, s.tr);
+      }  // else q_j is all zero: P is unchanged
+      if (wor && !dup) Z += qx;
+    }
+    if (accepted >= 0) {
+      if (!have_r) SPECDEC_TRY(check_pq(ops, rows, s, u, tol));
+      SPECDEC_TRY(push_path(ops, o, accepted));
+      u = accepted;
+      continue;
+    }
+    // Every child rejected: emit from the residual.
+    o.last = u;
+    token_id y = -1;
+    if (M > 0.0) {
+      double un = 0.0;
+      SPECDEC_TRY(take_uniform(uni, u, 0, un));
+      y = ops.sample(row_ref{s.R, 1}, V, s.tr, un * M);
+    }
+    if (y < 0) (void)ops.argmax(pu, V, y);  // residual mass rounded to zero
+    o.next = y;
+    return status::success();
+  }
+}
+
+//! deterministic: the one-hot-q rule (q is not read).
+template <class Topo, class Ops, class Uni>
+SPECDEC_HD status walk_deterministic(const Topo& t, const Ops& ops, const Uni& uni, const walk_rows& rows,
+                                     const walk_scratch& s, walk_out& o) noexcept {
+  const std::int64_t V = rows.V;
+  node_id u = 0;
+  for (;;) {
+    const row_ref pu = rows.prow(u);
+    node_id c = t.first_child(u);
+    if (c < 0) {
+      o.last = u;
+      return sample_p(ops, uni, rows, s, u, -1.0f, o.next);
+    }
+    double M = 0.0;
+    if (!ops.mass(pu, V, s.tp, M)) return row_status(ops.classify(pu, V), u, false);
+    SPECDEC_TRY(mass_status(M, -1.0f, u, false));
+    node_id accepted = -1;
+    for (std::uint32_t j = 0; c >= 0; ++j, c = t.next_sibling(c)) {
+      const token_id x = t.token_of(c);
+      const double rx = earlier_sibling_has(t, u, c, x) ? 0.0 : static_cast<double>(pu[x]);
+      double un = 0.0;
+      SPECDEC_TRY(take_uniform(uni, u, 1u + j, un));
+      // Accept with probability P(x) = rx / M; on rejection P(x) = 0 and renormalize.
+      if (rx > 0.0 && un * M < rx) {
+        accepted = c;
+        break;
+      }
+      M -= rx;
+    }
+    if (accepted >= 0) {
+      SPECDEC_TRY(push_path(ops, o, accepted));
+      u = accepted;
+      continue;
+    }
+    // Every child rejected: sample p with the children's tokens removed.
+    o.last = u;
+    ops.copy(pu, s.R, V);
+    for (node_id k = t.first_child(u); k >= 0; k = t.next_sibling(k)) ops.put(s.R, t.token_of(k), 0.0f);
+    ops.sync();
+    double mr = 0.0;
+    (void)ops.mass(row_ref{s.R, 1}, V, s.tr, mr);
+    token_id y = -1;
+    if (mr > 0.0) {
+      double un = 0.0;
+      SPECDEC_TRY(take_uniform(uni, u, 0, un));
+      y = ops.sample(row_ref{s.R, 1}, V, s.tr, un * mr);
+    }
+    if (y < 0) (void)ops.argmax(pu, V, y);
+    o.next = y;
+    return status::success();
+  }
+}
+
+//! greedy (follow argmax p_u, lowest id on ties; p may hold logits) and
+//! naive_matching (follow a sample of p_u): move to the first child
+//! carrying the picked token, else emit it.
+template <class Topo, class Ops, class Uni>
+SPECDEC_HD status walk_matching(const Topo& t, const Ops& ops, const Uni& uni, const verify_params& vp,
+                                const walk_rows& rows, const walk_scratch& s, walk_out& o) noexcept {
+  const bool greedy = vp.mode == verify_mode::greedy;
+  node_id u = 0;
+  for (;;) {
+    token_id y = 0;
+    if (greedy) {
+      if (!ops.argmax(rows.prow(u), rows.V, y))
+        return make_status(status_code::non_finite, "target row p has a NaN entry", u);
+    } else {
+      SPECDEC_TRY(sample_p(ops, uni, rows, s, u, -1.0f, y));
+    }
+    node_id hit = -1;
+    for (node_id c = t.first_child(u); c >= 0 && hit < 0; c = t.next_sibling(c))
+      if (t.token_of(c) == y) hit = c;
+    if (hit < 0) {
+      o.last = u;
+      o.next = y;
+      return status::success();
+    }
+    SPECDEC_TRY(push_path(ops, o, hit));
+    u = hit;
+  }
+}
+
+//! typical_lossy: the deepest node reachable through typical nodes (lowest
+//! id among the deepest), breadth first; a threshold is computed once per
+//! reached internal node; then a sample of its p row.
+template <class Topo, class Ops, class Uni>
+SPECDEC_HD status walk_typical(const Topo& t, const Ops& ops, const Uni& uni, const verify_params& vp,
+                               const walk_rows& rows, const walk_scratch& s, walk_out& o) noexcept {
+  const std::int64_t V = rows.V;
+  ops.put(s.queue, 0, std::int32_t{0});
+  ops.put(s.depth, 0, std::int32_t{0});
+  ops.sync();
+  std::int32_t head = 0, tail = 1, best = 0, best_depth = 0;
+  while (head < tail) {
+    const node_id u = s.queue[head++];
+    node_id c = t.first_child(u);
+    if (c < 0) continue;
+    const std::int32_t du = s.depth[u];
+    const row_ref row = rows.prow(u);
+    double mass = 0.0, plogp = 0.0;
+    if (!ops.entropy(row, V, s.tp, mass, plogp)) return row_status(ops.classify(row, V), u, false);
+    SPECDEC_TRY(mass_status(mass, -1.0f, u, false));
+    const double h = std::log(mass) - plogp / mass;  // entropy of p / mass
+    const double tau =
+        std::fmin(static_cast<double>(vp.typical_epsilon), static_cast<double>(vp.typical_delta) * std::exp(-h));
+    const double thr = tau * mass;  // compare unnormalized entries
+    for (; c >= 0; c = t.next_sibling(c)) {
+      if (!(static_cast<double>(row[t.token_of(c)]) > thr)) continue;
+      ops.put(s.queue, tail++, c);
+      ops.put(s.depth, c, du + 1);
+      ops.put(s.from, c, u);
+      if (du + 1 > best_depth || (du + 1 == best_depth && c < best)) {
+        best = c;
+        best_depth = du + 1;
+      }
+    }
+    ops.sync();
+  }
+  if (best_depth + 1 > o.capacity)
+    return make_status(status_code::buffer_too_small, "path and tokens need max depth + 1 entries");
+  node_id v = best;
+  for (std::int32_t k = best_depth; k >= 1; --k) {
+    ops.put(o.path, k, v);
+    v = s.from[v];
+  }
+  o.accepted = best_depth;
+  o.last = best;
+  return sample_p(ops, uni, rows, s, best, -1.0f, o.next);
+}
+
+//! Runs the walk of `vp.mode`. On success o.path[0..o.accepted], o.last
+//! and o.next hold the result (path entries written through ops.put; call
+//! ops.sync() before reading them from another participant).
+template <verify_topology Topo, verify_row_ops Ops, uniform_source Uni>
+SPECDEC_HD status verify_walk(const Topo& t, const Ops& ops, const Uni& uni, const verify_params& vp,
+                              const walk_rows& rows, const walk_scratch& s, walk_out& o) noexcept {
+  if (o.capacity < 1) return make_status(status_code::buffer_too_small, "path and tokens need max depth + 1 entries");
+  ops.put(o.path, 0, node_id{0});
+  o.accepted = 0;
+  o.last = 0;
+  o.next = -1;
+  switch (vp.mode) {
+    case verify_mode::sampled_iid:
+    case verify_mode::sampled_without_replacement:
+      return walk_sampled(t, ops, uni, vp, rows, s, o);
+    case verify_mode::deterministic:
+      return walk_deterministic(t, ops, uni, rows, s, o);
+    case verify_mode::greedy:
+    case verify_mode::naive_matching:
+      return walk_matching(t, ops, uni, vp, rows, s, o);
+    case verify_mode::typical_lossy:
+      return walk_typical(t, ops, uni, vp, rows, s, o);
+  }
+  return make_status(status_code::invalid_argument, "unknown verify_mode");
+}
+
+}  // namespace specdec::detail
