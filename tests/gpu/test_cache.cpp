@@ -52,15 +52,11 @@ std::vector<kv_tensor<T>> tensors_for(const gpu_case& g, T* base, std::int64_t& 
         break;
       case 3:
         one = N * L * H * P * D;
-        t = specdec::make_kv_tensor_paged_nhd(b + kv * one, N, L, P, H, D);
-        t.stride_head = P * D;
-        t.stride_pos = D;
+        t = specdec::make_kv_tensor_paged_hnd(b + kv * one, N, L, P, H, D);
         break;
-      default:
+      default:  // [B][L][H][D][S]: head-dim-strided keys
         one = R * L * H * D * C;
-        t = specdec::make_kv_tensor_lhsd(b + kv * one, R, L, H, C, D);
-        t.stride_pos = 1;
-        t.stride_dim = C;
+        t = specdec::make_kv_tensor(b + kv * one, one, L, H, D, {L * H * D * C, H * D * C, D * C, 1, C});
         break;
     }
     ts.push_back(t);

@@ -137,7 +137,7 @@ TEST_CASE("choice lists: order, and every malformed list is rejected") {
   CHECK(p == std::vector<node_id>{-1, 0, 0, 1, 1, 2});
   std::vector<std::int32_t> ranks{0, 0, 1}, offsets{0, 1, 3};  // (0), (0,1)
   std::vector<node_id> parent(3, 42);
-  std::vector<std::int32_t> ws(2);
+  std::vector<std::byte> ws(specdec::choices_workspace_size(2));
   CHECK(specdec::from_choices(ranks, offsets, parent, ws).ok());
   CHECK(parent == std::vector<node_id>{-1, 0, 1});
   std::fill(parent.begin(), parent.end(), 42);
@@ -156,13 +156,15 @@ TEST_CASE("choice lists: order, and every malformed list is rejected") {
   CHECK(specdec::from_choices(ranks, std::vector<std::int32_t>{}, parent, ws) == status_code::size_mismatch);
   CHECK(specdec::from_choices(ranks, offsets, std::span<node_id>(parent).first(2), ws) ==
         status_code::buffer_too_small);
-  CHECK(specdec::from_choices(ranks, offsets, parent, std::span<std::int32_t>(ws).first(1)) ==
+  // Under one aligned slice (256 bytes) is too small at any address.
+  CHECK(specdec::from_choices(ranks, offsets, parent, std::span<std::byte>(ws).first(8)) ==
         status_code::buffer_too_small);
+  CHECK(specdec::from_choices(ranks, offsets, parent, {}) == status_code::buffer_too_small);
   CHECK(parent == std::vector<node_id>(3, 42));
   const auto s = specdec::from_choices(std::vector<std::int32_t>{0, 2, 1, 0}, std::vector<std::int32_t>{0, 1, 3, 4},
-                                       parent, std::span<std::int32_t>(ws.data(), 2));
-  CHECK(s == status_code::buffer_too_small);  // 3 choices need 3 ints
-  std::vector<std::int32_t> ws3(3);
+                                       parent, std::span<std::byte>(ws.data(), 100));
+  CHECK(s == status_code::buffer_too_small);  // 3 choices need one aligned slice
+  std::vector<std::byte> ws3(specdec::choices_workspace_size(3));
   std::vector<node_id> p4(4, 42);
   const auto s2 =
       specdec::from_choices(std::vector<std::int32_t>{0, 2, 1, 1}, std::vector<std::int32_t>{0, 1, 3, 4}, p4, ws3);
@@ -176,7 +178,7 @@ TEST_CASE("choice lists: order, and every malformed list is rejected") {
 TEST_CASE("from_paths rejects malformed path matrices") {
   using V = std::vector<node_id>;
   V parent(4, 42);
-  std::vector<std::int32_t> ws(4);
+  std::vector<std::byte> ws(specdec::from_paths_workspace_size(4));
   auto run = [&](const V& m, std::int64_t rows, std::int64_t width) {
     return specdec::from_paths(specdec::make_view(m.data(), rows, width), parent, ws);
   };
@@ -191,7 +193,7 @@ TEST_CASE("from_paths rejects malformed path matrices") {
   CHECK(run(V{0, 1, -3, 0, 2, -1}, 2, 3) == status_code::out_of_range);
   CHECK(run(V{}, 0, 3) == status_code::empty_input);
   CHECK(specdec::from_paths(specdec::make_view(V{0, 1, 3, 0, 2, -1}.data(), 2, 3), parent,
-                            std::span<std::int32_t>(ws).first(3)) == status_code::buffer_too_small);
+                            std::span<std::byte>(ws).first(12)) == status_code::buffer_too_small);
   CHECK(parent == V(4, 42));
   CHECK_THROWS_AS(specdec::parents_from_paths(V{0, 1, 2}, 2), specdec::error);
 }

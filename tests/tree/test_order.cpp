@@ -116,14 +116,16 @@ TEST_CASE("relabel_topological handles any node order") {
 TEST_CASE("orders and relabel report bad input") {
   using V = std::vector<node_id>;
   std::vector<node_id> a(4, 42), b(4, 42), c(4, 42);
-  std::vector<std::int32_t> ws(specdec::relabel_workspace_size(4));
+  std::vector<std::byte> ws(specdec::relabel_workspace_size(4));
   CHECK(specdec::relabel_topological(V{1, 2, 0, -1}, a, b, c, ws) == status_code::cycle);
   CHECK(specdec::relabel_topological(V{1, 0, 0, 0}, a, b, c, ws) == status_code::no_root);
   CHECK(specdec::relabel_topological(V{-1, -1, 0, 0}, a, b, c, ws) == status_code::multiple_roots);
   CHECK(specdec::relabel_topological(V{-1, 9, 0, 0}, a, b, c, ws) == status_code::parent_out_of_range);
   CHECK(specdec::relabel_topological(V{}, a, b, c, ws) == status_code::empty_input);
-  std::vector<std::int32_t> small_ws(specdec::relabel_workspace_size(4) - 1);
+  // Three slices of 256 bytes are needed; 2 * 256 bytes are too few at any address.
+  std::vector<std::byte> small_ws(2 * specdec::workspace_alignment);
   CHECK(specdec::relabel_topological(V{2, 2, -1, 0}, a, b, c, small_ws) == status_code::buffer_too_small);
+  CHECK(specdec::relabel_topological(V{2, 2, -1, 0}, a, b, c, {}) == status_code::buffer_too_small);
   std::vector<node_id> short_out(3, 42);
   CHECK(specdec::relabel_topological(V{2, 2, -1, 0}, short_out, b, c, ws) == status_code::buffer_too_small);
   CHECK(a == V(4, 42));
@@ -132,10 +134,10 @@ TEST_CASE("orders and relabel report bad input") {
   CHECK(a == V{-1, 0, 1, 0});
   CHECK(b == V{2, 0, 3, 1});
 
-  std::vector<std::int32_t> ows(specdec::order_workspace_size(3));
+  std::vector<std::byte> ows(specdec::order_workspace_size(3));
   std::vector<node_id> n2o(3, 42), o2n(3, 42);
   CHECK(specdec::dfs_order(V{-1, 2, 0}, n2o, o2n, ows) == status_code::not_topological);
-  CHECK(specdec::bfs_order(V{-1, 0, 0}, n2o, o2n, std::span<std::int32_t>(ows).first(9)) ==
+  CHECK(specdec::bfs_order(V{-1, 0, 0}, n2o, o2n, std::span<std::byte>(ows).first(2 * specdec::workspace_alignment)) ==
         status_code::buffer_too_small);
   CHECK(specdec::bfs_order(V{-1, 0, 0}, std::span<node_id>(n2o).first(2), o2n, ows) == status_code::buffer_too_small);
   CHECK(n2o == V(3, 42));

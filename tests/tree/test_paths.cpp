@@ -106,11 +106,11 @@ TEST_CASE("positions, paths and navigation report bad input") {
   std::vector<std::int32_t> dep(3);
   CHECK(specdec::build_depths(good, dep) == status_code::buffer_too_small);
 
-  std::vector<std::int32_t> ws(4);
+  std::vector<std::byte> ws(specdec::paths_workspace_size(4));
   V out(9, 42);  // 2 leaves x width 3 needs 6; give 5 for the failing call
   CHECK(specdec::build_paths(bad, out, ws) == status_code::not_topological);
   CHECK(specdec::build_paths(good, std::span<node_id>(out).first(5), ws) == status_code::buffer_too_small);
-  CHECK(specdec::build_paths(good, out, std::span<std::int32_t>(ws).first(3)) == status_code::buffer_too_small);
+  CHECK(specdec::build_paths(good, out, std::span<std::byte>(ws).first(12)) == status_code::buffer_too_small);
   CHECK(specdec::build_paths(good, out, ws, specdec::leaf_order::ascending, 2) == status_code::invalid_argument);
   // A stride whose matrix size overflows int64 (it used to wrap and pass the size check).
   CHECK(specdec::build_paths(good, out, ws, specdec::leaf_order::ascending, INT64_MAX - 1) ==

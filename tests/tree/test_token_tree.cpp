@@ -83,7 +83,7 @@ TEST_CASE("validate_topological_parents reports each fault") {
 
 TEST_CASE("validate_parents_any_order finds cycles and root faults") {
   using V = std::vector<specdec::node_id>;
-  std::vector<std::int32_t> scratch(8);
+  std::vector<std::byte> scratch(specdec::parents_any_order_workspace_size(8));
   CHECK(specdec::validate_parents_any_order(V{2, 2, -1, 0}, scratch).ok());
   CHECK(specdec::validate_parents_any_order(V{1, 2, 0, -1}, scratch) == status_code::cycle);
   CHECK(specdec::validate_parents_any_order(V{-1, 1}, scratch) == status_code::cycle);
@@ -91,15 +91,16 @@ TEST_CASE("validate_parents_any_order finds cycles and root faults") {
   CHECK(specdec::validate_parents_any_order(V{-1, -1}, scratch) == status_code::multiple_roots);
   CHECK(specdec::validate_parents_any_order(V{-1, 9}, scratch) == status_code::parent_out_of_range);
   CHECK(specdec::validate_parents_any_order(V{}, scratch) == status_code::empty_input);
-  std::vector<std::int32_t> small(1);
+  std::vector<std::byte> small(4);  // below one aligned slice at any address
   CHECK(specdec::validate_parents_any_order(V{-1, 0}, small) == status_code::buffer_too_small);
+  CHECK(specdec::validate_parents_any_order(V{-1, 0}, {}) == status_code::buffer_too_small);
 }
 
 TEST_CASE("validate_parents_any_order agrees with a brute-force reachability check") {
   const std::uint64_t seed = 12345;
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
-  std::vector<std::int32_t> scratch(64);
+  std::vector<std::byte> scratch(specdec::parents_any_order_workspace_size(12));
   for (int trial = 0; trial < 2000; ++trial) {
     const int n = 1 + static_cast<int>(rng() % 12);
     std::vector<specdec::node_id> p(static_cast<std::size_t>(n));

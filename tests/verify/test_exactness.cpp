@@ -2,7 +2,7 @@
 // (1 to 4 siblings, depth up to 3, V up to 8), the first two emitted tokens
 // follow the target law (chi-square p > 1e-3, >= 10^6 trials per mode), and
 // three biased schemes (negative controls, implemented only here) fail the
-// same test with the total variation DESIGN.md predicts.
+// same test with the total variation docs/verify.md predicts.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -160,7 +160,7 @@ TEST_CASE("exactness: every lossless mode reproduces the target law of the first
 }
 
 TEST_CASE("exactness: negative controls fail the same test with the predicted bias") {
-  // DESIGN.md: p = [.5, .3, .2], q = [.2, .3, .5], two children.
+  // docs/verify.md counterexample: p = [.5, .3, .2], q = [.2, .3, .5], two children.
   const auto m = vtest::constant_model({.5f, .3f, .2f}, {.2f, .3f, .5f}, 4);
   const int widths[] = {2};
   const std::int64_t trials = 200000 / SPECDEC_VERIFY_TRIAL_SCALE;

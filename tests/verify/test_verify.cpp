@@ -1,4 +1,4 @@
-// Tree/chain/batched verification: exact laws of the DESIGN.md examples,
+// Tree/chain/batched verification: exact laws of the docs/verify.md counterexamples,
 // edge cases, bad input, batching, strided views and reference comparisons.
 #include <catch2/catch.hpp>
 
@@ -21,7 +21,7 @@ namespace {
 
 // ---------------------------------------------------------------------------
 // Exact (analytic) laws of the first emitted token for a root with two
-// children, on p = [.5, .3, .2], q = [.2, .3, .5] (DESIGN.md section 4).
+// children, on p = [.5, .3, .2], q = [.2, .3, .5] (docs/verify.md, "Counterexamples").
 
 using dist3 = std::array<double, 3>;
 constexpr dist3 P3 = {.5, .3, .2};
@@ -173,7 +173,7 @@ constexpr verify_mode all_modes[] = {verify_mode::sampled_iid,    verify_mode::s
 
 }  // namespace
 
-TEST_CASE("analytic laws of the DESIGN.md counterexamples") {
+TEST_CASE("analytic laws of the docs/verify.md counterexamples") {
   // Lossless rules give exactly p.
   check_law(law_iid(false), P3);
   check_law(law_without_replacement(), P3);

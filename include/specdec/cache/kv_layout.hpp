@@ -53,13 +53,32 @@ struct kv_tensor {
   std::int64_t stride_dim = 0;    //!< between head-dim elements
 };
 
+//! Element strides of a kv_tensor, in the order of its stride fields.
+struct kv_strides {
+  std::int64_t seq = 0;    //!< between requests' rows (contiguous) or physical pages (paged)
+  std::int64_t layer = 0;  //!< between layers
+  std::int64_t head = 0;   //!< between heads
+  std::int64_t pos = 0;    //!< between positions (slots of a page when paged)
+  std::int64_t dim = 0;    //!< between head-dim elements
+};
+
+//! A tensor of any layout: `size` elements addressable from `data`, L
+//! layers, H heads of `head_dim` elements, strides in elements. The named
+//! makers below cover the common dense layouts; this one covers the rest
+//! (K and V interleaved in one buffer, head-dim-strided keys, ...).
+template <class T>
+SPECDEC_HD constexpr kv_tensor<T> make_kv_tensor(T* data, std::int64_t size, std::int64_t layers, std::int64_t heads,
+                                                 std::int64_t head_dim, const kv_strides& s) noexcept {
+  return kv_tensor<T>{data, size, layers, heads, head_dim, s.seq, s.layer, s.head, s.pos, s.dim};
+}
+
 //! A dense [rows][L][H][C][D] tensor (the "heads before positions" layout).
 template <class T>
 SPECDEC_HD constexpr kv_tensor<T> make_kv_tensor_lhsd(T* data, std::int64_t rows, std::int64_t layers,
                                                       std::int64_t heads, std::int64_t capacity,
                                                       std::int64_t head_dim) noexcept {
   const std::int64_t head = capacity * head_dim, layer = heads * head, seq = layers * layer;
-  return kv_tensor<T>{data, rows * seq, layers, heads, head_dim, seq, layer, head, head_dim, 1};
+  return make_kv_tensor(data, rows * seq, layers, heads, head_dim, kv_strides{seq, layer, head, head_dim, 1});
 }
 
 //! A dense [rows][L][C][H][D] tensor (the "positions before heads" layout).
@@ -68,7 +87,7 @@ SPECDEC_HD constexpr kv_tensor<T> make_kv_tensor_lshd(T* data, std::int64_t rows
                                                       std::int64_t heads, std::int64_t capacity,
                                                       std::int64_t head_dim) noexcept {
   const std::int64_t pos = heads * head_dim, layer = capacity * pos, seq = layers * layer;
-  return kv_tensor<T>{data, rows * seq, layers, heads, head_dim, seq, layer, head_dim, pos, 1};
+  return make_kv_tensor(data, rows * seq, layers, heads, head_dim, kv_strides{seq, layer, head_dim, pos, 1});
 }
 
 //! A dense paged pool [pages][L][P][H][D] (vLLM/FlashInfer "NHD" pages with
@@ -79,6 +98,14 @@ SPECDEC_HD constexpr kv_tensor<T> make_kv_tensor_paged_nhd(T* data, std::int64_t
                                                            std::int64_t head_dim) noexcept {
   // A page plays the part of a contiguous row with capacity page_size.
   return make_kv_tensor_lshd(data, pages, layers, heads, page_size, head_dim);
+}
+
+//! A dense paged pool [pages][L][H][P][D] (FlashInfer's "HND" pages).
+template <class T>
+SPECDEC_HD constexpr kv_tensor<T> make_kv_tensor_paged_hnd(T* data, std::int64_t pages, std::int64_t layers,
+                                                           std::int64_t page_size, std::int64_t heads,
+                                                           std::int64_t head_dim) noexcept {
+  return make_kv_tensor_lhsd(data, pages, layers, heads, page_size, head_dim);
 }
 
 //! The same tensor description with an untyped pointer (what the CUDA API takes).

@@ -68,8 +68,8 @@ SPECDEC_KERNEL void tree_scan_kernel(const node_id* parent, tree_ssm_inputs<T> i
       ssm_report(status_word, status_code::not_topological);
       return;
     }
-    const T dt = detail::ssm_dt_effective(in.dt(i, h), bias, opt);
-    const T decay = exp(detail::ssm_log_decay(dt, a));
+    const T dt = specdec::detail::ssm_dt_effective(in.dt(i, h), bias, opt);
+    const T decay = exp(specdec::detail::ssm_log_decay(dt, a));
     const T xv = in.x(i, h, p);
     const T xdt = dt * xv;
     T acc = T(0);
@@ -94,7 +94,7 @@ SPECDEC_KERNEL void tree_scan_kernel(const node_id* parent, tree_ssm_inputs<T> i
     for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (lane == 0) {
       T out = acc + dcoef * xv;
-      if (in.z.data != nullptr) out *= detail::ssm_silu(in.z(i, h, p));
+      if (in.z.data != nullptr) out *= specdec::detail::ssm_silu(in.z(i, h, p));
       y(i, h, p) = out;
     }
   }
@@ -129,7 +129,7 @@ SPECDEC_KERNEL void tree_conv1d_kernel(const node_id* parent, tree_conv1d_inputs
     }
     acc += in.weight(c, w - 1 - m) * v;
   }
-  out(i, c) = in.silu ? detail::ssm_silu(acc) : acc;
+  out(i, c) = in.silu ? specdec::detail::ssm_silu(acc) : acc;
 }
 
 static_assert(32 * ssm_scan_max_per_lane == 256, "tree_scan_can_implement assumes dstate <= 256");

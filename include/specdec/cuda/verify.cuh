@@ -536,6 +536,8 @@ SPECDEC_KERNEL void __launch_bounds__(Block) verify_batch_kernel(kernels::verify
   };
   if (n <= 0 || n > P.max_nodes) return fail(n <= 0 ? status_code::not_sorted : status_code::size_mismatch);
   if (!is_valid_mode(vp.mode) || !validate_verify_params(vp).ok()) return fail(status_code::invalid_argument);
+  // Block and traversal verification run on the host only for now.
+  if (is_traversal(vp.mode)) return fail(status_code::unsupported);
   if (uses_draft_probs(vp.mode) && P.q == nullptr) return fail(status_code::invalid_argument);
   const token_id* tok = P.token + b;
   const node_id* par = P.parent + b;

@@ -98,11 +98,11 @@ status tree_scan(const tree_scan_params<double>& p, void* workspace, std::size_t
 template <class T>
 status tree_conv1d_can_implement(const tree_conv1d_params<T>& p) noexcept {
   if (p.parent == nullptr) return make_status(status_code::invalid_argument, "parent is required");
-  SPECDEC_TRY(detail::tree_conv1d_check_shapes(p.in.x.extent[0], p.in));
+  SPECDEC_TRY(specdec::detail::tree_conv1d_check_shapes(p.in.x.extent[0], p.in));
   const std::int64_t n = p.in.x.extent[0], ch = p.in.x.extent[1];
   if (p.out.data == nullptr || p.out.extent[0] != n || p.out.extent[1] != ch)
     return make_status(status_code::size_mismatch, "out must be [N, channels]");
-  if (!detail::ssm_view_nonnegative_strides(p.out))
+  if (!specdec::detail::ssm_view_nonnegative_strides(p.out))
     return make_status(status_code::invalid_argument, "negative stride in out");
   if (n > 65535) return make_status(status_code::unsupported, "tree_conv1d kernel: at most 65535 nodes");
   return status::success();

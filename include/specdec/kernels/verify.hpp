@@ -2,7 +2,9 @@
 //! CUDA batched tree verification (host API of specdec::kernels). The
 //! device twin of specdec::verify_batch (verify/batch_verify.hpp): same
 //! modes, same walk, same Philox keys (verify/verify_params.hpp), one
-//! thread block per request, vocabulary-parallel row passes.
+//! thread block per request, vocabulary-parallel row passes. The block and
+//! traversal modes are host-only for now: such a request gets
+//! `unsupported` in its result code.
 //!
 //! Equality with the host path: every decision uses the same uniforms and
 //! the same element-wise formulas (residual updates use non-contracted

@@ -23,8 +23,10 @@ namespace specdec {
 // Parent arrays in any order
 // ---------------------------------------------------------------------------
 
-//! Ints of scratch relabel_topological needs for n nodes (3n + 1).
-constexpr std::size_t relabel_workspace_size(std::size_t n) noexcept { return 3 * n + 1; }
+//! Bytes of workspace relabel_topological needs for n nodes: a children
+//! CSR and a stack (3n + 1 ints; the validation reuses the first n), plus
+//! unaligned_workspace_slack (any address works).
+constexpr std::size_t relabel_workspace_size(std::size_t n) noexcept { return order_workspace_size(n); }
 
 //! Relabels a tree given as a parent array in any order (one root with
 //! parent -1, anywhere) into DFS pre-order from the root, children visited
@@ -35,21 +37,20 @@ constexpr std::size_t relabel_workspace_size(std::size_t n) noexcept { return 3 
 //! buffer_too_small.
 inline status relabel_topological(std::span<const node_id> parent, std::span<node_id> new_parent,
                                   std::span<node_id> new_to_old, std::span<node_id> old_to_new,
-                                  std::span<std::int32_t> workspace) noexcept {
+                                  std::span<std::byte> workspace) noexcept {
   std::int32_t n = 0;
   SPECDEC_TRY(detail::node_count(parent.size(), n));
-  if (workspace.size() < relabel_workspace_size(parent.size()))
-    return make_status(status_code::buffer_too_small, "workspace must hold relabel_workspace_size(N) ints");
-  SPECDEC_TRY(validate_parents_any_order(parent, workspace));
+  workspace_carver c = unaligned_carver(workspace.data(), workspace.size());
+  const detail::tree_walk_scratch w = detail::carve_tree_walk(c, parent.size());
+  if (workspace.data() == nullptr || c.overflowed())
+    return make_status(status_code::buffer_too_small, "workspace smaller than relabel_workspace_size(N)");
+  SPECDEC_TRY(detail::parents_any_order(parent, w.offsets));
   if (new_parent.size() < parent.size() || new_to_old.size() < parent.size() || old_to_new.size() < parent.size())
     return make_status(status_code::buffer_too_small, "outputs must hold N entries");
   node_id root = 0;
   while (parent[static_cast<std::size_t>(root)] != -1) ++root;
-  std::int32_t* offsets = workspace.data();
-  std::int32_t* kids = offsets + n + 1;
-  std::int32_t* stack = kids + n;
-  detail::build_children_csr(parent.data(), n, offsets, kids);
-  if (detail::dfs_preorder(offsets, kids, root, stack, new_to_old.data()) != n)
+  detail::build_children_csr(parent.data(), n, w.offsets, w.kids);
+  if (detail::dfs_preorder(w.offsets, w.kids, root, w.stack, new_to_old.data()) != n)
     return make_status(status_code::internal_error, "tree walk missed nodes");
   for (std::int32_t i = 0; i < n; ++i)
     old_to_new[static_cast<std::size_t>(new_to_old[static_cast<std::size_t>(i)])] = i;
@@ -71,7 +72,7 @@ struct relabelled_tree {
 inline relabelled_tree relabel_topological(std::span<const node_id> parent) {
   relabelled_tree r{std::vector<node_id>(parent.size()),
                     {std::vector<node_id>(parent.size()), std::vector<node_id>(parent.size())}};
-  std::vector<std::int32_t> ws(relabel_workspace_size(parent.size()));
+  std::vector<std::byte> ws(relabel_workspace_size(parent.size()));
   throw_if_error(relabel_topological(parent, r.parent, r.perm.new_to_old, r.perm.old_to_new, ws));
   return r;
 }
@@ -110,8 +111,13 @@ inline token_tree tree_from_parents(std::span<const node_id> parent, std::span<c
 // breadth-first and siblings appear in rank order; node k + 1 is the k-th
 // choice in that sorted order.
 
-//! Ints of scratch from_choices needs for `num_choices` choices.
-constexpr std::size_t choices_workspace_size(std::size_t num_choices) noexcept { return num_choices; }
+//! Bytes of workspace from_choices needs for `num_choices` choices (one
+//! int each, plus unaligned_workspace_slack: any address works).
+constexpr std::size_t choices_workspace_size(std::size_t num_choices) noexcept {
+  workspace_carver c;
+  (void)c.take<std::int32_t>(num_choices);
+  return c.bytes_used() + unaligned_workspace_slack;
+}
 
 //! Tree of a choice list given as CSR: choice c is
 //! ranks[k] for offsets[c] <= k < offsets[c + 1]. Writes `parent` (num_choices + 1
@@ -125,7 +131,7 @@ constexpr std::size_t choices_workspace_size(std::size_t num_choices) noexcept {
 //! a duplicate choice or one whose prefix is missing (index = choice),
 //! buffer_too_small.
 inline status from_choices(std::span<const std::int32_t> ranks, std::span<const std::int32_t> offsets,
-                           std::span<node_id> parent, std::span<std::int32_t> workspace,
+                           std::span<node_id> parent, std::span<std::byte> workspace,
                            std::span<std::int32_t> node_choice = {}) noexcept {
   if (offsets.empty()) return make_status(status_code::size_mismatch, "offsets must hold num_choices + 1 entries");
   const std::size_t c = offsets.size() - 1;
@@ -149,8 +155,10 @@ inline status from_choices(std::span<const std::int32_t> ranks, std::span<const 
   if (parent.size() < c + 1) return make_status(status_code::buffer_too_small, "parent must hold num_choices + 1");
   if (!node_choice.empty() && node_choice.size() < c + 1)
     return make_status(status_code::buffer_too_small, "node_choice must hold num_choices + 1");
-  if (workspace.size() < choices_workspace_size(c))
-    return make_status(status_code::buffer_too_small, "workspace must hold num_choices ints");
+  workspace_carver carver = unaligned_carver(workspace.data(), workspace.size());
+  std::int32_t* order = carver.take<std::int32_t>(c);
+  if (workspace.data() == nullptr || carver.overflowed())
+    return make_status(status_code::buffer_too_small, "workspace smaller than choices_workspace_size(num_choices)");
 
   auto choice = [&](std::int32_t k) {
     const auto b = static_cast<std::size_t>(offsets[static_cast<std::size_t>(k)]);
@@ -162,7 +170,6 @@ inline status from_choices(std::span<const std::int32_t> ranks, std::span<const 
     if (a.size() != b.size()) return a.size() < b.size();
     return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end());
   };
-  std::int32_t* order = workspace.data();
   for (std::int32_t k = 0; k < n_choices; ++k) order[k] = k;
   std::sort(order, order + n_choices, [&](std::int32_t a, std::int32_t b) {
     const auto ca = choice(a), cb = choice(b);
@@ -210,7 +217,7 @@ inline std::vector<node_id> parents_from_choices(const choice_list& choices,
     offsets.push_back(static_cast<std::int32_t>(ranks.size()));
   }
   std::vector<node_id> parent(choices.size() + 1);
-  std::vector<std::int32_t> ws(choices_workspace_size(choices.size()));
+  std::vector<std::byte> ws(choices_workspace_size(choices.size()));
   std::vector<std::int32_t> nc(node_choice ? choices.size() + 1 : 0);
   throw_if_error(from_choices(ranks, offsets, parent, ws, nc));
   if (node_choice) *node_choice = std::move(nc);
@@ -221,26 +228,36 @@ inline std::vector<node_id> parents_from_choices(const choice_list& choices,
 // Path matrices (retrieve-index rows)
 // ---------------------------------------------------------------------------
 
+//! Bytes of workspace from_paths needs for `n` nodes (n ints, plus
+//! unaligned_workspace_slack: any address works).
+constexpr std::size_t from_paths_workspace_size(std::size_t n) noexcept {
+  workspace_carver c;
+  (void)c.take<std::int32_t>(n);
+  return c.bytes_used() + unaligned_workspace_slack;
+}
+
 //! Tree of a path matrix: each row lists node ids from the root (column 0,
 //! id 0) down a path, then -1 padding to the row's end. Every id in
 //! [0, N) (N = parent.size()) must appear, and every appearance of a node
 //! must name the same parent. Writes `parent` in the given ids (any order;
 //! run relabel_topological when they are not topological). O(rows * width),
-//! workspace N ints.
+//! workspace from_paths_workspace_size(N) bytes.
 //! Errors (parent untouched): empty_input (no rows or N == 0),
 //! invalid_argument (a row not starting at the root, -1 followed by an id,
 //! a node with two different parents (index = node), a node that appears in
 //! no row (index = node)), out_of_range (an id outside [-1, N)),
 //! buffer_too_small.
 inline status from_paths(strided_view<const node_id, 2> paths, std::span<node_id> parent,
-                         std::span<std::int32_t> workspace) noexcept {
+                         std::span<std::byte> workspace) noexcept {
   std::int32_t n = 0;
   SPECDEC_TRY(detail::node_count(parent.size(), n));
   if (n == 0 || paths.extent[0] <= 0 || paths.extent[1] <= 0)
     return make_status(status_code::empty_input, "no paths or no nodes");
-  if (workspace.size() < parent.size()) return make_status(status_code::buffer_too_small, "workspace must hold N ints");
+  workspace_carver carver = unaligned_carver(workspace.data(), workspace.size());
+  std::int32_t* p = carver.take<std::int32_t>(parent.size());
+  if (workspace.data() == nullptr || carver.overflowed())
+    return make_status(status_code::buffer_too_small, "workspace smaller than from_paths_workspace_size(N)");
   constexpr std::int32_t unseen = -2;
-  std::int32_t* p = workspace.data();
   for (std::int32_t i = 0; i < n; ++i) p[i] = unseen;
   for (std::int64_t r = 0; r < paths.extent[0]; ++r) {
     if (paths(r, 0) != 0) return make_status(status_code::invalid_argument, "path does not start at the root", r);
@@ -268,7 +285,7 @@ inline status from_paths(strided_view<const node_id, 2> paths, std::span<node_id
 
 //! from_paths over a mutable view (same contract).
 inline status from_paths(strided_view<node_id, 2> paths, std::span<node_id> parent,
-                         std::span<std::int32_t> workspace) noexcept {
+                         std::span<std::byte> workspace) noexcept {
   return from_paths(paths.as_const(), parent, workspace);
 }
 
@@ -280,7 +297,7 @@ inline std::vector<node_id> parents_from_paths(std::span<const node_id> matrix, 
   node_id max_id = -1;
   for (auto v : matrix) max_id = v > max_id ? v : max_id;
   std::vector<node_id> parent(static_cast<std::size_t>(max_id + 1));
-  std::vector<std::int32_t> ws(parent.size());
+  std::vector<std::byte> ws(from_paths_workspace_size(parent.size()));
   const auto rows = static_cast<std::int64_t>(matrix.size()) / width;
   throw_if_error(from_paths(make_view(matrix.data(), rows, width), parent, ws));
   return parent;

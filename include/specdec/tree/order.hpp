@@ -20,27 +20,32 @@
 
 namespace specdec {
 
-//! Ints of scratch that dfs_order / bfs_order need for `n` nodes (3n + 1).
-constexpr std::size_t order_workspace_size(std::size_t n) noexcept { return 3 * n + 1; }
+//! Bytes of workspace dfs_order / bfs_order need for `n` nodes: a children
+//! CSR and a stack (3n + 1 ints), plus unaligned_workspace_slack (any
+//! address works).
+constexpr std::size_t order_workspace_size(std::size_t n) noexcept {
+  workspace_carver c;
+  (void)detail::carve_tree_walk(c, n);
+  return c.bytes_used() + unaligned_workspace_slack;
+}
 
 namespace detail {
 enum class order_kind { dfs, bfs };
 
 inline status tree_order(std::span<const node_id> parent, std::span<node_id> new_to_old, std::span<node_id> old_to_new,
-                         std::span<std::int32_t> workspace, order_kind kind) noexcept {
+                         std::span<std::byte> workspace, order_kind kind) noexcept {
   std::int32_t n = 0;
   SPECDEC_TRY(node_count(parent.size(), n));
   SPECDEC_TRY(validate_topological_parents(parent.data(), n));
   if (new_to_old.size() < parent.size() || old_to_new.size() < parent.size())
     return make_status(status_code::buffer_too_small, "permutation outputs must hold N entries");
-  if (workspace.size() < order_workspace_size(parent.size()))
-    return make_status(status_code::buffer_too_small, "workspace must hold order_workspace_size(N) ints");
-  std::int32_t* offsets = workspace.data();
-  std::int32_t* kids = offsets + n + 1;
-  std::int32_t* stack = kids + n;
-  build_children_csr(parent.data(), n, offsets, kids);
-  const std::int32_t reached = kind == order_kind::dfs ? dfs_preorder(offsets, kids, 0, stack, new_to_old.data())
-                                                       : bfs_order(offsets, kids, 0, new_to_old.data());
+  workspace_carver c = unaligned_carver(workspace.data(), workspace.size());
+  const tree_walk_scratch w = carve_tree_walk(c, parent.size());
+  if (workspace.data() == nullptr || c.overflowed())
+    return make_status(status_code::buffer_too_small, "workspace smaller than order_workspace_size(N)");
+  build_children_csr(parent.data(), n, w.offsets, w.kids);
+  const std::int32_t reached = kind == order_kind::dfs ? dfs_preorder(w.offsets, w.kids, 0, w.stack, new_to_old.data())
+                                                       : bfs_order(w.offsets, w.kids, 0, new_to_old.data());
   if (reached != n) return make_status(status_code::internal_error, "tree walk missed nodes");
   for (std::int32_t i = 0; i < n; ++i)
     old_to_new[static_cast<std::size_t>(new_to_old[static_cast<std::size_t>(i)])] = i;
@@ -52,10 +57,10 @@ inline status tree_order(std::span<const node_id> parent, std::span<node_id> new
 //! every node is followed by its whole subtree, children in ascending id.
 //! This keeps each root-to-leaf path's prefix contiguous, which is why it is
 //! the default layout. Writes both permutations (N entries each). Needs
-//! order_workspace_size(N) ints of workspace. O(N), deterministic.
+//! order_workspace_size(N) bytes of workspace. O(N), deterministic.
 //! Errors: those of validate_topological_parents, buffer_too_small.
 inline status dfs_order(std::span<const node_id> parent, std::span<node_id> new_to_old, std::span<node_id> old_to_new,
-                        std::span<std::int32_t> workspace) noexcept {
+                        std::span<std::byte> workspace) noexcept {
   return detail::tree_order(parent, new_to_old, old_to_new, workspace, detail::order_kind::dfs);
 }
 
@@ -63,7 +68,7 @@ inline status dfs_order(std::span<const node_id> parent, std::span<node_id> new_
 //! their parents were placed, siblings in ascending id. Same contract as
 //! dfs_order.
 inline status bfs_order(std::span<const node_id> parent, std::span<node_id> new_to_old, std::span<node_id> old_to_new,
-                        std::span<std::int32_t> workspace) noexcept {
+                        std::span<std::byte> workspace) noexcept {
   return detail::tree_order(parent, new_to_old, old_to_new, workspace, detail::order_kind::bfs);
 }
 
@@ -135,7 +140,7 @@ struct tree_permutation {
 //! Owning DFS order of a topological parent array (throws specdec::error).
 inline tree_permutation dfs_order(std::span<const node_id> parent) {
   tree_permutation p{std::vector<node_id>(parent.size()), std::vector<node_id>(parent.size())};
-  std::vector<std::int32_t> ws(order_workspace_size(parent.size()));
+  std::vector<std::byte> ws(order_workspace_size(parent.size()));
   throw_if_error(dfs_order(parent, p.new_to_old, p.old_to_new, ws));
   return p;
 }
@@ -143,7 +148,7 @@ inline tree_permutation dfs_order(std::span<const node_id> parent) {
 //! Owning BFS order of a topological parent array (throws specdec::error).
 inline tree_permutation bfs_order(std::span<const node_id> parent) {
   tree_permutation p{std::vector<node_id>(parent.size()), std::vector<node_id>(parent.size())};
-  std::vector<std::int32_t> ws(order_workspace_size(parent.size()));
+  std::vector<std::byte> ws(order_workspace_size(parent.size()));
   throw_if_error(bfs_order(parent, p.new_to_old, p.old_to_new, ws));
   return p;
 }

@@ -49,8 +49,13 @@ inline status validate_root_path(std::span<const node_id> parent, std::span<cons
   return status::success();
 }
 
-//! Ints of scratch that path_matrix_shape / build_leaves / build_paths need (N).
-constexpr std::size_t paths_workspace_size(std::size_t n) noexcept { return n; }
+//! Bytes of workspace path_matrix_shape / build_leaves / build_paths need
+//! for `n` nodes (n ints, plus unaligned_workspace_slack: any address works).
+constexpr std::size_t paths_workspace_size(std::size_t n) noexcept {
+  workspace_carver c;
+  (void)c.take<std::int32_t>(n);
+  return c.bytes_used() + unaligned_workspace_slack;
+}
 
 namespace detail {
 //! Number of children of every node into `counts` (n entries).
@@ -60,29 +65,32 @@ inline void child_counts(const node_id* parent, std::int32_t n, std::int32_t* co
 }
 
 //! Shared prologue of the path functions: validates the tree and the
-//! workspace, then leaves the child counts in the workspace.
-inline status checked_child_counts(std::span<const node_id> parent, std::span<std::int32_t> workspace,
-                                   std::int32_t& n) noexcept {
+//! workspace, then carves N ints (`counts`) holding the child counts.
+inline status checked_child_counts(std::span<const node_id> parent, std::span<std::byte> workspace, std::int32_t& n,
+                                   std::int32_t*& counts) noexcept {
   SPECDEC_TRY(node_count(parent.size(), n));
   SPECDEC_TRY(validate_topological_parents(parent.data(), n));
-  if (workspace.size() < paths_workspace_size(parent.size()))
-    return make_status(status_code::buffer_too_small, "workspace must hold N ints");
-  child_counts(parent.data(), n, workspace.data());
+  workspace_carver c = unaligned_carver(workspace.data(), workspace.size());
+  counts = c.take<std::int32_t>(parent.size());
+  if (workspace.data() == nullptr || c.overflowed())
+    return make_status(status_code::buffer_too_small, "workspace smaller than paths_workspace_size(N)");
+  child_counts(parent.data(), n, counts);
   return status::success();
 }
 }  // namespace detail
 
 //! Leaf count and max depth of a tree in topological order. Uses
-//! `workspace` (paths_workspace_size(N) ints). O(N).
+//! `workspace` (paths_workspace_size(N) bytes). O(N).
 //! Errors: those of validate_topological_parents, buffer_too_small.
 inline status path_matrix_shape(std::span<const node_id> parent, path_shape& shape,
-                                std::span<std::int32_t> workspace) noexcept {
+                                std::span<std::byte> workspace) noexcept {
   std::int32_t n = 0;
-  SPECDEC_TRY(detail::checked_child_counts(parent, workspace, n));
+  std::int32_t* counts = nullptr;
+  SPECDEC_TRY(detail::checked_child_counts(parent, workspace, n, counts));
   std::int32_t leaves = 0;
-  for (std::int32_t i = 0; i < n; ++i) leaves += workspace[static_cast<std::size_t>(i)] == 0;
+  for (std::int32_t i = 0; i < n; ++i) leaves += counts[i] == 0;
   // Depths overwrite the counts once they are no longer needed.
-  std::int32_t* depth = workspace.data();
+  std::int32_t* depth = counts;
   std::int32_t max_depth = 0;
   depth[0] = 0;
   for (std::int32_t i = 1; i < n; ++i) {
@@ -94,22 +102,24 @@ inline status path_matrix_shape(std::span<const node_id> parent, path_shape& sha
 }
 
 //! Leaf ids (nodes without children) in the requested order into `leaves`;
-//! `count` receives the number of leaves. O(N), workspace N ints.
+//! `count` receives the number of leaves. O(N), workspace
+//! paths_workspace_size(N) bytes.
 //! Errors: those of validate_topological_parents, buffer_too_small (when
 //! `leaves` is shorter than the leaf count: nothing is written, `count`
 //! still tells the size needed).
 inline status build_leaves(std::span<const node_id> parent, std::span<node_id> leaves, std::int32_t& count,
-                           std::span<std::int32_t> workspace, leaf_order order = leaf_order::ascending) noexcept {
+                           std::span<std::byte> workspace, leaf_order order = leaf_order::ascending) noexcept {
   std::int32_t n = 0;
-  SPECDEC_TRY(detail::checked_child_counts(parent, workspace, n));
+  std::int32_t* counts = nullptr;
+  SPECDEC_TRY(detail::checked_child_counts(parent, workspace, n, counts));
   count = 0;
-  for (std::int32_t i = 0; i < n; ++i) count += workspace[static_cast<std::size_t>(i)] == 0;
+  for (std::int32_t i = 0; i < n; ++i) count += counts[i] == 0;
   if (leaves.size() < static_cast<std::size_t>(count))
     return make_status(status_code::buffer_too_small, "leaves shorter than the leaf count");
   std::size_t k = 0;
   for (std::int32_t j = 0; j < n; ++j) {
     const std::int32_t i = order == leaf_order::ascending ? j : n - 1 - j;
-    if (workspace[static_cast<std::size_t>(i)] == 0) leaves[k++] = i;
+    if (counts[i] == 0) leaves[k++] = i;
   }
   return status::success();
 }
@@ -119,13 +129,14 @@ inline status build_leaves(std::span<const node_id> parent, std::span<node_id> l
 //! path from the root (column 0) to the leaf, then -1. With
 //! leaf_order::descending and a tree in Medusa's node order this is
 //! exactly Medusa's `retrieve_indices`. `out` holds (rows - 1) * stride +
-//! width entries (see path_matrix_shape). O(rows * width), workspace N ints.
+//! width entries (see path_matrix_shape). O(rows * width), workspace
+//! paths_workspace_size(N) bytes.
 //! Errors: those of validate_topological_parents, invalid_argument (stride
 //! smaller than the width, or so large the matrix size overflows int64),
 //! buffer_too_small.
-inline status build_paths(std::span<const node_id> parent, std::span<node_id> out, std::span<std::int32_t> workspace,
+inline status build_paths(std::span<const node_id> parent, std::span<node_id> out, std::span<std::byte> workspace,
                           leaf_order order = leaf_order::ascending, std::int64_t row_stride = 0) noexcept {
-  path_shape shape;  //!< rows (leaves) and width (max depth + 1)
+  path_shape shape;
   SPECDEC_TRY(path_matrix_shape(parent, shape, workspace));
   if (row_stride < 0) return make_status(status_code::invalid_argument, "row stride must be >= 0");
   if (row_stride == 0) row_stride = shape.width;
@@ -136,10 +147,12 @@ inline status build_paths(std::span<const node_id> parent, std::span<node_id> ou
   if (static_cast<std::int64_t>(out.size()) < need)
     return make_status(status_code::buffer_too_small, "out smaller than the path matrix");
   const auto n = static_cast<std::int32_t>(parent.size());
-  // path_matrix_shape left the depths in the workspace. Flip the depth of
-  // every node that has a child to -depth - 1, so one array tells both the
-  // depth and whether a node is a leaf, with no second scratch buffer.
-  std::int32_t* depth = workspace.data();
+  // path_matrix_shape left the depths in the workspace (the same carve).
+  // Flip the depth of every node that has a child to -depth - 1, so one
+  // array tells both the depth and whether a node is a leaf, with no second
+  // scratch buffer.
+  workspace_carver carver = unaligned_carver(workspace.data(), workspace.size());
+  std::int32_t* depth = carver.take<std::int32_t>(parent.size());
   for (std::int32_t i = 1; i < n; ++i) {
     std::int32_t& d = depth[parent[static_cast<std::size_t>(i)]];
     if (d >= 0) d = -d - 1;  // mark "has children", keep the depth recoverable
@@ -160,7 +173,7 @@ inline status build_paths(std::span<const node_id> parent, std::span<node_id> ou
 
 //! Owning leaves (throws specdec::error).
 inline std::vector<node_id> leaves(std::span<const node_id> parent, leaf_order order = leaf_order::ascending) {
-  std::vector<std::int32_t> ws(paths_workspace_size(parent.size()));
+  std::vector<std::byte> ws(paths_workspace_size(parent.size()));
   std::vector<node_id> out(parent.size());
   std::int32_t count = 0;
   throw_if_error(build_leaves(parent, out, count, ws, order));
@@ -181,7 +194,7 @@ struct path_matrix {
 
 //! Owning root-to-leaf paths (throws specdec::error).
 inline path_matrix paths(std::span<const node_id> parent, leaf_order order = leaf_order::ascending) {
-  std::vector<std::int32_t> ws(paths_workspace_size(parent.size()));
+  std::vector<std::byte> ws(paths_workspace_size(parent.size()));
   path_matrix m;
   throw_if_error(path_matrix_shape(parent, m.shape, ws));
   m.data.resize(static_cast<std::size_t>(m.shape.rows) * static_cast<std::size_t>(m.shape.width));

@@ -3,11 +3,13 @@
 //! caller runs (or documents that it trusts) one of these checks.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
+#include "specdec/core/workspace.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
@@ -41,14 +43,11 @@ inline status validate_topological_parents(std::span<const node_id> parent) noex
   return validate_topological_parents(parent.data(), static_cast<std::int32_t>(parent.size()));
 }
 
-//! Checks a parent array in any order: one root, every parent in range, no
-//! cycle. Needs `n` ints of scratch (`scratch.size() >= parent.size()`).
-//! Returns empty_input, no_root, multiple_roots, parent_out_of_range, cycle
-//! or buffer_too_small. O(N).
-inline status validate_parents_any_order(std::span<const node_id> parent, std::span<std::int32_t> scratch) noexcept {
+namespace detail {
+//! validate_parents_any_order with `scratch` (n ints) already provided.
+inline status parents_any_order(std::span<const node_id> parent, std::int32_t* scratch) noexcept {
   const auto n = static_cast<std::int64_t>(parent.size());
   if (n == 0) return make_status(status_code::empty_input, "tree has no nodes");
-  if (scratch.size() < parent.size()) return make_status(status_code::buffer_too_small, "scratch must hold N ints");
   std::int64_t root = -1;
   for (std::int64_t i = 0; i < n; ++i) {
     const node_id p = parent[static_cast<std::size_t>(i)];
@@ -62,7 +61,7 @@ inline status validate_parents_any_order(std::span<const node_id> parent, std::s
   }
   if (root < 0) return make_status(status_code::no_root, "no node has parent -1");
   // Colour walk: 0 = unseen, 1 = on the current walk, 2 = known to reach the root.
-  for (auto& s : scratch.first(parent.size())) s = 0;
+  for (std::int64_t i = 0; i < n; ++i) scratch[i] = 0;
   scratch[static_cast<std::size_t>(root)] = 2;
   for (std::int64_t i = 0; i < n; ++i) {
     std::int64_t u = i;
@@ -76,6 +75,29 @@ inline status validate_parents_any_order(std::span<const node_id> parent, std::s
       scratch[static_cast<std::size_t>(v)] = 2;
   }
   return status::success();
+}
+
+}  // namespace detail
+
+//! Bytes of workspace validate_parents_any_order needs for `n` nodes (n
+//! ints, plus unaligned_workspace_slack: any address works).
+constexpr std::size_t parents_any_order_workspace_size(std::size_t n) noexcept {
+  workspace_carver c;
+  (void)c.take<std::int32_t>(n);
+  return c.bytes_used() + unaligned_workspace_slack;
+}
+
+//! Checks a parent array in any order: one root, every parent in range, no
+//! cycle. Needs parents_any_order_workspace_size(N) bytes of workspace.
+//! Returns empty_input, no_root, multiple_roots, parent_out_of_range, cycle
+//! or buffer_too_small. O(N).
+inline status validate_parents_any_order(std::span<const node_id> parent, std::span<std::byte> workspace) noexcept {
+  if (parent.empty()) return make_status(status_code::empty_input, "tree has no nodes");
+  workspace_carver c = unaligned_carver(workspace.data(), workspace.size());
+  auto* scratch = c.take<std::int32_t>(parent.size());
+  if (workspace.data() == nullptr || c.overflowed())
+    return make_status(status_code::buffer_too_small, "workspace smaller than parents_any_order_workspace_size(N)");
+  return detail::parents_any_order(parent, scratch);
 }
 
 //! Checks that every token is in [0, vocab_size). Returns token_out_of_range

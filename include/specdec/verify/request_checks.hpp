@@ -17,8 +17,9 @@ namespace specdec {
 //! (validate_verify_params), the parent array (validate_topological_parents:
 //! empty_input, no_root, multiple_roots, parent_out_of_range,
 //! not_topological), the tokens (token_out_of_range), the presence of q for
-//! a sampled mode with drafts (invalid_argument), and the output capacity
-//! (buffer_too_small when the tree is deeper than capacity - 1). Writes the
+//! a sampled mode with drafts (invalid_argument), the output capacity
+//! (buffer_too_small when the tree is deeper than capacity - 1), and for
+//! verify_mode::block a chain (invalid_argument otherwise). Writes the
 //! node depths to `depth` (n ints). O(n), no allocation.
 SPECDEC_HD constexpr status check_verify_request(const node_id* parent, const token_id* token, std::int32_t n,
                                                  std::int64_t vocab, const verify_params& vp, bool has_q,
@@ -37,6 +38,9 @@ SPECDEC_HD constexpr status check_verify_request(const node_id* parent, const to
   }
   if (capacity < static_cast<std::int64_t>(max_depth) + 1)
     return make_status(status_code::buffer_too_small, "path and tokens need max depth + 1 entries");
+  if (vp.mode == verify_mode::block && max_depth != n - 1)
+    return make_status(status_code::invalid_argument,
+                       "block verification needs a chain (at most one child per node); use verify_mode::traversal");
   return status::success();
 }
 

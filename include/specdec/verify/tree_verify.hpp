@@ -49,6 +49,7 @@ inline walk_scratch carve_walk_scratch(workspace_carver& w, std::int64_t V, std:
   s.depth = w.take<std::int32_t>(nn);
   s.from = w.take<std::int32_t>(nn);
   s.path = w.take<std::int32_t>(nn);
+  s.frames = w.take<traversal_frame>(nn);
   return s;
 }
 
@@ -138,9 +139,9 @@ status verify_chain_with(std::span<const token_id> drafts, const view2d<const fl
 
 //! Bytes of workspace verify_tree / verify_chain need for a vocabulary of
 //! `vocab` and a tree of `nodes` nodes (chain: gamma + 1): V floats for the
-//! residual, three arrays of tile sums (sample/order.hpp) and four ints per
-//! node, each slice 256-byte aligned (core/workspace.hpp). The base must be
-//! 8-byte aligned.
+//! residual, three arrays of tile sums (sample/order.hpp), four ints and
+//! one walk frame (block and traversal modes) per node, each slice
+//! 256-byte aligned (core/workspace.hpp). The base must be 8-byte aligned.
 inline std::size_t verify_workspace_size(std::int64_t vocab, std::int32_t nodes) noexcept {
   if (vocab <= 0 || nodes <= 0) return 0;
   workspace_carver w;
@@ -159,7 +160,8 @@ inline std::size_t verify_workspace_size(std::int64_t vocab, std::int32_t nodes)
 //!   holds the accepted nodes from the root, tokens[0..accepted] the emitted
 //!   tokens (accepted nodes' tokens, then result.next_token).
 //! Errors (outputs untouched): argument/shape errors, the checks of
-//! check_verify_request (shared with the CUDA kernel), buffer_too_small,
+//! check_verify_request (shared with the CUDA kernel; verify_mode::block
+//! on a tree that is not a chain is invalid_argument), buffer_too_small,
 //! and data errors of visited rows (non_finite, negative_probability,
 //! zero_mass, invalid_argument for unnormalized rows) with the node as
 //! index. Cost: O(N * depth) for child scans plus about one streaming read

@@ -9,7 +9,10 @@
 //! - draw 0 is the sample emitted at that node (correction token, bonus
 //!   token, naive-matching sample, typical-acceptance emission);
 //! - draw 1 + j is the acceptance test of its j-th child in visit order
-//!   (ascending node id, counting every child tried, rejected or not).
+//!   (ascending node id, counting every child tried, rejected or not). In
+//!   the block and traversal modes this test runs when the child's whole
+//!   subtree has been rejected (leaves first), and a child whose weight is
+//!   zero is rejected without a draw.
 //! Greedy mode draws nothing.
 #pragma once
 
@@ -46,6 +49,22 @@ enum class verify_mode : std::int32_t {
   //! p_u(x) > min(epsilon, delta * exp(-H(p_u))); the longest accepted path
   //! wins. Output is NOT distributed as the target model.
   typical_lossy = 5,
+  //! Block verification (Sun et al., ICLR 2025) of a chain whose drafts
+  //! were sampled from q: the drafted block is verified jointly, from its
+  //! end back to the context, and the accepted prefix is never shorter in
+  //! expectation than sampled_iid's. Needs a chain (at most one child per
+  //! node; a branching tree is invalid_argument). Token for token the same
+  //! as `traversal` on that chain. Lossless. Host only for now.
+  block = 6,
+  //! Traversal verification (Weng et al., 2025) of a tree whose children
+  //! were sampled i.i.d. from q_u: leaves to root, accepting whole root
+  //! paths; never shorter in expectation than sampled_iid. Lossless. Host
+  //! only for now (the CUDA kernel reports `unsupported`).
+  traversal = 7,
+  //! Traversal verification of children sampled without replacement from
+  //! q_u (stored in draw order), with q renormalized after each rejected
+  //! child. Lossless. Host only for now.
+  traversal_without_replacement = 8,
 };
 
 //! True for every mode whose output follows the target distribution
@@ -54,12 +73,19 @@ SPECDEC_HD constexpr bool is_lossless(verify_mode m) noexcept { return m != veri
 
 //! True when the mode reads the draft rows q.
 SPECDEC_HD constexpr bool uses_draft_probs(verify_mode m) noexcept {
-  return m == verify_mode::sampled_iid || m == verify_mode::sampled_without_replacement;
+  return m == verify_mode::sampled_iid || m == verify_mode::sampled_without_replacement || m == verify_mode::block ||
+         m == verify_mode::traversal || m == verify_mode::traversal_without_replacement;
+}
+
+//! True for the modes that verify from the leaves back to the root (block
+//! and traversal verification).
+SPECDEC_HD constexpr bool is_traversal(verify_mode m) noexcept {
+  return m == verify_mode::block || m == verify_mode::traversal || m == verify_mode::traversal_without_replacement;
 }
 
 //! True for a value that names a mode.
 SPECDEC_HD constexpr bool is_valid_mode(verify_mode m) noexcept {
-  return static_cast<std::int32_t>(m) >= 0 && static_cast<std::int32_t>(m) <= 5;
+  return static_cast<std::int32_t>(m) >= 0 && static_cast<std::int32_t>(m) <= 8;
 }
 
 //! Stable short name of a mode.
@@ -77,6 +103,12 @@ SPECDEC_HD constexpr const char* verify_mode_name(verify_mode m) noexcept {
       return "naive_matching";
     case verify_mode::typical_lossy:
       return "typical_lossy";
+    case verify_mode::block:
+      return "block";
+    case verify_mode::traversal:
+      return "traversal";
+    case verify_mode::traversal_without_replacement:
+      return "traversal_without_replacement";
   }
   return "unknown";
 }
@@ -93,10 +125,10 @@ struct verify_params {
   float typical_epsilon = 0.09f;
   //! typical_lossy only: the entropy factor delta (> 0).
   float typical_delta = 0.3f;
-  //! Sampled modes read p and q entries as probabilities without
-  //! renormalizing the input rows (so a row is read once); each visited
-  //! row's mass must be within this of 1 (invalid_argument otherwise).
-  //! Negative disables the check.
+  //! Sampled, block and traversal modes read p and q entries as
+  //! probabilities without renormalizing the input rows (so a row is read
+  //! once); each visited row's mass must be within this of 1
+  //! (invalid_argument otherwise). Negative disables the check.
   float normalization_tolerance = 1e-3f;
 };
 

@@ -9,6 +9,7 @@
 #include <span>
 
 #include "specdec/core/status.hpp"
+#include "specdec/core/workspace.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec::detail {
@@ -19,6 +20,23 @@ inline status node_count(std::size_t size, std::int32_t& n) noexcept {
     return make_status(status_code::invalid_argument, "tree too large for 32-bit node ids");
   n = static_cast<std::int32_t>(size);
   return status::success();
+}
+
+//! Scratch of a walk over a children CSR: offsets (n + 1), children (n)
+//! and a DFS stack (n), carved by one routine for sizing and running.
+struct tree_walk_scratch {
+  std::int32_t* offsets = nullptr;
+  std::int32_t* kids = nullptr;
+  std::int32_t* stack = nullptr;
+};
+
+//! Carves tree_walk_scratch for `n` nodes from `c`.
+constexpr tree_walk_scratch carve_tree_walk(workspace_carver& c, std::size_t n) noexcept {
+  tree_walk_scratch w;
+  w.offsets = c.take<std::int32_t>(n + 1);
+  w.kids = c.take<std::int32_t>(n);
+  w.stack = c.take<std::int32_t>(n);
+  return w;
 }
 
 //! Children lists of every node as CSR: the children of u are

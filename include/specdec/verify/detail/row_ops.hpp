@@ -96,6 +96,34 @@ struct host_row_ops {
     return sum_tiles(tr, nt);
   }
 
+  //! R = max(p - s * q, 0) in one read of p and q: bit for bit what copy
+  //! then update_residual give (the walk falls back to those two passes
+  //! for a policy without this one); tile sums into `tr`, returns the mass.
+  double scaled_residual(row_ref p, row_ref q, float* R, float s, std::int64_t V, double* tr) const noexcept {
+    std::uint32_t sr = 0;
+    const std::int64_t nt = sum_tile_count(V);
+    for (std::int64_t t = 0; t < nt; ++t) {
+      const std::int64_t b = t * sum_tile;
+      const std::int64_t n = V - b < sum_tile ? V - b : sum_tile;
+      std::int64_t i = 0;
+#ifdef SPECDEC_SAMPLE_SIMD
+      if (p.s == 1 && q.s == 1) {
+        const simd::f4 sv = {s, s, s, s};
+        for (; i + 4 <= n; i += 4) {
+          const simd::f4 prod = opaque(sv * simd::load(q.d + b + i));
+          simd::store(R + b + i, simd::relu(simd::load(p.d + b + i) - prod));
+        }
+      }
+#endif
+      for (; i < n; ++i) {
+        const float d = p[b + i] - opaque(s * q[b + i]);
+        R[b + i] = d > 0.0f ? d : 0.0f;
+      }
+      tr[t] = tile_sum(row_ref{R, 1}, V, t, sr);
+    }
+    return sum_tiles(tr, nt);
+  }
+
   //! Inverse-CDF sample of a row whose tile sums are `tiles`.
   token_id sample(row_ref r, std::int64_t V, const double* tiles, double target) const noexcept {
     return sample_from_tiles(r, V, tiles, target);

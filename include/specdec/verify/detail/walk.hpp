@@ -38,8 +38,23 @@ struct walk_rows {
   SPECDEC_HD row_ref qrow(node_id u) const noexcept { return row_ref{q + u * q_rs, q_cs}; }
 };
 
+//! One level of the block/traversal walk's current root path: node u's
+//! measure is m_u = k * max(p_u - s * q_u, 0) (docs/verify.md).
+struct traversal_frame {
+  double k;             // measure scale
+  double mass;          // M_u, the measure's mass
+  double rejected_q;    // q mass of the distinct tokens rejected so far (without replacement)
+  double r_mass;        // mass of R = max(p_u - s q_u, 0) after u's latest rejection
+  float s;              // measure coefficient of q (rounded once, as the residual pass uses it)
+  node_id node;         // the node
+  node_id last_child;   // last child tried (-1: none yet)
+  std::uint32_t tried;  // children tried so far
+  std::uint32_t draw;   // 1 + u's index among its siblings (u's acceptance draw at its parent)
+};
+
 //! Scratch of one request: R holds V floats; tp, tq, tr sum_tile_count(V)
-//! doubles (tile sums of p, q and R); queue, depth, from, path n ints each.
+//! doubles (tile sums of p, q and R); queue, depth, from, path n ints each;
+//! frames n traversal frames (block and traversal modes).
 struct walk_scratch {
   float* R;
   double* tp;
@@ -49,6 +64,7 @@ struct walk_scratch {
   std::int32_t* depth;
   std::int32_t* from;
   std::int32_t* path;  //!< the walk's output path (copied out on success)
+  traversal_frame* frames;
 };
 
 //! Output of the walk: path[0..accepted] the accepted nodes from the root
@@ -330,6 +346,119 @@ SPECDEC_HD status walk_typical(const Topo& t, const Ops& ops, const Uni& uni, co
   return sample_p(ops, uni, rows, s, best, -1.0f, o.next);
 }
 
+//! a * b rounded to float before any later use (no fused multiply-add), as
+//! the policies' residual passes round their products.
+SPECDEC_HD float rounded_product(float a, float b) noexcept {
+  volatile float prod = a * b;
+  return prod;
+}
+
+//! Applies the rejection of f.node's latest child to its measure:
+//! m <- max(m - q_j, 0) / rho, rho = 1 - M + mass(max(m - q_j, 0)), with
+//! q_j = q_u / (1 - rejected_q). R and tr then hold max(p_u - s q_u, 0).
+template <class Topo, class Ops>
+SPECDEC_HD void traversal_reject(const Topo& t, const Ops& ops, const walk_rows& rows, const walk_scratch& sc,
+                                 traversal_frame& f, bool wor) noexcept {
+  const node_id u = f.node, c = f.last_child;
+  const token_id x = t.token_of(c);
+  const bool dup = wor && earlier_sibling_has(t, u, c, x);
+  const double keep = 1.0 - f.rejected_q;
+  if (keep > 0.0) {  // else q_j would be all zero (the drafts exhausted q): the measure is unchanged
+    // k max(p - s q, 0) - q / keep = k max(p - (s + 1 / (k keep)) q, 0) where positive.
+    const auto s2 = static_cast<float>(static_cast<double>(f.s) + 1.0 / (f.k * keep));
+    double rm = 0.0;
+    if constexpr (requires { ops.scaled_residual(rows.prow(u), rows.qrow(u), sc.R, s2, rows.V, sc.tr); }) {
+      rm = ops.scaled_residual(rows.prow(u), rows.qrow(u), sc.R, s2, rows.V, sc.tr);  // one read
+    } else {
+      ops.copy(rows.prow(u), sc.R, rows.V);
+      ops.sync();
+      rm = ops.update_residual(rows.qrow(u), sc.R, s2, rows.V, sc.tr);
+    }
+    const double S = f.k * rm;
+    const double rho = 1.0 - f.mass + S;
+    if (rho > 0.0 && S > 0.0) {
+      f.k /= rho;
+      f.s = s2;
+      f.mass = S / rho;
+      f.r_mass = rm;
+    } else {  // nothing left to deliver at u (in exact arithmetic only when rho = 0)
+      f.mass = 0.0;
+    }
+  }
+  if (wor && !dup) f.rejected_q += static_cast<double>(rows.qrow(u)[x]);
+}
+
+//! block / traversal / traversal_without_replacement: leaves to root
+//! (docs/verify.md derives it). Depth first over the children in visit
+//! order; entering child c (token x) of u gives it the measure w p_c with
+//! w = min(1, m_u(x) / q_j(x)); once c's subtree is exhausted c is accepted
+//! with probability M_c (draw 1 + j of u), else u's measure takes the
+//! rejection. The accepted node's next token is a sample of its measure
+//! (draw 0). Rows are validated when first read: p_u and q_u when u's
+//! first child is tried, p of an accepted leaf when it is sampled.
+template <class Topo, class Ops, class Uni>
+SPECDEC_HD status walk_traversal(const Topo& t, const Ops& ops, const Uni& uni, const verify_params& vp,
+                                 const walk_rows& rows, const walk_scratch& sc, walk_out& o) noexcept {
+  const bool wor = vp.mode == verify_mode::traversal_without_replacement;
+  const float tol = vp.normalization_tolerance;
+  std::int32_t d = 0;
+  traversal_frame f{1.0, 1.0, 0.0, 0.0, 0.0f, 0, -1, 0, 0};  // the current node (frames hold its ancestors)
+  for (;;) {
+    const node_id u = f.node;
+    const node_id c = !(f.mass > 0.0) ? -1 : f.last_child < 0 ? t.first_child(u) : t.next_sibling(f.last_child);
+    if (c >= 0) {
+      if (f.tried == 0) SPECDEC_TRY(check_pq(ops, rows, sc, u, tol));
+      const row_ref pu = rows.prow(u), qu = rows.qrow(u);
+      const token_id x = t.token_of(c);
+      const bool dup = wor && earlier_sibling_has(t, u, c, x);
+      const double keep = 1.0 - f.rejected_q;
+      const double qj = dup || !(keep > 0.0) ? 0.0 : static_cast<double>(qu[x]) / keep;
+      // m_u(x), rounded as the residual pass rounds R(x).
+      const float r = pu[x] - rounded_product(f.s, qu[x]);
+      const double mx = f.k * static_cast<double>(r > 0.0f ? r : 0.0f);
+      f.last_child = c;
+      const std::uint32_t draw = 1u + f.tried++;
+      if (qj > 0.0 && mx > 0.0) {  // else weight 0: rejected without a draw
+        if (d + 1 >= o.capacity)
+          return make_status(status_code::buffer_too_small, "path and tokens need max depth + 1 entries");
+        const double w = mx < qj ? mx / qj : 1.0;
+        ops.put(sc.frames, d, f);
+        ops.sync();
+        ++d;
+        f = traversal_frame{w, w, 0.0, 0.0, 0.0f, c, -1, 0, draw};
+        continue;
+      }
+      traversal_reject(t, ops, rows, sc, f, wor);
+      continue;
+    }
+    // Every child of u is rejected (or u is a leaf): decide u itself.
+    if (d > 0) {
+      double un = 0.0;
+      SPECDEC_TRY(take_uniform(uni, sc.frames[d - 1].node, f.draw, un));
+      if (!(un < f.mass)) {
+        f = sc.frames[--d];
+        traversal_reject(t, ops, rows, sc, f, wor);
+        continue;
+      }
+    }
+    // u is accepted: the path is the frames' nodes, then u.
+    for (std::int32_t k = 1; k < d; ++k) ops.put(o.path, k, sc.frames[k].node);
+    if (d > 0) ops.put(o.path, d, u);
+    o.accepted = d;
+    o.last = u;
+    if (f.tried == 0) return sample_p(ops, uni, rows, sc, u, tol, o.next);  // a leaf: its measure is w p_u
+    token_id y = -1;
+    if (f.mass > 0.0 && f.r_mass > 0.0) {  // R and tr still hold u's latest residual
+      double un = 0.0;
+      SPECDEC_TRY(take_uniform(uni, u, 0, un));
+      y = ops.sample(row_ref{sc.R, 1}, rows.V, sc.tr, un * f.r_mass);
+    }
+    if (y < 0) (void)ops.argmax(rows.prow(u), rows.V, y);  // residual mass rounded to zero (root only)
+    o.next = y;
+    return status::success();
+  }
+}
+
 //! Runs the walk of `vp.mode`. On success o.path[0..o.accepted], o.last
 //! and o.next hold the result (path entries written through ops.put; call
 //! ops.sync() before reading them from another participant).
@@ -352,6 +481,10 @@ SPECDEC_HD status verify_walk(const Topo& t, const Ops& ops, const Uni& uni, con
       return walk_matching(t, ops, uni, vp, rows, s, o);
     case verify_mode::typical_lossy:
       return walk_typical(t, ops, uni, vp, rows, s, o);
+    case verify_mode::block:
+    case verify_mode::traversal:
+    case verify_mode::traversal_without_replacement:
+      return walk_traversal(t, ops, uni, vp, rows, s, o);
   }
   return make_status(status_code::invalid_argument, "unknown verify_mode");
 }

@@ -1,0 +1,185 @@
+// specdec inside llama.cpp: plain decoding against specdec's chain and tree
+// speculation on one model, prompt and settings. Prints one table row per
+// method: tokens/s, tokens and accepted drafts per target call, target calls
+// per token, and at temperature 0 whether the text equals plain greedy
+// decoding; where it does not, at which token the texts part and how close
+// plain decoding was to a tie there (a batched tree pass and a one-token
+// pass do not round alike, see docs/llama_cpp.md).
+// Usage: specdec_llama_compare --help
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "speculate.hpp"
+
+namespace {
+
+using namespace specdec_llama;
+
+struct cli {
+  std::string model = SPECDEC_LLAMA_MODEL;
+  std::string draft_model;  // empty = the target drafts for itself
+  std::string prompt;
+  std::int32_t n_predict = 128;
+  float temperature = 0.0f;
+  std::uint64_t seed = 1;
+  std::int32_t threads = 2;
+  std::int32_t depth = 6;
+  bool show_text = false;
+  std::string plain_out;  // file for the plain decoding text
+};
+
+[[noreturn]] void usage(int code) {
+  std::fprintf(code == 0 ? stdout : stderr,
+               "usage: specdec_llama_compare [-m MODEL.gguf] [-md DRAFT.gguf] (-p PROMPT | -f FILE) [-n N]\n"
+               "                             [--temp T] [--seed S] [-t THREADS] [--depth D] [--show-text]\n"
+               "                             [--plain-out FILE]\n"
+               "  -m      target model (default: the cached SmolLM2-135M-Instruct.Q4_1.gguf)\n"
+               "  -md     draft model for the model drafter (default: the target itself)\n"
+               "  --depth draft depth of every speculative method (default 6)\n"
+               "  --plain-out  write the plain decoding text to FILE\n");
+  std::exit(code);
+}
+
+cli parse(int argc, char** argv) {
+  cli c;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) usage(2);
+      return argv[++i];
+    };
+    if (a == "-m")
+      c.model = val();
+    else if (a == "-md")
+      c.draft_model = val();
+    else if (a == "-p")
+      c.prompt = val();
+    else if (a == "-f") {
+      std::ifstream in(val());
+      if (!in) usage(2);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      c.prompt = ss.str();
+    } else if (a == "-n")
+      c.n_predict = std::atoi(val().c_str());
+    else if (a == "--temp")
+      c.temperature = std::strtof(val().c_str(), nullptr);
+    else if (a == "--seed")
+      c.seed = std::strtoull(val().c_str(), nullptr, 10);
+    else if (a == "-t")
+      c.threads = std::atoi(val().c_str());
+    else if (a == "--depth")
+      c.depth = std::atoi(val().c_str());
+    else if (a == "--show-text")
+      c.show_text = true;
+    else if (a == "--plain-out")
+      c.plain_out = val();
+    else if (a == "-h" || a == "--help")
+      usage(0);
+    else
+      usage(2);
+  }
+  if (c.prompt.empty() || c.n_predict <= 0 || c.depth <= 0 || c.threads <= 0 || !(c.temperature >= 0.0f)) usage(2);
+  return c;
+}
+
+void quiet_log(ggml_log_level level, const char* text, void*) {
+  if (level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const cli c = parse(argc, argv);
+  llama_log_set(quiet_log, nullptr);
+  llama_backend_init();
+  int rc = 0;
+  try {
+    const model target(c.model);
+    const model* draft_model = &target;
+    std::unique_ptr<model> owned_draft;
+    if (!c.draft_model.empty()) {
+      owned_draft = std::make_unique<model>(c.draft_model);
+      draft_model = owned_draft.get();
+    }
+    const std::vector<llama_token> prompt = target.tokenize(c.prompt);
+    context_options co;
+    co.threads = c.threads;
+    co.n_ctx = static_cast<std::int32_t>(prompt.size()) + c.n_predict + 64;
+    co.n_batch = std::max<std::int32_t>(64, static_cast<std::int32_t>(prompt.size()));
+    tree_target tgt(target, co);
+    const gen_options go{c.n_predict, c.temperature, c.seed, true};
+
+    std::vector<run_stats> runs;
+    runs.push_back(plain_decode(target, tgt, prompt, go));
+
+    prompt_lookup_drafter chain{3, 1, c.depth, 1, 64};
+    prompt_lookup_drafter tree{3, 1, c.depth, 4, 64};
+    runs.push_back(speculate(
+        "specdec chain, prompt lookup", target, tgt,
+        [&](std::span<const llama_token> ctx, draft_output& d) { chain.draft(ctx, d); }, nullptr, prompt, go));
+    runs.push_back(speculate(
+        "specdec tree, prompt lookup x4", target, tgt,
+        [&](std::span<const llama_token> ctx, draft_output& d) { tree.draft(ctx, d); }, nullptr, prompt, go));
+
+    const std::string who = owned_draft ? "draft model" : "self-draft";
+    std::vector<std::int32_t> chain_w(static_cast<std::size_t>(c.depth), 1);
+    std::vector<std::int32_t> tree_w = chain_w;
+    tree_w[0] = 2;  // two candidates at the first two levels, then chains: 2 + 4 (depth - 1) nodes
+    if (tree_w.size() > 1) tree_w[1] = 2;
+    for (const auto& [label, widths] : {std::pair{who + " chain", chain_w}, std::pair{who + " tree 2x2", tree_w}}) {
+      level_drafter md(*draft_model, co, widths, c.temperature, c.seed);
+      md.start();
+      runs.push_back(speculate(
+          "specdec " + label, target, tgt, [&](std::span<const llama_token> ctx, draft_output& d) { md.draft(ctx, d); },
+          &md.ctx(), prompt, go));
+    }
+
+    std::printf("\nmodel %s, prompt %zu tokens, n_predict %d, temperature %g, threads %d, flash_attn off\n",
+                c.model.c_str(), prompt.size(), c.n_predict, static_cast<double>(c.temperature), c.threads);
+    std::printf(
+        "| method | tokens | tokens/s | target calls | tokens/target call | accepted/target call | "
+        "target calls/token | tree nodes/call | draft calls | text == plain greedy |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const run_stats& r : runs) {
+      std::string same = "n/a (T>0)";
+      if (c.temperature == 0.0f) same = r.tokens == runs[0].tokens ? "yes" : "NO";
+      if (c.temperature == 0.0f && r.tokens != runs[0].tokens) {
+        // Where the texts part and how close plain decoding was to a tie there.
+        std::size_t k = 0;
+        while (k < r.tokens.size() && k < runs[0].tokens.size() && r.tokens[k] == runs[0].tokens[k]) ++k;
+        if (k < runs[0].top2_gap.size()) {
+          char buf[96];
+          std::snprintf(buf, sizeof buf, "NO (from token %zu; plain top-2 logit gap there %.3g)", k,
+                        static_cast<double>(runs[0].top2_gap[k]));
+          same = buf;
+        }
+      }
+      std::printf("| %s | %zu | %.1f | %lld | %.2f | %.2f | %.3f | %.2f | %lld | %s |\n", r.name.c_str(),
+                  r.tokens.size(), r.tokens_per_second(), static_cast<long long>(r.target_calls), r.tokens_per_call(),
+                  r.accepted_per_call(), r.calls_per_token(),
+                  r.target_calls ? static_cast<double>(r.target_tokens) / static_cast<double>(r.target_calls) : 0.0,
+                  static_cast<long long>(r.draft_calls), same.c_str());
+    }
+    if (!c.plain_out.empty()) {
+      std::ofstream out(c.plain_out, std::ios::binary);
+      out << target.detokenize(runs[0].tokens);
+    }
+    if (c.show_text)
+      for (const run_stats& r : runs)
+        std::printf("\n--- %s ---\n%s\n", r.name.c_str(), target.detokenize(r.tokens).c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "specdec_llama_compare: %s\n", e.what());
+    rc = 2;
+  }
+  llama_backend_free();
+  return rc;
+}

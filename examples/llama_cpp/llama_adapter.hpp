@@ -1,0 +1,525 @@
+//! \file
+//! specdec inside llama.cpp: one speculative round (draft -> one
+//! llama_decode of the whole token tree -> specdec verification -> cache
+//! commit) on a llama_context, plus the plain one-token-per-call reference.
+//!
+//! Cache layout (llama.cpp's KV cache is logical: cells are tagged with
+//! (position, sequence ids), and attention between two cells is allowed when
+//! they share a sequence id and the key's position is not after the query's):
+//! - sequence 0 holds the committed text except its newest token; that
+//!   token is the root of the next tree and is decoded with it;
+//! - a round gives leaf j of the tree sequence 1 + j, copies the committed
+//!   prefix into it (llama_memory_seq_cp: a tag, no data moves), and decodes
+//!   every node once, at position prefix + depth, tagged with the sequences
+//!   of all leaves below it. A node then attends to exactly its ancestors
+//!   and the prefix, which is the tree attention mask.
+//! - the commit turns specdec's keep indices into sequence calls: the kept
+//!   entries are the accepted path's cells, which already sit at positions
+//!   prefix .. prefix + accepted in the sequence of any leaf below the last
+//!   accepted node, so they are copied into sequence 0 and every leaf
+//!   sequence is removed (cells left without a sequence are free again).
+//!   No K/V bytes move; specdec's in-place KV commit is for engines with a
+//!   physical [slot]-indexed cache.
+#pragma once
+
+#include <llama.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "specdec/cache/keep_indices.hpp"
+#include "specdec/core/philox.hpp"
+#include "specdec/core/status.hpp"
+#include "specdec/core/view.hpp"
+#include "specdec/draft/drafter.hpp"
+#include "specdec/tree/paths.hpp"
+#include "specdec/tree/token_tree.hpp"
+#include "specdec/tree/validate.hpp"
+#include "specdec/verify/distribution.hpp"
+#include "specdec/verify/tree_verify.hpp"
+
+namespace specdec_llama {
+
+//! Any failure of llama.cpp or of a specdec call, with a message.
+struct llama_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+inline void check(const specdec::status& st, const char* what) {
+  if (!st.ok()) throw llama_error(std::string(what) + ": " + st.message());
+}
+
+//! Owning llama_model.
+class model {
+ public:
+  explicit model(const std::string& path) {
+    llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = 999;  // ignored by a CPU-only build
+    m_ = llama_model_load_from_file(path.c_str(), mp);
+    if (m_ == nullptr) throw llama_error("cannot load GGUF model " + path);
+  }
+  model(const model&) = delete;
+  model& operator=(const model&) = delete;
+  ~model() { llama_model_free(m_); }
+
+  llama_model* get() const noexcept { return m_; }
+  const llama_vocab* vocab() const noexcept { return llama_model_get_vocab(m_); }
+  std::int32_t n_vocab() const noexcept { return llama_vocab_n_tokens(vocab()); }
+
+  std::vector<llama_token> tokenize(const std::string& text) const {
+    std::vector<llama_token> out(text.size() + 8);
+    int n = llama_tokenize(vocab(), text.data(), static_cast<std::int32_t>(text.size()), out.data(),
+                           static_cast<std::int32_t>(out.size()), true, true);
+    if (n < 0) {
+      out.resize(static_cast<std::size_t>(-n));
+      n = llama_tokenize(vocab(), text.data(), static_cast<std::int32_t>(text.size()), out.data(),
+                         static_cast<std::int32_t>(out.size()), true, true);
+    }
+    if (n < 0) throw llama_error("tokenization failed");
+    out.resize(static_cast<std::size_t>(n));
+    return out;
+  }
+
+  std::string detokenize(std::span<const llama_token> toks) const {
+    std::string s;
+    char buf[256];
+    for (llama_token t : toks) {
+      const int n = llama_token_to_piece(vocab(), t, buf, sizeof buf, 0, false);
+      if (n > 0) s.append(buf, static_cast<std::size_t>(n));
+    }
+    return s;
+  }
+
+ private:
+  llama_model* m_ = nullptr;
+};
+
+//! Settings of a context. Flash attention stays off by default: with it on,
+//! a tree pass and a chain pass reduce attention in different orders and
+//! their logits can differ by a few tenths near ties.
+struct context_options {
+  std::int32_t n_ctx = 2048;
+  std::int32_t n_batch = 256;   //!< largest tree (or prompt chunk) per llama_decode
+  std::int32_t n_seq_max = 64;  //!< 1 + largest number of leaves
+  std::int32_t threads = 2;
+  bool flash_attn = false;
+};
+
+//! Owning llama_context with kv_unified (one cell buffer for all sequences,
+//! which the per-leaf sequences of a tree need) and one ubatch per decode.
+class context {
+ public:
+  context(const model& m, const context_options& o) : opt_(o), n_vocab_(m.n_vocab()) {
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = static_cast<std::uint32_t>(o.n_ctx);
+    cp.n_batch = static_cast<std::uint32_t>(o.n_batch);
+    cp.n_ubatch = static_cast<std::uint32_t>(o.n_batch);
+    cp.n_seq_max = static_cast<std::uint32_t>(o.n_seq_max);
+    cp.n_threads = o.threads;
+    cp.n_threads_batch = o.threads;
+    cp.kv_unified = true;
+    cp.flash_attn_type = o.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    ctx_ = llama_init_from_model(m.get(), cp);
+    if (ctx_ == nullptr) throw llama_error("llama_init_from_model failed");
+    batch_ = llama_batch_init(o.n_batch, 0, o.n_seq_max);
+  }
+  context(const context&) = delete;
+  context& operator=(const context&) = delete;
+  ~context() {
+    llama_batch_free(batch_);
+    llama_free(ctx_);
+  }
+
+  llama_context* get() const noexcept { return ctx_; }
+  llama_memory_t memory() const noexcept { return llama_get_memory(ctx_); }
+  const context_options& options() const noexcept { return opt_; }
+  std::int32_t n_vocab() const noexcept { return n_vocab_; }
+
+  //! Batch building: entries in the order given (parents before children).
+  void batch_clear() noexcept { batch_.n_tokens = 0; }
+  void batch_add(llama_token t, llama_pos pos, std::span<const llama_seq_id> seqs, bool output) {
+    if (batch_.n_tokens >= opt_.n_batch) throw llama_error("batch larger than context_options::n_batch");
+    if (seqs.empty() || seqs.size() > static_cast<std::size_t>(opt_.n_seq_max))
+      throw llama_error("a batch entry needs 1 .. n_seq_max sequence ids");
+    const auto i = static_cast<std::size_t>(batch_.n_tokens);
+    batch_.token[i] = t;
+    batch_.pos[i] = pos;
+    batch_.n_seq_id[i] = static_cast<std::int32_t>(seqs.size());
+    for (std::size_t k = 0; k < seqs.size(); ++k) batch_.seq_id[i][k] = seqs[k];
+    batch_.logits[i] = output ? 1 : 0;
+    ++batch_.n_tokens;
+  }
+  std::int32_t batch_size() const noexcept { return batch_.n_tokens; }
+
+  //! One llama_decode of the current batch.
+  void decode() {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int rc = llama_decode(ctx_, batch_);
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rc != 0) throw llama_error("llama_decode returned " + std::to_string(rc));
+    ++calls_;
+    tokens_ += batch_.n_tokens;
+  }
+
+  //! Logits of batch entry i of the last decode (V floats).
+  const float* logits(std::int32_t i) const {
+    const float* r = llama_get_logits_ith(ctx_, i);
+    if (r == nullptr) throw llama_error("llama_get_logits_ith: no output row " + std::to_string(i));
+    return r;
+  }
+
+  //! Decodes `toks` at positions pos0.. in sequence 0 (chunks of n_batch);
+  //! keeps the logits of the last token only.
+  void prefill(std::span<const llama_token> toks, llama_pos pos0) {
+    const llama_seq_id s0 = 0;
+    for (std::size_t b = 0; b < toks.size(); b += static_cast<std::size_t>(opt_.n_batch)) {
+      const std::size_t e = std::min(toks.size(), b + static_cast<std::size_t>(opt_.n_batch));
+      batch_clear();
+      for (std::size_t i = b; i < e; ++i)
+        batch_add(toks[i], pos0 + static_cast<llama_pos>(i), {&s0, 1}, i + 1 == toks.size());
+      decode();
+    }
+  }
+
+  void reset_memory() { llama_memory_clear(memory(), true); }
+
+  std::int64_t calls() const noexcept { return calls_; }
+  std::int64_t decoded_tokens() const noexcept { return tokens_; }
+  double decode_seconds() const noexcept { return seconds_; }
+  void reset_counters() noexcept {
+    calls_ = 0;
+    tokens_ = 0;
+    seconds_ = 0.0;
+  }
+
+ private:
+  context_options opt_;
+  std::int32_t n_vocab_ = 0;
+  llama_context* ctx_ = nullptr;
+  llama_batch batch_{};
+  std::int64_t calls_ = 0;
+  std::int64_t tokens_ = 0;
+  double seconds_ = 0.0;
+};
+
+//! The target side of speculation: the committed text, its cache, one tree
+//! pass and the commit of an accepted path.
+class tree_target {
+ public:
+  tree_target(const model& m, const context_options& o) : ctx_(m, o) {}
+
+  context& ctx() noexcept { return ctx_; }
+  const std::vector<llama_token>& committed() const noexcept { return committed_; }
+  //! Cache length (sequence 0): every committed token but the newest.
+  llama_pos prefix() const noexcept { return static_cast<llama_pos>(committed_.size()) - 1; }
+
+  //! Clears the cache and prefills every prompt token but the last.
+  void start(std::span<const llama_token> prompt) {
+    if (prompt.empty()) throw llama_error("empty prompt");
+    ctx_.reset_memory();
+    committed_.assign(prompt.begin(), prompt.end());
+    if (prompt.size() > 1) ctx_.prefill(prompt.first(prompt.size() - 1), 0);
+    ctx_.reset_counters();
+  }
+
+  //! Decodes the whole tree (root = newest committed token) in one
+  //! llama_decode and copies its N rows of logits, in node order, into an
+  //! N x V buffer. Precondition: tree.token[0] == committed().back().
+  specdec::view2d<const float> score_tree(const specdec::tree_view& tree) {
+    const std::int32_t n = tree.size;
+    // Every check before the first cache call, so a bad tree changes nothing.
+    check(specdec::validate_tree(tree, ctx_.n_vocab()), "validate_tree");
+    if (tree.token[0] != committed_.back()) throw llama_error("tree root must be the newest committed token");
+    if (n > ctx_.options().n_batch) throw llama_error("tree larger than context_options::n_batch");
+    std::span<const specdec::node_id> parent(tree.parent, static_cast<std::size_t>(n));
+    leaves_ = specdec::leaves(parent);
+    if (static_cast<std::int32_t>(leaves_.size()) + 1 > ctx_.options().n_seq_max)
+      throw llama_error("tree has more leaves than context_options::n_seq_max - 1");
+    // Sequence ids of the leaves below every node (a leaf's own id included).
+    node_seqs_.assign(static_cast<std::size_t>(n), {});
+    for (std::size_t j = 0; j < leaves_.size(); ++j)
+      for (specdec::node_id u = leaves_[j]; u >= 0; u = tree.parent[u])
+        node_seqs_[static_cast<std::size_t>(u)].push_back(static_cast<llama_seq_id>(1 + j));
+    const llama_pos p0 = prefix();
+    for (std::size_t j = 0; j < leaves_.size(); ++j)
+      llama_memory_seq_cp(ctx_.memory(), 0, static_cast<llama_seq_id>(1 + j), -1, -1);
+    ctx_.batch_clear();
+    for (std::int32_t i = 0; i < n; ++i)  // topological order: parents before children
+      ctx_.batch_add(tree.token[i], p0 + tree.depth[i], node_seqs_[static_cast<std::size_t>(i)], true);
+    try {
+      ctx_.decode();
+    } catch (...) {  // leave the cache as it was: only the committed sequence
+      for (std::size_t j = 0; j < leaves_.size(); ++j)
+        llama_memory_seq_rm(ctx_.memory(), static_cast<llama_seq_id>(1 + j), -1, -1);
+      throw;
+    }
+    const auto V = static_cast<std::size_t>(ctx_.n_vocab());
+    rows_.resize(static_cast<std::size_t>(n) * V);
+    for (std::int32_t i = 0; i < n; ++i) std::copy_n(ctx_.logits(i), V, rows_.data() + static_cast<std::size_t>(i) * V);
+    tree_n_ = n;
+    return specdec::make_view(static_cast<const float*>(rows_.data()), static_cast<std::int64_t>(n),
+                              static_cast<std::int64_t>(V));
+  }
+
+  //! Keeps the accepted path (path[0..accepted], root first) of the tree
+  //! last scored, drops every other node, and appends the emitted tokens.
+  //! Returns how many tokens were appended (accepted + 1).
+  std::int32_t commit(const specdec::tree_view& tree, std::span<const specdec::node_id> path,
+                      const specdec::verify_result& r) {
+    if (tree.size != tree_n_) throw llama_error("commit: not the tree that was scored");
+    const llama_pos p0 = prefix();
+    std::span<const specdec::node_id> parent(tree.parent, static_cast<std::size_t>(tree.size));
+    // Batch entry of node i is i, so keep[k] = p0 + path[k]. In the logical
+    // cache the entry path[k] already sits at position p0 + k of every leaf
+    // sequence below it: the gather is one range copy.
+    keep_.resize(path.size());
+    std::int32_t kept = 0;
+    check(specdec::keep_indices_from_path(parent, path.first(static_cast<std::size_t>(r.accepted) + 1), {}, p0, keep_,
+                                          kept),
+          "keep_indices_from_path");
+    const llama_seq_id src = node_seqs_[static_cast<std::size_t>(r.last_node)].front();
+    for (std::int32_t k = 0; k < kept; ++k)  // kept entry k: batch entry keep[k] - p0, at position p0 + k
+      if (tree.depth[keep_[static_cast<std::size_t>(k)] - p0] != k) throw llama_error("commit: path is not root first");
+    llama_memory_t mem = ctx_.memory();
+    llama_memory_seq_cp(mem, src, 0, p0, p0 + kept);
+    for (std::size_t j = 0; j < leaves_.size(); ++j) llama_memory_seq_rm(mem, static_cast<llama_seq_id>(1 + j), -1, -1);
+    tree_n_ = 0;
+    for (std::int32_t k = 1; k < kept; ++k) committed_.push_back(tree.token[path[static_cast<std::size_t>(k)]]);
+    committed_.push_back(r.next_token);
+    return kept;
+  }
+
+  //! Plain decoding: the newest committed token alone in sequence 0;
+  //! returns its logits (the next-token distribution of the committed text).
+  const float* plain_step() {
+    const llama_seq_id s0 = 0;
+    ctx_.batch_clear();
+    ctx_.batch_add(committed_.back(), prefix(), {&s0, 1}, true);
+    ctx_.decode();
+    return ctx_.logits(0);
+  }
+  //! Appends a token after plain_step.
+  void push(llama_token t) { committed_.push_back(t); }
+
+ private:
+  context ctx_;
+  std::vector<llama_token> committed_;
+  std::vector<specdec::node_id> leaves_;
+  std::vector<std::vector<llama_seq_id>> node_seqs_;
+  std::vector<float> rows_;
+  std::vector<specdec::position_id> keep_;
+  std::int32_t tree_n_ = 0;
+};
+
+// ---- drafters ---------------------------------------------------------------
+
+//! What a drafter produced for one round: the tree (root = newest committed
+//! token) with per-node draft modes, and for sampled drafts the N x V draft
+//! rows q (row u = the distribution u's children were sampled from).
+struct draft_output {
+  specdec::drafted_tree tree;
+  std::vector<float> q;  //!< empty unless children were sampled
+};
+
+//! Inserts `cont` below the root of `t` as a path, sharing existing
+//! prefixes (a trie); stops at `max_nodes`.
+inline void insert_path(specdec::drafted_tree& t, std::span<const llama_token> cont, std::int32_t max_nodes) {
+  specdec::node_id u = 0;
+  for (llama_token x : cont) {
+    specdec::node_id hit = -1;
+    for (specdec::node_id c = u + 1; c < t.size() && hit < 0; ++c)
+      if (t.tree.parent(c) == u && t.tree.token(c) == x) hit = c;
+    if (hit < 0) {
+      if (t.size() >= max_nodes) return;
+      hit = t.add(u, x, 1.0f, 0.0f, specdec::draft_mode::deterministic);
+    }
+    u = hit;
+  }
+}
+
+//! Prompt lookup (n-gram matching in the context, no model): the longest
+//! suffix of the committed text (max_ngram down to min_ngram tokens) that
+//! occurred before proposes what followed it. `branches` = 1 drafts a chain
+//! from the most recent match; more merge the continuations of the most
+//! recent distinct matches into a tree. Drafts are deterministic.
+struct prompt_lookup_drafter {
+  std::int32_t max_ngram = 3;
+  std::int32_t min_ngram = 1;
+  std::int32_t depth = 8;
+  std::int32_t branches = 1;
+  std::int32_t max_nodes = 64;
+
+  void draft(std::span<const llama_token> ctx, draft_output& out) const {
+    out.tree.reset(ctx.back());
+    out.q.clear();
+    const auto n = static_cast<std::int64_t>(ctx.size());
+    std::vector<std::vector<llama_token>> conts;
+    for (std::int32_t g = max_ngram; g >= min_ngram && conts.empty(); --g) {
+      if (g > n - 1) continue;
+      const std::span<const llama_token> pat = ctx.last(static_cast<std::size_t>(g));
+      // Most recent match first; the match must leave at least one token after it.
+      for (std::int64_t i = n - g - 1; i >= 0 && static_cast<std::int32_t>(conts.size()) < branches; --i) {
+        if (!std::equal(pat.begin(), pat.end(), ctx.begin() + i)) continue;
+        const std::int64_t b = i + g;
+        const std::int64_t e = std::min<std::int64_t>(n, b + depth);
+        std::vector<llama_token> c(ctx.begin() + b, ctx.begin() + e);
+        if (std::find(conts.begin(), conts.end(), c) == conts.end()) conts.push_back(std::move(c));
+      }
+    }
+    for (const auto& c : conts) insert_path(out.tree, c, max_nodes);
+  }
+};
+
+//! Up to `width` distinct tokens drawn one after another from the
+//! probability row `row`, each from what is left after zeroing the tokens
+//! drawn before (sampling without replacement; `row` is consumed). Draw k
+//! uses uniform (node, k) of `rng`. Stops early when no mass is left.
+inline std::vector<llama_token> sample_without_replacement(std::span<float> row, std::int32_t width,
+                                                           const specdec::rng_stream& rng, std::uint32_t node) {
+  std::vector<llama_token> out;
+  const auto V = static_cast<std::int64_t>(row.size());
+  for (std::int32_t k = 0; k < width; ++k) {
+    double total = 0.0;
+    for (float x : row) total += static_cast<double>(x);
+    if (!(total > 0.0)) break;
+    const float un = rng.uniform(node, static_cast<std::uint32_t>(k));
+    const llama_token x = specdec::sample_row(specdec::make_view(static_cast<const float*>(row.data()), V), un, total);
+    if (x < 0) break;
+    row[static_cast<std::size_t>(x)] = 0.0f;
+    out.push_back(x);
+  }
+  return out;
+}
+
+//! A model drafter with one batched llama_decode per tree level: level 0
+//! catches the draft cache up with the committed text and scores the root;
+//! level d scores every node of depth d at once, each in its own sequence
+//! (a copy of its parent's sequence plus itself). `widths[d]` children are
+//! drafted below each node of depth d: the top-`widths[d]` tokens of the
+//! draft logits (deterministic) at temperature 0, or that many samples
+//! without replacement from q = softmax(logits / temperature) otherwise.
+//! Nodes of the last level are never decoded (their rows are not needed).
+class level_drafter {
+ public:
+  level_drafter(const model& m, const context_options& o, std::vector<std::int32_t> widths, float temperature = 0.0f,
+                std::uint64_t seed = 1)
+      : ctx_(m, o), widths_(std::move(widths)), temperature_(temperature), seed_(seed) {
+    if (widths_.empty()) throw llama_error("level_drafter needs at least one level");
+    for (std::int32_t w : widths_)
+      if (w < 1) throw llama_error("level_drafter widths must be >= 1");
+  }
+
+  context& ctx() noexcept { return ctx_; }
+
+  //! Largest tree this drafter builds: 1 + w0 + w0 w1 + ...
+  std::size_t max_nodes() const noexcept {
+    std::size_t total = 1, level = 1;
+    for (std::int32_t w : widths_) total += (level *= static_cast<std::size_t>(w));
+    return total;
+  }
+
+  void start() {
+    ctx_.reset_memory();
+    n_past_ = 0;
+    round_ = 0;
+    ctx_.reset_counters();
+  }
+
+  void draft(std::span<const llama_token> committed, draft_output& out) {
+    const auto V = static_cast<std::size_t>(ctx_.n_vocab());
+    const bool sampled = temperature_ > 0.0f;
+    out.tree.reset(committed.back());
+    out.q.clear();
+    // Level 0: the committed tokens the draft cache lacks, root last.
+    const auto n = static_cast<llama_pos>(committed.size());
+    if (n <= n_past_) throw llama_error("level_drafter: the committed text did not grow since the last draft");
+    ctx_.prefill(committed.subspan(static_cast<std::size_t>(n_past_)), n_past_);
+    n_past_ = n;
+    const llama_pos root_pos = n - 1;
+    std::vector<specdec::node_id> frontier{0};
+    std::vector<llama_seq_id> seq_of{0};  // per node; 0 = committed sequence
+    std::vector<const float*> row_of_frontier{ctx_.logits(ctx_.batch_size() - 1)};
+    std::vector<float> row(V);
+    const specdec::rng_stream rng =
+        specdec::for_purpose(specdec::rng_stream{seed_, 0, round_++}, specdec::rng_purpose::draft);
+    for (std::size_t level = 0; level < widths_.size(); ++level) {
+      std::vector<specdec::node_id> next;
+      for (std::size_t f = 0; f < frontier.size(); ++f) {
+        const specdec::node_id u = frontier[f];
+        expand(out, u, row_of_frontier[f], widths_[level], sampled, rng, row, next);
+      }
+      if (level + 1 == widths_.size() || next.empty()) break;
+      // Decode the new level: each node in a fresh sequence copied from its
+      // parent's (the parents' sequences are still alive during the copies).
+      std::vector<llama_seq_id> free_ids;
+      for (llama_seq_id s = ctx_.options().n_seq_max - 1; s >= 1; --s)
+        if (std::none_of(frontier.begin(), frontier.end(),
+                         [&](specdec::node_id v) { return seq_of[static_cast<std::size_t>(v)] == s; }))
+          free_ids.push_back(s);
+      if (free_ids.size() < next.size()) throw llama_error("draft level wider than context_options::n_seq_max allows");
+      seq_of.resize(static_cast<std::size_t>(out.tree.size()), -1);
+      ctx_.batch_clear();
+      for (specdec::node_id c : next) {
+        const llama_seq_id s = free_ids.back();
+        free_ids.pop_back();
+        seq_of[static_cast<std::size_t>(c)] = s;
+        llama_memory_seq_cp(ctx_.memory(), seq_of[static_cast<std::size_t>(out.tree.tree.parent(c))], s, -1, -1);
+        ctx_.batch_add(out.tree.tree.token(c), root_pos + out.tree.tree.depth(c), {&s, 1}, true);
+      }
+      for (specdec::node_id v : frontier)  // the parents' sequences are no longer needed
+        if (seq_of[static_cast<std::size_t>(v)] > 0)
+          llama_memory_seq_rm(ctx_.memory(), seq_of[static_cast<std::size_t>(v)], -1, -1);
+      ctx_.decode();
+      frontier = next;
+      row_of_frontier.clear();
+      for (std::int32_t i = 0; i < ctx_.batch_size(); ++i) row_of_frontier.push_back(ctx_.logits(i));
+    }
+    for (llama_seq_id s = 1; s < ctx_.options().n_seq_max; ++s) llama_memory_seq_rm(ctx_.memory(), s, -1, -1);
+    out.q.resize(sampled ? static_cast<std::size_t>(out.tree.size()) * V : 0);
+  }
+
+ private:
+  // Adds the children of u from its draft logits; for sampled drafts also
+  // stores q_u (row u of out.q).
+  void expand(draft_output& out, specdec::node_id u, const float* logits, std::int32_t width, bool sampled,
+              const specdec::rng_stream& rng, std::vector<float>& row, std::vector<specdec::node_id>& next) {
+    const auto V = static_cast<std::int64_t>(row.size());
+    const auto lv = specdec::make_view(logits, V);
+    if (!sampled) {
+      // Top-width by the specdec tie order (value descending, id ascending).
+      std::vector<llama_token> best;
+      for (std::int32_t k = 0; k < width && k < V; ++k) {
+        llama_token b = -1;
+        for (std::int64_t i = 0; i < V; ++i) {
+          if (std::find(best.begin(), best.end(), static_cast<llama_token>(i)) != best.end()) continue;
+          if (b < 0 || logits[i] > logits[b]) b = static_cast<llama_token>(i);
+        }
+        best.push_back(b);
+      }
+      for (llama_token x : best) next.push_back(out.tree.add(u, x, 1.0f, 0.0f, specdec::draft_mode::deterministic));
+      return;
+    }
+    const specdec::sampling_params sp{temperature_, 0, 1.0f, 0.0f};
+    check(specdec::logits_to_probs_row(lv, specdec::make_view(row.data(), V), sp, {}), "draft logits_to_probs_row");
+    if (out.q.size() < static_cast<std::size_t>(u + 1) * row.size()) out.q.resize(max_nodes() * row.size(), 0.0f);
+    std::copy(row.begin(), row.end(),
+              out.q.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(u) * row.size()));
+    for (llama_token x : sample_without_replacement(row, width, rng, static_cast<std::uint32_t>(u)))
+      next.push_back(out.tree.add(u, x, 1.0f, 0.0f, specdec::draft_mode::without_replacement));
+  }
+
+  context ctx_;
+  std::vector<std::int32_t> widths_;
+  float temperature_ = 0.0f;
+  std::uint64_t seed_ = 1;
+  llama_pos n_past_ = 0;
+  std::uint32_t round_ = 0;
+};
+
+}  // namespace specdec_llama

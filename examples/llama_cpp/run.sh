@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# One command: fetch and build llama.cpp + SmolLM2 (cached), build the specdec
+# example, then print plain decoding vs llama.cpp's llama-speculative and
+# llama-lookup vs specdec chain/tree speculation on the same model, prompt
+# and settings.
+#
+#   bash examples/llama_cpp/run.sh            # the comparison (temperature 0)
+#   bash examples/llama_cpp/run.sh --test     # the CTest test of the adapter
+#   N=256 TEMP=0.8 THREADS=2 DEPTH=6 PROMPT_FILE=... bash examples/llama_cpp/run.sh
+#
+# Environment: SPECDEC_LLAMA_CACHE (cache folder), SPECDEC_LLAMA_CUDA=1 (CUDA
+# build of llama.cpp for sm_90; untested here), SPECDEC_JOBS (build jobs).
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE="${SPECDEC_LLAMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specdec/llama_cpp}"
+export SPECDEC_LLAMA_CACHE="$CACHE"
+CUDA="${SPECDEC_LLAMA_CUDA:-0}"
+JOBS="${SPECDEC_JOBS:-2}"
+N="${N:-128}"
+TEMP="${TEMP:-0}"
+THREADS="${THREADS:-2}"
+DEPTH="${DEPTH:-6}"
+PROMPT_FILE="${PROMPT_FILE:-$HERE/prompt.txt}"
+MODE="${1:-compare}"
+
+bash "$HERE/fetch_build.sh"
+# shellcheck disable=SC1091
+source "$CACHE/paths.env"
+
+if [[ "$CUDA" == 1 ]]; then
+  EX_BUILD="$CACHE/build-example-cuda" CUDA_OPT=ON
+else
+  EX_BUILD="$CACHE/build-example" CUDA_OPT=OFF
+fi
+GEN=()
+command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
+cmake -S "$HERE" -B "$EX_BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_LLAMA_CACHE="$CACHE" \
+  -DSPECDEC_LLAMA_CUDA="$CUDA_OPT" >/dev/null
+cmake --build "$EX_BUILD" -j "$JOBS" --target specdec_llama_compare test_llama_adapter
+
+if [[ "$MODE" == "--test" ]]; then
+  exec ctest --test-dir "$EX_BUILD" -R llama_cpp_adapter --output-on-failure
+fi
+
+OUT="$CACHE/last-run"
+mkdir -p "$OUT"
+# llama.cpp's own programs, same model, prompt, length, sampling, threads,
+# flash attention off. llama-speculative drafts with the same model (the only
+# GGUF at hand whose vocabulary matches); llama-lookup is its prompt lookup.
+COMMON=(-m "$SMOLLM2_GGUF" -f "$PROMPT_FILE" -n "$N" --temp "$TEMP" -t "$THREADS" -fa off -c 4096 -s 1
+  --spec-draft-n-max "$DEPTH")
+echo "== llama.cpp llama-speculative (draft model = target)"
+"$LLAMA_BUILD/bin/llama-speculative" "${COMMON[@]}" -md "$SMOLLM2_GGUF" >"$OUT/llama-speculative.txt" 2>&1 ||
+  echo "llama-speculative failed (see $OUT/llama-speculative.txt)"
+echo "== llama.cpp llama-lookup"
+"$LLAMA_BUILD/bin/llama-lookup" "${COMMON[@]}" >"$OUT/llama-lookup.txt" 2>&1 ||
+  echo "llama-lookup failed (see $OUT/llama-lookup.txt)"
+
+echo "== specdec inside llama.cpp (plain, prompt lookup chain/tree, self-draft chain/tree)"
+set +e
+"$EX_BUILD/specdec_llama_compare" -f "$PROMPT_FILE" -n "$N" --temp "$TEMP" -t "$THREADS" --depth "$DEPTH" \
+  --plain-out "$OUT/plain.txt" | tee "$OUT/specdec.txt"
+SPECDEC_RC=${PIPESTATUS[0]}
+set -e
+
+python3 "$HERE/llama_stats.py" "$OUT/plain.txt" "$TEMP" "$OUT/llama-speculative.txt" "$OUT/llama-lookup.txt"
+echo "(logs in $OUT)"
+exit "$SPECDEC_RC"

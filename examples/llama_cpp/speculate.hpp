@@ -1,0 +1,174 @@
+//! \file
+//! The generation loops of the llama.cpp example: plain decoding (one token
+//! per llama_decode) and speculation with any drafter (draft -> one tree
+//! pass -> specdec verification -> commit), with the counters the
+//! comparison prints.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "llama_adapter.hpp"
+#include "specdec/draft/verify_mode.hpp"
+
+namespace specdec_llama {
+
+//! Generation settings shared by every method of one comparison.
+struct gen_options {
+  std::int32_t n_predict = 128;
+  float temperature = 0.0f;  //!< 0 = greedy
+  std::uint64_t seed = 1;
+  bool stop_at_eog = true;
+};
+
+//! What one method did.
+struct run_stats {
+  std::string name;
+  std::vector<llama_token> tokens;  //!< generated tokens (at most n_predict)
+  std::int64_t target_calls = 0;    //!< llama_decode calls on the target after the prompt
+  std::int64_t target_tokens = 0;   //!< tokens (tree nodes) those calls decoded
+  std::int64_t draft_calls = 0;     //!< llama_decode calls of a model drafter
+  std::int64_t rounds = 0;
+  std::int64_t drafted = 0;   //!< draft nodes proposed (root excluded)
+  std::int64_t accepted = 0;  //!< draft tokens accepted
+  double seconds = 0.0;       //!< wall time of generation (prompt excluded)
+  //! Plain decoding only: per token, the gap between the two largest
+  //! logits (how close the greedy choice was to a tie).
+  std::vector<float> top2_gap;
+
+  double tokens_per_second() const { return seconds > 0 ? static_cast<double>(tokens.size()) / seconds : 0.0; }
+  //! Emitted tokens per target call (accepted drafts + the correction/bonus token).
+  double tokens_per_call() const {
+    return target_calls > 0 ? static_cast<double>(tokens.size()) / static_cast<double>(target_calls) : 0.0;
+  }
+  double accepted_per_call() const {
+    return target_calls > 0 ? static_cast<double>(accepted) / static_cast<double>(target_calls) : 0.0;
+  }
+  double calls_per_token() const {
+    return tokens.empty() ? 0.0 : static_cast<double>(target_calls) / static_cast<double>(tokens.size());
+  }
+};
+
+namespace detail {
+
+//! Generated tokens after the prompt, cut at n_predict and after the first
+//! end-of-generation token.
+inline std::vector<llama_token> generated(const model& m, const std::vector<llama_token>& committed, std::size_t n0,
+                                          const gen_options& o) {
+  std::vector<llama_token> out;
+  for (std::size_t i = n0; i < committed.size() && out.size() < static_cast<std::size_t>(o.n_predict); ++i) {
+    out.push_back(committed[i]);
+    if (o.stop_at_eog && llama_vocab_is_eog(m.vocab(), committed[i])) break;
+  }
+  return out;
+}
+
+inline bool done(const model& m, const std::vector<llama_token>& committed, std::size_t n0, const gen_options& o) {
+  return generated(m, committed, n0, o).size() >= static_cast<std::size_t>(o.n_predict) ||
+         (o.stop_at_eog && llama_vocab_is_eog(m.vocab(), committed.back()));
+}
+
+}  // namespace detail
+
+//! Plain decoding: one llama_decode per token; argmax (lowest id on ties)
+//! at temperature 0, otherwise a sample of softmax(logits / T) with the
+//! specdec Philox stream (seed, 0, step).
+inline run_stats plain_decode(const model& m, tree_target& tgt, std::span<const llama_token> prompt,
+                              const gen_options& o) {
+  run_stats s;
+  s.name = "plain decoding";
+  tgt.start(prompt);
+  const auto V = static_cast<std::int64_t>(m.n_vocab());
+  std::vector<float> probs(static_cast<std::size_t>(V));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::uint32_t step = 0; !detail::done(m, tgt.committed(), prompt.size(), o); ++step) {
+    const auto row = specdec::make_view(tgt.plain_step(), V);
+    llama_token t = 0;
+    if (o.temperature == 0.0f) {
+      t = specdec::argmax_row(row);
+      float second = -INFINITY;
+      for (std::int64_t i = 0; i < V; ++i)
+        if (i != t) second = std::max(second, row(i));
+      s.top2_gap.push_back(row(t) - second);
+    } else {
+      const specdec::sampling_params sp{o.temperature, 0, 1.0f, 0.0f};
+      check(specdec::logits_to_probs_row(row, specdec::make_view(probs.data(), V), sp, {}), "logits_to_probs_row");
+      const float u = specdec::rng_stream{o.seed, 0, step}.uniform(0, 0);
+      check(specdec::sample_row_checked(specdec::make_view(static_cast<const float*>(probs.data()), V), u, &t),
+            "sample_row_checked");
+    }
+    tgt.push(t);
+    ++s.rounds;
+  }
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.tokens = detail::generated(m, tgt.committed(), prompt.size(), o);
+  s.target_calls = tgt.ctx().calls();
+  s.target_tokens = tgt.ctx().decoded_tokens();
+  return s;
+}
+
+//! Speculation: `draft(committed, out)` proposes a tree each round, the
+//! target scores it in one llama_decode, specdec verifies it (greedy at
+//! temperature 0, otherwise the lossless mode that matches how the drafts
+//! were made, matching_verify_mode) and the accepted path is committed.
+//! `draft_ctx` (may be null) is the drafter's context, for its call count.
+template <class Draft>
+run_stats speculate(const std::string& name, const model& m, tree_target& tgt, Draft&& draft, context* draft_ctx,
+                    std::span<const llama_token> prompt, const gen_options& o) {
+  run_stats s;
+  s.name = name;
+  tgt.start(prompt);
+  const auto V = static_cast<std::int64_t>(m.n_vocab());
+  draft_output d;
+  std::vector<float> probs;
+  std::vector<std::uint64_t> ws;  // 8-byte aligned verification workspace
+  std::vector<specdec::node_id> path;
+  std::vector<specdec::token_id> emitted;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::uint32_t round = 0; !detail::done(m, tgt.committed(), prompt.size(), o); ++round) {
+    draft(std::span<const llama_token>(tgt.committed()), d);
+    const specdec::tree_view tree = d.tree.tree.view();
+    const std::int32_t n = tree.size;
+    specdec::view2d<const float> p = tgt.score_tree(tree);
+    specdec::view2d<const float> q{};
+    specdec::verify_params vp;
+    vp.seed = o.seed;
+    vp.round = round;
+    if (o.temperature == 0.0f) {
+      vp.mode = specdec::verify_mode::greedy;  // reads logits directly
+    } else {
+      check(specdec::matching_verify_mode(d.tree, vp.mode), "matching_verify_mode");
+      probs.resize(static_cast<std::size_t>(n) * static_cast<std::size_t>(V));
+      const specdec::sampling_params sp{o.temperature, 0, 1.0f, 0.0f};
+      check(
+          specdec::logits_to_probs(p, specdec::make_view(probs.data(), static_cast<std::int64_t>(n), V), {&sp, 1}, {}),
+          "logits_to_probs");
+      p = specdec::make_view(static_cast<const float*>(probs.data()), static_cast<std::int64_t>(n), V);
+      if (specdec::uses_draft_probs(vp.mode))
+        q = specdec::make_view(static_cast<const float*>(d.q.data()), static_cast<std::int64_t>(n), V);
+    }
+    ws.resize((specdec::verify_workspace_size(V, n) + 7) / 8);
+    path.resize(static_cast<std::size_t>(n));
+    emitted.resize(static_cast<std::size_t>(n));
+    specdec::verify_result r;
+    check(specdec::verify_tree(tree, p, q, vp, std::as_writable_bytes(std::span(ws)), path, emitted, r), "verify_tree");
+    tgt.commit(tree, path, r);
+    ++s.rounds;
+    s.drafted += n - 1;
+    s.accepted += r.accepted;
+  }
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.tokens = detail::generated(m, tgt.committed(), prompt.size(), o);
+  s.target_calls = tgt.ctx().calls();
+  s.target_tokens = tgt.ctx().decoded_tokens();
+  if (draft_ctx != nullptr) s.draft_calls = draft_ctx->calls();
+  return s;
+}
+
+}  // namespace specdec_llama
