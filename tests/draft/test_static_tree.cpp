@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <numeric>
 #include <vector>
 
@@ -67,7 +68,7 @@ TEST_CASE("static shape from a Medusa choice list: children are the brute-force 
     offsets.push_back(static_cast<std::int32_t>(ranks.size()));
   }
   std::vector<node_id> shape(choices.size() + 1);
-  std::vector<std::int32_t> ws(choices.size());
+  std::vector<std::byte> ws(choices_workspace_size(choices.size()));
   REQUIRE(from_choices(ranks, offsets, shape, ws).ok());
   for (int zero : {0, 1}) {
     draft_test::path_drafter d{.V = 7, .seed = 8, .zero_frac = zero ? 0.8 : 0.0};

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -133,7 +134,8 @@ built build(const std::vector<choice>& choices) {
   built b;
   b.parent.resize(choices.size() + 1);
   b.rank.resize(choices.size() + 1);
-  std::vector<std::int32_t> ws(choices_workspace_size(choices.size())), node_choice(choices.size() + 1);
+  std::vector<std::byte> ws(choices_workspace_size(choices.size()));
+  std::vector<std::int32_t> node_choice(choices.size() + 1);
   REQUIRE(from_choices(ranks, offsets, b.parent, ws, node_choice).ok());
   REQUIRE(choice_node_ranks(ranks, offsets, node_choice, b.rank).ok());
   return b;
