@@ -4,8 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <random>
 #include <set>
