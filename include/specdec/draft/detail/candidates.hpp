@@ -14,8 +14,8 @@
 #include "specdec/draft/detail/topk.hpp"
 #include "specdec/draft/drafter.hpp"
 #include "specdec/draft/level_drafter.hpp"
-#include "specdec/tree/token_tree.hpp"
 #include "specdec/sample/row.hpp"
+#include "specdec/tree/token_tree.hpp"
 
 namespace specdec::detail {
 
