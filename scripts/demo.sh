@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: install dependencies, build the examples
-# (Release) and run the demo.
-# Usage: bash scripts/demo.sh
+# (Release) and decode with the shipped trained models (examples/models)
+# through specdec: one table for autoregressive, chain and tree speculative
+# decoding at temperature 0 and 1, for a transformer and a Mamba2 hybrid.
+# The older n-gram example stays as a quick check:
+#   ./build/demo/examples/speculative_demo
+# Usage: bash scripts/demo.sh [tokens per run, default 160]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake --workflow --preset demo
-./build/demo/examples/speculative_demo
+./build/demo/examples/model_demo examples/models "${1:-160}"

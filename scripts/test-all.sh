@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check CI runs: dependencies, formatting, the ci configuration
 # (build with -Werror, all kernels for sm_80/sm_90, every header alone, all
-# tests incl. packaging), the ASan+UBSan configuration, and clang-tidy.
+# tests incl. packaging), the ASan+UBSan configuration, clang-tidy, and the
+# Python package (pip install . then pytest).
 # Usage: bash scripts/test-all.sh        (from anywhere; ~15-25 min on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,5 +44,14 @@ if ! printf '%s\n' "${tus[@]}" | xargs -P "$jobs" -n 8 clang-tidy -p build/ci --
   exit 1
 fi
 echo "clang-tidy: ${#tus[@]} headers clean"
+
+step "python package: pip install . and pytest (host-only build)"
+# A venv of its own; numpy, pytest, nanobind and scikit-build-core from PyPI.
+# No build isolation, so the wheel build reuses build/python between runs.
+py=build/venv-python/bin/python
+[ -x "$py" ] || python3 -m venv build/venv-python
+"$py" -m pip install -q --upgrade numpy pytest nanobind scikit-build-core
+"$py" -m pip install -q --no-build-isolation -C cmake.define.SPECDEC_WERROR=ON .
+(cd python/tests && "../../$py" -m pytest -q)
 
 step "all checks passed"

@@ -1,7 +1,8 @@
 //! \file
 //! Umbrella header: every host-side specdec header. Not included: the .cuh
 //! device templates, the kernels API (specdec/kernels.hpp) and the Eigen
-//! GEMM form of the SSM dual scan (specdec/ssm/tree_scan_dual_eigen.hpp).
+//! GEMM form of the SSM dual scan (specdec/ssm/tree_scan_dual_eigen.hpp),
+//! the MPI and NCCL adapters (specdec/parallel/mpi.hpp, nccl.hpp).
 #pragma once
 
 #include "specdec/core/config.hpp"
@@ -45,6 +46,10 @@
 #include "specdec/verify/request_checks.hpp"
 #include "specdec/verify/tree_verify.hpp"
 #include "specdec/verify/verify_params.hpp"
+
+#include "specdec/parallel/collective.hpp"
+#include "specdec/parallel/sharded_topk.hpp"
+#include "specdec/parallel/sharded_verify.hpp"
 
 #include "specdec/cache/batch_layout.hpp"
 #include "specdec/cache/forest.hpp"

@@ -6,9 +6,12 @@
 //! policy and a uniform source (concepts in verify/policy.hpp).
 //!
 //! Device rules the code keeps: control flow depends only on values every
-//! participant computes identically (policy results, uniforms, scalar
-//! reads of rows); writes to scratch go through ops.put (one writer) and
-//! are read only after ops.sync().
+//! participant computes identically (policy results, uniforms, single
+//! entries read through row_value); writes to scratch go through ops.put
+//! (one writer) and are read only after ops.sync(). Residual entries are
+//! written only through ops.put(R, token, value) with a token id, so a
+//! policy whose R holds a column range (parallel/sharded_verify.hpp) maps
+//! the id itself.
 //!
 //! Adding a mode: add a `walk_X` below with the same arguments and a case
 //! in verify_walk; it may use any policy pass and the scratch arrays.
@@ -96,6 +99,18 @@ SPECDEC_HD constexpr status mass_status(double m, float tol, node_id u, bool is_
   return status::success();
 }
 
+//! Entry x of row r as the walk reads single entries (a drafted token's
+//! probability, a residual entry). A policy with a `value(row, x)` member
+//! serves it (a vocabulary-sharded policy fetches it from the rank owning
+//! x); otherwise a plain read. Collective like every pass.
+template <class Ops>
+SPECDEC_HD float row_value(const Ops& ops, row_ref r, token_id x) noexcept {
+  if constexpr (requires { ops.value(r, x); })
+    return ops.value(r, x);
+  else
+    return r[x];
+}
+
 template <class Uni>
 SPECDEC_HD status take_uniform(const Uni& uni, node_id u, std::uint32_t draw, double& out) noexcept {
   out = uni(static_cast<std::uint32_t>(u), draw);
@@ -172,8 +187,8 @@ SPECDEC_HD status walk_sampled(const Topo& t, const Ops& ops, const Uni& uni, co
     for (std::uint32_t j = 0; c >= 0; ++j, c = t.next_sibling(c)) {
       const token_id x = t.token_of(c);
       const bool dup = wor && earlier_sibling_has(t, u, c, x);
-      const double qx = dup ? 0.0 : static_cast<double>(qu[x]);
-      const double rx = have_r ? static_cast<double>(s.R[x]) : static_cast<double>(pu[x]);
+      const double qx = dup ? 0.0 : static_cast<double>(row_value(ops, qu, x));
+      const double rx = static_cast<double>(row_value(ops, have_r ? row_ref{s.R, 1} : pu, x));
       const double denom = 1.0 - Z;  // q_j = q / (1 - Z) outside the rejected set
       double un = 0.0;
       SPECDEC_TRY(take_uniform(uni, u, 1u + j, un));
@@ -235,7 +250,7 @@ SPECDEC_HD status walk_deterministic(const Topo& t, const Ops& ops, const Uni& u
     node_id accepted = -1;
     for (std::uint32_t j = 0; c >= 0; ++j, c = t.next_sibling(c)) {
       const token_id x = t.token_of(c);
-      const double rx = earlier_sibling_has(t, u, c, x) ? 0.0 : static_cast<double>(pu[x]);
+      const double rx = earlier_sibling_has(t, u, c, x) ? 0.0 : static_cast<double>(row_value(ops, pu, x));
       double un = 0.0;
       SPECDEC_TRY(take_uniform(uni, u, 1u + j, un));
       // Accept with probability P(x) = rx / M; on rejection P(x) = 0 and renormalize.
@@ -323,7 +338,7 @@ SPECDEC_HD status walk_typical(const Topo& t, const Ops& ops, const Uni& uni, co
         std::fmin(static_cast<double>(vp.typical_epsilon), static_cast<double>(vp.typical_delta) * std::exp(-h));
     const double thr = tau * mass;  // compare unnormalized entries
     for (; c >= 0; c = t.next_sibling(c)) {
-      if (!(static_cast<double>(row[t.token_of(c)]) > thr)) continue;
+      if (!(static_cast<double>(row_value(ops, row, t.token_of(c))) > thr)) continue;
       ops.put(s.queue, tail++, c);
       ops.put(s.depth, c, du + 1);
       ops.put(s.from, c, u);
@@ -385,7 +400,7 @@ SPECDEC_HD void traversal_reject(const Topo& t, const Ops& ops, const walk_rows&
       f.mass = 0.0;
     }
   }
-  if (wor && !dup) f.rejected_q += static_cast<double>(rows.qrow(u)[x]);
+  if (wor && !dup) f.rejected_q += static_cast<double>(row_value(ops, rows.qrow(u), x));
 }
 
 //! block / traversal / traversal_without_replacement: leaves to root
@@ -412,9 +427,10 @@ SPECDEC_HD status walk_traversal(const Topo& t, const Ops& ops, const Uni& uni, 
       const token_id x = t.token_of(c);
       const bool dup = wor && earlier_sibling_has(t, u, c, x);
       const double keep = 1.0 - f.rejected_q;
-      const double qj = dup || !(keep > 0.0) ? 0.0 : static_cast<double>(qu[x]) / keep;
+      const float qx = row_value(ops, qu, x), px = row_value(ops, pu, x);
+      const double qj = dup || !(keep > 0.0) ? 0.0 : static_cast<double>(qx) / keep;
       // m_u(x), rounded as the residual pass rounds R(x).
-      const float r = pu[x] - rounded_product(f.s, qu[x]);
+      const float r = px - rounded_product(f.s, qx);
       const double mx = f.k * static_cast<double>(r > 0.0f ? r : 0.0f);
       f.last_child = c;
       const std::uint32_t draw = 1u + f.tried++;

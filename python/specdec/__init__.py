@@ -1,0 +1,616 @@
+"""specdec: speculative-decoding primitives for Python engines.
+
+The functions take and return arrays through DLPack (numpy arrays, torch
+tensors, anything with ``__dlpack__``). Inputs of the right dtype and layout
+are read in place; outputs passed as ``out=`` / named output arguments are
+written in place (their data pointer is the one the caller passed), and are
+allocated (numpy, or torch when the main input is a torch tensor) when
+omitted. Every function validates its inputs before writing: on error it
+raises :class:`specdec.Error` (a ``ValueError``) with specdec's status name
+and message, and outputs are left untouched.
+
+This build is host-only: arrays must live in CPU memory. CUDA tensors are
+refused with a clear error (see ``python/README.md``).
+"""
+from __future__ import annotations
+
+import enum
+import math
+from typing import Any, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from . import _core
+from ._core import Error
+
+try:
+    from ._cppdocs import DOCS as _DOCS
+except ImportError:  # running from a source tree without a build
+    _DOCS = {}
+
+__all__ = [
+    "Error", "Mode", "DraftMode", "has_cuda",
+    "relabel_topological", "from_choices", "from_paths", "validate_parents",
+    "dfs_order", "bfs_order", "packed_mask", "dense_mask", "additive_mask", "depths", "positions",
+    "tree_masks_batched",
+    "VerifyResult", "verify_tree", "verify_chain", "verify_batch",
+    "keep_indices", "keep_indices_batch", "commit_kv",
+    "tree_scan", "ssm_commit_path",
+    "topk_tree", "beam_tree", "DraftedTree", "prune_to_budget",
+    "sequoia_tree", "fit_linear_cost", "fit_quadratic_cost", "best_tree_size",
+]
+
+has_cuda: bool = bool(_core.has_cuda)
+
+
+class Mode(enum.IntEnum):
+    """Verification modes (C++ specdec::verify_mode). Pick the one matching how
+    the drafts were produced; only then is the output distributed exactly as
+    the target model. TYPICAL_LOSSY is Medusa's lossy typical acceptance;
+    BLOCK (chains only) and the TRAVERSAL modes verify from the leaves back to
+    the root (host only in C++ too)."""
+
+    SAMPLED_IID = 0
+    SAMPLED_WITHOUT_REPLACEMENT = 1
+    DETERMINISTIC = 2
+    GREEDY = 3
+    NAIVE_MATCHING = 4
+    TYPICAL_LOSSY = 5
+    BLOCK = 6
+    TRAVERSAL = 7
+    TRAVERSAL_WITHOUT_REPLACEMENT = 8
+
+
+class DraftMode(enum.IntEnum):
+    """How a drafted node's children were produced (C++ specdec::draft_mode)."""
+
+    LEAF = 0
+    DETERMINISTIC = 1
+    IID = 2
+    WITHOUT_REPLACEMENT = 3
+
+
+# ---------------------------------------------------------------------------
+# array plumbing
+# ---------------------------------------------------------------------------
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def _check_host(x: Any, name: str) -> None:
+    if type(x) is np.ndarray:  # fast path: numpy arrays are host memory
+        return
+    dev = getattr(x, "__dlpack_device__", None)
+    if dev is not None and dev()[0] not in (1, 3):  # kDLCPU, kDLCUDAHost
+        raise Error(f"unsupported: {name} is not in host memory; this specdec build is host-only "
+                    "(CUDA tensors need the kernels build, see python/README.md)")
+
+
+def _np_dtype_of_torch(t: Any) -> Any:
+    import torch
+    return {torch.int32: np.int32, torch.int64: np.int64, torch.float32: np.float32,
+            torch.float64: np.float64, torch.uint8: np.uint8, torch.bool: np.bool_}.get(t.dtype)
+
+
+def _np(x: Any) -> np.ndarray:
+    """A numpy view of a host array (torch through DLPack, no copy)."""
+    return np.from_dlpack(x) if _is_torch(x) else np.asarray(x)
+
+
+def _inp(x: Any, dtype: Any, name: str) -> Any:
+    """An input as a C-contiguous array of `dtype`, without a copy when it
+    already is one (numpy or torch, read in place through DLPack)."""
+    if x is None:
+        return None
+    if type(x) is np.ndarray and x.dtype == dtype and x.flags.c_contiguous:
+        return x  # fast path: already what the binding reads in place
+    _check_host(x, name)
+    if _is_torch(x):
+        import torch
+        tdt = {np.int32: torch.int32, np.int64: torch.int64, np.float32: torch.float32,
+               np.float64: torch.float64, np.uint8: torch.uint8, np.uint32: None, np.uint64: None}.get(dtype)
+        if tdt is not None:
+            return x.to(tdt).contiguous()
+        x = np.from_dlpack(x.contiguous())
+    return np.ascontiguousarray(x, dtype=dtype)
+
+
+def _strided(x: Any, dtype: Any, name: str) -> Any:
+    """An input matrix read in place with any strides when its dtype is right."""
+    if x is None:
+        return None
+    _check_host(x, name)
+    if _is_torch(x):
+        import torch
+        tdt = {np.float32: torch.float32, np.float64: torch.float64}[dtype]
+        return x if x.dtype == tdt else x.to(tdt)
+    x = np.asarray(x)
+    return x if x.dtype == dtype else x.astype(dtype)
+
+
+def _out(out: Any, like: Any, shape: tuple, dtype: Any, name: str) -> Any:
+    """The caller's output (checked to be on the host), or a new array."""
+    if out is not None:
+        _check_host(out, name)
+        return out
+    if _is_torch(like):
+        import torch
+        tdt = {np.int32: torch.int32, np.int64: torch.int64, np.float32: torch.float32,
+               np.float64: torch.float64, np.uint8: torch.uint8, np.bool_: torch.bool}.get(dtype)
+        if tdt is not None:
+            return torch.empty(shape, dtype=tdt)
+    return np.empty(shape, dtype=dtype)
+
+
+def _doc(fn: Any, key: str) -> Any:
+    extra = _DOCS.get(key)
+    if extra:
+        fn.__doc__ = (fn.__doc__ or "").rstrip() + "\n\n" + extra
+    return fn
+
+
+# ---------------------------------------------------------------------------
+# trees
+# ---------------------------------------------------------------------------
+
+def validate_parents(parent: Any) -> None:
+    """Raises Error unless `parent` is a tree in topological order
+    (parent[0] == -1, 0 <= parent[i] < i)."""
+    _core.validate_parents(_inp(parent, np.int32, "parent"))
+
+
+def relabel_topological(parent: Any) -> tuple:
+    """Relabels a parent array in any order (one root with parent -1) into
+    DFS pre-order. Returns (new_parent, new_to_old, old_to_new)."""
+    p = _inp(parent, np.int32, "parent")
+    n = len(p)
+    outs = [_out(None, p, (n,), np.int32, "out") for _ in range(3)]
+    _core.relabel_topological(p, *outs)
+    return tuple(outs)
+
+
+def from_choices(choices: Sequence[Sequence[int]]) -> tuple:
+    """Tree of a Medusa / vLLM choice list (tuples of child ranks, root
+    implicit). Returns (parent, node_choice): node k + 1 is the k-th choice in
+    Medusa's order, node_choice[k] its index in `choices` (-1 for the root)."""
+    ranks = np.fromiter((r for c in choices for r in c), dtype=np.int32)
+    offsets = np.zeros(len(choices) + 1, dtype=np.int32)
+    offsets[1:] = np.cumsum([len(c) for c in choices], dtype=np.int64)
+    parent = np.empty(len(choices) + 1, dtype=np.int32)
+    node_choice = np.empty(len(choices) + 1, dtype=np.int32)
+    _core.from_choices(ranks, offsets, parent, node_choice)
+    return parent, node_choice
+
+
+def from_paths(paths: Any, num_nodes: Optional[int] = None, *, out: Any = None) -> Any:
+    """Tree of a path matrix (retrieve-index rows: node ids from the root,
+    -1 padded). Returns the parent array of `num_nodes` nodes (default: the
+    largest id + 1), in the ids given."""
+    m = _inp(paths, np.int32, "paths")
+    if m.ndim != 2:
+        raise Error("size_mismatch: paths must be a 2-D matrix")
+    n = int(num_nodes) if num_nodes is not None else (int(m.max()) + 1 if m.size else 0)
+    parent = _out(out, m, (n,), np.int32, "out")
+    _core.from_paths(m, parent)
+    return parent
+
+
+def _order(parent: Any, new_to_old: Any, old_to_new: Any, bfs: bool) -> tuple:
+    p = _inp(parent, np.int32, "parent")
+    a = _out(new_to_old, p, (len(p),), np.int32, "new_to_old")
+    b = _out(old_to_new, p, (len(p),), np.int32, "old_to_new")
+    _core.tree_order(p, a, b, bfs)
+    return a, b
+
+
+def dfs_order(parent: Any, *, new_to_old: Any = None, old_to_new: Any = None) -> tuple:
+    """Depth-first (pre-order) layout of a topological tree. Returns
+    (new_to_old, old_to_new)."""
+    return _order(parent, new_to_old, old_to_new, False)
+
+
+def bfs_order(parent: Any, *, new_to_old: Any = None, old_to_new: Any = None) -> tuple:
+    """Breadth-first layout of a topological tree. Returns (new_to_old, old_to_new)."""
+    return _order(parent, new_to_old, old_to_new, True)
+
+
+def packed_mask(parent: Any, *, word_bits: int = 64, out: Any = None) -> Any:
+    """Packed ancestor-or-self mask: N rows of ceil(N / word_bits) words
+    (uint32 or uint64); bit j of row i is word j // W, bit j % W from the least
+    significant bit. `out` may be wider (a row stride) or taller."""
+    p = _inp(parent, np.int32, "parent")
+    n = len(p)
+    if word_bits == 64:
+        o = out if out is not None else np.empty((n, (n + 63) // 64), dtype=np.uint64)
+        _check_host(o, "out")
+        _core.packed_mask64(p, o)
+    elif word_bits == 32:
+        o = out if out is not None else np.empty((n, (n + 31) // 32), dtype=np.uint32)
+        _check_host(o, "out")
+        _core.packed_mask32(p, o)
+    else:
+        raise Error("invalid_argument: word_bits must be 32 or 64")
+    return o
+
+
+def dense_mask(parent: Any, *, out: Any = None, dtype: Any = np.uint8) -> Any:
+    """Dense N x N 0/1 ancestor-or-self mask (uint8 or bool)."""
+    p = _inp(parent, np.int32, "parent")
+    o = _out(out, parent, (len(p), len(p)), dtype, "out")
+    is_bool = (str(getattr(o, "dtype", "")) in ("bool", "torch.bool"))
+    (_core.dense_mask_bool if is_bool else _core.dense_mask_u8)(p, o)
+    return o
+
+
+def additive_mask(parent: Any, prefix: int = 0, *, out: Any = None, dtype: Any = np.float32) -> Any:
+    """Additive attention mask N x (prefix + N): 0 for the committed prefix
+    and for ancestors-or-self, -inf elsewhere (float32 or float64)."""
+    p = _inp(parent, np.int32, "parent")
+    o = _out(out, parent, (len(p), int(prefix) + len(p)), dtype, "out")
+    is64 = str(getattr(o, "dtype", "")) in ("float64", "torch.float64")
+    (_core.additive_mask_f64 if is64 else _core.additive_mask_f32)(p, o, int(prefix))
+    return o
+
+
+def depths(parent: Any, *, out: Any = None) -> Any:
+    """Depth of every node (root 0), int32."""
+    p = _inp(parent, np.int32, "parent")
+    o = _out(out, parent, (len(p),), np.int32, "out")
+    _core.depths(p, o)
+    return o
+
+
+def positions(parent: Any, cache_len: int = 0, *, out: Any = None, dtype: Any = np.int64) -> Any:
+    """Position ids cache_len + depth (int32 or int64)."""
+    p = _inp(parent, np.int32, "parent")
+    o = _out(out, parent, (len(p),), dtype, "out")
+    is32 = str(getattr(o, "dtype", "")) in ("int32", "torch.int32")
+    (_core.positions_i32 if is32 else _core.positions_i64)(p, int(cache_len), o)
+    return o
+
+
+def tree_masks_batched(parents: Any, offsets: Any, cache_len: Any = None, *, max_nodes: Optional[int] = None,
+                       word_bits: int = 64, masks: Any = None, positions: Any = None,
+                       tree_status: Any = None) -> tuple:
+    """Packed masks and positions of a ragged batch of trees in one call
+    (tree b owns rows offsets[b]..offsets[b+1], local parent ids). Returns
+    (masks, positions, tree_status); a tree that fails gets its status code
+    (see C++ status_code) and its rows untouched."""
+    p = _inp(parents, np.int32, "parents")
+    off = _inp(offsets, np.int32, "offsets")
+    cl = _inp(cache_len, np.int64, "cache_len")
+    sizes = np.diff(_np(off).astype(np.int64)) if len(off) > 1 else np.zeros(0, np.int64)
+    mx = int(max_nodes) if max_nodes is not None else int(max(sizes.max(initial=0), 1))
+    w = 64 if word_bits == 64 else 32
+    if word_bits not in (32, 64):
+        raise Error("invalid_argument: word_bits must be 32 or 64")
+    wdt = np.uint64 if w == 64 else np.uint32
+    m = masks if masks is not None else np.zeros((len(p), (mx + w - 1) // w), dtype=wdt)
+    pos = _out(positions, p, (len(p),), np.int64, "positions")
+    st = _out(tree_status, p, (max(len(off) - 1, 0),), np.int32, "tree_status")
+    _check_host(m, "masks")
+    (_core.tree_masks_batched64 if w == 64 else _core.tree_masks_batched32)(p, off, cl, m, pos, st, mx)
+    return m, pos, st
+
+
+# ---------------------------------------------------------------------------
+# verification
+# ---------------------------------------------------------------------------
+
+class VerifyResult(NamedTuple):
+    """One request's outcome: `accepted` draft nodes on the path (root first)
+    ending at `last_node`; the emitted tokens are those nodes' tokens then
+    `next_token`. `path` and `tokens` are views (length accepted + 1) of the
+    output arrays, so they share the caller's memory when outputs were given."""
+
+    accepted: int
+    last_node: int
+    next_token: int
+    path: Any
+    tokens: Any
+
+
+def _max_depth_plus_one(p: np.ndarray) -> int:
+    d = np.zeros(len(p), dtype=np.int64)
+    for i in range(1, len(p)):
+        pi = int(p[i])
+        d[i] = d[pi] + 1 if 0 <= pi < i else 0
+    return int(d.max(initial=0)) + 1
+
+
+def verify_tree(parent: Any, tokens: Any, p: Any, q: Any = None, *, mode: int = Mode.SAMPLED_IID, seed: int = 0,
+                request: int = 0, round: int = 0, uniforms: Any = None, typical_epsilon: float = 0.09,
+                typical_delta: float = 0.3, normalization_tolerance: float = 1e-3, path: Any = None,
+                tokens_out: Any = None) -> VerifyResult:
+    """Verifies one token tree against the target rows p (N x V, any strides;
+    probabilities, or logits in greedy mode) and, for the sampled modes, the
+    draft rows q (row u = the distribution that produced u's children).
+    Randomness: the keyed Philox streams (seed, request, round), or the
+    caller's `uniforms` (N x draws doubles in [0, 1); draw 0 = emission at a
+    node, draw 1 + j = test of its j-th child). `path` and `tokens_out` (int32,
+    capacity >= depth + 1) receive the accepted path and emitted tokens."""
+    par = _inp(parent, np.int32, "parent")
+    tok = _inp(tokens, np.int32, "tokens")
+    pp = _strided(p, np.float32, "p")
+    qq = _strided(q, np.float32, "q")
+    u = _inp(uniforms, np.float64, "uniforms")
+    cap = _max_depth_plus_one(_np(par)) if (path is None or tokens_out is None) else 0
+    path = _out(path, parent, (cap,), np.int32, "path")
+    tokens_out = _out(tokens_out, parent, (cap,), np.int32, "tokens_out")
+    a, last, nxt = _core.verify_tree(par, tok, pp, qq, int(mode), int(seed), int(request), int(round),
+                                     float(typical_epsilon), float(typical_delta), float(normalization_tolerance),
+                                     u, path, tokens_out)
+    return VerifyResult(a, last, nxt, path[:a + 1], tokens_out[:a + 1])
+
+
+def verify_chain(drafts: Any, p: Any, q: Any = None, *, mode: int = Mode.SAMPLED_IID, seed: int = 0,
+                 request: int = 0, round: int = 0, uniforms: Any = None, typical_epsilon: float = 0.09,
+                 typical_delta: float = 0.3, normalization_tolerance: float = 1e-3,
+                 tokens_out: Any = None) -> VerifyResult:
+    """Verifies a chain of gamma drafts (Leviathan/Chen speculative sampling in
+    SAMPLED_IID): p has gamma + 1 rows, q at least gamma. Node ids in the
+    random keys are those of the same chain as a tree, so verify_chain and
+    verify_tree agree token for token. Returns path = arange(accepted + 1)."""
+    d = _inp(drafts, np.int32, "drafts")
+    pp = _strided(p, np.float32, "p")
+    qq = _strided(q, np.float32, "q")
+    u = _inp(uniforms, np.float64, "uniforms")
+    tokens_out = _out(tokens_out, drafts, (len(d) + 1,), np.int32, "tokens_out")
+    a, last, nxt = _core.verify_chain(d, pp, qq, int(mode), int(seed), int(request), int(round),
+                                      float(typical_epsilon), float(typical_delta), float(normalization_tolerance),
+                                      u, tokens_out)
+    return VerifyResult(a, last, nxt, np.arange(a + 1, dtype=np.int32), tokens_out[:a + 1])
+
+
+def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, *, modes: Any = Mode.SAMPLED_IID,
+                 seeds: Any = 0, requests: Any = None, rounds: Any = 0, uniforms: Any = None,
+                 typical_epsilon: float = 0.09, typical_delta: float = 0.3, normalization_tolerance: float = 1e-3,
+                 paths: Any = None, tokens_out: Any = None, results: Any = None,
+                 accepted_per_depth: Any = None) -> tuple:
+    """Verifies R ragged requests (request r owns nodes and rows
+    offsets[r]..offsets[r+1], local parent ids), each with its own mode and
+    Philox key (scalars broadcast; requests default to 0..R-1). Returns
+    (paths R x L, tokens R x L, results R x 4 = accepted, last_node,
+    next_token, status code). A request with bad inputs gets its code in
+    results and its rows untouched; batch-level errors raise."""
+    off = _inp(offsets, np.int32, "offsets")
+    R = max(len(off) - 1, 0)
+
+    def per_request(v: Any, dtype: Any) -> np.ndarray:
+        a = np.asarray(v, dtype=dtype)
+        return np.ascontiguousarray(np.broadcast_to(a, (R,)) if a.ndim == 0 else a)
+
+    m = per_request(modes, np.int32)
+    s = per_request(seeds, np.uint64)
+    rq = per_request(np.arange(R) if requests is None else requests, np.uint32)
+    rd = per_request(rounds, np.uint32)
+    par = _inp(parent, np.int32, "parent")
+    tok = _inp(tokens, np.int32, "tokens")
+    pp = _strided(p, np.float32, "p")
+    qq = _strided(q, np.float32, "q")
+    u = _inp(uniforms, np.float64, "uniforms")
+    if paths is None or tokens_out is None:
+        L = 1
+        pa = _np(par)
+        for r in range(R):
+            L = max(L, _max_depth_plus_one(pa[off[r]:off[r + 1]]))
+    paths = _out(paths, parent, (R, L), np.int32, "paths") if paths is None else paths
+    tokens_out = _out(tokens_out, parent, (R, L), np.int32, "tokens_out") if tokens_out is None else tokens_out
+    if results is None:
+        results = _out(None, parent, (R, 4), np.int32, "results")
+        results[:] = 0
+    _core.verify_batch(off, par, tok, pp, qq, m, s, rq, rd, float(typical_epsilon), float(typical_delta),
+                       float(normalization_tolerance), u, paths, tokens_out, results, accepted_per_depth)
+    return paths, tokens_out, results
+
+
+# ---------------------------------------------------------------------------
+# caches
+# ---------------------------------------------------------------------------
+
+_EMPTY_I32 = np.zeros(0, dtype=np.int32)
+
+
+def keep_indices(parent: Any, path: Any, cache_len: int, *, slot_of_node: Any = None, out: Any = None) -> Any:
+    """Cache positions the accepted path keeps: cache_len + slot(path[k])
+    (slot = node id, or slot_of_node[node] when the nodes were written in
+    another order). A -1 in `path` ends it. Returns the filled prefix of `out`."""
+    par = _inp(parent, np.int32, "parent")
+    pa = _inp(path, np.int32, "path")
+    so = _EMPTY_I32 if slot_of_node is None else _inp(slot_of_node, np.int32, "slot_of_node")
+    o = _out(out, path, (len(pa),), np.int64, "out")
+    count = _core.keep_indices(par, pa, so, int(cache_len), o)
+    return o[:count]
+
+
+def keep_indices_batch(parent: Any, tree_offsets: Any, path: Any, path_offsets: Any, cache_len: Any, *,
+                       slot_of_node: Any = None, keep: Any = None, keep_offsets: Any = None) -> tuple:
+    """Keep lists of a batch (CSR in, CSR out): returns (keep, keep_offsets)
+    ready for commit_kv."""
+    par = _inp(parent, np.int32, "parent")
+    pa = _inp(path, np.int32, "path")
+    cl = _inp(cache_len, np.int64, "cache_len")
+    so = _EMPTY_I32 if slot_of_node is None else _inp(slot_of_node, np.int32, "slot_of_node")
+    k = _out(keep, path, (len(pa),), np.int64, "keep")
+    ko = _out(keep_offsets, path, (len(cl) + 1,), np.int32, "keep_offsets")
+    _core.keep_indices_batch(par, _inp(tree_offsets, np.int32, "tree_offsets"), so, pa,
+                             _inp(path_offsets, np.int32, "path_offsets"), cl, k, ko)
+    return k[:int(ko[len(cl)])], ko
+
+
+def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, keep_offsets: Any = None, *,
+              block_table: Any = None, blocks_used: Any = None) -> None:
+    """In-place KV commit on the caller's cache tensors: request r's k-th kept
+    position moves to cache_len[r] + k in every layer and head of every tensor.
+    `layout` names each axis of the tensors: S (request row; physical page
+    when `block_table` is given), L (layer, optional), H (kv head), T (position;
+    slot within a page), D (head dim), e.g. "SLHTD", "SLTHD", paged "STHD".
+    Elements move as raw bits (fp16/bf16/fp8 caches are fine). A single
+    request may pass cache_len as an int and keep as one list."""
+    if isinstance(caches, (list, tuple)):
+        cs = list(caches)
+    else:
+        cs = [caches]
+    for i, c in enumerate(cs):
+        _check_host(c, f"caches[{i}]")
+    if np.ndim(cache_len) == 0:
+        cl = np.array([int(cache_len)], dtype=np.int64)
+        kp = _inp(keep, np.int64, "keep")
+        ko = np.array([0, len(kp)], dtype=np.int32) if keep_offsets is None else _inp(keep_offsets, np.int32,
+                                                                                       "keep_offsets")
+    else:
+        cl = _inp(cache_len, np.int64, "cache_len")
+        kp = _inp(keep, np.int64, "keep")
+        if keep_offsets is None:
+            raise Error("invalid_argument: keep_offsets is required for a batch")
+        ko = _inp(keep_offsets, np.int32, "keep_offsets")
+    bt = None if block_table is None else _inp(block_table, np.int32, "block_table")
+    bu = None if blocks_used is None else _inp(blocks_used, np.int32, "blocks_used")
+    _core.commit_kv(cs, layout, cl, ko, kp, bt, bu)
+
+
+# ---------------------------------------------------------------------------
+# SSM
+# ---------------------------------------------------------------------------
+
+_SCAN_METHODS = {"automatic": 0, "recurrent": 1, "dual": 2}
+
+
+def _ssm_dtype(x: Any) -> Any:
+    s = str(getattr(x, "dtype", np.asarray(x).dtype))
+    return np.float64 if s in ("float64", "torch.float64") else np.float32
+
+
+def tree_scan(parent: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, *, D: Any = None, dt_bias: Any = None,
+              z: Any = None, h0: Any = None, dt_softplus: bool = True, dt_min: float = 0.0,
+              dt_max: float = math.inf, y: Any = None, states: Any = None, method: str = "automatic") -> Any:
+    """Tree-masked selective scan (Mamba2 conventions): x [N, H, P], dt [N, H],
+    A [H], B and C [N, G, S], optional D [H, P] or [H, 1], dt_bias [H], gate z
+    [N, H, P], initial state h0 [H, P, S]. Writes y [N, H, P] and, when
+    `states` [N, H, P, S] is given, every node's state (recurrent form).
+    float32 or float64 (the dtype of x). Returns y."""
+    dt_ = _ssm_dtype(x)
+    f = _core.tree_scan_f64 if dt_ == np.float64 else _core.tree_scan_f32
+    xs = _strided(x, dt_, "x")
+    shape = tuple(int(v) for v in xs.shape)
+    y = _out(y, x, shape, dt_, "y")
+    if states is not None:
+        _check_host(states, "states")
+    if method not in _SCAN_METHODS:
+        raise Error("invalid_argument: method must be automatic, recurrent or dual")
+    f(_inp(parent, np.int32, "parent"), xs, _strided(dt, dt_, "dt"), _strided(A, dt_, "A"), _strided(B, dt_, "B"),
+      _strided(C, dt_, "C"), _strided(D, dt_, "D"), _strided(dt_bias, dt_, "dt_bias"), _strided(z, dt_, "z"),
+      _strided(h0, dt_, "h0"), bool(dt_softplus), float(dt_min), float(dt_max), y, states, _SCAN_METHODS[method])
+    return y
+
+
+def ssm_commit_path(parent: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, path: Any, *, dt_bias: Any = None,
+                    h0: Any = None, dt_softplus: bool = True, dt_min: float = 0.0, dt_max: float = math.inf,
+                    out: Any = None) -> Any:
+    """SSM state after accepting `path` (root first), rebuilt from this
+    round's cached x, dt, B (and h0) in O(depth) steps. `out` [H, P, S] may be
+    h0 itself (in-place commit). Returns the state."""
+    dt_ = _ssm_dtype(x)
+    f = _core.ssm_commit_path_f64 if dt_ == np.float64 else _core.ssm_commit_path_f32
+    xs = _strided(x, dt_, "x")
+    Bs = _strided(B, dt_, "B")
+    o = _out(out, x, (int(xs.shape[1]), int(xs.shape[2]), int(Bs.shape[2])), dt_, "out")
+    f(_inp(parent, np.int32, "parent"), xs, _strided(dt, dt_, "dt"), _strided(A, dt_, "A"), Bs,
+      _strided(C, dt_, "C"), _strided(dt_bias, dt_, "dt_bias"), _strided(h0, dt_, "h0"), bool(dt_softplus),
+      float(dt_min), float(dt_max), _inp(path, np.int32, "path"), o)
+    return o
+
+
+# ---------------------------------------------------------------------------
+# drafting and planning
+# ---------------------------------------------------------------------------
+
+class DraftedTree(NamedTuple):
+    """A builder's tree: parent, tokens, scores (log joint draft probability),
+    prob (q_parent(token) of each node, 1 for the root) and child_mode
+    (DraftMode of each node's children)."""
+
+    parent: np.ndarray
+    tokens: np.ndarray
+    scores: np.ndarray
+    prob: np.ndarray
+    child_mode: np.ndarray
+
+
+def _drafter(fn: Any) -> Any:
+    def call(node: int, depth: int, path: np.ndarray) -> np.ndarray:
+        row = fn(node, depth, path)
+        if _is_torch(row):  # read in place through DLPack (no numpy round trip)
+            import torch
+            return row.detach().to("cpu", torch.float32).contiguous()
+        return np.ascontiguousarray(row, dtype=np.float32)
+    return call
+
+
+def topk_tree(drafter: Any, root_token: int, *, k: int, depth: int, vocab_size: int = 0,
+              max_nodes: int = 1 << 20) -> DraftedTree:
+    """Full top-k tree grown level by level; drafter(node, depth, path) returns
+    the draft distribution (1-D, V probabilities) after `path` (root-to-node
+    tokens). Children are deterministic: verify with Mode.DETERMINISTIC."""
+    return DraftedTree(*_core.topk_tree(_drafter(drafter), int(root_token), int(k), int(depth), int(vocab_size),
+                                        int(max_nodes)))
+
+
+def beam_tree(drafter: Any, root_token: int, *, k: int = 8, width: int = 8, depth: int = 6, budget: int = 60,
+              vocab_size: int = 0, max_nodes: int = 1 << 20) -> DraftedTree:
+    """EAGLE-2 style joint-probability beam tree reranked to `budget` nodes;
+    drafter as in topk_tree. Verify with Mode.DETERMINISTIC."""
+    return DraftedTree(*_core.beam_tree(_drafter(drafter), int(root_token), int(k), int(width), int(depth),
+                                        int(budget), int(vocab_size), int(max_nodes)))
+
+
+def prune_to_budget(parent: Any, scores: Any, budget: int, *, out: Any = None) -> tuple:
+    """Keeps the `budget` nodes of highest effective score (running minimum
+    along the root path; ties by id), always ancestor-closed. Returns
+    (new_index, kept): new_index[i] is node i's id in the pruned tree or -1."""
+    par = _inp(parent, np.int32, "parent")
+    o = _out(out, parent, (len(par),), np.int32, "out")
+    kept = _core.prune_to_budget(par, _inp(scores, np.float32, "scores"), int(budget), o)
+    return o, kept
+
+
+def sequoia_tree(p: Any, budget: int, max_depth: int) -> tuple:
+    """Sequoia's DP: the tree shape of at most `budget` nodes and depth <=
+    max_depth maximizing expected tokens per round under positional
+    acceptance rates p. Returns (parent, rank, value)."""
+    parent, rank, value = _core.sequoia_tree(_inp(p, np.float64, "p"), int(budget), int(max_depth))
+    return np.asarray(parent, dtype=np.int32), np.asarray(rank, dtype=np.int32), value
+
+
+def fit_linear_cost(n: Any, t: Any) -> tuple:
+    """Least-squares t = k N + C. Returns (k, C)."""
+    return _core.fit_linear_cost(_inp(n, np.float64, "n"), _inp(t, np.float64, "t"))
+
+
+def fit_quadratic_cost(n: Any, t: Any) -> tuple:
+    """Least-squares t = a N^2 + b N + c. Returns (a, b, c)."""
+    return _core.fit_quadratic_cost(_inp(n, np.float64, "n"), _inp(t, np.float64, "t"))
+
+
+def best_tree_size(cost: Sequence[float], tau: Any, draft_time: float = 0.0) -> tuple:
+    """Tree size N minimizing (t(N) + draft_time) / tau[N - 1] for a linear
+    (k, C) or quadratic (a, b, c) cost. Returns (N, time per token)."""
+    return _core.best_tree_size([float(c) for c in cost], _inp(tau, np.float64, "tau"), float(draft_time))
+
+
+for _name, _key in [
+    ("validate_parents", "validate_topological_parents"), ("relabel_topological", "relabel_topological"),
+    ("from_choices", "from_choices"), ("from_paths", "from_paths"), ("dfs_order", "dfs_order"),
+    ("bfs_order", "bfs_order"), ("packed_mask", "build_packed_mask"), ("dense_mask", "build_dense_mask"),
+    ("additive_mask", "build_additive_mask"), ("depths", "build_depths"), ("positions", "build_positions"),
+    ("tree_masks_batched", "build_tree_masks_batched"), ("verify_tree", "verify_tree"),
+    ("verify_chain", "verify_chain"), ("verify_batch", "verify_batch"), ("keep_indices", "keep_indices_from_path"),
+    ("keep_indices_batch", "keep_indices_batch"), ("commit_kv", "commit_kv"), ("tree_scan", "tree_scan"),
+    ("ssm_commit_path", "tree_ssm_commit_path"), ("topk_tree", "topk_tree_builder"),
+    ("beam_tree", "beam_tree_builder"), ("prune_to_budget", "prune_to_budget"), ("sequoia_tree", "sequoia_tree"),
+    ("fit_linear_cost", "fit_linear_cost"), ("fit_quadratic_cost", "fit_quadratic_cost"),
+    ("best_tree_size", "best_tree_size"),
+]:
+    _doc(globals()[_name], _key)
+del _name, _key

@@ -1,0 +1,141 @@
+// KV cache: keep indices of an accepted path (one request or a batch) and the
+// in-place KV commit on the caller's cache tensors, contiguous or paged, of
+// any element type (moved as raw bits).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "common.hpp"
+#include "specdec/cache/keep_indices.hpp"
+#include "specdec/cache/kv_commit.hpp"
+
+namespace specdec::python {
+namespace {
+
+std::int32_t keep_one(const in1<node_id>& parent, const in1<node_id>& path, const in1<std::int32_t>& slot_of_node,
+                      position_id cache_len, const out1<position_id>& keep) {
+  std::int32_t count = 0;
+  check(keep_indices_from_path(span_of(parent), span_of(path), span_of(slot_of_node), cache_len, span_of(keep), count));
+  return count;
+}
+
+void keep_batch(const in1<node_id>& parent, const in1<std::int32_t>& tree_offsets,
+                const in1<std::int32_t>& slot_of_node, const in1<node_id>& path, const in1<std::int32_t>& path_offsets,
+                const in1<position_id>& cache_len, const out1<position_id>& keep,
+                const out1<std::int32_t>& keep_offsets) {
+  check(keep_indices_batch(span_of(parent), span_of(tree_offsets), span_of(slot_of_node), span_of(path),
+                           span_of(path_offsets), span_of(cache_len), span_of(keep), span_of(keep_offsets)));
+}
+
+using any_cpu = nb::ndarray<nb::device::cpu>;
+
+// Reads a cache tensor's axes through a layout string with one letter per
+// axis: S (request row, or physical page when paged), L (layer, optional),
+// H (kv head), T (token position, or slot in a page), D (head dim).
+template <class T>
+kv_tensor<T> describe(const any_cpu& a, const std::string& layout, std::int64_t& positions, std::int64_t& rows) {
+  require(layout.size() == a.ndim(), status_code::size_mismatch, "layout needs one letter per tensor axis");
+  std::int64_t ext[5] = {1, 1, 1, 1, 1}, str[5] = {0, 0, 0, 0, 0};
+  bool seen[5] = {false, false, false, false, false};
+  const std::string letters = "SLHTD";
+  for (std::size_t d = 0; d < layout.size(); ++d) {
+    const auto k = letters.find(layout[d]);
+    require(k != std::string::npos && !seen[k], status_code::invalid_argument,
+            "layout letters are S, L, H, T, D, each at most once");
+    seen[k] = true;
+    ext[k] = static_cast<std::int64_t>(a.shape(d));
+    str[k] = static_cast<std::int64_t>(a.stride(d));
+    require(str[k] >= 0, status_code::invalid_argument, "negative strides are not supported");
+  }
+  require(seen[0] && seen[2] && seen[3] && seen[4], status_code::invalid_argument, "layout needs S, H, T and D");
+  // Elements addressable from data: one past the largest offset.
+  std::int64_t span = 1;
+  for (int k = 0; k < 5; ++k) span += (ext[k] - 1) * str[k];
+  for (int k = 0; k < 5; ++k)
+    if (ext[k] == 0) span = 0;
+  positions = ext[3];
+  rows = ext[0];
+  return kv_tensor<T>{static_cast<T*>(a.data()), span, ext[1], ext[2], ext[4], str[0], str[1], str[2], str[3], str[4]};
+}
+
+template <class T>
+void commit_typed(const std::vector<any_cpu>& caches, const std::string& layout, const kv_position_map& base_map,
+                  bool paged, std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
+                  std::span<const position_id> keep) {
+  std::vector<kv_tensor<T>> ts;
+  kv_position_map map = base_map;
+  for (std::size_t i = 0; i < caches.size(); ++i) {
+    std::int64_t positions = 0, rows = 0;
+    ts.push_back(describe<T>(caches[i], layout, positions, rows));
+    // Every tensor must agree on the positions axis: the map is shared.
+    if (i == 0) {
+      if (paged) {
+        map.page_size = positions;
+        map.num_pages = rows;
+      } else {
+        map.capacity = positions;
+      }
+    }
+    const std::int64_t want_pos = paged ? map.page_size : map.capacity;
+    require(positions == want_pos && (!paged || rows == map.num_pages), status_code::size_mismatch,
+            "every cache tensor needs the same positions (and pages)");
+  }
+  check(commit_kv<T>(std::span<const kv_tensor<T>>(ts), map, cache_len, keep_offsets, keep));
+}
+
+void commit(const std::vector<any_cpu>& caches, const std::string& layout, const in1<position_id>& cache_len,
+            const in1<std::int32_t>& keep_offsets, const in1<position_id>& keep,
+            const std::optional<in_nd<std::int32_t, 2>>& block_table,
+            const std::optional<in1<std::int32_t>>& blocks_used) {
+  require(!caches.empty(), status_code::empty_input, "no cache tensors");
+  const std::size_t bytes = caches[0].itemsize();
+  for (const auto& c : caches)
+    require(c.itemsize() == bytes, status_code::invalid_argument, "cache tensors must share one element size");
+  kv_position_map map;
+  const bool paged = block_table.has_value();
+  if (paged) {
+    require(block_table->shape(1) == 0 || block_table->stride(1) == 1, status_code::invalid_argument,
+            "block_table rows must be contiguous");
+    require(block_table->shape(0) >= cache_len.size(), status_code::size_mismatch,
+            "block_table needs one row per request");
+    require(!blocks_used || blocks_used->size() >= cache_len.size(), status_code::size_mismatch,
+            "blocks_used needs one entry per request");
+    map = paged_positions(block_table->data(), static_cast<std::int64_t>(block_table->shape(1)), 0, 0,
+                          blocks_used ? blocks_used->data() : nullptr);
+    map.block_table_stride = static_cast<std::int64_t>(block_table->stride(0));
+  }
+  const auto cl = span_of(cache_len);
+  const auto ko = span_of(keep_offsets);
+  const auto kp = span_of(keep);
+  switch (bytes) {
+    case 1:
+      return commit_typed<std::uint8_t>(caches, layout, map, paged, cl, ko, kp);
+    case 2:
+      return commit_typed<std::uint16_t>(caches, layout, map, paged, cl, ko, kp);
+    case 4:
+      return commit_typed<std::uint32_t>(caches, layout, map, paged, cl, ko, kp);
+    case 8:
+      return commit_typed<std::uint64_t>(caches, layout, map, paged, cl, ko, kp);
+    default:
+      check(make_status(status_code::unsupported, "cache element size must be 1, 2, 4 or 8 bytes"));
+  }
+}
+
+}  // namespace
+
+void bind_cache(nb::module_& m) {
+  using nb::arg;
+  m.def("keep_indices", &keep_one, arg("parent"), arg("path"), arg("slot_of_node"), arg("cache_len"),
+        arg("keep").noconvert());
+  m.def("keep_indices_batch", &keep_batch, arg("parent"), arg("tree_offsets"), arg("slot_of_node"), arg("path"),
+        arg("path_offsets"), arg("cache_len"), arg("keep").noconvert(), arg("keep_offsets").noconvert());
+  m.def("commit_kv", &commit, arg("caches").noconvert(), arg("layout"), arg("cache_len"), arg("keep_offsets"),
+        arg("keep"), arg("block_table").none(), arg("blocks_used").none());
+}
+
+}  // namespace specdec::python

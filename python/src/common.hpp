@@ -1,0 +1,92 @@
+// Shared helpers of the nanobind module: array aliases, spans over arrays,
+// the status -> Python exception bridge, and a reusable host workspace.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "specdec/core/status.hpp"
+#include "specdec/core/view.hpp"
+
+namespace specdec::python {
+
+namespace nb = nanobind;
+
+//! 1-D contiguous host arrays. Inputs may be converted (a list, another
+//! dtype); outputs are declared noconvert at the binding so that the caller's
+//! buffer itself is written, never a temporary copy.
+template <class T>
+using in1 = nb::ndarray<const T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+template <class T>
+using out1 = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+//! Strided host arrays of a fixed rank (strides in elements, any sign >= 0).
+template <class T, int R>
+using in_nd = nb::ndarray<const T, nb::ndim<R>, nb::device::cpu>;
+template <class T, int R>
+using out_nd = nb::ndarray<T, nb::ndim<R>, nb::device::cpu>;
+
+//! What a failed specdec::status becomes in Python (specdec.Error, a
+//! ValueError): "code_name: message (index i)".
+struct error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+inline void check(const status& s) {
+  if (s.ok()) return;
+  std::string msg = status_code_name(s.code());
+  msg += ": ";
+  msg += s.message();
+  if (s.index() >= 0) msg += " (index " + std::to_string(s.index()) + ")";
+  throw error(msg);
+}
+
+inline void require(bool ok, status_code code, const char* message) {
+  if (!ok) check(make_status(code, message));
+}
+
+template <class A>
+auto span_of(const A& a) {
+  using T = std::remove_reference_t<decltype(*a.data())>;
+  return std::span<T>(a.data(), a.size());
+}
+
+//! A strided_view over an ndarray of the same rank (strides in elements).
+template <int R, class A>
+auto view_of(const A& a) {
+  using T = std::remove_reference_t<decltype(*a.data())>;
+  strided_view<T, R> v;
+  v.data = a.data();
+  for (int d = 0; d < R; ++d) {
+    v.extent[d] = static_cast<std::int64_t>(a.shape(static_cast<std::size_t>(d)));
+    v.stride[d] = static_cast<std::int64_t>(a.stride(static_cast<std::size_t>(d)));
+  }
+  return v;
+}
+
+//! Scratch kept between calls (per thread): the binding allocates only when
+//! a call needs more than any earlier one. 256-byte aligned like
+//! core/workspace.hpp asks.
+inline std::span<std::byte> scratch(std::size_t bytes) {
+  struct alignas(256) block {
+    std::byte b[256];
+  };
+  thread_local std::vector<block> buf;
+  const std::size_t blocks = (bytes + 255) / 256;
+  if (buf.size() < blocks) buf.resize(blocks);
+  return {reinterpret_cast<std::byte*>(buf.data()), bytes};
+}
+
+void bind_tree(nb::module_& m);
+void bind_verify(nb::module_& m);
+void bind_cache(nb::module_& m);
+void bind_ssm(nb::module_& m);
+void bind_plan(nb::module_& m);
+
+}  // namespace specdec::python

@@ -1,0 +1,127 @@
+"""Keep indices and the in-place KV commit on caller tensors (contiguous and
+paged, several layouts and element types) against numpy gathers."""
+import numpy as np
+import pytest
+
+import specdec
+from conftest import data_ptr, needs_torch, random_tree
+
+
+def root_path(parent, node):
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = parent[node]
+    return np.array(path[::-1], dtype=np.int32)
+
+
+def test_keep_indices_single_and_batch(rng):
+    parent = random_tree(rng, 20)
+    path = root_path(parent, 19)
+    keep = specdec.keep_indices(parent, path, 100)
+    np.testing.assert_array_equal(keep, path + 100)
+    # nodes written in DFS order: slot_of_node = old_to_new
+    n2o, o2n = specdec.dfs_order(parent)
+    np.testing.assert_array_equal(specdec.keep_indices(parent, path, 5, slot_of_node=o2n), o2n[path] + 5)
+    padded = np.concatenate([path, [-1, -1]]).astype(np.int32)
+    np.testing.assert_array_equal(specdec.keep_indices(parent, padded, 0), path)
+    out = np.full(25, -9, dtype=np.int64)
+    with pytest.raises(specdec.Error, match="invalid_argument"):
+        specdec.keep_indices(parent, path[1:], 0, out=out)  # does not start at the root
+    assert (out == -9).all()
+    trees = [random_tree(rng, n) for n in (4, 9, 1)]
+    paths = [root_path(t, len(t) - 1) for t in trees]
+    keep, ko = specdec.keep_indices_batch(np.concatenate(trees), np.cumsum([0] + [len(t) for t in trees]),
+                                          np.concatenate(paths), np.cumsum([0] + [len(p) for p in paths]),
+                                          np.array([3, 0, 8]))
+    np.testing.assert_array_equal(ko, np.cumsum([0] + [len(p) for p in paths]))
+    np.testing.assert_array_equal(keep, np.concatenate([paths[0] + 3, paths[1], paths[2] + 8]))
+
+
+def ref_commit(cache, t_axis, row_axis, cache_len, keep_lists):
+    """New cache: per request row r, position cache_len[r] + k takes keep[k]."""
+    out = cache.copy()
+    for r, keep in enumerate(keep_lists):
+        src = np.take(np.take(cache, [r], axis=row_axis), keep, axis=t_axis)
+        idx = [slice(None)] * cache.ndim
+        idx[row_axis] = slice(r, r + 1)
+        idx[t_axis] = slice(cache_len[r], cache_len[r] + len(keep))
+        out[tuple(idx)] = src
+    return out
+
+
+@pytest.mark.parametrize("layout,dtype", [("SLHTD", np.float32), ("SLTHD", np.float16), ("SHTD", np.int8),
+                                          ("STHD", np.float64)])
+def test_contiguous_commit_matches_numpy(rng, layout, dtype):
+    shape = {"S": 3, "L": 2, "H": 2, "T": 16, "D": 4}
+    dims = tuple(shape[c] for c in layout)
+    k_cache = rng.standard_normal(dims).astype(dtype)
+    v_cache = rng.standard_normal(dims).astype(dtype)
+    cache_len = np.array([2, 5, 0], dtype=np.int32)
+    keep_lists = [np.sort(rng.choice(np.arange(c, 16), size=int(rng.integers(0, 6)), replace=False)).astype(np.int32)
+                  for c in cache_len]
+    keep = np.concatenate(keep_lists).astype(np.int32)
+    ko = np.cumsum([0] + [len(k) for k in keep_lists]).astype(np.int32)
+    want_k = ref_commit(k_cache, layout.index("T"), layout.index("S"), cache_len, keep_lists)
+    want_v = ref_commit(v_cache, layout.index("T"), layout.index("S"), cache_len, keep_lists)
+    pk, pv = data_ptr(k_cache), data_ptr(v_cache)
+    specdec.commit_kv([k_cache, v_cache], layout, cache_len, keep, ko)
+    assert data_ptr(k_cache) == pk and data_ptr(v_cache) == pv
+    np.testing.assert_array_equal(k_cache.view(np.uint8), want_k.view(np.uint8))
+    np.testing.assert_array_equal(v_cache.view(np.uint8), want_v.view(np.uint8))
+
+
+def test_paged_commit_matches_numpy(rng):
+    pages, L, P, H, D = 10, 2, 4, 2, 3
+    pool = rng.standard_normal((pages, L, P, H, D)).astype(np.float32)
+    block_table = np.array([[7, 2, 5, 0], [1, 9, 3, 4]], dtype=np.int32)
+    cache_len = np.array([3, 6], dtype=np.int32)
+    keep_lists = [np.array([4, 6, 9, 10], dtype=np.int32), np.array([6, 8, 13], dtype=np.int32)]
+
+    def logical(p, r):  # [L, positions, H, D] of request r
+        return np.concatenate([p[b] for b in block_table[r]], axis=1)
+
+    want = pool.copy()
+    for r, keep in enumerate(keep_lists):
+        lg = logical(pool, r)
+        new = lg.copy()
+        new[:, cache_len[r]:cache_len[r] + len(keep)] = lg[:, keep]
+        for i, b in enumerate(block_table[r]):
+            want[b] = new[:, i * P:(i + 1) * P]
+    specdec.commit_kv([pool], "SLTHD", cache_len, np.concatenate(keep_lists),
+                      np.array([0, 4, 7], dtype=np.int32), block_table=block_table)
+    np.testing.assert_array_equal(pool, want)
+
+
+def test_bad_commits_raise_and_leave_caches_byte_identical(rng):
+    cache = rng.standard_normal((2, 1, 2, 8, 4)).astype(np.float32)
+    before = cache.copy()
+    for keep, ko, cl, code in [
+        ([5, 4], [0, 2, 2], [1, 0], "not_sorted"),        # keep list not increasing
+        ([0, 4], [0, 2, 2], [1, 0], "invalid_argument|out_of_range"),  # keep below cache_len
+        ([3, 9], [0, 2, 2], [1, 0], "out_of_range"),      # past capacity
+        ([3], [0, 1], [1, 0], "size_mismatch"),           # offsets do not match requests
+    ]:
+        with pytest.raises(specdec.Error, match=code):
+            specdec.commit_kv([cache], "SLHTD", np.array(cl, dtype=np.int32), np.array(keep, dtype=np.int32),
+                              np.array(ko, dtype=np.int32))
+        np.testing.assert_array_equal(cache.view(np.uint32), before.view(np.uint32))
+    with pytest.raises(specdec.Error, match="layout"):
+        specdec.commit_kv([cache], "SLHT", 0, [0])
+    with pytest.raises(specdec.Error):
+        specdec.commit_kv([cache, cache[:, :, :, :4]], "SLHTD", 0, [0, 1])  # positions disagree
+    np.testing.assert_array_equal(cache.view(np.uint32), before.view(np.uint32))
+
+
+@needs_torch
+def test_torch_fp16_cache_commit_in_place():
+    import torch
+    cache = torch.arange(2 * 1 * 10 * 2 * 4, dtype=torch.float16).reshape(2, 1, 10, 2, 4)  # [S, L, T, H, D]
+    ptr = cache.data_ptr()
+    ref = cache.clone()
+    specdec.commit_kv([cache], "SLTHD", torch.tensor([2, 0], dtype=torch.int32),
+                      torch.tensor([3, 5, 1, 2], dtype=torch.int32), torch.tensor([0, 2, 4], dtype=torch.int32))
+    assert cache.data_ptr() == ptr
+    ref[0, :, 2:4] = ref[0, :, [3, 5]]
+    ref[1, :, 0:2] = ref[1, :, [1, 2]]
+    assert torch.equal(cache, ref)

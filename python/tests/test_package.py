@@ -1,0 +1,55 @@
+"""Package-level behaviour: host-only refusal of device arrays, read-only and
+mistyped outputs refused (never written through a copy), docstrings carry
+the C++ descriptions, stubs are installed."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import specdec
+
+
+class FakeCudaArray:
+    """Looks like a CUDA tensor to DLPack consumers (device type 2)."""
+
+    dtype = np.float32
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None):  # pragma: no cover - must not be reached
+        raise AssertionError("a device array must be refused before it is read")
+
+
+def test_device_arrays_are_refused_with_a_clear_error():
+    assert specdec.has_cuda is False
+    with pytest.raises(specdec.Error, match="host-only"):
+        specdec.verify_tree([-1], [0], FakeCudaArray())
+    with pytest.raises(specdec.Error, match="host-only"):
+        specdec.positions([-1, 0], 0, out=FakeCudaArray())
+    with pytest.raises(specdec.Error, match="host-only"):
+        specdec.commit_kv([FakeCudaArray()], "SHTD", 0, [0])
+
+
+def test_read_only_and_mistyped_outputs_are_refused():
+    parent = np.array([-1, 0, 0], dtype=np.int32)
+    ro = np.zeros(3, dtype=np.int64)
+    ro.flags.writeable = False
+    with pytest.raises(TypeError):
+        specdec.positions(parent, 0, out=ro)
+    cache = np.zeros((1, 2, 4, 2), dtype=np.float32)
+    cache.flags.writeable = False
+    with pytest.raises(TypeError):
+        specdec.commit_kv([cache], "SHTD", 0, [1])
+    noncontig = np.zeros((3, 2), dtype=np.int64)[:, 0]
+    with pytest.raises(TypeError):
+        specdec.positions(parent, 0, out=noncontig)
+
+
+def test_docstrings_and_stubs():
+    doc = specdec.verify_tree.__doc__
+    assert "C++ specdec::verify_tree" in doc and "Deterministic for a" in doc
+    assert "C++ specdec::commit_kv" in specdec.commit_kv.__doc__
+    pkg = Path(specdec.__file__).parent
+    assert (pkg / "_core.pyi").is_file() and (pkg / "py.typed").is_file()
+    assert "def verify_tree(" in (pkg / "_core.pyi").read_text()

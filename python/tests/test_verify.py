@@ -1,0 +1,262 @@
+"""Verification through Python: every mode against a plain numpy walk on the
+caller's uniforms, Philox results against the C++ program, chain == tree,
+batched == one by one, errors, and chi-square exactness with a negative
+control."""
+import math
+
+import numpy as np
+import pytest
+
+import specdec
+from conftest import data_ptr, needs_torch, random_tree
+
+M = specdec.Mode
+
+
+def children(parent):
+    kids = [[] for _ in parent]
+    for i in range(1, len(parent)):
+        kids[parent[i]].append(i)
+    return kids
+
+
+def sample(row, target):
+    c = np.cumsum(row.astype(np.float64))
+    hit = np.nonzero(target < c)[0]
+    return int(hit[0]) if len(hit) else int(np.argmax(row))
+
+
+def ref_verify(parent, tokens, p, q, mode, U):
+    """The verification rules written plainly in float64 (docs/verify.md)."""
+    kids = children(parent)
+    u, path = 0, [0]
+    while True:
+        ks = kids[u]
+        if mode in (M.GREEDY, M.NAIVE_MATCHING):
+            y = int(np.argmax(p[u])) if mode == M.GREEDY else sample(p[u], U[u, 0] * p[u].astype(np.float64).sum())
+            hit = next((c for c in ks if tokens[c] == y), None)
+            if hit is None:
+                return path, y
+            path.append(hit)
+            u = hit
+            continue
+        if not ks:
+            return path, sample(p[u], U[u, 0] * p[u].astype(np.float64).sum())
+        pu = p[u].astype(np.float64)
+        accepted = None
+        if mode == M.DETERMINISTIC:
+            mass, seen = pu.sum(), set()
+            for j, c in enumerate(ks):
+                x = tokens[c]
+                rx = 0.0 if x in seen else pu[x]
+                seen.add(x)
+                if rx > 0 and U[u, 1 + j] * mass < rx:
+                    accepted = c
+                    break
+                mass -= rx
+            if accepted is None:
+                r = pu.copy()
+                r[[tokens[c] for c in ks]] = 0
+                return path, sample(r, U[u, 0] * r.sum())
+        else:  # sampled_iid
+            qu = q[u].astype(np.float64)
+            r, mass = pu, 1.0
+            for j, c in enumerate(ks):
+                x = tokens[c]
+                if qu[x] > 0 and r[x] > 0 and U[u, 1 + j] * qu[x] * mass < r[x]:
+                    accepted = c
+                    break
+                r = np.maximum(r - qu * mass, 0.0) if j else np.maximum(pu - qu, 0.0)
+                mass = r.sum()
+            if accepted is None:
+                return path, sample(r, U[u, 0] * mass) if mass > 0 else int(np.argmax(pu))
+        path.append(accepted)
+        u = accepted
+
+
+def random_case(rng, n, V, peaked=True):
+    parent = random_tree(rng, n)
+    # Peaked rows so that drafts are accepted often and walks go deep.
+    p = rng.dirichlet(np.full(V, 0.3 if peaked else 1.0), size=n).astype(np.float32)
+    q = (0.5 * p + 0.5 * rng.dirichlet(np.full(V, 0.3), size=n)).astype(np.float32)
+    tokens = np.array([int(rng.choice(V, p=q[parent[i]] / q[parent[i]].sum())) if i else 0 for i in range(n)],
+                      dtype=np.int32)
+    return parent, tokens, p, q
+
+
+@pytest.mark.parametrize("mode", [M.SAMPLED_IID, M.DETERMINISTIC, M.GREEDY, M.NAIVE_MATCHING])
+def test_modes_match_numpy_reference_on_caller_uniforms(rng, mode):
+    deep = 0
+    for _ in range(150):
+        n, V = int(rng.integers(1, 12)), int(rng.integers(2, 9))
+        parent, tokens, p, q = random_case(rng, n, V)
+        U = rng.random((n, 1 + n))
+        r = specdec.verify_tree(parent, tokens, p, q, mode=mode, uniforms=U)
+        path, nxt = ref_verify(parent, tokens, p, q, mode, U)
+        assert list(r.path) == path and r.next_token == nxt, (parent, tokens, U)
+        assert r.accepted == len(path) - 1 and r.last_node == path[-1]
+        assert list(r.tokens) == [int(tokens[c]) for c in path[1:]] + [nxt]
+        deep += r.accepted >= 2
+    assert deep > 0  # the walks did go past the first level
+
+
+@pytest.mark.parametrize("mode", list(M))
+def test_philox_results_match_cpp(rng, cpp_ref, mode):
+    cases, text = [], ""
+    for k in range(40):
+        n, V = int(rng.integers(1, 10)), int(rng.integers(2, 7))
+        parent, tokens, p, q = random_case(rng, n, V)
+        if mode == M.BLOCK:  # block verification takes chains only
+            parent = np.arange(-1, n - 1, dtype=np.int32)
+        cases.append((parent, tokens, p, q, k))
+        arr = " ".join
+        text += (f"verify {n} {V} {int(mode)} {1000 + k} {k} 3 {arr(map(str, parent))} {arr(map(str, tokens))} "
+                 f"{arr(repr(float(v)) for v in p.ravel())} {arr(repr(float(v)) for v in q.ravel())}\n")
+    lines = cpp_ref(text)
+    for i, (parent, tokens, p, q, k) in enumerate(cases):
+        head, toks = lines[2 * i], lines[2 * i + 1]
+        r = specdec.verify_tree(parent, tokens, p, q, mode=mode, seed=1000 + k, request=k, round=3)
+        assert [r.accepted, r.last_node, r.next_token] == [int(v) for v in head]
+        assert list(r.tokens) == [int(v) for v in toks]
+
+
+def test_chain_equals_tree_and_batch_equals_single(rng):
+    V, gamma = 6, 5
+    for trial in range(30):
+        drafts = rng.integers(0, V, gamma).astype(np.int32)
+        p = rng.dirichlet(np.full(V, 0.3), size=gamma + 1).astype(np.float32)
+        q = rng.dirichlet(np.full(V, 0.3), size=gamma + 1).astype(np.float32)
+        c = specdec.verify_chain(drafts, p, q, seed=trial, request=1, round=2)
+        parent = np.arange(-1, gamma, dtype=np.int32)
+        tokens = np.concatenate([[0], drafts]).astype(np.int32)
+        t = specdec.verify_tree(parent, tokens, p, q, seed=trial, request=1, round=2)
+        assert (c.accepted, c.next_token) == (t.accepted, t.next_token)
+        assert list(c.tokens) == list(t.tokens)
+    # a ragged batch with mixed modes equals the requests one by one
+    reqs = [random_case(rng, int(rng.integers(1, 9)), 5) for _ in range(12)]
+    modes = np.array([list(M)[i % 5] for i in range(12)], dtype=np.int32)
+    offsets = np.cumsum([0] + [len(r[0]) for r in reqs]).astype(np.int32)
+    cat = [np.concatenate([r[i] for r in reqs]) for i in range(4)]
+    apd = np.zeros(8, dtype=np.int64)
+    paths, toks, res = specdec.verify_batch(offsets, cat[0], cat[1], cat[2], cat[3], modes=modes, seeds=77,
+                                            rounds=4, accepted_per_depth=apd)
+    for r, (parent, tokens, p, q) in enumerate(reqs):
+        one = specdec.verify_tree(parent, tokens, p, q, mode=int(modes[r]), seed=77, request=r, round=4)
+        assert list(res[r]) == [one.accepted, one.last_node, one.next_token, 0]
+        assert list(paths[r, :one.accepted + 1]) == list(one.path)
+        assert list(toks[r, :one.accepted + 1]) == list(one.tokens)
+    for d in range(1, 9):
+        assert apd[d - 1] == (res[:, 0] >= d).sum()
+
+
+def test_bad_inputs_raise_and_leave_outputs_untouched(rng):
+    parent, tokens, p, q = random_case(rng, 6, 5)
+    path = np.full(6, -7, dtype=np.int32)
+    out = np.full(6, -7, dtype=np.int32)
+    bad_p = p.copy()
+    bad_p[0, 1] = np.nan
+    neg = p.copy()
+    neg[0, 0] = -0.1
+    for kwargs, code in [
+        (dict(p=bad_p), "non_finite"),
+        (dict(p=neg), "negative_probability"),
+        (dict(tokens=np.array([0, 1, 2, 9, 1, 1], dtype=np.int32)), "token_out_of_range"),
+        (dict(parent=np.array([-1, 0, 3, 1, 1, 2], dtype=np.int32)), "not_topological|parent_out"),
+        (dict(p=p[:4]), "size_mismatch"),
+        (dict(q=None), "invalid_argument"),
+        (dict(uniforms=np.full((6, 7), 1.0)), "invalid_argument"),
+    ]:
+        args = dict(parent=parent, tokens=tokens, p=p, q=q)
+        args.update(kwargs)
+        with pytest.raises(specdec.Error, match=code):
+            specdec.verify_tree(args["parent"], args["tokens"], args["p"], args["q"], mode=M.SAMPLED_IID,
+                                uniforms=args.get("uniforms"), path=path, tokens_out=out)
+        assert (path == -7).all() and (out == -7).all()
+    with pytest.raises(specdec.Error, match="buffer_too_small"):
+        specdec.verify_tree(parent, tokens, p, q, path=path[:0], tokens_out=out[:0])
+    # batch: a bad request fails alone; the others are verified
+    offsets = np.array([0, 6, 12], dtype=np.int32)
+    pp = np.concatenate([p, bad_p])
+    paths = np.full((2, 6), -3, dtype=np.int32)
+    _, _, res = specdec.verify_batch(offsets, np.concatenate([parent, parent]), np.concatenate([tokens, tokens]),
+                                     pp, np.concatenate([q, q]), modes=M.SAMPLED_IID, paths=paths)
+    assert res[0, 3] == 0 and res[1, 3] == 12  # ok, non_finite
+    assert (paths[1] == -3).all()
+
+
+def test_outputs_are_the_callers_memory(rng):
+    parent, tokens, p, q = random_case(rng, 8, 5)
+    path = np.zeros(8, dtype=np.int32)
+    out = np.zeros(8, dtype=np.int32)
+    r = specdec.verify_tree(parent, tokens, p, q, path=path, tokens_out=out)
+    assert data_ptr(r.path) == data_ptr(path) and data_ptr(r.tokens) == data_ptr(out)
+    # strided p (a column slice of a wider buffer) is read in place
+    wide = np.zeros((8, 10), dtype=np.float32)
+    wide[:, :5] = p
+    r2 = specdec.verify_tree(parent, tokens, wide[:, :5], q, seed=0)
+    r1 = specdec.verify_tree(parent, tokens, p, q, seed=0)
+    assert list(r1.tokens) == list(r2.tokens)
+
+
+@needs_torch
+def test_torch_tensors(rng):
+    import torch
+    parent, tokens, p, q = random_case(rng, 8, 5)
+    tp, tq = torch.from_dlpack(p), torch.from_dlpack(q)
+    path = torch.zeros(8, dtype=torch.int32)
+    toks = torch.zeros(8, dtype=torch.int32)
+    ptr = path.data_ptr()
+    r = specdec.verify_tree(torch.from_dlpack(parent), torch.from_dlpack(tokens), tp, tq, seed=5, path=path,
+                            tokens_out=toks)
+    ref = specdec.verify_tree(parent, tokens, p, q, seed=5)
+    assert path.data_ptr() == ptr and r.path.data_ptr() == ptr
+    assert r.tokens.tolist() == list(ref.tokens)
+
+
+# ---- statistical exactness ------------------------------------------------
+
+P = np.array([0.5, 0.3, 0.2], dtype=np.float32)
+Q = np.array([0.2, 0.3, 0.5], dtype=np.float32)
+
+
+def chi_square_first_token(rng, trials, resort_by_q, mode=M.SAMPLED_IID):
+    """First emitted token of a root with two i.i.d. children drafted from Q,
+    verified by SAMPLED_IID through verify_batch. With resort_by_q the caller
+    reorders the children by q before verifying (a known bias)."""
+    counts = np.zeros(3, dtype=np.int64)
+    per = 200_000
+    done = 0
+    child_p = np.array([0.1, 0.6, 0.3], dtype=np.float32)  # p at the children (bonus rows)
+    while done < trials:
+        R = min(per, trials - done)
+        kids = rng.choice(3, size=(R, 2), p=Q.astype(np.float64))
+        if resort_by_q:
+            swap = Q[kids[:, 0]] < Q[kids[:, 1]]
+            kids[swap] = kids[swap][:, ::-1]
+        tokens = np.zeros((R, 3), dtype=np.int32)
+        tokens[:, 1:] = kids
+        parent = np.tile(np.array([-1, 0, 0], dtype=np.int32), R)
+        p = np.tile(np.stack([P, child_p, child_p]), (R, 1))
+        q = np.tile(np.stack([Q, Q, Q]), (R, 1))
+        offsets = np.arange(0, 3 * R + 1, 3, dtype=np.int32)
+        _, toks, res = specdec.verify_batch(offsets, parent, tokens.ravel(), p, q, modes=mode,
+                                            seeds=int(rng.integers(1 << 62)), rounds=0)
+        assert (res[:, 3] == 0).all()
+        counts += np.bincount(toks[:, 0], minlength=3)
+        done += R
+    expected = P.astype(np.float64) * trials
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    return chi2, counts / trials
+
+
+def test_sampled_modes_are_exact_chi_square_with_negative_control(rng):
+    # df = 2: P(chi2 > x) = exp(-x / 2); reject at 1e-6 -> x > 27.6.
+    crit = -2.0 * math.log(1e-6)
+    for mode in (M.SAMPLED_IID, M.TRAVERSAL):
+        chi2, freq = chi_square_first_token(rng, 1_000_000, resort_by_q=False, mode=mode)
+        print(f"{mode.name}: chi2={chi2:.2f} freq={freq}")
+        assert chi2 < crit
+    chi2_bad, freq_bad = chi_square_first_token(rng, 1_000_000, resort_by_q=True)
+    print(f"re-sorted by q (control): chi2={chi2_bad:.2f} freq={freq_bad}")
+    assert chi2_bad > crit  # the test can tell a biased verifier from an exact one
+    np.testing.assert_allclose(freq_bad, [0.49, 0.21, 0.30], atol=0.005)
