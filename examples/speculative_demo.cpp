@@ -1,12 +1,13 @@
-// End-to-end speculative decoding on the shipped default model.
+// End-to-end speculative decoding on the shipped default model, through the
+// round loop layer (specdec/loop/session.hpp).
 //
 // The target is an order-6 character n-gram model and the drafter an
 // order-3 one, both trained at start-up on examples/data/corpus.txt. Each
-// round: the drafter grows a token tree, the tree's ancestor mask and depth
-// positions drive one "forward pass" of the target over all nodes (each node
-// sees only its ancestors, read from the mask), the verifier accepts a path
-// plus one token, and the accepted entries of a paged KV cache are compacted
-// in place. Two runs:
+// round (speculative_session::round): the drafter grows a token tree, the
+// tree's ancestor mask and depth positions drive one "forward pass" of the
+// target over all nodes (each node sees only its ancestors, read from the
+// mask), the verifier accepts a path plus one token, and the target's commit
+// compacts the accepted entries of its paged KV cache in place. Runs:
 //   1. sampled drafts (i.i.d.) verified with multi-step speculative sampling:
 //      the output follows the target distribution exactly;
 //   2. top-k drafts verified greedily: the output is token-identical to plain
@@ -19,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,17 +40,15 @@ using specdec::token_id;
 constexpr int V = demo::vocab_size;
 
 // A probability drafter over the n-gram model: the context of a tree node is
-// the committed text followed by the node's root-to-node path (whose first
-// token, the root, is the last committed token itself).
+// the committed text before the root followed by the node's root-to-node path.
 struct ngram_drafter {
   const demo::ngram_model* model;
-  const std::vector<token_id>* committed;
   std::vector<token_id> ctx;
   std::vector<float> row = std::vector<float>(V);
 
   std::span<const float> probabilities(const specdec::draft_context& c) {
-    ctx.assign(committed->begin(), committed->end());
-    ctx.insert(ctx.end(), c.path.begin() + 1, c.path.end());
+    ctx.assign(c.history.begin(), c.history.end());
+    ctx.insert(ctx.end(), c.path.begin(), c.path.end());
     model->next_distribution(ctx, row);
     return row;
   }
@@ -81,166 +81,116 @@ struct paged_cache {
   std::int64_t capacity() const { return pages * page; }
 };
 
+// The target model: one forward over the flattened tree writes the logits of
+// every node and the node's KV into verification slot cache_len + i; commit()
+// compacts the accepted entries in place with commit_kv.
+struct ngram_target {
+  const demo::ngram_model* model;
+  paged_cache cache;
+  std::vector<token_id> ctx;
+  std::vector<float> row = std::vector<float>(V);
+
+  // The KV of the prompt but its last token (the first tree's root).
+  void prefill(const std::vector<token_id>& prompt) {
+    for (std::int32_t pos = 0; pos + 1 < static_cast<std::int32_t>(prompt.size()); ++pos)
+      write_kv(prompt[static_cast<std::size_t>(pos)], pos, pos);
+  }
+  void write_kv(token_id t, std::int64_t slot, std::int64_t pos) {
+    for (std::int64_t l = 0; l < paged_cache::layers; ++l)
+      for (std::int64_t h = 0; h < paged_cache::heads; ++h)
+        for (std::int64_t d = 0; d < paged_cache::head_dim; ++d) cache.at(slot, l, h, d) = kv_value(t, pos, l, h, d);
+  }
+
+  specdec::status forward(const specdec::tree_forward& f) {
+    const std::int32_t n = f.tree.size;
+    if (f.cache_len + n >= cache.capacity())
+      return specdec::make_status(specdec::status_code::buffer_too_small, "the demo's KV cache is full");
+    for (std::int32_t i = 0; i < n; ++i) {
+      // Node i's context: the committed tokens, then the nodes its mask row allows, in position order.
+      ctx.assign(f.history.begin(), f.history.end());
+      for (std::int32_t j = 0; j < n; ++j)
+        if (specdec::mask_test(f.mask.data() + i * f.mask_words, j)) ctx.push_back(f.tree.token[j]);
+      model->next_distribution(ctx, row);
+      for (int t = 0; t < V; ++t)
+        f.logits(i, t) = row[static_cast<std::size_t>(t)] > 0.0f ? std::log(row[static_cast<std::size_t>(t)])
+                                                                 : -std::numeric_limits<float>::infinity();
+      write_kv(f.tree.token[i], f.cache_len + i, f.positions[static_cast<std::size_t>(i)]);
+    }
+    return specdec::status::success();
+  }
+
+  specdec::status commit(const specdec::kv_commit_request& c) {
+    const std::vector<specdec::kv_tensor<float>> tensors = {cache.tensor()};
+    return specdec::commit_kv(tensors, cache.map(), c.cache_len, c.keep);
+  }
+};
+static_assert(specdec::kv_committing_target<ngram_target>);
+
 struct run_stats {
   std::int64_t rounds = 0, tokens = 0, nodes = 0;
   std::vector<std::int64_t> accepted_hist = std::vector<std::int64_t>(16, 0);
 };
 
-// One speculative decoding run. Returns the generated tokens.
+// One speculative decoding run through speculative_session. Returns the generated tokens.
 template <class Builder>
-std::vector<token_id> speculate(const demo::ngram_model& target, const demo::ngram_model& draft_model,
-                                const std::vector<token_id>& prompt, std::int64_t n_tokens, Builder& builder,
-                                specdec::verify_mode mode, std::uint64_t seed, run_stats& st) {
-  paged_cache cache;
-  std::vector<token_id> committed(prompt);
-  // The KV of every committed token but the last is in the cache; the last
-  // is the root of the next tree and is scored in the verification pass.
-  specdec::position_id cache_len = static_cast<specdec::position_id>(committed.size()) - 1;
-  for (specdec::position_id pos = 0; pos < cache_len; ++pos)
-    for (std::int64_t l = 0; l < paged_cache::layers; ++l)
-      for (std::int64_t h = 0; h < paged_cache::heads; ++h)
-        for (std::int64_t d = 0; d < paged_cache::head_dim; ++d)
-          cache.at(pos, l, h, d) = kv_value(committed[static_cast<std::size_t>(pos)], pos, l, h, d);
-
-  ngram_drafter drafter{&draft_model, &committed, {}};
-  specdec::drafted_tree tree;
-  std::vector<std::byte> workspace;
-  std::vector<float> p, q;
-  std::vector<std::uint64_t> mask;
-  std::vector<std::int64_t> positions;
-  std::vector<node_id> path(64);
-  std::vector<token_id> emitted(64);
-  std::vector<specdec::position_id> keep(64);
-  std::vector<token_id> ctx;
-
-  while (static_cast<std::int64_t>(committed.size() - prompt.size()) < n_tokens) {
-    const auto round = static_cast<std::uint32_t>(st.rounds);
-    // 1. Draft. The builder derives its own stream (rng_purpose::draft) from
-    //    the round's key, so drafting never reuses the verifier's uniforms.
-    builder.set_rng(specdec::rng_stream{seed, 0, round});
-    specdec::throw_if_error(builder.build(drafter, committed.back(), tree));
-    const std::int32_t n = tree.size();
-    const auto parent = tree.tree.parents();
-    const auto tokens = tree.tree.tokens();
-
-    // 2. Lay out: positions and the packed ancestor mask.
-    positions.resize(static_cast<std::size_t>(n));
-    specdec::throw_if_error(specdec::build_positions<specdec::position_id>(parent, cache_len, positions));
-    const std::int64_t words = specdec::mask_words_per_row<std::uint64_t>(n);
-    mask.resize(static_cast<std::size_t>(n * words));
-    specdec::throw_if_error(specdec::build_packed_mask<std::uint64_t>(parent, mask));
-
-    // 3. Target "forward pass" over all nodes: node i's context is the cache
-    //    plus the nodes its mask row allows (its ancestors and itself), in
-    //    position order; its KV goes to verification slot cache_len + i.
-    p.resize(static_cast<std::size_t>(n) * V);
-    q.resize(static_cast<std::size_t>(n) * V);
-    for (std::int32_t i = 0; i < n; ++i) {
-      ctx.assign(committed.begin(), committed.end() - 1);
-      for (std::int32_t j = 0; j < n; ++j)
-        if (specdec::mask_test(mask.data() + i * words, j)) ctx.push_back(tokens[static_cast<std::size_t>(j)]);
-      target.next_distribution(ctx, std::span<float>(p).subspan(static_cast<std::size_t>(i) * V, V));
-      // q row i: the draft distribution that produced node i's children.
-      draft_model.next_distribution(ctx, std::span<float>(q).subspan(static_cast<std::size_t>(i) * V, V));
-      for (std::int64_t l = 0; l < paged_cache::layers; ++l)
-        for (std::int64_t h = 0; h < paged_cache::heads; ++h)
-          for (std::int64_t d = 0; d < paged_cache::head_dim; ++d)
-            cache.at(cache_len + i, l, h, d) =
-                kv_value(tokens[static_cast<std::size_t>(i)], positions[static_cast<std::size_t>(i)], l, h, d);
-    }
-
-    // 4. Verify.
-    workspace.resize(specdec::verify_workspace_size(V, n));
-    specdec::verify_params vp;
-    vp.mode = mode;
-    vp.seed = seed;
-    vp.round = round;
-    specdec::verify_result res;
-    specdec::throw_if_error(specdec::verify_tree(tree.tree.view(), specdec::make_view<const float>(p.data(), n, V),
-                                                 specdec::make_view<const float>(q.data(), n, V), vp, workspace, path,
-                                                 emitted, res));
-
-    // 5. Commit: keep the root and the accepted nodes' KV, compacted in place.
-    std::int32_t kept = 0;
-    specdec::throw_if_error(specdec::keep_indices_from_path(
-        parent, std::span<const node_id>(path).first(static_cast<std::size_t>(res.accepted) + 1), {}, cache_len, keep,
-        kept));
-    const specdec::kv_tensor<float> tensors[1] = {cache.tensor()};
-    specdec::throw_if_error(
-        specdec::commit_kv<float>(tensors, cache.map(), cache_len,
-                                  std::span<const specdec::position_id>(keep).first(static_cast<std::size_t>(kept))));
-    committed.insert(committed.end(), emitted.begin(), emitted.begin() + res.accepted + 1);
-    cache_len += kept;
-    if (cache_len + 64 >= cache.capacity()) break;  // the demo's cache is small
-
+std::vector<token_id> speculate(const demo::ngram_model& target_model, const demo::ngram_model& draft_model,
+                                const std::vector<token_id>& prompt, std::int64_t n_tokens, Builder builder,
+                                float temperature, std::uint64_t seed, run_stats& st) {
+  ngram_target target{&target_model, {}, {}};
+  target.prefill(prompt);
+  ngram_drafter drafter{&draft_model, {}};
+  specdec::session_options o;
+  o.vocab_size = V;
+  o.sampling.temperature = temperature;
+  o.seed = seed;
+  o.max_tokens = static_cast<std::int32_t>(n_tokens);
+  specdec::speculative_session<Builder> session(std::move(builder), o);
+  specdec::throw_if_error(session.start(prompt));
+  while (!session.done()) {
+    const specdec::status s = session.round(drafter, target);
+    if (s == specdec::status_code::buffer_too_small) break;  // the demo's cache is small
+    specdec::throw_if_error(s);
+    const auto& r = session.last_round();
     ++st.rounds;
-    st.tokens += res.accepted + 1;
-    st.nodes += n;
-    ++st.accepted_hist[static_cast<std::size_t>(res.accepted)];
+    st.tokens += r.emitted;
+    st.nodes += r.tree_nodes;
+    ++st.accepted_hist[static_cast<std::size_t>(r.accepted)];
   }
-
+  const auto committed = session.tokens();
   // The compacted cache must hold exactly the committed tokens at their positions.
-  for (specdec::position_id pos = 0; pos < cache_len; ++pos)
+  for (std::int32_t pos = 0; pos + 1 < static_cast<std::int32_t>(committed.size()); ++pos)
     for (std::int64_t l = 0; l < paged_cache::layers; ++l)
       for (std::int64_t h = 0; h < paged_cache::heads; ++h)
         for (std::int64_t d = 0; d < paged_cache::head_dim; ++d)
-          if (cache.at(pos, l, h, d) != kv_value(committed[static_cast<std::size_t>(pos)], pos, l, h, d)) {
-            std::fprintf(stderr, "KV cache mismatch at position %lld\n", static_cast<long long>(pos));
+          if (target.cache.at(pos, l, h, d) != kv_value(committed[static_cast<std::size_t>(pos)], pos, l, h, d)) {
+            std::fprintf(stderr, "KV cache mismatch at position %d\n", pos);
             std::exit(1);
           }
-  return {committed.begin() + static_cast<std::ptrdiff_t>(prompt.size()), committed.end()};
+  const auto out = session.generated_tokens();
+  return {out.begin(), out.end()};
 }
-
-// topk_tree_builder is deterministic (no rng): give it the sampled builder's interface.
-struct topk_adapter {
-  specdec::topk_tree_builder b;
-  void set_rng(specdec::rng_stream) {}
-  specdec::status build(ngram_drafter& d, token_id root, specdec::drafted_tree& out) { return b.build(d, root, out); }
-};
 
 // Losslessness, measured: verify `trials` fresh trees after the same context
 // and compare the law of the first emitted token with the target's own next-
 // token distribution. Returns the total variation distance.
-double first_token_tv(const demo::ngram_model& target, const demo::ngram_model& draft_model,
+double first_token_tv(const demo::ngram_model& target_model, const demo::ngram_model& draft_model,
                       const std::vector<token_id>& context, std::uint64_t seed, int trials) {
-  specdec::sampled_tree_options so;
-  so.widths = {3, 2};
-  so.vocab_size = V;
-  specdec::sampled_tree_builder builder(so);
-  ngram_drafter drafter{&draft_model, &context, {}};
-  specdec::drafted_tree tree;
-  std::vector<float> p, q;
-  std::vector<std::byte> workspace;
-  std::vector<node_id> path(8);
-  std::vector<token_id> emitted(8), ctx;
+  ngram_target target{&target_model, {}, {}};
+  ngram_drafter drafter{&draft_model, {}};
+  specdec::session_options o;
+  o.vocab_size = V;
+  o.max_tokens = 1;
+  o.request = 1;
+  specdec::speculative_session session(
+      specdec::sampled_tree_builder({.mode = specdec::draft_mode::iid, .widths = {3, 2}, .vocab_size = V}), o);
   std::vector<double> counts(V, 0.0);
   for (int r = 0; r < trials; ++r) {
-    builder.set_rng(specdec::rng_stream{seed, 1, static_cast<std::uint32_t>(r)});
-    specdec::throw_if_error(builder.build(drafter, context.back(), tree));
-    const std::int32_t n = tree.size();
-    p.resize(static_cast<std::size_t>(n) * V);
-    q.resize(static_cast<std::size_t>(n) * V);
-    for (std::int32_t i = 0; i < n; ++i) {  // context + the node's root path (root = context.back())
-      ctx.assign(context.begin(), context.end() - 1);
-      std::vector<token_id> up;
-      for (node_id u = i; u >= 0; u = tree.tree.parent(u)) up.push_back(tree.tree.token(u));
-      ctx.insert(ctx.end(), up.rbegin(), up.rend());
-      target.next_distribution(ctx, std::span<float>(p).subspan(static_cast<std::size_t>(i) * V, V));
-      draft_model.next_distribution(ctx, std::span<float>(q).subspan(static_cast<std::size_t>(i) * V, V));
-    }
-    workspace.resize(specdec::verify_workspace_size(V, n));
-    specdec::verify_params vp;
-    vp.seed = seed;
-    vp.request = 1;
-    vp.round = static_cast<std::uint32_t>(r);
-    specdec::verify_result res;
-    specdec::throw_if_error(specdec::verify_tree(tree.tree.view(), specdec::make_view<const float>(p.data(), n, V),
-                                                 specdec::make_view<const float>(q.data(), n, V), vp, workspace, path,
-                                                 emitted, res));
-    counts[static_cast<std::size_t>(emitted[0])] += 1.0;
+    specdec::throw_if_error(session.start(context, seed + static_cast<std::uint64_t>(r)));
+    specdec::throw_if_error(session.round(drafter, target));
+    counts[static_cast<std::size_t>(session.generated_tokens()[0])] += 1.0;
   }
   std::vector<float> want(V);
-  target.next_distribution(context, want);
+  target_model.next_distribution(context, want);
   double tv = 0;
   for (int t = 0; t < V; ++t)
     tv += 0.5 * std::abs(counts[static_cast<std::size_t>(t)] / trials - want[static_cast<std::size_t>(t)]);
@@ -284,17 +234,16 @@ int main(int argc, char** argv) {
   so.mode = specdec::draft_mode::iid;
   so.widths = {3, 2, 2, 1};
   so.vocab_size = V;
-  specdec::sampled_tree_builder sampled(so);
   run_stats s1;
-  const auto out1 = speculate(target, draft, prompt, n_tokens, sampled, specdec::verify_mode::sampled_iid, seed, s1);
+  const auto out1 = speculate(target, draft, prompt, n_tokens, specdec::sampled_tree_builder(so), 1.0f, seed, s1);
   std::printf("\n--- sampled drafts + multi-step speculative sampling (lossless) ---\n%s%s\n", decode(prompt).c_str(),
               decode(out1).c_str());
   report("sampled", s1);
 
   // 2. Top-2 tree of depth 4 (31 nodes), greedy verification, against plain greedy decoding.
-  topk_adapter topk{specdec::topk_tree_builder({.k = 2, .depth = 4, .vocab_size = V})};
   run_stats s2;
-  const auto out2 = speculate(target, draft, prompt, n_tokens, topk, specdec::verify_mode::greedy, seed, s2);
+  const auto out2 = speculate(target, draft, prompt, n_tokens,
+                              specdec::topk_tree_builder({.k = 2, .depth = 4, .vocab_size = V}), 0.0f, seed, s2);
   std::vector<token_id> ref(prompt);
   std::vector<float> row(V);
   while (ref.size() < prompt.size() + out2.size()) {

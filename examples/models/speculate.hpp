@@ -218,9 +218,11 @@ inline std::vector<token_id> generate_speculative(const weights& target, const w
     const bool use_sampled = o.kind == tree_kind::iid_tree || (o.kind == tree_kind::chain && !greedy_chain);
     if (use_sampled) {
       q.assign(static_cast<std::size_t>(max_tree_nodes * V), 1.0f / static_cast<float>(V));
-      sampled.set_rng(specdec::rng_stream{o.seed, o.request, round});
-      specdec::throw_if_error(
-          sampled.build(drafter, out.back(), tree, specdec::make_view<float>(q.data(), max_tree_nodes, V)));
+      specdec::draft_round dr;
+      dr.root_token = out.back();
+      dr.rng = specdec::rng_stream{o.seed, o.request, round};
+      dr.q_rows = specdec::make_view<float>(q.data(), max_tree_nodes, V);
+      specdec::throw_if_error(sampled.build(drafter, dr, tree));
     } else if (o.kind == tree_kind::beam_tree) {
       specdec::throw_if_error(beam.build(drafter, out.back(), tree));
     } else {

@@ -575,6 +575,31 @@ TEST_CASE("a drafter's hidden-state buffer as a one-layer, one-head kv_tensor co
   CHECK(a == b);
 }
 
+TEST_CASE("commit_kv deduces the element type from a std::vector or array of kv_tensor") {
+  // Two layers of [1][L][H][C][D] with C = 8: keep positions 3, 5 after cache_len 2.
+  std::vector<std::uint16_t> a(1 * 2 * 1 * 8 * 2), b(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = b[i] = static_cast<std::uint16_t>(i);
+  const std::vector<specdec::kv_tensor<std::uint16_t>> vec = {specdec::make_kv_tensor_lhsd(a.data(), 1, 2, 1, 8, 2)};
+  const specdec::position_id keep[] = {3, 5};
+  REQUIRE(specdec::commit_kv(vec, specdec::contiguous_positions(8), 2, keep).ok());  // no <T>
+  const specdec::kv_tensor<std::uint16_t> arr[1] = {specdec::make_kv_tensor_lhsd(b.data(), 1, 2, 1, 8, 2)};
+  const specdec::position_id len[1] = {2};
+  const std::int32_t off[2] = {0, 2};
+  REQUIRE(specdec::commit_kv(arr, specdec::contiguous_positions(8), len, off, keep).ok());  // batched form
+  CHECK(a == b);
+  for (int layer = 0; layer < 2; ++layer)
+    for (int d = 0; d < 2; ++d) {
+      CHECK(a[static_cast<std::size_t>(layer * 16 + 2 * 2 + d)] == layer * 16 + 3 * 2 + d);
+      CHECK(a[static_cast<std::size_t>(layer * 16 + 3 * 2 + d)] == layer * 16 + 5 * 2 + d);
+    }
+  // Errors still come through the deduced form.
+  const specdec::position_id bad[] = {5, 3};
+  CHECK(specdec::commit_kv(vec, specdec::contiguous_positions(8), 2, bad) == specdec::status_code::not_sorted);
+  static_assert(specdec::kv_tensor_range<std::vector<specdec::kv_tensor<float>>>);
+  static_assert(!specdec::kv_tensor_range<std::vector<float>>);
+  static_assert(!specdec::kv_tensor_range<specdec::kv_tensor<float>>);
+}
+
 TEST_CASE("the kv_tensor makers give the documented strides") {
   constexpr std::int64_t R = 3, L = 2, H = 4, C = 16, D = 8, P = 4;
   int dummy = 0;

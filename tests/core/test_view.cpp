@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 #include "specdec/core/view.hpp"
@@ -43,4 +45,31 @@ TEST_CASE("strided views address transposed and broadcast layouts") {
   specdec::view2d<float> empty;
   CHECK(empty.empty());
   CHECK(empty.required_span() == 0);
+}
+
+namespace {
+float sum_view(specdec::view2d<const float> v) {
+  float s = 0;
+  for (std::int64_t i = 0; i < v.extent[0]; ++i)
+    for (std::int64_t j = 0; j < v.extent[1]; ++j) s += v(i, j);
+  return s;
+}
+}  // namespace
+
+// A mutable view passes where a const view is read; never the other way round.
+static_assert(std::is_convertible_v<specdec::view2d<float>, specdec::view2d<const float>>);
+static_assert(std::is_convertible_v<specdec::view1d<int>, specdec::view1d<const int>>);
+static_assert(!std::is_convertible_v<specdec::view2d<const float>, specdec::view2d<float>>);
+static_assert(!std::is_convertible_v<specdec::view2d<float>, specdec::view2d<const double>>);
+static_assert(!std::is_convertible_v<specdec::view2d<float>, specdec::view1d<const float>>);
+static_assert(std::is_aggregate_v<specdec::view2d<float>>);  // designated/brace init keeps working
+
+TEST_CASE("a mutable view converts implicitly to the const view of the same memory") {
+  std::vector<float> buf = {1, 2, 3, 4, 5, 6};
+  const specdec::view2d<float> m = specdec::make_view(buf.data(), 2, 3);
+  CHECK(sum_view(m) == 21.0f);
+  const specdec::view2d<const float> c = m;
+  CHECK(c.data == buf.data());
+  CHECK(c.stride[0] == 3);
+  CHECK(c.extent[1] == 3);
 }

@@ -73,8 +73,8 @@ TEST_CASE("draft builders + matching verify mode are lossless; a mismatched mode
     specdec::sampled_tree_builder b({.mode = m, .widths = {2}});
     const auto f = first_token_freq(
         [&](std::uint32_t r, specdec::drafted_tree& t, std::vector<float>& q) {
-          b.set_rng({1234, 0, r});
-          REQUIRE(b.build(d, 0, t, specdec::make_view(q.data(), 3, 3)).ok());
+          REQUIRE(
+              b.build(d, {.root_token = 0, .rng = {1234, 0, r}, .q_rows = specdec::make_view(q.data(), 3, 3)}, t).ok());
         },
         rounds);
     INFO(specdec::draft_mode_name(m) << ": " << f[0] << " " << f[1] << " " << f[2]);

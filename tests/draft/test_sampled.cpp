@@ -32,11 +32,10 @@ TEST_CASE("iid sampled tree: children follow q (chi-square), deterministic per k
   fixed_drafter d{{0.5f, 0.0f, 0.2f, 0.3f}};  // unnormalized rows are fine too
   const int rounds = 20000;
   std::vector<double> counts(4, 0.0), pairs(16, 0.0);
-  specdec::sampled_tree_builder b({.mode = draft_mode::iid, .widths = {2}, .rng = {42, 0, 0}});
+  specdec::sampled_tree_builder b({.mode = draft_mode::iid, .widths = {2}});
   specdec::drafted_tree t;
   for (int r = 0; r < rounds; ++r) {
-    b.set_rng({42, 3, static_cast<std::uint32_t>(r)});
-    REQUIRE(b.build(d, 0, t).ok());
+    REQUIRE(b.build(d, {.root_token = 0, .rng = {42, 3, static_cast<std::uint32_t>(r)}}, t).ok());
     REQUIRE(t.size() == 3);
     CHECK(t.child_mode[0] == draft_mode::iid);
     for (int c = 1; c < 3; ++c) counts[static_cast<std::size_t>(t.tree.token(c))] += 1;
@@ -66,9 +65,8 @@ TEST_CASE("iid sampled tree: children follow q (chi-square), deterministic per k
   CHECK(chi_square(counts, wrong) > 100.0);
   // Same key, same tree.
   specdec::drafted_tree t1, t2;
-  b.set_rng({7, 1, 2});
-  REQUIRE(b.build(d, 0, t1).ok());
-  REQUIRE(b.build(d, 0, t2).ok());
+  REQUIRE(b.build(d, {.root_token = 0, .rng = {7, 1, 2}}, t1).ok());
+  REQUIRE(b.build(d, {.root_token = 0, .rng = {7, 1, 2}}, t2).ok());
   CHECK(t1.tree == t2.tree);
 }
 
@@ -80,8 +78,7 @@ TEST_CASE("Gumbel-top-k tree: ordered sibling pairs follow sequential sampling w
   specdec::sampled_tree_builder b({.mode = draft_mode::without_replacement, .widths = {2}});
   specdec::drafted_tree t;
   for (int r = 0; r < rounds; ++r) {
-    b.set_rng({9, 0, static_cast<std::uint32_t>(r)});
-    REQUIRE(b.build(d, 0, t).ok());
+    REQUIRE(b.build(d, {.root_token = 0, .rng = {9, 0, static_cast<std::uint32_t>(r)}}, t).ok());
     REQUIRE(t.size() == 3);
     CHECK(t.tree.token(1) != t.tree.token(2));
     CHECK(t.child_mode[0] == draft_mode::without_replacement);
@@ -104,9 +101,9 @@ TEST_CASE("Gumbel-top-k tree: ordered sibling pairs follow sequential sampling w
 
 TEST_CASE("sampled trees: multi-level shape, widths and bad inputs") {
   draft_test::path_drafter d{.V = 6, .seed = 3};
-  specdec::sampled_tree_builder b({.mode = draft_mode::without_replacement, .widths = {3, 2}, .rng = {1, 2, 3}});
+  specdec::sampled_tree_builder b({.mode = draft_mode::without_replacement, .widths = {3, 2}});
   specdec::drafted_tree t;
-  REQUIRE(b.build(d, 0, t).ok());
+  REQUIRE(b.build(d, {.root_token = 0, .rng = {1, 2, 3}}, t).ok());
   CHECK(t.size() == 1 + 3 + 6);
   CHECK(d.calls == 4);
   for (specdec::node_id i = 1; i < t.size(); ++i) {
@@ -116,14 +113,15 @@ TEST_CASE("sampled trees: multi-level shape, widths and bad inputs") {
   // Without replacement: asking for more children than positive tokens gives fewer.
   fixed_drafter two{{0.0f, 0.5f, 0.5f}};
   specdec::sampled_tree_builder b2({.mode = draft_mode::without_replacement, .widths = {3}});
-  REQUIRE(b2.build(two, 0, t).ok());
+  REQUIRE(b2.build(two, {}, t).ok());
   CHECK(t.size() == 3);
   fixed_drafter nan_d{{0.5f, std::numeric_limits<float>::quiet_NaN()}};
-  CHECK(specdec::sampled_tree_builder({.widths = {1}}).build(nan_d, 0, t) == status_code::non_finite);
+  CHECK(specdec::sampled_tree_builder({.widths = {1}}).build(nan_d, {}, t) == status_code::non_finite);
   fixed_drafter neg{{0.5f, -0.5f}};
-  CHECK(specdec::sampled_tree_builder({.widths = {1}}).build(neg, 0, t) == status_code::negative_probability);
-  CHECK(specdec::sampled_tree_builder({.widths = {0}}).build(two, 0, t) == status_code::invalid_argument);
-  CHECK(specdec::sampled_tree_builder({.mode = draft_mode::deterministic}).build(two, 0, t) ==
+  CHECK(specdec::sampled_tree_builder({.widths = {1}}).build(neg, {}, t) == status_code::negative_probability);
+  CHECK(specdec::sampled_tree_builder({.widths = {0}}).build(two, {}, t) == status_code::invalid_argument);
+  CHECK(specdec::sampled_tree_builder({.mode = draft_mode::deterministic}).build(two, {}, t) ==
         status_code::invalid_argument);
-  CHECK(specdec::sampled_tree_builder({.widths = {1}, .vocab_size = 5}).build(two, 0, t) == status_code::size_mismatch);
+  CHECK(specdec::sampled_tree_builder({.widths = {1}, .vocab_size = 5}).build(two, {}, t) ==
+        status_code::size_mismatch);
 }

@@ -400,9 +400,12 @@ std::vector<std::int64_t> speculative_pairs(row_oracle& target, row_oracle& draf
     out.clear();
     for (std::uint32_t round = 0; out.size() < 2; ++round) {
       oracle_drafter d{&draft, out, {}};
-      builder.set_rng(specdec::rng_stream{seed, static_cast<std::uint32_t>(t), round});
       const token_id root = out.empty() ? target.last : out.back();
-      specdec::throw_if_error(builder.build(d, root, tree, specdec::make_view<float>(q.data(), 128, 256)));
+      specdec::draft_round dr;
+      dr.root_token = root;
+      dr.rng = specdec::rng_stream{seed, static_cast<std::uint32_t>(t), round};
+      dr.q_rows = specdec::make_view<float>(q.data(), 128, 256);
+      specdec::throw_if_error(builder.build(d, dr, tree));
       const std::int32_t n = tree.size();
       p.resize(static_cast<std::size_t>(n) * 256);
       for (node_id u = 0; u < n; ++u) {

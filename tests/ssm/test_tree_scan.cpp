@@ -481,3 +481,46 @@ TEST_CASE("tree scan: negative control, the seed's formula without the dt' corre
   INFO("largest relative error of the uncorrected formula " << worst_uncorrected);
   CHECK(worst_uncorrected > 0.1);
 }
+
+TEST_CASE("tree scan: workspace bounds need no tree and serve every tree of that size") {
+  for (std::int64_t n : {1, 2, 7, 33}) {
+    const specdec::tree_ssm_shape shape{.nodes = n, .heads = 4, .headdim = 8, .groups = 2, .dstate = 16};
+    for (int kind = 0; kind < 3; ++kind) {
+      const auto parent = kind == 0   ? random_tree(n, 77 + static_cast<std::uint64_t>(n))
+                          : kind == 1 ? binary_tree(n)
+                                      : chain_tree(n);
+      const std::span<const node_id> ps(parent);
+      for (auto m : {specdec::tree_scan_method::recurrent, specdec::tree_scan_method::dual,
+                     specdec::tree_scan_method::automatic}) {
+        const std::size_t exact = specdec::tree_scan_workspace_size<float>(ps, shape, m);
+        CHECK(specdec::tree_scan_workspace_bound<float>(n, shape, m) >= exact);
+      }
+      // A depth bound tightens it and still covers the tree.
+      std::int64_t depth = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        std::int64_t d = 0;
+        for (node_id u = static_cast<node_id>(i); u > 0; u = parent[static_cast<std::size_t>(u)]) ++d;
+        depth = std::max(depth, d);
+      }
+      CHECK(specdec::tree_scan_workspace_bound<float>(n, shape, specdec::tree_scan_method::automatic, depth) >=
+            specdec::tree_scan_workspace_size<float>(ps, shape));
+      CHECK(specdec::tree_scan_workspace_bound<float>(n, shape, specdec::tree_scan_method::automatic, depth) <=
+            specdec::tree_scan_workspace_bound<float>(n, shape));
+    }
+  }
+  // And a scan given exactly the bound succeeds (chain: the worst case).
+  const dims d{9, 2, 4, 1, 8};
+  const auto pr = make_problem(d, {}, 5).cast<float>();
+  const auto parent = random_tree(d.n, 5);
+  const specdec::tree_ssm_shape s{
+      .nodes = d.n, .heads = d.heads, .headdim = d.headdim, .groups = d.groups, .dstate = d.dstate};
+  std::vector<float> y(static_cast<std::size_t>(d.n * d.heads * d.headdim));
+  for (auto m : {specdec::tree_scan_method::recurrent, specdec::tree_scan_method::dual}) {
+    std::vector<std::byte> ws(specdec::tree_scan_workspace_bound<float>(d.n, s, m));
+    specdec::tree_ssm_options<float> opt;
+    CHECK(specdec::tree_scan<float>(parent, pr.inputs(), opt, specdec::make_view(y.data(), d.n, d.heads, d.headdim),
+                                    specdec::view4d<float>{}, ws, m)
+              .ok());
+  }
+  CHECK(specdec::tree_scan_workspace_bound<float>(0, s) == 0);
+}

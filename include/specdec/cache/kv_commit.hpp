@@ -14,7 +14,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <ranges>
 #include <span>
+#include <type_traits>
 
 #include "specdec/cache/kv_layout.hpp"
 #include "specdec/core/config.hpp"
@@ -157,6 +159,41 @@ status commit_kv(std::span<const kv_tensor<T>> tensors, const kv_position_map& m
   const position_id len[1] = {cache_len};
   const std::int32_t off[2] = {0, static_cast<std::int32_t>(keep.size())};
   return commit_kv<T>(tensors, map, len, off, keep);
+}
+
+namespace detail {
+template <class T>
+struct kv_tensor_element {};
+template <class T>
+struct kv_tensor_element<kv_tensor<T>> {
+  using type = T;
+};
+}  // namespace detail
+
+//! Any contiguous range of kv_tensor<T> (std::vector, std::array, a C array):
+//! the element type is deduced, so no explicit `commit_kv<T>` is needed.
+template <class Tensors>
+concept kv_tensor_range =
+    std::ranges::contiguous_range<const Tensors&> && std::ranges::sized_range<const Tensors&> && requires {
+  typename detail::kv_tensor_element<std::remove_cv_t<std::ranges::range_value_t<const Tensors&>>>::type;
+};
+
+//! commit_kv (batched) over a deduced kv_tensor range.
+template <kv_tensor_range Tensors>
+status commit_kv(const Tensors& tensors, const kv_position_map& map, std::span<const position_id> cache_len,
+                 std::span<const std::int32_t> keep_offsets, std::span<const position_id> keep) noexcept {
+  using T = typename detail::kv_tensor_element<std::remove_cv_t<std::ranges::range_value_t<const Tensors&>>>::type;
+  return commit_kv<T>(std::span<const kv_tensor<T>>(std::ranges::data(tensors), std::ranges::size(tensors)), map,
+                      cache_len, keep_offsets, keep);
+}
+
+//! commit_kv (single request) over a deduced kv_tensor range.
+template <kv_tensor_range Tensors>
+status commit_kv(const Tensors& tensors, const kv_position_map& map, position_id cache_len,
+                 std::span<const position_id> keep) noexcept {
+  using T = typename detail::kv_tensor_element<std::remove_cv_t<std::ranges::range_value_t<const Tensors&>>>::type;
+  return commit_kv<T>(std::span<const kv_tensor<T>>(std::ranges::data(tensors), std::ranges::size(tensors)), map,
+                      cache_len, keep);
 }
 
 }  // namespace specdec

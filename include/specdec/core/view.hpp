@@ -92,6 +92,12 @@ struct strided_view {
     return v;
   }
 
+  //! A mutable view converts implicitly to the const view of the same
+  //! memory, so it can be passed wherever a function reads through a view.
+  SPECDEC_HD constexpr operator strided_view<const T, Rank>() const noexcept requires(!std::is_const_v<T>) {
+    return as_const();
+  }
+
   //! Drops the first dimension by fixing its index.
   template <int R = Rank, class = std::enable_if_t<(R > 1)>>
   SPECDEC_HD constexpr strided_view<T, Rank - 1> slice(index_type i0) const noexcept {

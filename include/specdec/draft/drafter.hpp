@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "specdec/core/error.hpp"
+#include "specdec/core/philox.hpp"
 #include "specdec/core/status.hpp"
+#include "specdec/core/view.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
@@ -54,6 +56,28 @@ struct draft_context {
   node_id node = 0;                //!< the node whose children are drafted
   std::int32_t depth = 0;          //!< its depth (root 0)
   std::span<const token_id> path;  //!< tokens from the root to `node`, depth + 1 of them
+  //! The committed tokens before the root (the root is not repeated here);
+  //! empty when the builder's caller gave none (see draft_round::history).
+  std::span<const token_id> history{};
+};
+
+//! What every tree builder is told about the round it drafts for (one
+//! signature for all builders, see loop/concepts.hpp `tree_builder`).
+//! Trivially copyable; the spans must stay valid during the build.
+struct draft_round {
+  //! The last committed token: the root of the tree.
+  token_id root_token = 0;
+  //! Philox key of this request and round. Sampling builders draw from
+  //! `for_purpose(rng, rng_purpose::draft)`, so the same key may be given to
+  //! the verifier without their uniforms ever coinciding. Deterministic
+  //! builders ignore it.
+  rng_stream rng{};
+  //! Committed tokens before the root, passed through to the drafter.
+  std::span<const token_id> history{};
+  //! Optional output: builders that sample write row u with the normalized
+  //! draft distribution q_u of every expanded node u (the rows the sampled
+  //! verifiers read). Empty: not written. Must hold node_bound() rows.
+  view2d<float> q_rows{};
 };
 
 //! A drafter that returns the full draft distribution q_node as a row of
@@ -120,21 +144,32 @@ struct drafted_tree {
 
 //! The throwing convenience every tree builder offers, written once: a
 //! builder derives from `owning_build<Builder>` and provides
-//! `status build(D&, token_id, drafted_tree&)`; `builder(d, root)` then
-//! builds into a tree the builder owns and returns it (valid until the next
-//! call), throwing `specdec::error` for a failed build. It takes exactly
-//! the drafters the builder's own `build` accepts.
+//! `status build(D&, const draft_round&, drafted_tree&)`; `builder(d, round)`
+//! (or `builder(d, root_token)` for a round with only a root) then builds
+//! into a tree the builder owns and returns it (valid until the next call),
+//! throwing `specdec::error` for a failed build. It takes exactly the
+//! drafters the builder's own `build` accepts.
 template <class Builder>
 class owning_build {
  public:
   //! Builds into the builder's own tree and returns it (throws specdec::error).
   template <class D>
-  requires requires(Builder& b, D& d, token_id root, drafted_tree& out) {
-    { b.build(d, root, out) } -> std::same_as<status>;
+  requires requires(Builder& b, D& d, const draft_round& r, drafted_tree& out) {
+    { b.build(d, r, out) } -> std::same_as<status>;
+  }
+  const drafted_tree& operator()(D& d, const draft_round& round) {
+    throw_if_error(static_cast<Builder&>(*this).build(d, round, result_));
+    return result_;
+  }
+  //! Same, for a round given by its root token only (key {0, 0, 0}).
+  template <class D>
+  requires requires(Builder& b, D& d, const draft_round& r, drafted_tree& out) {
+    { b.build(d, r, out) } -> std::same_as<status>;
   }
   const drafted_tree& operator()(D& d, token_id root_token) {
-    throw_if_error(static_cast<Builder&>(*this).build(d, root_token, result_));
-    return result_;
+    draft_round r;
+    r.root_token = root_token;
+    return (*this)(d, r);
   }
 
  private:

@@ -17,8 +17,10 @@
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
 #include "specdec/draft/detail/candidates.hpp"
+#include "specdec/draft/detail/children.hpp"
 #include "specdec/draft/detail/topk.hpp"
 #include "specdec/draft/drafter.hpp"
+#include "specdec/draft/level_drafter.hpp"
 #include "specdec/sample/row.hpp"
 
 namespace specdec {
@@ -30,136 +32,118 @@ struct sampled_tree_options {
   //! Children per expanded node at each depth: widths[d] for nodes at depth
   //! d; the tree depth is widths.size(). Each entry >= 1 (copied by the builder).
   std::vector<std::int32_t> widths = {2, 2, 2};
-  //! Philox key of this request and round. The builder draws from
-  //! `for_purpose(rng, rng_purpose::draft)`, so the same stream may be given
-  //! to the verifier: their uniforms never coincide.
-  rng_stream rng{};
   //! > 0: drafter rows must have exactly this length.
   std::int64_t vocab_size = 0;
   //! Refuse trees larger than this.
   std::int32_t max_nodes = 1 << 20;
 };
 
-//! Builds sampled trees from a probability drafter.
+//! Builds sampled trees from a probability drafter (per node or per level).
 //! - iid: child j of node u is the inverse-CDF sample of q_u with uniform
-//!   r.uniform(u, j), r = for_purpose(rng, rng_purpose::draft); repeated tokens among siblings are kept (merging them
-//!   would change the distribution the MSS verifier assumes).
+//!   r.uniform(u, j), r = for_purpose(round.rng, rng_purpose::draft); repeated
+//!   tokens among siblings are kept (merging them would change the
+//!   distribution the MSS verifier assumes).
 //! - without_replacement: Gumbel-top-k. Token t gets key log q_u(t) + G_t,
 //!   G_t = -log(-log(1 - U_t)), U_t = r.uniform_double(u, t); the w largest keys
 //!   (ties: lower id) are the children, in descending key order, which is
 //!   the order a sequential sampler without replacement would draw them (the
 //!   order the verifier must visit them). Needs V uniforms per node.
 //! Node probabilities are q normalized by the row mass; scores are log joint.
-//! O(V) per expanded node; scratch reused between builds.
+//! One level-drafter call per depth; O(V) per expanded node; scratch reused
+//! between builds (no allocation once warm).
 class sampled_tree_builder : public owning_build<sampled_tree_builder> {
  public:
   //! A builder with these options.
   explicit sampled_tree_builder(sampled_tree_options o = {}) : opt_(std::move(o)) {}
 
-  //! Errors: invalid_argument (mode not iid/without_replacement, a width
-  //! < 1, tree > max_nodes), row errors (non_finite, negative_probability,
-  //! zero_mass, size_mismatch). On error `out` is partial.
-  template <class D>
-  requires probability_drafter<D> status build(D& d, token_id root_token, drafted_tree& out) {
-    return build(d, root_token, out, view2d<float>{});
-  }
-
-  //! As above, and also writes row u of `q_rows` (at least tree-size x V)
-  //! with the normalized q_u of every expanded node u: exactly the draft
-  //! rows the sampled verifiers read (row u = the distribution that produced
-  //! u's children). Leaf rows are left untouched. An empty view skips this.
-  //! Extra error: size_mismatch when q_rows is too small for the full tree.
-  template <class D>
-  requires probability_drafter<D> status build(D& d, token_id root_token, drafted_tree& out, view2d<float> q_rows) {
+  //! Builds into `out`. The random stream is round.rng (see draft_round);
+  //! when round.q_rows is not empty, row u receives the normalized q_u of
+  //! every expanded node u: exactly the draft rows the sampled verifiers read
+  //! (row u = the distribution that produced u's children); leaf rows are
+  //! left untouched. Errors: invalid_argument (mode not iid /
+  //! without_replacement, a width < 1, tree > max_nodes), row errors
+  //! (non_finite, negative_probability, zero_mass, size_mismatch, also when
+  //! q_rows is too small for the full tree). On error `out` is partial.
+  template <any_drafter D>
+  requires probability_drafter<D> || level_probability_drafter<D> status build(D& d, const draft_round& round,
+                                                                               drafted_tree& out) {
     if (opt_.mode != draft_mode::iid && opt_.mode != draft_mode::without_replacement)
       return make_status(status_code::invalid_argument, "sampled trees are iid or without_replacement");
-    double full = 1.0, level = 1.0;
     std::int32_t wmax = 0;
     for (const auto w : opt_.widths) {
       if (w < 1) return make_status(status_code::invalid_argument, "every width must be >= 1");
-      full += (level *= w);
       wmax = w > wmax ? w : wmax;
     }
+    const double full = full_size();
     if (full > static_cast<double>(opt_.max_nodes))
       return make_status(status_code::invalid_argument, "tree exceeds max_nodes");
+    const view2d<float> q_rows = round.q_rows;
     if (q_rows.data != nullptr && (q_rows.extent[0] < static_cast<std::int64_t>(full) ||
                                    (opt_.vocab_size > 0 && q_rows.extent[1] != opt_.vocab_size)))
       return make_status(status_code::size_mismatch, "q_rows must hold one V-row per node of the full tree");
+    const rng_stream r = for_purpose(round.rng, rng_purpose::draft);
     tok_.resize(static_cast<std::size_t>(wmax));
     val_.resize(static_cast<std::size_t>(wmax));
     key_.resize(static_cast<std::size_t>(wmax));
-    out.reset(root_token);
+    out.reset(round.root_token);
     out.reserve(static_cast<std::size_t>(full));
-    std::int32_t begin = 0, end = 1;
-    for (std::size_t lvl = 0; lvl < opt_.widths.size() && begin < end; ++lvl) {
-      const std::int32_t w = opt_.widths[lvl];
-      for (node_id u = begin; u < end; ++u) {
-        const draft_context ctx = detail::make_context(out.tree, u, path_);
-        const std::span<const float> row = d.probabilities(ctx);
-        if (opt_.vocab_size > 0 && static_cast<std::int64_t>(row.size()) != opt_.vocab_size)
-          return make_status(status_code::size_mismatch, "drafter row length differs from vocab_size", u);
-        if (row.empty()) return make_status(status_code::empty_input, "drafter returned an empty row", u);
-        const auto rv = make_view(row.data(), static_cast<std::int64_t>(row.size()));
-        double total = 0.0;
-        SPECDEC_TRY(validate_probability_row(rv, &total));
-        if (q_rows.data != nullptr) {
-          if (q_rows.extent[1] != rv.extent[0])
-            return make_status(status_code::size_mismatch, "q_rows width differs from the drafter row", u);
-          for (std::int64_t t = 0; t < rv.extent[0]; ++t) q_rows(u, t) = static_cast<float>(rv(t) / total);
-        }
-        std::int32_t n = 0;
-        if (opt_.mode == draft_mode::iid) {
-          for (std::int32_t j = 0; j < w; ++j) {
-            const token_id t = sample_row(
-                rv, draft_rng().uniform(static_cast<std::uint32_t>(u), static_cast<std::uint32_t>(j)), total);
-            tok_[static_cast<std::size_t>(j)] = t;
-            val_[static_cast<std::size_t>(j)] = static_cast<float>(row[static_cast<std::size_t>(t)] / total);
+    return with_level_drafter(d, lv_.adapter, [&](auto& ld) -> status {
+      std::int32_t begin = 0, end = 1;
+      for (std::size_t lvl = 0; lvl < opt_.widths.size() && begin < end; ++lvl) {
+        const std::int32_t w = opt_.widths[lvl];
+        lv_.nodes.clear();
+        for (node_id u = begin; u < end; ++u) lv_.nodes.push_back(u);
+        view2d<const float> rows{};
+        SPECDEC_TRY(ld.level_probabilities(
+            draft_level{static_cast<std::int32_t>(lvl), std::span<const node_id>(lv_.nodes), &out.tree, round.history},
+            rows));
+        SPECDEC_TRY(detail::check_level_rows(rows, lv_.nodes.size(), opt_.vocab_size));
+        for (std::size_t i = 0; i < lv_.nodes.size(); ++i) {
+          const node_id u = lv_.nodes[i];
+          const auto rv = rows.slice(static_cast<std::int64_t>(i));
+          double total = 0.0;
+          const status st = validate_probability_row(rv, &total);
+          if (!st.ok()) return make_status(st.code(), st.message(), u);
+          if (q_rows.data != nullptr) {
+            if (q_rows.extent[1] != rv.extent[0])
+              return make_status(status_code::size_mismatch, "q_rows width differs from the drafter row", u);
+            for (std::int64_t t = 0; t < rv.extent[0]; ++t) q_rows(u, t) = static_cast<float>(rv(t) / total);
           }
-          n = w;
-        } else {
-          n = gumbel_topk(row, u, w, total);
+          const std::int32_t n =
+              detail::draw_children(opt_.mode, rv, total, r, u, w, tok_.data(), val_.data(), key_.data());
+          const float base = out.tree.score(u);
+          for (std::int32_t j = 0; j < n; ++j)
+            out.add(u, tok_[static_cast<std::size_t>(j)], val_[static_cast<std::size_t>(j)],
+                    base + detail::log_prob(val_[static_cast<std::size_t>(j)]), opt_.mode);
         }
-        const float base = out.tree.score(u);
-        for (std::int32_t j = 0; j < n; ++j)
-          out.add(u, tok_[static_cast<std::size_t>(j)], val_[static_cast<std::size_t>(j)],
-                  base + detail::log_prob(val_[static_cast<std::size_t>(j)]), opt_.mode);
+        begin = end;
+        end = out.size();
       }
-      begin = end;
-      end = out.size();
-    }
-    return status::success();
+      return status::success();
+    });
   }
 
-  //! Changes the Philox key (e.g. the next round) without touching scratch.
-  void set_rng(rng_stream r) noexcept { opt_.rng = r; }
-  //! The stream the builder actually draws from (see sampled_tree_options::rng).
-  rng_stream draft_rng() const noexcept { return for_purpose(opt_.rng, rng_purpose::draft); }
+  //! Most nodes a build can produce (the full tree; saturates at INT32_MAX).
+  [[nodiscard]] std::int32_t node_bound() const noexcept {
+    const double f = full_size();
+    return f > static_cast<double>(INT32_MAX) ? INT32_MAX : static_cast<std::int32_t>(f);
+  }
+
   //! The options it was built with.
   const sampled_tree_options& options() const noexcept { return opt_; }
 
  private:
-  // Top-w Gumbel keys among positive-probability tokens, into tok_/val_.
-  std::int32_t gumbel_topk(std::span<const float> row, node_id u, std::int32_t w, double total) {
-    std::int32_t n = 0;
-    for (std::size_t t = 0; t < row.size(); ++t) {
-      const float q = row[t];
-      if (!(q > 0.0f)) continue;
-      const double uu = draft_rng().uniform_double(static_cast<std::uint32_t>(u), static_cast<std::uint32_t>(t));
-      const double e = -std::log1p(-uu);  // Exp(1); 0 only when uu == 0
-      const double key = std::log(static_cast<double>(q)) - std::log(e);
-      detail::topk_offer(key, static_cast<token_id>(t), tok_.data(), key_.data(), n, w);
-    }
-    for (std::int32_t j = 0; j < n; ++j)
-      val_[static_cast<std::size_t>(j)] =
-          static_cast<float>(row[static_cast<std::size_t>(tok_[static_cast<std::size_t>(j)])] / total);
-    return n;
+  double full_size() const noexcept {
+    double full = 1.0, level = 1.0;
+    for (const auto w : opt_.widths) full += (level *= (w > 0 ? w : 0));
+    return full;
   }
 
   sampled_tree_options opt_;
   std::vector<token_id> tok_;
   std::vector<float> val_;
   std::vector<double> key_;
-  std::vector<token_id> path_;
+  detail::level_scratch lv_;
 };
 
 }  // namespace specdec

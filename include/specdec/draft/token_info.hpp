@@ -162,16 +162,24 @@ class token_info_builder {
       return make_status(status_code::invalid_argument, "k * k * rows exceeds 32-bit node ids");
     out.reset(root);
     out.reserve(static_cast<std::size_t>(grown < double(1 << 16) ? grown : double(1 << 16)));
-    auto candidates = [&](node_id u, std::int32_t lvl, token_id* tok, float* val, std::int32_t& n) -> status {
+    auto candidates = [&](std::int32_t lvl) -> status {
       const std::span<const float> row(logits.data + (first_row + lvl) * logits.stride[0], static_cast<std::size_t>(V));
-      double lse = 0.0;
-      SPECDEC_TRY(detail::topk_logits(row, info.bias(out.tree.token(u)), opt_.k, tok, val, lse));
-      n = 0;
-      for (std::int32_t j = 0; j < opt_.k; ++j) {
-        const float p = static_cast<float>(std::exp(static_cast<double>(val[j]) - lse));
-        if (!(p > 0.0f)) break;  // masked (-inf) or underflowed: not a useful draft
-        val[j] = p;
-        n = j + 1;
+      auto& lv = s_.level;
+      const auto kk = static_cast<std::size_t>(opt_.k);
+      lv.tok.resize(lv.nodes.size() * kk);
+      lv.val.resize(lv.nodes.size() * kk);
+      lv.count.assign(lv.nodes.size(), 0);
+      for (std::size_t i = 0; i < lv.nodes.size(); ++i) {
+        token_id* tok = lv.tok.data() + i * kk;
+        float* val = lv.val.data() + i * kk;
+        double lse = 0.0;
+        SPECDEC_TRY(detail::topk_logits(row, info.bias(out.tree.token(lv.nodes[i])), opt_.k, tok, val, lse));
+        for (std::int32_t j = 0; j < opt_.k; ++j) {
+          const float p = static_cast<float>(std::exp(static_cast<double>(val[j]) - lse));
+          if (!(p > 0.0f)) break;  // masked (-inf) or underflowed: not a useful draft
+          val[j] = p;
+          lv.count[i] = j + 1;
+        }
       }
       return status::success();
     };

@@ -63,6 +63,36 @@ std::size_t tree_scan_workspace_size(std::span<const node_id> parent, const tree
                   tree_scan_dual_workspace_size<T>(parent, shape));
 }
 
+//! Workspace bytes that serve ANY tree of at most `nodes` nodes and depth at
+//! most `max_depth` (default: a chain, the worst case), for `method`: no
+//! tree and no validation needed, so an engine can size the buffer once at
+//! start-up. Pairs are bounded by nodes * (max_depth + 1). Never smaller
+//! than the exact *_workspace_size of such a tree. O(1).
+template <ssm_scalar T>
+std::size_t tree_scan_workspace_bound(std::int64_t nodes, const tree_ssm_shape& shape,
+                                      tree_scan_method method = tree_scan_method::automatic,
+                                      std::int64_t max_depth = -1) noexcept {
+  if (nodes <= 0) return 0;
+  const std::int64_t depth = max_depth < 0 || max_depth > nodes - 1 ? nodes - 1 : max_depth;
+  tree_ssm_shape s = shape;
+  s.nodes = nodes;
+  workspace_carver r, d;
+  (void)detail::carve_tree_scan_recurrent_walk<T>(r, s);
+  (void)detail::carve_tree_scan_recurrent_slots<T>(r, depth, s);
+  (void)detail::carve_tree_scan_dual<T>(d, nodes * (depth + 1), s);
+  const std::size_t rec = r.bytes_used() + unaligned_workspace_slack;
+  const std::size_t dual = d.bytes_used() + unaligned_workspace_slack;
+  switch (method) {
+    case tree_scan_method::recurrent:
+      return rec;
+    case tree_scan_method::dual:
+      return dual;
+    case tree_scan_method::automatic:
+      break;
+  }
+  return std::max(rec, dual);
+}
+
 //! Tree-masked selective scan: y [N, heads, headdim] and, when
 //! `states.data` is set, per-node states [N, heads, headdim, dstate]
 //! (forces the recurrent form; asking `dual` for states is

@@ -18,9 +18,8 @@ namespace specdec::detail {
 
 //! Reusable scratch of the beam (kept between builds).
 struct beam_scratch {
-  std::vector<node_id> frontier, next;
-  std::vector<token_id> tok;
-  std::vector<float> val;
+  level_scratch level;  // the frontier is level.nodes
+  std::vector<node_id> next;
   std::vector<node_id> new_index;
   std::vector<std::byte> workspace;
   drafted_tree pruned;
@@ -30,22 +29,22 @@ struct beam_scratch {
 //! `depth` levels: every frontier node gets its top-k candidates as children
 //! (all are kept in the tree), and the `width` new nodes of highest joint
 //! probability (ties: lower node id) form the next frontier, expanded in
-//! node id order. `cand(node, level, tok, val, count)` fills the candidates.
+//! node id order. `cand(level)` fills the candidates of every node of
+//! s.level.nodes at depth `level` into s.level (tok/val rows of k, count).
 template <class Candidates>
 status beam_grow(drafted_tree& out, std::int32_t depth, std::int32_t k, std::int32_t width, beam_scratch& s,
                  Candidates&& cand) {
-  s.tok.resize(static_cast<std::size_t>(k));
-  s.val.resize(static_cast<std::size_t>(k));
-  s.frontier.assign(1, 0);
-  for (std::int32_t lvl = 0; lvl < depth && !s.frontier.empty(); ++lvl) {
+  const auto kk = static_cast<std::size_t>(k);
+  s.level.nodes.assign(1, 0);
+  for (std::int32_t lvl = 0; lvl < depth && !s.level.nodes.empty(); ++lvl) {
     const node_id first_new = out.size();
-    for (const node_id u : s.frontier) {
-      std::int32_t n = 0;
-      SPECDEC_TRY(cand(u, lvl, s.tok.data(), s.val.data(), n));
+    SPECDEC_TRY(cand(lvl));
+    for (std::size_t i = 0; i < s.level.nodes.size(); ++i) {
+      const node_id u = s.level.nodes[i];
       const float base = out.tree.score(u);
-      for (std::int32_t j = 0; j < n; ++j)
-        out.add(u, s.tok[static_cast<std::size_t>(j)], s.val[static_cast<std::size_t>(j)],
-                base + log_prob(s.val[static_cast<std::size_t>(j)]), draft_mode::deterministic);
+      for (std::size_t j = 0; j < static_cast<std::size_t>(s.level.count[i]); ++j)
+        out.add(u, s.level.tok[i * kk + j], s.level.val[i * kk + j], base + log_prob(s.level.val[i * kk + j]),
+                draft_mode::deterministic);
     }
     const node_id end = out.size();
     s.next.clear();
@@ -59,7 +58,7 @@ status beam_grow(drafted_tree& out, std::int32_t depth, std::int32_t k, std::int
                       });
     s.next.resize(keep);
     std::sort(s.next.begin(), s.next.end());
-    s.frontier.swap(s.next);
+    s.level.nodes.swap(s.next);
   }
   return status::success();
 }

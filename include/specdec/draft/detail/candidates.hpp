@@ -1,6 +1,7 @@
 //! \file
-//! Internal helpers shared by the tree builders: root-path extraction and
-//! "ask any drafter for its top-k candidates".
+//! Internal helpers shared by the tree builders: "ask any level drafter for
+//! the top-k candidates of every node of one level", with the checks every
+//! builder applies to what a drafter returns.
 #pragma once
 
 #include <cmath>
@@ -9,73 +10,107 @@
 #include <vector>
 
 #include "specdec/core/status.hpp"
+#include "specdec/core/view.hpp"
 #include "specdec/draft/detail/topk.hpp"
 #include "specdec/draft/drafter.hpp"
+#include "specdec/draft/level_drafter.hpp"
 #include "specdec/sample/row.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec::detail {
 
-//! Writes the root-to-node token path of `node` into `path` (resized to
-//! depth + 1; keeps capacity) and returns the drafter context for it.
-inline draft_context make_context(const token_tree& t, node_id node, std::vector<token_id>& path) {
-  const std::int32_t d = t.depth(node);
-  path.resize(static_cast<std::size_t>(d) + 1);
-  node_id u = node;
-  for (std::int32_t i = d; i >= 0; --i) {
-    path[static_cast<std::size_t>(i)] = t.token(u);
-    u = t.parent(u);
+//! Scratch of level_topk (kept by the builders between builds).
+struct level_scratch {
+  std::vector<node_id> nodes;
+  std::vector<token_id> tok;
+  std::vector<float> val;
+  std::vector<std::int32_t> count;
+  level_adapter_scratch adapter;
+};
+
+//! Checks the `n` candidates a top-k drafter returned for `node` and
+//! compacts them to the positive-probability ones (count = kept).
+inline status check_candidates(token_id* tok, float* val, std::int32_t n, std::int32_t k, std::int64_t vocab_size,
+                               node_id node, std::int32_t& count) noexcept {
+  count = 0;
+  if (n < 0 || n > k) return make_status(status_code::invalid_argument, "drafter returned a bad candidate count", node);
+  std::int32_t m = 0;
+  for (std::int32_t j = 0; j < n; ++j) {
+    if (!std::isfinite(val[j]))
+      return make_status(status_code::non_finite, "drafter candidate probability is not finite", node);
+    if (val[j] < 0.0f) return make_status(status_code::negative_probability, "drafter candidate probability < 0", node);
+    if (tok[j] < 0 || (vocab_size > 0 && tok[j] >= vocab_size))
+      return make_status(status_code::token_out_of_range, "drafter candidate token out of range", node);
+    if (j > 0 && !ranks_before(val[j - 1], tok[j - 1], val[j], tok[j]))
+      return make_status(status_code::not_sorted,
+                         "drafter candidates must be sorted (prob desc, token asc) and distinct", node);
+    // Sorted by probability does not make tokens distinct; a repeated sibling
+    // token would be verified twice. O(k^2) over the kept few candidates.
+    for (std::int32_t l = 0; l < m; ++l)
+      if (tok[l] == tok[j])
+        return make_status(status_code::not_sorted, "drafter candidates must be distinct tokens", node);
+    if (val[j] > 0.0f) {
+      tok[m] = tok[j];
+      val[m] = val[j];
+      ++m;
+    }
   }
-  return draft_context{node, d, std::span<const token_id>(path.data(), path.size())};
+  count = m;
+  return status::success();
+}
+
+//! The rows a level probability drafter returned: one per node, V columns
+//! (vocab_size when > 0), unit column stride.
+inline status check_level_rows(const view2d<const float>& rows, std::size_t nodes, std::int64_t vocab_size) noexcept {
+  if (rows.extent[0] != static_cast<std::int64_t>(nodes) || rows.data == nullptr)
+    return make_status(status_code::size_mismatch, "level drafter must return one row per frontier node");
+  if (rows.extent[1] <= 0) return make_status(status_code::empty_input, "drafter returned empty rows");
+  if (vocab_size > 0 && rows.extent[1] != vocab_size)
+    return make_status(status_code::size_mismatch, "drafter row length differs from vocab_size");
+  if (rows.extent[1] > 1 && rows.stride[1] != 1)
+    return make_status(status_code::invalid_argument, "drafter rows need unit column stride");
+  return status::success();
 }
 
 //! Top-k candidates (token, probability; descending, ties by lower id;
-//! positive probabilities only) of any drafter at `ctx`. `vocab_size` > 0
-//! enables the token range check for top-k drafters (a probability drafter
-//! defines the vocabulary by its row length).
-template <class D>
-requires drafter<D> status drafter_topk(D& d, const draft_context& ctx, std::int32_t k, std::int64_t vocab_size,
-                                        token_id* tok, float* val, std::int32_t& count) {
-  count = 0;
+//! positive probabilities only) of every node of `s.nodes` at depth `depth`,
+//! in one call of the level drafter `d`. Node i's candidates are
+//! s.tok/s.val[i * k ...], s.count[i] of them. `vocab_size` > 0 enables the
+//! token range check for top-k drafters (a probability drafter defines the
+//! vocabulary by its row length).
+template <level_drafter D>
+status level_topk(D& d, const token_tree& tree, std::int32_t depth, std::span<const token_id> history, std::int32_t k,
+                  std::int64_t vocab_size, level_scratch& s) {
   if (k <= 0) return make_status(status_code::invalid_argument, "k must be positive");
   if (vocab_size > 0 && k > vocab_size)
     return make_status(status_code::invalid_argument, "k exceeds the vocabulary size");
-  if constexpr (probability_drafter<D>) {
-    const std::span<const float> row = d.probabilities(ctx);
-    if (vocab_size > 0 && static_cast<std::int64_t>(row.size()) != vocab_size)
-      return make_status(status_code::size_mismatch, "drafter row length differs from vocab_size", ctx.node);
-    return topk_probabilities(row, k, tok, val, count);
+  const std::size_t n = s.nodes.size();
+  const auto kk = static_cast<std::size_t>(k);
+  s.tok.resize(n * kk);
+  s.val.resize(n * kk);
+  s.count.assign(n, 0);
+  const draft_level level{depth, std::span<const node_id>(s.nodes), &tree, history};
+  if constexpr (level_topk_drafter<D>) {
+    const auto rows = static_cast<std::int64_t>(n);
+    SPECDEC_TRY(d.level_top_candidates(level, make_view(s.tok.data(), rows, std::int64_t{k}),
+                                       make_view(s.val.data(), rows, std::int64_t{k}),
+                                       std::span<std::int32_t>(s.count)));
+    for (std::size_t i = 0; i < n; ++i)
+      SPECDEC_TRY(check_candidates(s.tok.data() + i * kk, s.val.data() + i * kk, s.count[i], k, vocab_size, s.nodes[i],
+                                   s.count[i]));
   } else {
-    const std::int32_t n =
-        static_cast<std::int32_t>(d.top_candidates(ctx, std::span<token_id>(tok, static_cast<std::size_t>(k)),
-                                                   std::span<float>(val, static_cast<std::size_t>(k))));
-    if (n < 0 || n > k)
-      return make_status(status_code::invalid_argument, "drafter returned a bad candidate count", ctx.node);
-    std::int32_t m = 0;
-    for (std::int32_t j = 0; j < n; ++j) {
-      if (!std::isfinite(val[j]))
-        return make_status(status_code::non_finite, "drafter candidate probability is not finite", ctx.node);
-      if (val[j] < 0.0f)
-        return make_status(status_code::negative_probability, "drafter candidate probability < 0", ctx.node);
-      if (tok[j] < 0 || (vocab_size > 0 && tok[j] >= vocab_size))
-        return make_status(status_code::token_out_of_range, "drafter candidate token out of range", ctx.node);
-      if (j > 0 && !ranks_before(val[j - 1], tok[j - 1], val[j], tok[j]))
-        return make_status(status_code::not_sorted,
-                           "drafter candidates must be sorted (prob desc, token asc) and distinct", ctx.node);
-      // Sorted by probability does not make tokens distinct; a repeated sibling
-      // token would be verified twice. O(k^2) over the kept few candidates.
-      for (std::int32_t l = 0; l < m; ++l)
-        if (tok[l] == tok[j])
-          return make_status(status_code::not_sorted, "drafter candidates must be distinct tokens", ctx.node);
-      if (val[j] > 0.0f) {
-        tok[m] = tok[j];
-        val[m] = val[j];
-        ++m;
-      }
+    view2d<const float> rows{};
+    SPECDEC_TRY(d.level_probabilities(level, rows));
+    SPECDEC_TRY(check_level_rows(rows, n, vocab_size));
+    if (k > rows.extent[1]) return make_status(status_code::invalid_argument, "k exceeds the vocabulary size");
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::span<const float> row(&rows(static_cast<std::int64_t>(i), 0),
+                                       static_cast<std::size_t>(rows.extent[1]));
+      const status st = topk_probabilities(row, k, s.tok.data() + i * kk, s.val.data() + i * kk, s.count[i]);
+      if (!st.ok()) return make_status(st.code(), st.message(), s.nodes[i]);
     }
-    count = m;
-    return status::success();
   }
+  return status::success();
 }
 
 }  // namespace specdec::detail

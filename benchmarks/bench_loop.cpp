@@ -1,0 +1,115 @@
+// The loop layer's own cost per round: speculative_session::round minus the
+// caller's drafter, target forward and KV commit, next to the primitives it
+// calls (tree building, positions + mask, logits -> probabilities, the
+// verification walk, keep indices). Trees of 15 to 255 nodes (top-k: k=2
+// depth 3, k=4 depth 3, k=2 depth 7) at V = 32000 and 128256, sampled
+// (temperature 1: every row goes through logits_to_probs) and greedy (the
+// walk reads logits; no conversion). The drafter returns precomputed rows
+// and the target fills its logits once (the session reuses the buffer), so
+// the wall time per round is the loop's work plus two near-free calls.
+// Counters (microseconds per round): overhead_us = stage_times::overhead(),
+// then its parts: build_us (builder minus drafter), flatten_us, probs_us,
+// verify_us, commit_us. bytes_per_second: the logits the round reads.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "specdec/draft/topk_tree.hpp"
+#include "specdec/loop/session.hpp"
+
+namespace {
+
+using specdec::token_id;
+
+// Level drafter over a pool of precomputed probability rows.
+struct pooled_level_drafter {
+  std::int64_t V;
+  std::vector<float> rows;
+  explicit pooled_level_drafter(std::int64_t v, std::int64_t pool) : V(v), rows(static_cast<std::size_t>(v * pool)) {
+    std::mt19937 g(7);
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    for (std::int64_t r = 0; r < pool; ++r) {
+      double s = 0;
+      float* row = rows.data() + r * V;
+      for (std::int64_t t = 0; t < V; ++t) s += (row[t] = std::exp(nd(g)));
+      for (std::int64_t t = 0; t < V; ++t) row[t] = static_cast<float>(row[t] / s);
+    }
+  }
+  specdec::status level_probabilities(const specdec::draft_level& l, specdec::view2d<const float>& out) const {
+    const auto pool = static_cast<std::int64_t>(rows.size()) / V;
+    const auto n = static_cast<std::int64_t>(l.nodes.size());
+    if (n > pool) return specdec::make_status(specdec::status_code::invalid_argument, "pool too small");
+    out = specdec::make_view<const float>(rows.data(), n, V);
+    return specdec::status::success();
+  }
+};
+
+// Writes random logits the first time it sees a logits buffer.
+struct fill_once_target {
+  const float* filled = nullptr;
+  std::int64_t rows = 0;
+  specdec::status forward(const specdec::tree_forward& f) {
+    if (f.logits.data == filled && f.logits.extent[0] <= rows) return specdec::status::success();
+    std::mt19937 g(11);
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    for (std::int64_t i = 0; i < f.logits.extent[0]; ++i)
+      for (std::int64_t t = 0; t < f.logits.extent[1]; ++t) f.logits(i, t) = nd(g);
+    filled = f.logits.data;
+    rows = f.logits.extent[0];
+    return specdec::status::success();
+  }
+};
+
+void BM_loop_round(benchmark::State& state) {
+  const std::int64_t V = state.range(0);
+  const int shape = static_cast<int>(state.range(1));
+  const bool greedy = state.range(2) != 0;
+  const std::int32_t k = shape == 1 ? 4 : 2, depth = shape == 2 ? 7 : 3;
+  pooled_level_drafter d(V, 128);
+  fill_once_target tgt;
+  specdec::session_options o;
+  o.vocab_size = V;
+  o.max_tokens = 1 << 16;
+  o.sampling.temperature = greedy ? 0.0f : 1.0f;
+  specdec::speculative_session s(specdec::topk_tree_builder({.k = k, .depth = depth, .vocab_size = V}), o);
+  const std::vector<token_id> prompt = {1, 2, 3};
+  if (!s.start(prompt).ok() || !s.round(d, tgt).ok()) {  // warm-up: buffers, logits
+    state.SkipWithError("warm-up failed");
+    return;
+  }
+  specdec::stage_times sum{};
+  std::int64_t rounds = 0, nodes = 0;
+  for (auto _ : state) {
+    if (s.done()) (void)s.start(prompt);
+    if (!s.round(d, tgt).ok()) {
+      state.SkipWithError("round failed");
+      return;
+    }
+    sum += s.last_round().time;
+    nodes = s.last_round().tree_nodes;
+    ++rounds;
+  }
+  const double us = 1e6 / static_cast<double>(rounds);
+  state.counters["nodes"] = static_cast<double>(nodes);
+  state.counters["overhead_us"] = sum.overhead() * us;
+  state.counters["build_us"] = (sum.draft - sum.drafter) * us;
+  state.counters["flatten_us"] = sum.flatten * us;
+  state.counters["probs_us"] = sum.probs * us;
+  state.counters["verify_us"] = sum.verify * us;
+  state.counters["commit_us"] = (sum.commit - sum.kv) * us;
+  state.SetBytesProcessed(rounds * nodes * V * static_cast<std::int64_t>(sizeof(float)));
+}
+
+void shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"V", "shape", "greedy"});
+  for (std::int64_t V : {32000, 128256})
+    for (int shape : {0, 1, 2})
+      for (int greedy : {0, 1}) b->Args({V, shape, greedy});
+  b->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK(BM_loop_round)->Apply(shapes);
+
+}  // namespace

@@ -1,0 +1,179 @@
+//! \file
+//! Drafting into an arbitrary static shape: any parent array (a Medusa /
+//! vLLM choice list through from_choices, a Sequoia tree, a hand-made one)
+//! gives every shape node its own number of children, and each expanded
+//! node draws that many children from its draft row in one draft mode:
+//! top-k (deterministic), i.i.d. sampling or sampling without replacement
+//! (Gumbel-top-k). The drafted tree records the mode per node, so
+//! matching_verify_mode picks the exact verification rule.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "specdec/core/error.hpp"
+#include "specdec/core/philox.hpp"
+#include "specdec/core/status.hpp"
+#include "specdec/core/view.hpp"
+#include "specdec/draft/detail/candidates.hpp"
+#include "specdec/draft/detail/children.hpp"
+#include "specdec/draft/drafter.hpp"
+#include "specdec/draft/level_drafter.hpp"
+#include "specdec/sample/row.hpp"
+#include "specdec/tree/validate.hpp"
+
+namespace specdec {
+
+//! Options of static_tree_builder.
+struct static_tree_options {
+  //! The shape: a topological parent array (root -1 at 0). Shape node s has
+  //! as many children as nodes name it as parent, in ascending id: its j-th
+  //! shape child receives its j-th drawn token.
+  std::vector<node_id> shape = {-1};
+  //! deterministic (top-k), iid or without_replacement.
+  draft_mode mode = draft_mode::deterministic;
+  //! > 0: drafter rows must have this length (and candidate tokens be below it).
+  std::int64_t vocab_size = 0;
+};
+
+//! Grows the static shape level by level with one level-drafter call per
+//! depth. A node that gets fewer tokens than its shape asks for (top-k or
+//! without replacement over fewer positive-probability tokens) drops the
+//! shape below the missing children. Node ids of the result are in level
+//! order. Randomness: for_purpose(round.rng, rng_purpose::draft), keyed by
+//! the drafted node id (as sampled_tree_builder). Scratch kept between builds.
+class static_tree_builder : public owning_build<static_tree_builder> {
+ public:
+  explicit static_tree_builder(static_tree_options o = {}) : opt_(std::move(o)) {}
+
+  //! Errors: invalid_argument (bad shape, mode leaf, a sampled mode with a
+  //! drafter that gives only top-k candidates), drafter errors, size_mismatch
+  //! (q_rows too small). `round.q_rows`, when set, receives the normalized q
+  //! row of every expanded node whose drafter gave rows.
+  template <any_drafter D>
+  status build(D& d, const draft_round& round, drafted_tree& out) {
+    SPECDEC_TRY(prepare());
+    if (opt_.mode == draft_mode::leaf)
+      return make_status(status_code::invalid_argument, "draft mode leaf draws nothing");
+    const auto n = static_cast<std::int32_t>(opt_.shape.size());
+    if (round.q_rows.data != nullptr &&
+        (round.q_rows.extent[0] < n || (opt_.vocab_size > 0 && round.q_rows.extent[1] != opt_.vocab_size)))
+      return make_status(status_code::size_mismatch, "q_rows must hold one V-row per shape node");
+    const rng_stream r = for_purpose(round.rng, rng_purpose::draft);
+    out.reset(round.root_token);
+    out.reserve(static_cast<std::size_t>(n));
+    frontier_.assign(1, 0);  // shape node of each drafted frontier node (drafted ids begin..end)
+    return with_level_drafter(d, lv_.adapter, [&](auto& ld) -> status {
+      using L = std::remove_reference_t<decltype(ld)>;
+      node_id begin = 0;
+      for (std::int32_t depth = 0; !frontier_.empty(); ++depth) {
+        // Expanded nodes of this level: those whose shape node has children.
+        lv_.nodes.clear();
+        shape_of_.clear();
+        std::int32_t wmax = 0;
+        for (std::size_t i = 0; i < frontier_.size(); ++i) {
+          const node_id s = frontier_[i];
+          const std::int32_t k =
+              first_child_[static_cast<std::size_t>(s) + 1] - first_child_[static_cast<std::size_t>(s)];
+          if (k == 0) continue;
+          lv_.nodes.push_back(begin + static_cast<node_id>(i));
+          shape_of_.push_back(s);
+          wmax = std::max(wmax, k);
+        }
+        const node_id end = out.size();
+        next_.clear();
+        if (lv_.nodes.empty()) break;
+        tok_.resize(static_cast<std::size_t>(wmax));
+        val_.resize(static_cast<std::size_t>(wmax));
+        key_.resize(static_cast<std::size_t>(wmax));
+        const draft_level level{depth, std::span<const node_id>(lv_.nodes), &out.tree, round.history};
+        if constexpr (level_probability_drafter<L>) {
+          view2d<const float> rows{};
+          SPECDEC_TRY(ld.level_probabilities(level, rows));
+          SPECDEC_TRY(detail::check_level_rows(rows, lv_.nodes.size(), opt_.vocab_size));
+          for (std::size_t i = 0; i < lv_.nodes.size(); ++i) {
+            const node_id u = lv_.nodes[i];
+            const auto rv = rows.slice(static_cast<std::int64_t>(i));
+            double total = 0.0;
+            const status st = validate_probability_row(rv, &total);
+            if (!st.ok()) return make_status(st.code(), st.message(), u);
+            if (round.q_rows.data != nullptr) {
+              if (round.q_rows.extent[1] != rv.extent[0])
+                return make_status(status_code::size_mismatch, "q_rows width differs from the drafter row", u);
+              for (std::int64_t t = 0; t < rv.extent[0]; ++t) round.q_rows(u, t) = static_cast<float>(rv(t) / total);
+            }
+            const node_id s = shape_of_[i];
+            const std::int32_t k =
+                first_child_[static_cast<std::size_t>(s) + 1] - first_child_[static_cast<std::size_t>(s)];
+            const std::int32_t got =
+                detail::draw_children(opt_.mode, rv, total, r, u, k, tok_.data(), val_.data(), key_.data());
+            add_children(out, u, s, got);
+          }
+        } else {
+          if (opt_.mode != draft_mode::deterministic)
+            return make_status(status_code::invalid_argument, "sampled modes need a drafter that returns rows");
+          SPECDEC_TRY(detail::level_topk(ld, out.tree, depth, round.history, wmax, opt_.vocab_size, lv_));
+          const auto kk = static_cast<std::size_t>(wmax);
+          for (std::size_t i = 0; i < lv_.nodes.size(); ++i) {
+            const node_id s = shape_of_[i];
+            const std::int32_t k =
+                first_child_[static_cast<std::size_t>(s) + 1] - first_child_[static_cast<std::size_t>(s)];
+            const std::int32_t got = std::min(k, lv_.count[i]);
+            std::copy_n(lv_.tok.begin() + static_cast<std::ptrdiff_t>(i * kk), got, tok_.begin());
+            std::copy_n(lv_.val.begin() + static_cast<std::ptrdiff_t>(i * kk), got, val_.begin());
+            add_children(out, lv_.nodes[i], s, got);
+          }
+        }
+        frontier_.swap(next_);
+        begin = end;
+      }
+      return status::success();
+    });
+  }
+
+  //! Nodes of the shape: the most a build produces.
+  [[nodiscard]] std::int32_t node_bound() const noexcept { return static_cast<std::int32_t>(opt_.shape.size()); }
+  const static_tree_options& options() const noexcept { return opt_; }
+
+ private:
+  // Validates the shape and builds its child lists (CSR, ascending ids).
+  status prepare() {
+    const auto n = static_cast<std::int32_t>(opt_.shape.size());
+    if (n < 1) return make_status(status_code::empty_input, "the shape needs a root");
+    SPECDEC_TRY(validate_topological_parents(opt_.shape.data(), n));
+    first_child_.assign(static_cast<std::size_t>(n) + 1, 0);
+    for (std::int32_t i = 1; i < n; ++i)
+      ++first_child_[static_cast<std::size_t>(opt_.shape[static_cast<std::size_t>(i)]) + 1];
+    for (std::int32_t i = 0; i < n; ++i)
+      first_child_[static_cast<std::size_t>(i) + 1] += first_child_[static_cast<std::size_t>(i)];
+    child_.resize(static_cast<std::size_t>(n));
+    fill_.assign(first_child_.begin(), first_child_.end() - 1);
+    for (std::int32_t i = 1; i < n; ++i) {
+      const auto p = static_cast<std::size_t>(opt_.shape[static_cast<std::size_t>(i)]);
+      child_[static_cast<std::size_t>(fill_[p]++)] = i;
+    }
+    return status::success();
+  }
+
+  void add_children(drafted_tree& out, node_id u, node_id s, std::int32_t got) {
+    const float base = out.tree.score(u);
+    const std::int32_t c0 = first_child_[static_cast<std::size_t>(s)];
+    for (std::int32_t j = 0; j < got; ++j) {
+      out.add(u, tok_[static_cast<std::size_t>(j)], val_[static_cast<std::size_t>(j)],
+              base + detail::log_prob(val_[static_cast<std::size_t>(j)]), opt_.mode);
+      next_.push_back(child_[static_cast<std::size_t>(c0 + j)]);
+    }
+  }
+
+  static_tree_options opt_;
+  std::vector<std::int32_t> first_child_, child_, fill_;
+  std::vector<node_id> frontier_, next_, shape_of_;
+  std::vector<token_id> tok_;
+  std::vector<float> val_;
+  std::vector<double> key_;
+  detail::level_scratch lv_;
+};
+
+}  // namespace specdec

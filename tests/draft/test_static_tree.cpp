@@ -1,0 +1,113 @@
+// static_tree_builder: any parent array with per-node child counts, in each
+// draft mode; equals the top-k and sampled builders on their shapes and a
+// brute-force top-k on irregular (Medusa choice list) shapes.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <numeric>
+#include <vector>
+
+#include "draft_test_util.hpp"
+#include "specdec/draft/sampled_tree.hpp"
+#include "specdec/draft/static_tree.hpp"
+#include "specdec/draft/topk_tree.hpp"
+#include "specdec/draft/verify_mode.hpp"
+#include "specdec/tree/build.hpp"
+
+using namespace specdec;
+
+namespace {
+// Full tree with widths[d] children per node at depth d, in level order.
+std::vector<node_id> full_shape(const std::vector<int>& widths) {
+  std::vector<node_id> parent = {-1};
+  std::vector<node_id> level = {0};
+  for (int w : widths) {
+    std::vector<node_id> next;
+    for (node_id u : level)
+      for (int j = 0; j < w; ++j) {
+        parent.push_back(u);
+        next.push_back(static_cast<node_id>(parent.size() - 1));
+      }
+    level = next;
+  }
+  return parent;
+}
+}  // namespace
+
+TEST_CASE("static shape = full k-ary tree reproduces the top-k and sampled builders exactly") {
+  draft_test::path_drafter d{.V = 9, .seed = 4};
+  for (auto mode : {draft_mode::deterministic, draft_mode::iid, draft_mode::without_replacement}) {
+    const std::vector<int> widths = {3, 2, 2};
+    static_tree_builder sb({.shape = full_shape(widths), .mode = mode, .vocab_size = 9});
+    drafted_tree a, b;
+    const draft_round round{.root_token = 2, .rng = {11, 3, 5}};
+    REQUIRE(sb.build(d, round, a).ok());
+    if (mode == draft_mode::deterministic) {
+      // topk_tree_builder has one k for all levels: compare on widths {3, 3}.
+      static_tree_builder s2({.shape = full_shape({3, 3}), .mode = mode, .vocab_size = 9});
+      REQUIRE(s2.build(d, round, a).ok());
+      REQUIRE(topk_tree_builder({.k = 3, .depth = 2, .vocab_size = 9}).build(d, round, b).ok());
+    } else {
+      REQUIRE(sampled_tree_builder({.mode = mode, .widths = {3, 2, 2}, .vocab_size = 9}).build(d, round, b).ok());
+    }
+    INFO(draft_mode_name(mode));
+    CHECK(a.tree == b.tree);
+    CHECK(a.prob == b.prob);
+    CHECK(a.child_mode == b.child_mode);
+  }
+}
+
+TEST_CASE("static shape from a Medusa choice list: children are the brute-force top-k of each node") {
+  // Irregular shape: (0) (1) (2) (0,0) (0,1) (0,2) (1,0) (0,0,0) (0,1,0) (2,0)
+  const std::vector<std::vector<int>> choices = {{0},    {1},    {2},       {0, 0},    {0, 1},
+                                                 {0, 2}, {1, 0}, {0, 0, 0}, {0, 1, 0}, {2, 0}};
+  std::vector<std::int32_t> ranks, offsets = {0};
+  for (const auto& c : choices) {
+    ranks.insert(ranks.end(), c.begin(), c.end());
+    offsets.push_back(static_cast<std::int32_t>(ranks.size()));
+  }
+  std::vector<node_id> shape(choices.size() + 1);
+  std::vector<std::byte> ws(choices_workspace_size(choices.size()));
+  REQUIRE(from_choices(ranks, offsets, shape, ws).ok());
+  for (int zero : {0, 1}) {
+    draft_test::path_drafter d{.V = 7, .seed = 8, .zero_frac = zero ? 0.8 : 0.0};
+    static_tree_builder sb({.shape = shape, .mode = draft_mode::deterministic, .vocab_size = 7});
+    drafted_tree t;
+    REQUIRE(sb.build(d, {.root_token = 1}, t).ok());
+    if (!zero) CHECK(t.size() == static_cast<std::int32_t>(shape.size()));
+    std::vector<int> kids_of_shape(shape.size(), 0);
+    for (std::size_t i = 1; i < shape.size(); ++i) ++kids_of_shape[static_cast<std::size_t>(shape[i])];
+    // Brute force per drafted node: sort its row (prob desc, id asc), take the first k positive ones.
+    for (node_id u = 0; u < t.size(); ++u) {
+      const auto row = d.make(draft_test::path_of(t.tree, u));
+      std::vector<int> idx(row.size());
+      std::iota(idx.begin(), idx.end(), 0);
+      std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) {
+        return row[static_cast<std::size_t>(a)] > row[static_cast<std::size_t>(b)];
+      });
+      std::vector<token_id> kids;
+      for (node_id c = u + 1; c < t.size(); ++c)
+        if (t.tree.parent(c) == u) kids.push_back(t.tree.token(c));
+      for (std::size_t j = 0; j < kids.size(); ++j) CHECK(kids[j] == idx[j]);
+      if (!kids.empty()) CHECK(t.child_mode[static_cast<std::size_t>(u)] == draft_mode::deterministic);
+    }
+    verify_mode m{};
+    REQUIRE(matching_verify_mode(t, m).ok());
+    CHECK(m == verify_mode::deterministic);
+  }
+  // Errors.
+  draft_test::path_drafter d{.V = 7, .seed = 8};
+  drafted_tree t;
+  CHECK(static_tree_builder({.shape = {-1, 1}}).build(d, {}, t) == status_code::not_topological);
+  CHECK(static_tree_builder({.shape = {}}).build(d, {}, t) == status_code::empty_input);
+  CHECK(static_tree_builder({.shape = {-1, 0}, .mode = draft_mode::leaf}).build(d, {}, t) ==
+        status_code::invalid_argument);
+  draft_test::topk_path_drafter td{d};
+  CHECK(static_tree_builder({.shape = {-1, 0}, .mode = draft_mode::iid}).build(td, {}, t) ==
+        status_code::invalid_argument);
+  CHECK(static_tree_builder({.shape = {-1, 0, 0}, .mode = draft_mode::deterministic, .vocab_size = 7})
+            .build(td, {}, t)
+            .ok());
+  CHECK(t.size() == 3);
+}

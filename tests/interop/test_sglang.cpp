@@ -1,0 +1,412 @@
+// SGLang formats: linked-list trees in and out, greedy verification from
+// target_predict, the threshold sampling rule; each against a transcription
+// (written here) of the peer's kernel loops and against brute force.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "specdec/interop/greedy_ids.hpp"
+#include "specdec/interop/linked_tree.hpp"
+#include "specdec/interop/results.hpp"
+#include "specdec/interop/sglang.hpp"
+#include "specdec/verify/tree_verify.hpp"
+#include "verify/exactness_harness.hpp"
+
+using namespace specdec;
+
+namespace {
+
+// A random SGLang batch: per request a random tree over n slots whose slot
+// numbering is a random permutation of a topological order (so slots are
+// not topological), linked lists built the way SGLang's build kernel does
+// (each child pushed at the head, walking slots downwards: ascending lists).
+struct batch {
+  int bs = 0, n = 0, V = 0;
+  std::vector<std::int64_t> cand, ridx, next, sib;
+  std::vector<int> parent_slot;  // brute-force truth
+};
+
+batch make_batch(int bs, int n, int V, std::uint64_t seed, bool distinct_siblings, bool shuffle = true) {
+  std::mt19937_64 g(seed);
+  batch b{bs, n, V, {}, {}, {}, {}, {}};
+  const auto total = static_cast<std::size_t>(bs * n);
+  b.cand.assign(total, 0);
+  b.ridx.assign(total, 0);
+  b.next.assign(total, -1);
+  b.sib.assign(total, -1);
+  b.parent_slot.assign(total, -1);
+  for (int r = 0; r < bs; ++r) {
+    std::vector<int> par(static_cast<std::size_t>(n), -1);  // topological ids
+    for (int i = 1; i < n; ++i)
+      par[static_cast<std::size_t>(i)] = static_cast<int>(g() % static_cast<std::uint64_t>(i));
+    std::vector<int> slot(static_cast<std::size_t>(n));  // topological id -> slot (root stays 0)
+    std::iota(slot.begin(), slot.end(), 0);
+    if (shuffle) std::shuffle(slot.begin() + 1, slot.end(), g);
+    std::vector<int> tok(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      for (int attempt = 0;; ++attempt) {
+        tok[static_cast<std::size_t>(i)] = static_cast<int>(g() % static_cast<std::uint64_t>(V));
+        if (!distinct_siblings || i == 0 || attempt == 64) break;  // more siblings than tokens: give up
+        bool clash = false;
+        for (int j = 1; j < i; ++j)
+          clash = clash || (par[static_cast<std::size_t>(j)] == par[static_cast<std::size_t>(i)] &&
+                            tok[static_cast<std::size_t>(j)] == tok[static_cast<std::size_t>(i)]);
+        if (!clash) break;
+      }
+    }
+    const std::size_t o = static_cast<std::size_t>(r * n);
+    for (int i = 0; i < n; ++i) {
+      const auto s = static_cast<std::size_t>(slot[static_cast<std::size_t>(i)]);
+      b.cand[o + s] = i == 0 ? -7 : tok[static_cast<std::size_t>(i)];  // unused root token
+      b.ridx[o + s] = static_cast<std::int64_t>(o + s);
+      b.parent_slot[o + s] = i == 0 ? -1 : slot[static_cast<std::size_t>(par[static_cast<std::size_t>(i)])];
+    }
+    // Children lists in topological-id order (SGLang: ascending index).
+    for (int i = n - 1; i >= 1; --i) {
+      const auto s = static_cast<std::size_t>(slot[static_cast<std::size_t>(i)]);
+      const auto ps = static_cast<std::size_t>(slot[static_cast<std::size_t>(par[static_cast<std::size_t>(i)])]);
+      b.sib[o + s] = b.next[o + ps];
+      b.next[o + ps] = static_cast<std::int64_t>(s);
+    }
+  }
+  return b;
+}
+
+// Transcription of SGLang's VerifyTreeGreedy loop (one request per block,
+// one thread): walk the linked lists, compare with target_predict.
+void reference_greedy(const batch& b, const std::vector<std::int64_t>& target_predict, int num_spec,
+                      std::vector<int>& predicts, std::vector<int>& accept_index, std::vector<int>& accept_num) {
+  for (int bx = 0; bx < b.bs; ++bx) {
+    const auto base = static_cast<std::size_t>(bx * b.n);
+    std::int64_t last = b.ridx[base];
+    accept_index[static_cast<std::size_t>(bx * num_spec)] = static_cast<int>(last);
+    int accepted = 0;
+    std::int64_t cur = 0;
+    for (int j = 1; j < num_spec; ++j) {
+      cur = b.next[base + static_cast<std::size_t>(cur)];
+      while (cur != -1) {
+        const std::int64_t di = b.ridx[base + static_cast<std::size_t>(cur)];
+        const std::int64_t tok = b.cand[base + static_cast<std::size_t>(cur)];
+        const std::int64_t want = target_predict[static_cast<std::size_t>(last)];
+        if (tok == want) {
+          predicts[static_cast<std::size_t>(last)] = static_cast<int>(want);
+          ++accepted;
+          accept_index[static_cast<std::size_t>(bx * num_spec + accepted)] = static_cast<int>(di);
+          last = di;
+          break;
+        }
+        cur = b.sib[base + static_cast<std::size_t>(cur)];
+      }
+      if (cur == -1) break;
+    }
+    accept_num[static_cast<std::size_t>(bx)] = accepted;
+    predicts[static_cast<std::size_t>(last)] = static_cast<int>(target_predict[static_cast<std::size_t>(last)]);
+  }
+}
+
+// Transcription of SGLang's TreeSpeculativeSamplingTargetOnly on one thread
+// (the block-parallel final sampling becomes a sequential inverse CDF).
+void reference_sampling(const batch& b, const std::vector<float>& probs, const std::vector<float>& coins,
+                        const std::vector<float>& final_coins, int num_spec, float th_single, float th_acc,
+                        std::vector<int>& predicts, std::vector<int>& accept_index, std::vector<int>& accept_num) {
+  const auto d = static_cast<std::size_t>(b.V);
+  std::vector<float> draft(probs.size(), 0.0f);  // SGLang passes zeros
+  for (int bx = 0; bx < b.bs; ++bx) {
+    const auto base = static_cast<std::size_t>(bx * b.n);
+    float prob_acc = 0.0f;
+    std::size_t off = base * d;
+    float coin = coins[base];
+    std::int64_t last = b.ridx[base];
+    accept_index[static_cast<std::size_t>(bx * num_spec)] = static_cast<int>(last);
+    int accepted = 0;
+    std::int64_t cur = 0;
+    for (int j = 1; j < num_spec; ++j) {
+      cur = b.next[base + static_cast<std::size_t>(cur)];
+      while (cur != -1) {
+        const std::int64_t di = b.ridx[base + static_cast<std::size_t>(cur)];
+        const auto tok = static_cast<std::size_t>(b.cand[base + static_cast<std::size_t>(cur)]);
+        const float single = probs[off + tok];
+        prob_acc += single;
+        if (coin <= prob_acc / std::max(th_acc, 1e-9f) || single >= th_single) {
+          prob_acc = 0.0f;
+          off = (base + static_cast<std::size_t>(cur)) * d;
+          coin = coins[base + static_cast<std::size_t>(cur)];
+          predicts[static_cast<std::size_t>(last)] = static_cast<int>(tok);
+          ++accepted;
+          accept_index[static_cast<std::size_t>(bx * num_spec + accepted)] = static_cast<int>(di);
+          last = di;
+          break;
+        }
+        draft[off + tok] = probs[off + tok];
+        cur = b.sib[base + static_cast<std::size_t>(cur)];
+      }
+      if (cur == -1) break;
+    }
+    accept_num[static_cast<std::size_t>(bx)] = accepted;
+    float sum = 0.0f;
+    std::vector<float> relu(d);
+    for (std::size_t x = 0; x < d; ++x) {
+      const float dp = accepted != num_spec - 1 ? draft[off + x] : 0.0f;
+      relu[x] = std::max(probs[off + x] - dp, 0.0f);
+      sum += relu[x];
+    }
+    const float u = final_coins[static_cast<std::size_t>(bx)] * sum;
+    int sampled = static_cast<int>(d), last_valid = -1;
+    float run = 0.0f;
+    for (std::size_t x = 0; x < d && sampled == static_cast<int>(d); ++x) {
+      if (!(relu[x] > 0.0f)) continue;
+      last_valid = static_cast<int>(x);
+      run += relu[x];
+      if (run > u) sampled = static_cast<int>(x);
+    }
+    if (sampled == static_cast<int>(d)) sampled = last_valid == -1 ? static_cast<int>(d) - 1 : last_valid;
+    predicts[static_cast<std::size_t>(last)] = sampled;
+  }
+}
+
+std::span<std::byte> align(std::vector<std::byte>& storage, std::size_t bytes) {
+  storage.assign(bytes + workspace_alignment, std::byte{0});
+  auto p = reinterpret_cast<std::uintptr_t>(storage.data());
+  const std::size_t shift = (workspace_alignment - p % workspace_alignment) % workspace_alignment;
+  return std::span<std::byte>(storage.data() + shift, bytes);
+}
+
+}  // namespace
+
+TEST_CASE("linked-list trees convert to specdec trees (brute-force ancestors) and back") {
+  for (std::uint64_t seed = 1; seed <= 200; ++seed) {
+    const int n = 1 + static_cast<int>(seed % 23);
+    const batch b = make_batch(1, n, 9, seed, false);
+    std::vector<node_id> parent(static_cast<std::size_t>(n));
+    std::vector<token_id> token(static_cast<std::size_t>(n));
+    std::vector<std::int32_t> o2n(static_cast<std::size_t>(n)), n2o(static_cast<std::size_t>(n));
+    std::int32_t count = 0;
+    const linked_tree<std::int64_t> lt{b.cand.data(), b.next.data(), b.sib.data(), n};
+    REQUIRE(tree_from_linked_list(lt, {.unused_root = true, .root_token = 3, .require_all = true}, parent, token, o2n,
+                                  n2o, count)
+                .ok());
+    REQUIRE(count == n);
+    CHECK(token[0] == 3);
+    REQUIRE(validate_topological_parents(parent.data(), n).ok());
+    for (int s = 0; s < n; ++s) {
+      const int u = o2n[static_cast<std::size_t>(s)];
+      CHECK(n2o[static_cast<std::size_t>(u)] == s);
+      // Brute force: the parent slot recorded when the tree was made.
+      const int ps = b.parent_slot[static_cast<std::size_t>(s)];
+      CHECK(parent[static_cast<std::size_t>(u)] == (ps < 0 ? -1 : o2n[static_cast<std::size_t>(ps)]));
+      if (s > 0) CHECK(token[static_cast<std::size_t>(u)] == b.cand[static_cast<std::size_t>(s)]);
+    }
+    // Sibling visit order: ascending node ids follow the list order.
+    for (int s = 0; s < n; ++s)
+      for (std::int64_t c = b.next[static_cast<std::size_t>(s)]; c != -1; c = b.sib[static_cast<std::size_t>(c)])
+        if (b.sib[static_cast<std::size_t>(c)] != -1)
+          CHECK(o2n[static_cast<std::size_t>(c)] < o2n[static_cast<std::size_t>(b.sib[static_cast<std::size_t>(c)])]);
+    // And back: first-child / next-sibling over node ids, same structure.
+    std::vector<std::int64_t> nt(static_cast<std::size_t>(n)), ns(static_cast<std::size_t>(n));
+    REQUIRE(
+        linked_list_from_tree<std::int64_t>(tree_view{token.data(), parent.data(), nullptr, nullptr, n}, nt, ns).ok());
+    for (int s = 0; s < n; ++s) {
+      const auto u = static_cast<std::size_t>(o2n[static_cast<std::size_t>(s)]);
+      const std::int64_t c = b.next[static_cast<std::size_t>(s)];
+      CHECK(nt[u] == (c < 0 ? -1 : o2n[static_cast<std::size_t>(c)]));
+      const std::int64_t sb = b.sib[static_cast<std::size_t>(s)];
+      CHECK(ns[u] == (sb < 0 ? -1 : o2n[static_cast<std::size_t>(sb)]));
+    }
+  }
+}
+
+TEST_CASE("linked-list trees: malformed input gets a clear status") {
+  std::vector<node_id> parent(4);
+  std::vector<token_id> token(4);
+  std::vector<std::int32_t> a(4), c(4);
+  std::int32_t count = 0;
+  const std::int64_t cand[4] = {0, 1, 2, 3};
+  auto run = [&](std::vector<std::int64_t> next, std::vector<std::int64_t> sib, linked_tree_options o = {}) {
+    return tree_from_linked_list(linked_tree<std::int64_t>{cand, next.data(), sib.data(), 4}, o, parent, token, a, c,
+                                 count);
+  };
+  CHECK(run({1, -1, -1, -1}, {-1, 2, 3, -1}).ok());
+  CHECK(count == 4);
+  CHECK(run({1, 2, 1, -1}, {-1, -1, -1, -1}) == status_code::cycle);          // 1 -> 2 -> 1
+  CHECK(run({1, -1, -1, -1}, {-1, 2, 1, -1}) == status_code::cycle);          // sibling loop
+  CHECK(run({1, 0, -1, -1}, {-1, -1, -1, -1}) == status_code::cycle);         // the root as a child
+  CHECK(run({1, -1, -1, -1}, {-1, 4, -1, -1}) == status_code::out_of_range);  // link past n
+  CHECK(run({1, -1, -1, -1}, {-1, -2, -1, -1}) == status_code::out_of_range);
+  CHECK(run({1, -1, -1, -1}, {2, -1, -1, -1}) == status_code::invalid_argument);  // root with a sibling
+  CHECK(run({1, -1, -1, -1}, {-1, -1, -1, -1}).ok());                             // slots 2, 3 unreached
+  CHECK(count == 2);
+  CHECK(a[2] == -1);
+  CHECK(run({1, -1, -1, -1}, {-1, -1, -1, -1}, {.require_all = true}) == status_code::invalid_argument);
+  const std::int64_t neg[4] = {0, -3, 2, 3};
+  std::vector<std::int64_t> nx = {1, -1, -1, -1}, sb = {-1, -1, -1, -1};
+  CHECK(tree_from_linked_list(linked_tree<std::int64_t>{neg, nx.data(), sb.data(), 4}, {}, parent, token, a, c,
+                              count) == status_code::token_out_of_range);
+  CHECK(tree_from_linked_list(linked_tree<std::int64_t>{cand, nx.data(), sb.data(), 0}, {}, parent, token, a, c,
+                              count) == status_code::empty_input);
+  std::vector<node_id> small(2);
+  CHECK(tree_from_linked_list(linked_tree<std::int64_t>{cand, nx.data(), sb.data(), 4}, {}, small, token, a, c,
+                              count) == status_code::size_mismatch);
+}
+
+TEST_CASE("sglang_verify_tree_greedy equals SGLang's kernel loop and verify_tree greedy on one-hot rows") {
+  std::vector<std::byte> storage;
+  for (std::uint64_t seed = 1; seed <= 60; ++seed) {
+    const int bs = 1 + static_cast<int>(seed % 4), n = 2 + static_cast<int>(seed % 15),
+              V = 3 + static_cast<int>(seed % 4);
+    const int num_spec = 1 + static_cast<int>(seed % 6);
+    const batch b = make_batch(bs, n, V, seed * 7, seed % 2 == 0);
+    std::mt19937_64 g(seed);
+    std::vector<std::int64_t> tp(static_cast<std::size_t>(bs * n));
+    for (auto& x : tp) x = static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(V));
+    std::vector<int> pr(tp.size(), -5), ai(static_cast<std::size_t>(bs * num_spec), -1),
+        an(static_cast<std::size_t>(bs), -1);
+    std::vector<int> pw = pr, aw = ai, nw = an;
+    reference_greedy(b, tp, num_spec, pr, ai, an);
+    const sglang_tree_batch<std::int64_t> tb{bs, n, b.cand.data(), b.ridx.data(), b.next.data(), b.sib.data()};
+    const sglang_outputs<int> out{pw, make_view(aw.data(), bs, num_spec), nw};
+    const auto ws = align(storage, sglang_workspace_size(n));
+    REQUIRE(sglang_verify_tree_greedy<std::int64_t, int>(tb, tp, num_spec, out, ws).ok());
+    INFO("seed " << seed);
+    CHECK(pw == pr);
+    CHECK(aw == ai);
+    CHECK(nw == an);
+    // Brute force through specdec's own greedy verifier: one-hot rows at the
+    // target ids, on the converted tree (no cap: num_spec large enough).
+    if (num_spec > n) {
+      for (int r = 0; r < bs; ++r) {
+        const auto o = static_cast<std::size_t>(r * n);
+        std::vector<node_id> parent(static_cast<std::size_t>(n));
+        std::vector<token_id> token(static_cast<std::size_t>(n));
+        std::vector<std::int32_t> o2n(static_cast<std::size_t>(n)), n2o(static_cast<std::size_t>(n));
+        std::int32_t count = 0;
+        REQUIRE(
+            tree_from_linked_list(linked_tree<std::int64_t>{b.cand.data() + o, b.next.data() + o, b.sib.data() + o, n},
+                                  {.unused_root = true}, parent, token, o2n, n2o, count)
+                .ok());
+        std::vector<float> rows(static_cast<std::size_t>(n * V), 0.0f);
+        for (int u = 0; u < n; ++u)
+          rows[static_cast<std::size_t>(u * V) +
+               static_cast<std::size_t>(tp[o + static_cast<std::size_t>(n2o[static_cast<std::size_t>(u)])])] = 1.0f;
+        std::vector<std::byte> w(verify_workspace_size(V, n));
+        std::vector<node_id> path(static_cast<std::size_t>(n));
+        std::vector<token_id> toks(static_cast<std::size_t>(n));
+        verify_params vp;
+        vp.mode = verify_mode::greedy;
+        verify_result res;
+        REQUIRE(verify_tree(tree_view{token.data(), parent.data(), nullptr, nullptr, n},
+                            make_view<const float>(rows.data(), n, V), {}, vp, w, path, toks, res)
+                    .ok());
+        CHECK(res.accepted == an[static_cast<std::size_t>(r)]);
+        CHECK(static_cast<std::int64_t>(res.next_token) ==
+              pr[static_cast<std::size_t>(ai[static_cast<std::size_t>(r * num_spec + res.accepted)])]);
+      }
+    }
+  }
+}
+
+TEST_CASE("sglang_tree_sampling_target_only equals SGLang's kernel loop for any thresholds") {
+  std::vector<std::byte> storage;
+  for (std::uint64_t seed = 1; seed <= 80; ++seed) {
+    const int bs = 1 + static_cast<int>(seed % 3), n = 2 + static_cast<int>(seed % 12),
+              V = 4 + static_cast<int>(seed % 5);
+    const int num_spec = 2 + static_cast<int>(seed % 5);
+    const float ts = seed % 3 == 0 ? 0.3f : 1.0f, ta = seed % 4 == 0 ? 0.6f : 1.0f;
+    const batch b = make_batch(bs, n, V, seed * 13, seed % 2 == 0);
+    std::mt19937_64 g(seed);
+    std::uniform_real_distribution<float> U(0.0f, 1.0f);
+    std::vector<float> probs(static_cast<std::size_t>(bs * n * V));
+    for (std::size_t row = 0; row < static_cast<std::size_t>(bs * n); ++row) {
+      float s = 0;
+      for (int x = 0; x < V; ++x)
+        s += (probs[row * static_cast<std::size_t>(V) + static_cast<std::size_t>(x)] = U(g) < 0.2f ? 0.0f : U(g));
+      if (s == 0) probs[row * static_cast<std::size_t>(V)] = s = 1.0f;
+      for (int x = 0; x < V; ++x) probs[row * static_cast<std::size_t>(V) + static_cast<std::size_t>(x)] /= s;
+    }
+    std::vector<float> coins(static_cast<std::size_t>(bs * n)), fc(static_cast<std::size_t>(bs));
+    for (auto& c : coins) c = U(g);
+    for (auto& c : fc) c = U(g);
+    if (seed % 5 == 0) fc[0] = 0.0f;                        // a coin of exactly 0
+    if (seed % 7 == 0) fc[0] = std::nextafter(1.0f, 0.0f);  // the largest float below 1
+    std::vector<int> pr(static_cast<std::size_t>(bs * n), -5), ai(static_cast<std::size_t>(bs * num_spec), -1),
+        an(static_cast<std::size_t>(bs), -1);
+    std::vector<int> pw = pr, aw = ai, nw = an;
+    reference_sampling(b, probs, coins, fc, num_spec, ts, ta, pr, ai, an);
+    const sglang_tree_batch<std::int64_t> tb{bs, n, b.cand.data(), b.ridx.data(), b.next.data(), b.sib.data()};
+    const sglang_outputs<int> out{pw, make_view(aw.data(), bs, num_spec), nw};
+    const auto ws = align(storage, sglang_workspace_size(n));
+    REQUIRE(sglang_tree_sampling_target_only<std::int64_t, int>(tb, make_view<const float>(probs.data(), bs * n, V),
+                                                                coins, fc, num_spec, {ts, ta}, out, ws)
+                .ok());
+    INFO("seed " << seed);
+    CHECK(pw == pr);
+    CHECK(aw == ai);
+    CHECK(nw == an);
+  }
+}
+
+TEST_CASE("SGLang's coin rule with thresholds 1 is exact for distinct siblings; thresholds below 1 are not") {
+  // One request: root with children tokens {2, 0} (list order), leaves below.
+  // p at the root = [.5, .3, .2]; the first emitted token must follow p.
+  const std::int64_t cand[3] = {-1, 2, 0}, ridx[3] = {0, 1, 2}, next[3] = {1, -1, -1}, sib[3] = {-1, 2, -1};
+  const std::vector<float> probs = {0.5f, 0.3f, 0.2f, 0.1f, 0.6f, 0.3f, 0.7f, 0.2f, 0.1f};
+  const sglang_tree_batch<std::int64_t> tb{1, 3, cand, ridx, next, sib};
+  std::vector<std::byte> storage;
+  const auto ws = align(storage, sglang_workspace_size(3));
+  std::mt19937_64 g(2026);
+  std::uniform_real_distribution<float> U(0.0f, 1.0f);
+  auto law = [&](sglang_thresholds th) {
+    std::vector<std::int64_t> counts(3, 0);
+    std::vector<int> pred(3), ai(3), an(1);
+    std::vector<float> coins(3), fc(1);
+    for (int t = 0; t < 1000000; ++t) {
+      for (auto& c : coins) c = U(g);
+      fc[0] = U(g);
+      REQUIRE(sglang_tree_sampling_target_only<std::int64_t, int>(
+                  tb, make_view<const float>(probs.data(), 3, 3), coins, fc, 3, th,
+                  sglang_outputs<int>{pred, make_view(ai.data(), 1, 3), an}, ws)
+                  .ok());
+      ++counts[static_cast<std::size_t>(pred[0])];  // predicts[root row] = first emitted token
+    }
+    return vtest::chi_square(counts, std::vector<double>{0.5, 0.3, 0.2}, 0);
+  };
+  const auto exact = law({1.0f, 1.0f});
+  std::printf("sglang coin rule, thresholds 1/1: chi2 %.1f df %d p %.3g\n", exact.chi2, exact.df, exact.p_value);
+  CHECK(exact.p_value > 1e-4);
+  const auto lossy = law({0.25f, 1.0f});  // token 2 (p .2) never reaches .25, token 0 (p .5) always accepted
+  std::printf("sglang coin rule, threshold_single .25 (lossy): chi2 %.1f p %.3g\n", lossy.chi2, lossy.p_value);
+  CHECK(lossy.p_value < 1e-6);
+  const auto lossy_acc = law({1.0f, 0.5f});
+  std::printf("sglang coin rule, threshold_acc .5 (lossy): chi2 %.1f p %.3g\n", lossy_acc.chi2, lossy_acc.p_value);
+  CHECK(lossy_acc.p_value < 1e-6);
+}
+
+TEST_CASE("verify_greedy_ids: unused root, max_accept, bad ids") {
+  // root(?) -> 1 -> 2 ; root -> 3
+  const token_id tok[4] = {-1, 1, 2, 3};
+  const node_id par[4] = {-1, 0, 1, 0};
+  const tree_view t{tok, par, nullptr, nullptr, 4};
+  std::vector<node_id> path(4);
+  std::vector<token_id> out(4);
+  verify_result res;
+  const std::vector<token_id> ids = {1, 2, 0, 0};
+  CHECK(verify_greedy_ids(t, ids, 5, {}, path, out, res) == status_code::token_out_of_range);  // root token -1
+  REQUIRE(verify_greedy_ids(t, ids, 5, {.unused_root = true}, path, out, res).ok());
+  CHECK(res.accepted == 2);
+  CHECK(out[0] == 1);
+  CHECK(out[1] == 2);
+  CHECK(out[2] == 0);
+  REQUIRE(verify_greedy_ids(t, ids, 5, {.unused_root = true, .max_accept = 1}, path, out, res).ok());
+  CHECK(res.accepted == 1);
+  CHECK(res.next_token == 2);
+  const std::vector<token_id> bad = {1, 9, 0, 0};
+  CHECK(verify_greedy_ids(t, bad, 5, {.unused_root = true}, path, out, res) == status_code::token_out_of_range);
+  CHECK(verify_greedy_ids(t, std::span<const token_id>(ids).first(2), 5, {.unused_root = true}, path, out, res) ==
+        status_code::size_mismatch);
+  std::vector<node_id> short_path(1);
+  CHECK(verify_greedy_ids(t, ids, 5, {.unused_root = true}, short_path, out, res) == status_code::buffer_too_small);
+}

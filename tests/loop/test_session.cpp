@@ -1,0 +1,429 @@
+// speculative_session: concepts (positive and negative), exactness of the
+// whole loop over continuations (chi-square with negative controls), greedy
+// equals plain greedy decoding, determinism, stop tokens, statistics, errors.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "loop/loop_models.hpp"
+#include "specdec/draft/beam_tree.hpp"
+#include "specdec/draft/sampled_tree.hpp"
+#include "specdec/draft/topk_tree.hpp"
+#include "specdec/loop/concepts.hpp"
+#include "specdec/loop/session.hpp"
+#include "verify/exactness_harness.hpp"
+
+using namespace specdec;
+using looptest::table;
+
+// ---- concepts ---------------------------------------------------------------
+namespace {
+struct not_a_target {
+  int forward(int) { return 0; }
+};
+struct wrong_return_target {
+  void forward(const tree_forward&) {}
+};
+struct committing_target : looptest::target {
+  status commit(const kv_commit_request&) { return status::success(); }
+};
+struct level_topk_only {
+  status level_top_candidates(const draft_level&, view2d<token_id>, view2d<float>, std::span<std::int32_t>) {
+    return status::success();
+  }
+};
+struct not_a_level_drafter {
+  status level_probabilities(const draft_level&, view2d<float>) { return status::success(); }  // rows not an out-param
+};
+struct builder_without_bound {
+  status build(looptest::drafter&, const draft_round&, drafted_tree&) { return status::success(); }
+};
+}  // namespace
+
+static_assert(target_model<looptest::target>);
+static_assert(!target_model<not_a_target>);
+static_assert(!target_model<wrong_return_target>);
+static_assert(!target_model<int>);
+static_assert(kv_committing_target<committing_target>);
+static_assert(!kv_committing_target<looptest::target>);
+
+static_assert(level_probability_drafter<looptest::level_drafter>);
+static_assert(!level_topk_drafter<looptest::level_drafter>);
+static_assert(level_topk_drafter<level_topk_only> && level_drafter<level_topk_only>);
+static_assert(!level_drafter<not_a_level_drafter>);
+static_assert(!level_drafter<looptest::drafter>);  // per node: needs level_adapter
+static_assert(any_drafter<looptest::drafter> && any_drafter<looptest::level_drafter>);
+static_assert(level_probability_drafter<level_adapter<looptest::drafter>>);
+static_assert(!any_drafter<looptest::target>);
+
+static_assert(tree_builder<topk_tree_builder, looptest::drafter>);
+static_assert(tree_builder<topk_tree_builder, looptest::level_drafter>);
+static_assert(tree_builder<beam_tree_builder, level_topk_only>);
+static_assert(tree_builder<sampled_tree_builder, looptest::drafter>);
+static_assert(tree_builder<sampled_tree_builder, looptest::level_drafter>);
+static_assert(!tree_builder<sampled_tree_builder, level_topk_only>);  // sampling needs full rows
+static_assert(!tree_builder<builder_without_bound, looptest::drafter>);
+static_assert(!tree_builder<topk_tree_builder, int>);
+
+namespace {
+
+session_options options(int V, std::uint64_t seed, std::int32_t max_tokens) {
+  session_options o;
+  o.vocab_size = V;
+  o.seed = seed;
+  o.max_tokens = max_tokens;
+  return o;
+}
+
+// A top-k builder that also writes the q rows of its expanded nodes (what a
+// sampling builder does), so that a mismatched sampled rule can be tried.
+struct topk_q_builder {
+  topk_tree_builder b;
+  std::vector<token_id> path{};
+  status build(looptest::drafter& d, const draft_round& r, drafted_tree& out) {
+    SPECDEC_TRY(b.build(d, r, out));
+    for (node_id u = 0; u < out.size(); ++u) {
+      if (out.child_mode[static_cast<std::size_t>(u)] == draft_mode::leaf) continue;
+      looptest::path_of(out.tree.view(), u, path);
+      d.m.row(r.history, path, &r.q_rows(u, 0));
+    }
+    return status::success();
+  }
+  [[nodiscard]] std::int32_t node_bound() const noexcept { return b.node_bound(); }
+};
+static_assert(tree_builder<topk_q_builder, looptest::drafter>);
+
+// Expected law of the next L tokens after `prompt` under the target table.
+std::vector<double> continuation_law(const table& m, const std::vector<token_id>& prompt, int L) {
+  std::size_t cells = 1;
+  for (int i = 0; i < L; ++i) cells *= static_cast<std::size_t>(m.V);
+  std::vector<double> law(cells, 0.0);
+  std::vector<float> row(static_cast<std::size_t>(m.V));
+  for (std::size_t c = 0; c < cells; ++c) {
+    std::vector<token_id> ctx = prompt;
+    double pr = 1.0;
+    std::size_t rest = c, scale = cells;
+    for (int i = 0; i < L; ++i) {
+      scale /= static_cast<std::size_t>(m.V);
+      const auto t = static_cast<token_id>(rest / scale);
+      rest %= scale;
+      m.row(ctx, {}, row.data());
+      pr *= row[static_cast<std::size_t>(t)];
+      ctx.push_back(t);
+    }
+    law[c] = pr;
+  }
+  return law;
+}
+
+// Runs `rounds` rounds of a fresh sequence per trial, completes every output
+// to L tokens by sampling the target (or truncates it), and counts the
+// sequences. Returns the chi-square fit against the target's law.
+template <class Builder, class Source>
+vtest::fit loop_law(Builder builder, Source& source, session_options o, int rounds, int L, int trials,
+                    std::uint64_t seed) {
+  looptest::target tgt{{.V = 3, .seed = 11}};
+  const std::vector<token_id> prompt = {1, 2};
+  speculative_session<Builder> s(std::move(builder), o);
+  std::vector<std::int64_t> counts(27, 0);
+  std::vector<float> row(3);
+  const rng_stream completion{seed, 99, 0};
+  for (int t = 0; t < trials; ++t) {
+    REQUIRE(s.start(prompt, seed + static_cast<std::uint64_t>(t)).ok());
+    for (int r = 0; r < rounds && !s.done(); ++r) {
+      const status st = s.round(source, tgt);
+      if (!st.ok()) FAIL(st.message());
+    }
+    std::vector<token_id> seq(s.tokens().begin(), s.tokens().end());
+    for (std::uint32_t k = 0; seq.size() < prompt.size() + static_cast<std::size_t>(L); ++k) {
+      tgt.m.row(seq, {}, row.data());
+      seq.push_back(
+          sample_row(make_view<const float>(row.data(), 3), completion.uniform(static_cast<std::uint32_t>(t), k), 1.0));
+    }
+    std::size_t cell = 0;
+    for (int i = 0; i < L; ++i)
+      cell = cell * 3 + static_cast<std::size_t>(seq[prompt.size() + static_cast<std::size_t>(i)]);
+    ++counts[cell];
+  }
+  const auto law = continuation_law(tgt.m, prompt, L);
+  return vtest::chi_square(counts, law, 0);
+}
+
+void report(const char* name, const vtest::fit& f) {
+  std::printf("loop law %-44s chi2 %9.1f df %2d p %.3g tv %.4f%s\n", name, f.chi2, f.df, f.p_value, f.tv,
+              f.impossible ? " (impossible sequence seen)" : "");
+}
+
+}  // namespace
+
+TEST_CASE("session at temperature 1 follows the target's law over whole continuations") {
+  // Seeds are fixed and printed; p-value threshold 1e-4 per case.
+  constexpr int trials = 200000;
+  constexpr int L = 3;
+  const std::uint64_t seed = 20261122;
+  std::printf("loop law: trials %d, L %d, seed %llu\n", trials, L, static_cast<unsigned long long>(seed));
+  looptest::drafter d{{.V = 3, .seed = 5}};
+  looptest::level_drafter ld{{.V = 3, .seed = 5}};
+
+  SECTION("i.i.d. sampled tree, per-node drafter, one round then completion") {
+    const auto f = loop_law(sampled_tree_builder({.mode = draft_mode::iid, .widths = {2, 2}, .vocab_size = 3}), d,
+                            options(3, 0, 64), 1, L, trials, seed);
+    report("iid {2,2} 1 round", f);
+    CHECK_FALSE(f.impossible);
+    CHECK(f.p_value > 1e-4);
+  }
+  SECTION("Gumbel-top-k tree, level drafter, two rounds truncated at max_tokens") {
+    const auto f =
+        loop_law(sampled_tree_builder({.mode = draft_mode::without_replacement, .widths = {2, 1}, .vocab_size = 3}), ld,
+                 options(3, 0, L), 2, L, trials, seed + 1);
+    report("without replacement {2,1} 2 rounds", f);
+    CHECK_FALSE(f.impossible);
+    CHECK(f.p_value > 1e-4);
+  }
+  SECTION("top-2 tree (deterministic rule)") {
+    const auto f = loop_law(topk_tree_builder({.k = 2, .depth = 2, .vocab_size = 3}), d, options(3, 0, 64), 1, L,
+                            trials, seed + 2);
+    report("top-2 depth 2 1 round", f);
+    CHECK(f.p_value > 1e-4);
+  }
+  SECTION("top-p and top-k filtered target: the law of the filtered target") {
+    // With top_k = 2 the third token never appears; the law is the filtered one.
+    session_options o = options(3, 0, 64);
+    o.sampling.top_k = 2;
+    looptest::target tgt{{.V = 3, .seed = 11}};
+    speculative_session s(sampled_tree_builder({.mode = draft_mode::iid, .widths = {2}, .vocab_size = 3}), o);
+    const std::vector<token_id> prompt = {1, 2};
+    std::vector<std::int64_t> first(3, 0);
+    for (int t = 0; t < 100000; ++t) {
+      REQUIRE(s.start(prompt, seed + static_cast<std::uint64_t>(t)).ok());
+      REQUIRE(s.round(d, tgt).ok());
+      ++first[static_cast<std::size_t>(s.generated_tokens()[0])];
+    }
+    std::vector<float> row(3);
+    tgt.m.row(prompt, {}, row.data());
+    // Filtered law: keep the 2 largest, renormalize.
+    int lo = 0;
+    for (int i = 1; i < 3; ++i)
+      if (row[static_cast<std::size_t>(i)] < row[static_cast<std::size_t>(lo)]) lo = i;
+    std::vector<double> law(3);
+    double z = 0;
+    for (int i = 0; i < 3; ++i) z += i == lo ? 0.0 : row[static_cast<std::size_t>(i)];
+    for (int i = 0; i < 3; ++i) law[static_cast<std::size_t>(i)] = i == lo ? 0.0 : row[static_cast<std::size_t>(i)] / z;
+    const auto f = vtest::chi_square(first, law, 0);
+    report("iid {2}, target top_k = 2 (first token)", f);
+    CHECK_FALSE(f.impossible);
+    CHECK(f.p_value > 1e-4);
+  }
+}
+
+TEST_CASE("loop law negative controls: a mismatched rule must fail the same test") {
+  constexpr int trials = 200000;
+  const std::uint64_t seed = 777;
+  looptest::drafter d{{.V = 3, .seed = 5}};
+  // Deterministic (top-2) drafts verified with the real q (the i.i.d. rule):
+  // refused unless the caller opts in, then biased. (The reverse, i.i.d.
+  // drafts under the one-hot rule, is lossless: that rule is exact for any
+  // child set chosen independently of the target's coins.)
+  session_options o = options(3, 0, 64);
+  o.rule = verify_mode::sampled_iid;
+  {
+    speculative_session s(topk_tree_builder({.k = 2, .depth = 2, .vocab_size = 3}), o);
+    looptest::target tgt{{.V = 3, .seed = 11}};
+    const std::vector<token_id> prompt = {1, 2};
+    REQUIRE(s.start(prompt).ok());
+    CHECK(s.round(d, tgt) == status_code::invalid_argument);
+    CHECK(s.generated_tokens().empty());
+  }
+  o.lossy = lossy_opt_in::mismatched_rule;
+  // The top-k builder writes no q rows (the session refuses the i.i.d. rule
+  // then); topk_q_builder also writes them.
+  const auto f =
+      loop_law(topk_q_builder{topk_tree_builder({.k = 2, .depth = 2, .vocab_size = 3})}, d, o, 1, 3, trials, seed);
+  report("NEGATIVE top-2 drafts + i.i.d. rule (real q)", f);
+  CHECK(f.p_value < 1e-6);
+  // Medusa typical acceptance is lossy too.
+  session_options t = options(3, 0, 64);
+  t.rule = verify_mode::typical_lossy;
+  t.lossy = lossy_opt_in::typical_acceptance;
+  const auto g = loop_law(topk_tree_builder({.k = 2, .depth = 2, .vocab_size = 3}), d, t, 1, 3, trials, seed + 1);
+  report("NEGATIVE top-2 + typical acceptance", g);
+  CHECK(g.p_value < 1e-6);
+}
+
+TEST_CASE("greedy session equals plain greedy decoding token for token") {
+  const table tm{.V = 50, .seed = 3, .zero_frac = 0.0};
+  looptest::target tgt{tm};
+  const std::vector<token_id> prompt = {4, 8, 15};
+  const auto ref = looptest::greedy_decode(tm, prompt, 200);
+  for (std::uint64_t ds : {5ull, 3ull}) {  // seed 3: the drafter equals the target (all accepted)
+    looptest::drafter d{{.V = 50, .seed = ds, .zero_frac = 0.0}};
+    session_options o = options(50, 1, 200);
+    o.sampling.temperature = 0.0f;
+    speculative_session s(beam_tree_builder({.k = 3, .width = 3, .depth = 4, .budget = 12}), o);
+    const auto out = s.generate(d, tgt, prompt);
+    REQUIRE(out.size() == ref.size());
+    CHECK(std::equal(out.begin(), out.end(), ref.begin()));
+    CHECK(s.last_round().mode == verify_mode::greedy);
+    CHECK(s.stats().tokens == 200);
+    CHECK(s.stats().target_calls == s.stats().rounds);
+    // Per-depth acceptance is monotone: reaching depth d needs depth d - 1.
+    for (std::size_t k = 1; k < s.stats().depth_accepted.size(); ++k)
+      CHECK(s.stats().depth_accepted[k] <= s.stats().depth_accepted[k - 1]);
+  }
+}
+
+TEST_CASE("greedy session with a drafter equal to the target accepts every draft") {
+  const table tm{.V = 50, .seed = 3, .zero_frac = 0.0};
+  looptest::target tgt{tm};
+  looptest::drafter d{tm};
+  session_options o = options(50, 1, 200);
+  o.sampling.temperature = 0.0f;
+  speculative_session s(topk_tree_builder({.k = 1, .depth = 4, .vocab_size = 50}), o);
+  const std::vector<token_id> prompt = {4, 8, 15};
+  const auto out = s.generate(d, tgt, prompt);
+  const auto ref = looptest::greedy_decode(tm, prompt, 200);
+  CHECK(std::equal(out.begin(), out.end(), ref.begin(), ref.end()));
+  CHECK(s.stats().rounds == 40);  // 4 drafts + 1 bonus token per round
+  CHECK(s.stats().accepted == 4 * 40);
+}
+
+TEST_CASE("same seed, same output; another seed, another output; level drafter equals per-node drafter") {
+  const table tm{.V = 40, .seed = 9};
+  looptest::target tgt{tm};
+  looptest::drafter d{{.V = 40, .seed = 10}};
+  looptest::level_drafter ld{{.V = 40, .seed = 10}};
+  const std::vector<token_id> prompt = {1, 2, 3};
+  auto run = [&](auto& src, std::uint64_t seed, draft_mode m) {
+    session_options o = options(40, seed, 120);
+    o.sampling.top_p = 0.95f;
+    speculative_session s(sampled_tree_builder({.mode = m, .widths = {3, 2, 1}, .vocab_size = 40}), o);
+    const auto out = s.generate(src, tgt, prompt);
+    return std::vector<token_id>(out.begin(), out.end());
+  };
+  for (auto m : {draft_mode::iid, draft_mode::without_replacement}) {
+    const auto a = run(d, 42, m), b = run(d, 42, m), c = run(d, 43, m), e = run(ld, 42, m);
+    CHECK(a.size() == 120);
+    CHECK(a == b);
+    CHECK(a != c);
+    CHECK(a == e);
+  }
+  // The level drafter is called once per depth, not once per node.
+  session_options o = options(40, 1, 10);
+  speculative_session s(sampled_tree_builder({.mode = draft_mode::iid, .widths = {3, 2, 1}, .vocab_size = 40}), o);
+  REQUIRE(s.start(prompt).ok());
+  ld.calls = 0;
+  REQUIRE(s.round(ld, tgt).ok());
+  CHECK(ld.calls == 3);
+  CHECK(s.last_round().drafter_calls == 3);
+  CHECK(s.last_round().drafted_nodes == 1 + 3 + 6);
+  CHECK(s.last_round().tree_nodes == 1 + 3 + 6 + 6);
+  CHECK(s.last_round().mode == verify_mode::sampled_iid);
+}
+
+TEST_CASE("stop tokens, max tokens, token callback, KV commit requests") {
+  const table tm{.V = 6, .seed = 21};
+  struct recording_target : looptest::target {
+    std::vector<std::int32_t> cache;  // the "KV" of each position: the token there
+    std::int32_t len = 0;
+    status commit(const kv_commit_request& c) {
+      if (c.cache_len != len || c.keep.empty() || c.keep[0] != len)
+        return make_status(status_code::invalid_argument, "bad commit");
+      for (std::size_t k = 0; k < c.keep.size(); ++k)
+        cache[static_cast<std::size_t>(c.cache_len) + k] = cache[static_cast<std::size_t>(c.keep[k])];
+      len = c.new_len;
+      return status::success();
+    }
+    status forward(const tree_forward& f) {
+      for (node_id i = 0; i < f.tree.size; ++i)
+        cache[static_cast<std::size_t>(f.cache_len + i)] = f.tree.token[i];  // node i's KV goes to slot cache_len + i
+      return looptest::target::forward(f);
+    }
+  };
+  recording_target tgt{{tm}, std::vector<std::int32_t>(4096, -1), 0};
+  looptest::drafter d{{.V = 6, .seed = 22}};
+  const std::vector<token_id> prompt = {0, 1, 2};
+  for (std::int32_t p = 0; p + 1 < 3; ++p) tgt.cache[static_cast<std::size_t>(p)] = prompt[static_cast<std::size_t>(p)];
+  tgt.len = 2;
+  session_options o = options(6, 5, 300);
+  o.stop_tokens = {5};
+  speculative_session s(topk_tree_builder({.k = 2, .depth = 3, .vocab_size = 6}), o);
+  std::vector<token_id> streamed;
+  const auto out = s.generate(
+      d, tgt, prompt, [&](std::span<const token_id> t) { streamed.insert(streamed.end(), t.begin(), t.end()); });
+  REQUIRE(!out.empty());
+  CHECK(std::vector<token_id>(out.begin(), out.end()) == streamed);
+  const bool stopped = out.back() == 5;
+  CHECK((stopped || out.size() == 300));
+  CHECK(std::count(out.begin(), out.end(), 5) == (stopped ? 1 : 0));
+  // The cache holds exactly the committed tokens but the last.
+  const auto all = s.tokens();
+  REQUIRE(tgt.len == static_cast<std::int32_t>(all.size()) - 1);
+  for (std::int32_t p = 0; p < tgt.len; ++p)
+    CHECK(tgt.cache[static_cast<std::size_t>(p)] == all[static_cast<std::size_t>(p)]);
+  // max_tokens cuts a round short.
+  session_options o2 = options(6, 5, 2);
+  o2.sampling.temperature = 0.0f;
+  looptest::drafter same{{.V = 6, .seed = 21}};  // accepts everything
+  speculative_session s2(topk_tree_builder({.k = 1, .depth = 5, .vocab_size = 6}), o2);
+  looptest::target plain{tm};
+  CHECK(s2.generate(same, plain, prompt).size() == 2);
+  CHECK(s2.stats().rounds == 1);
+  CHECK(s2.last_round().accepted == 5);
+}
+
+TEST_CASE("session errors") {
+  looptest::target tgt{{.V = 4}};
+  looptest::drafter d{{.V = 4}};
+  const std::vector<token_id> prompt = {1};
+  speculative_session s(topk_tree_builder({.k = 2, .depth = 2, .vocab_size = 4}), options(4, 0, 8));
+  CHECK(s.round(d, tgt) == status_code::invalid_argument);  // not started
+  CHECK(s.start({}) == status_code::invalid_argument);
+  const std::vector<token_id> bad = {7};
+  CHECK(s.start(bad) == status_code::token_out_of_range);
+  speculative_session s0(topk_tree_builder(), options(0, 0, 8));
+  CHECK(s0.start(prompt) == status_code::invalid_argument);
+  session_options nan = options(4, 0, 8);
+  nan.sampling.temperature = std::numeric_limits<float>::quiet_NaN();
+  speculative_session s1(topk_tree_builder(), nan);
+  CHECK(s1.start(prompt) == status_code::invalid_argument);
+  // A target that fails aborts the round, the sequence is unchanged.
+  struct failing : looptest::target {
+    status forward(const tree_forward&) { return make_status(status_code::internal_error, "model failed"); }
+  } f{{{.V = 4}}};
+  REQUIRE(s.start(prompt).ok());
+  CHECK(s.round(d, f) == status_code::internal_error);
+  CHECK(s.tokens().size() == 1);
+  // A target writing NaN logits: the verifier reports it.
+  struct nan_target : looptest::target {
+    status forward(const tree_forward& fw) {
+      SPECDEC_TRY(looptest::target::forward(fw));
+      fw.logits(0, 1) = std::numeric_limits<float>::quiet_NaN();
+      return status::success();
+    }
+  } nt{{{.V = 4}}};
+  CHECK(s.round(d, nt) == status_code::non_finite);
+  // choose_verify_mode: naive matching is exact for any tree; greedy at T > 0 is not.
+  drafted_tree t;
+  t.reset(0);
+  t.add(0, 1, 0.5f, -0.7f, draft_mode::iid);
+  session_options o = options(4, 0, 8);
+  verify_mode m{};
+  REQUIRE(choose_verify_mode(t, o, m).ok());
+  CHECK(m == verify_mode::sampled_iid);
+  o.rule = verify_mode::naive_matching;
+  CHECK(choose_verify_mode(t, o, m).ok());
+  o.rule = verify_mode::greedy;
+  CHECK(choose_verify_mode(t, o, m) == status_code::invalid_argument);
+  o.rule = verify_mode::typical_lossy;
+  o.lossy = lossy_opt_in::mismatched_rule;
+  CHECK(choose_verify_mode(t, o, m).ok());
+  o.lossy = lossy_opt_in::none;
+  CHECK(choose_verify_mode(t, o, m) == status_code::invalid_argument);
+  t.add(1, 2, 0.5f, -1.4f, draft_mode::deterministic);  // mixed modes
+  o.rule.reset();
+  CHECK(choose_verify_mode(t, o, m) == status_code::invalid_argument);
+}
