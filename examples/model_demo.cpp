@@ -74,23 +74,32 @@ int main(int argc, char** argv) {
     const char* name;
     bool speculative;
     models::tree_kind kind;
+    specdec::verify_mode rule = specdec::verify_mode::sampled_iid;  // at T > 0 only; T = 0 is greedy
+    bool sampled_only = false;  // block and traversal differ from token-wise only when sampling
   };
-  const method methods[] = {{"autoregressive", false, models::tree_kind::chain},
-                            {"chain (4 drafts)", true, models::tree_kind::chain},
-                            {"iid tree 3,2,2,1 (MSS)", true, models::tree_kind::iid_tree},
-                            {"top-2 tree, depth 4", true, models::tree_kind::topk_tree},
-                            {"beam 4x4, depth 5, 32 nodes", true, models::tree_kind::beam_tree}};
+  const method methods[] = {
+      {"autoregressive", false, models::tree_kind::chain},
+      {"chain (4 drafts)", true, models::tree_kind::chain},
+      {"chain (4 drafts), block", true, models::tree_kind::chain, specdec::verify_mode::block, true},
+      {"iid tree 3,2,2,1 (MSS)", true, models::tree_kind::iid_tree},
+      {"iid tree 3,2,2,1, traversal", true, models::tree_kind::iid_tree, specdec::verify_mode::traversal, true},
+      {"top-2 tree, depth 4", true, models::tree_kind::topk_tree},
+      {"beam 4x4, depth 5, 32 nodes", true, models::tree_kind::beam_tree}};
   const std::pair<const char*, const models::weights*> targets[] = {{"transformer", &target}, {"hybrid", &hybrid}};
   std::vector<row> rows;
-  const int total = 2 * 2 * 5;
+  int per_target = 0;
+  for (const auto& m : methods) per_target += m.sampled_only ? 1 : 2;
+  const int total = 2 * per_target;
   int done = 0;
   for (const auto& [tname, tw] : targets) {
     for (const float temp : {0.0f, 1.0f}) {
       std::vector<models::token_id> reference;
       for (const auto& m : methods) {
+        if (m.sampled_only && temp == 0.0f) continue;
         row r{tname, m.name, temp, {}, true, {}};
         models::spec_options o;
         o.kind = m.kind;
+        o.sampled_rule = m.rule;
         o.temperature = temp;
         std::fprintf(stderr, "[%2d/%d] %-11s T=%.0f %-28s ", ++done, total, tname, static_cast<double>(temp), m.name);
         if (!m.speculative) {

@@ -107,6 +107,9 @@ struct spec_options {
   std::int32_t beam_k = 4, beam_width = 4, beam_depth = 5, beam_budget = 32;
   std::uint64_t seed = 7;
   std::uint32_t request = 0;
+  //! Rule for i.i.d.-drafted chains and trees at temperature > 0: sampled_iid
+  //! (token-wise / MSS), block (chains only) or traversal. All lossless.
+  specdec::verify_mode sampled_rule = specdec::verify_mode::sampled_iid;
 };
 
 namespace detail {
@@ -121,7 +124,7 @@ inline double since(double t0) { return clock::now() - t0; }
 // Verification rows for the target: logits for greedy, else probabilities.
 inline specdec::verify_mode target_mode(const spec_options& o) {
   if (o.temperature == 0.0f) return specdec::verify_mode::greedy;
-  return o.kind == tree_kind::chain || o.kind == tree_kind::iid_tree ? specdec::verify_mode::sampled_iid
+  return o.kind == tree_kind::chain || o.kind == tree_kind::iid_tree ? o.sampled_rule
                                                                      : specdec::verify_mode::deterministic;
 }
 }  // namespace detail
