@@ -25,10 +25,10 @@ namespace specdec {
 //! so far (paths are read through its parent links); `history` holds the
 //! committed tokens before the root. Valid only during the call.
 struct draft_level {
-  std::int32_t depth = 0;
-  std::span<const node_id> nodes{};
-  const token_tree* tree = nullptr;
-  std::span<const token_id> history{};
+  std::int32_t depth = 0;               //!< Depth of the frontier nodes (the root is depth 0).
+  std::span<const node_id> nodes{};     //!< Frontier node ids, ascending.
+  const token_tree* tree = nullptr;     //!< The tree grown so far.
+  std::span<const token_id> history{};  //!< Committed tokens before the root.
 };
 
 //! A level drafter that returns one probability row per frontier node:
@@ -61,8 +61,8 @@ concept any_drafter = drafter<D> || level_drafter<D>;
 
 //! Scratch of a level_adapter (kept between calls: no allocation once warm).
 struct level_adapter_scratch {
-  std::vector<token_id> path;
-  std::vector<float> rows;
+  std::vector<token_id> path;  //!< Root-to-node token path handed to the per-node drafter.
+  std::vector<float> rows;     //!< Copied probability rows, one per frontier node.
 };
 
 //! Presents a per-node drafter as a level drafter: one per-node call for each
@@ -72,6 +72,7 @@ struct level_adapter_scratch {
 template <drafter D>
 class level_adapter {
  public:
+  //! Wraps `d`, using `s` as scratch; both must outlive the adapter.
   level_adapter(D& d, level_adapter_scratch& s) noexcept : d_(&d), s_(&s) {}
 
   //! Errors: size_mismatch (rows of different lengths), empty_input.

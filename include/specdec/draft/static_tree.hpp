@@ -46,6 +46,7 @@ struct static_tree_options {
 //! the drafted node id (as sampled_tree_builder). Scratch kept between builds.
 class static_tree_builder : public owning_build<static_tree_builder> {
  public:
+  //! Builds with options `o` (checked by build()).
   explicit static_tree_builder(static_tree_options o = {}) : opt_(std::move(o)) {}
 
   //! Errors: invalid_argument (bad shape, mode leaf, a sampled mode with a
@@ -135,6 +136,7 @@ class static_tree_builder : public owning_build<static_tree_builder> {
 
   //! Nodes of the shape: the most a build produces.
   [[nodiscard]] std::int32_t node_bound() const noexcept { return static_cast<std::int32_t>(opt_.shape.size()); }
+  //! The options given at construction.
   const static_tree_options& options() const noexcept { return opt_; }
 
  private:

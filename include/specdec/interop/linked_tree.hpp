@@ -29,7 +29,7 @@ struct linked_tree {
   const I* candidates = nullptr;    //!< token of each slot (slot 0's may be unused)
   const I* next_token = nullptr;    //!< first child slot, or -1
   const I* next_sibling = nullptr;  //!< next sibling slot, or -1
-  std::int32_t n = 0;
+  std::int32_t n = 0;               //!< number of slots (length of each array)
 };
 
 //! Options of tree_from_linked_list.
@@ -37,7 +37,7 @@ struct linked_tree_options {
   //! The root's token is not a real token (SGLang never reads it): the
   //! converted root gets `root_token` instead of candidates[0].
   bool unused_root = false;
-  token_id root_token = 0;
+  token_id root_token = 0;  //!< token the converted root gets when unused_root is set
   //! Refuse slots the root does not reach (SGLang's tree builder leaves a
   //! slot unlinked when its parent is missing); false maps them to -1.
   bool require_all = false;

@@ -36,12 +36,12 @@ namespace specdec {
 //! each, every array row-major [batch_size][num_draft_tokens].
 template <std::integral I>
 struct sglang_tree_batch {
-  std::int32_t batch_size = 0;
-  std::int32_t num_draft_tokens = 0;
-  const I* candidates = nullptr;
-  const I* retrive_index = nullptr;
-  const I* retrive_next_token = nullptr;
-  const I* retrive_next_sibling = nullptr;
+  std::int32_t batch_size = 0;              //!< requests in the batch
+  std::int32_t num_draft_tokens = 0;        //!< slots per request (slot 0 is the root)
+  const I* candidates = nullptr;            //!< token of each slot
+  const I* retrive_index = nullptr;         //!< row (in predicts / target_predict) of each slot
+  const I* retrive_next_token = nullptr;    //!< first child slot of each slot, or -1
+  const I* retrive_next_sibling = nullptr;  //!< next sibling slot of each slot, or -1
 };
 
 //! SGLang's outputs: predicts [rows] (indexed by retrive_index),
@@ -49,15 +49,15 @@ struct sglang_tree_batch {
 //! accepted path untouched), accept_token_num [batch_size].
 template <std::integral P>
 struct sglang_outputs {
-  std::span<P> predicts{};
-  view2d<P> accept_index{};
-  std::span<P> accept_token_num{};
+  std::span<P> predicts{};          //!< per row, the token the target emits after it (written on accepted paths)
+  view2d<P> accept_index{};         //!< [batch_size][num_speculative_tokens]: rows of the accepted path, root first
+  std::span<P> accept_token_num{};  //!< per request, accepted draft tokens (root and bonus token not counted)
 };
 
 //! SGLang's lossy thresholds (1, 1 = the exact rule).
 struct sglang_thresholds {
-  float threshold_single = 1.0f;
-  float threshold_acc = 1.0f;
+  float threshold_single = 1.0f;  //!< a child whose own target probability is >= this is accepted; in (0, 1]
+  float threshold_acc = 1.0f;     //!< running sibling sums are divided by this before the coin test; in (0, 1]
 };
 
 namespace detail {

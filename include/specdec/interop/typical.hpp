@@ -34,9 +34,10 @@ enum class typical_tie_break : std::uint8_t {
 
 //! Medusa's posterior_threshold (epsilon) and posterior_alpha (delta).
 struct typical_params {
-  float epsilon = 0.09f;
-  float delta = 0.3f;
-  typical_tie_break tie_break = typical_tie_break::highest_likelihood;
+  float epsilon = 0.09f;  //!< posterior_threshold: cap on the acceptance threshold (> 0, finite)
+  float delta = 0.3f;     //!< posterior_alpha: scale of exp(-entropy) in the threshold (> 0, finite)
+  typical_tie_break tie_break =
+      typical_tie_break::highest_likelihood;  //!< which row wins among rows of the longest accept length
 };
 
 //! Chooses the row and accept length. retrieve: R x L node ids (column 0 the

@@ -48,13 +48,13 @@ struct verify_batch_params {
   std::int64_t p_row_stride = 0;          //!< elements between consecutive p rows
   std::int64_t p_col_stride = 1;          //!< elements between consecutive entries of a p row (any >= 1)
   const float* q = nullptr;               //!< draft rows like p; may be null if no request reads q
-  std::int64_t q_row_stride = 0;
-  std::int64_t q_col_stride = 1;
+  std::int64_t q_row_stride = 0;          //!< elements between consecutive q rows
+  std::int64_t q_col_stride = 1;          //!< elements between consecutive entries of a q row (any >= 1)
   const verify_params* params = nullptr;  //!< R per-request settings
   //! Null for the keyed Philox streams; else offsets[R] x draws_per_node
   //! caller uniforms, node-major (layout of caller_uniforms).
   const double* uniforms = nullptr;
-  std::int32_t draws_per_node = 0;
+  std::int32_t draws_per_node = 0;   //!< uniforms per node in `uniforms`
   std::int32_t num_requests = 0;     //!< R
   std::int32_t vocab = 0;            //!< V
   std::int32_t max_nodes = 0;        //!< an upper bound on every request's node count

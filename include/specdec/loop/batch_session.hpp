@@ -35,15 +35,15 @@ namespace specdec {
 //!   (bit j of node i's row: local node j is an ancestor of i or i).
 //! - logits: offsets[B] x V; row i receives node i's next-token logits.
 struct batch_tree_forward {
-  std::span<const std::int32_t> requests{};
-  std::span<const std::int32_t> offsets{};
-  tree_view nodes{};
-  std::span<const std::span<const token_id>> histories{};
-  std::span<const position_id> cache_len{};
-  std::span<const position_id> positions{};
-  std::span<const std::uint64_t> mask{};
-  std::int64_t mask_words = 0;
-  view2d<float> logits{};
+  std::span<const std::int32_t> requests{};  //!< Request index (into the session) of each batch entry b.
+  std::span<const std::int32_t> offsets{};   //!< B + 1 entries; entry b owns nodes [offsets[b], offsets[b + 1]).
+  tree_view nodes{};                         //!< Concatenated trees, parents local to each tree.
+  std::span<const std::span<const token_id>> histories{};  //!< Per entry, committed tokens before its root.
+  std::span<const position_id> cache_len{};                //!< Per entry, cached KV entries (= histories[b].size()).
+  std::span<const position_id> positions{};                //!< Per node, cache_len + depth.
+  std::span<const std::uint64_t> mask{};  //!< Per node, mask_words words over its own tree's local ids.
+  std::int64_t mask_words = 0;            //!< 64-bit words per mask row.
+  view2d<float> logits{};                 //!< offsets[B] x V output: row i receives node i's next-token logits.
 };
 
 //! A target model that scores a whole batch of trees in one pass.
@@ -56,10 +56,10 @@ concept batch_target_model = requires(T& t, const batch_tree_forward& f) {
 //! absolute positions keep[keep_offsets[b] .. keep_offsets[b + 1]), the k-th
 //! moving to cache_len[b] + k (the layout commit_kv takes).
 struct batch_kv_commit_request {
-  std::span<const std::int32_t> requests{};
-  std::span<const position_id> cache_len{};
-  std::span<const std::int32_t> keep_offsets{};
-  std::span<const position_id> keep{};
+  std::span<const std::int32_t> requests{};      //!< Request index of each batch entry b.
+  std::span<const position_id> cache_len{};      //!< Per entry, cache length before the round.
+  std::span<const std::int32_t> keep_offsets{};  //!< B + 1 entries delimiting each entry's slice of keep.
+  std::span<const position_id> keep{};           //!< Concatenated absolute positions to keep, per entry increasing.
 };
 
 //! A batch target that also owns the KV caches.
@@ -77,6 +77,7 @@ class batched_session {
   batched_session(std::vector<Builder> builders, std::vector<session_options> options)
       : builders_(std::move(builders)), opt_(std::move(options)), seq_(opt_.size()) {}
 
+  //! Number of requests.
   [[nodiscard]] std::size_t size() const noexcept { return opt_.size(); }
 
   //! Starts request r. Errors as speculative_session::start, and
@@ -307,12 +308,13 @@ class batched_session {
     return status::success();
   }
 
-  //! Prompt and generated tokens of request r / its generated tokens / the
-  //! tokens its last round appended.
+  //! Prompt and generated tokens of request r.
   [[nodiscard]] std::span<const token_id> tokens(std::size_t r) const noexcept { return seq_[r].history; }
+  //! Generated tokens (after the prompt) of request r.
   [[nodiscard]] std::span<const token_id> generated_tokens(std::size_t r) const noexcept {
     return std::span<const token_id>(seq_[r].history).subspan(seq_[r].prompt_len);
   }
+  //! Tokens that request r's last round appended.
   [[nodiscard]] std::span<const token_id> last_tokens(std::size_t r) const noexcept {
     return std::span<const token_id>(seq_[r].history).last(seq_[r].last_emitted);
   }

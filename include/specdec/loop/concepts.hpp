@@ -32,13 +32,13 @@ namespace specdec {
 //!   -inf for masked tokens).
 //! Valid only during the call.
 struct tree_forward {
-  std::span<const token_id> history{};
-  position_id cache_len = 0;
-  tree_view tree{};
-  std::span<const position_id> positions{};
-  std::span<const std::uint64_t> mask{};
-  std::int64_t mask_words = 0;
-  view2d<float> logits{};
+  std::span<const token_id> history{};  //!< Committed tokens before the root (their KV is cached).
+  position_id cache_len = 0;            //!< Cached KV entries, = history.size(); node i goes to slot cache_len + i.
+  tree_view tree{};                     //!< The N tree nodes in topological order; node 0 is the root.
+  std::span<const position_id> positions{};  //!< N rotary positions, cache_len + depth.
+  std::span<const std::uint64_t> mask{};     //!< N rows of mask_words ancestor-bit words (tree/mask.hpp).
+  std::int64_t mask_words = 0;               //!< 64-bit words per mask row.
+  view2d<float> logits{};                    //!< N x V output: row i receives the logits after node i's path.
 };
 
 //! A target model: `forward(tree_forward)` runs one pass over the whole tree
@@ -53,9 +53,9 @@ concept target_model = requires(T& t, const tree_forward& f) {
 //! the root) and move the k-th to cache_len + k, e.g. with commit_kv
 //! (cache/kv_commit.hpp). The cache then holds new_len entries.
 struct kv_commit_request {
-  position_id cache_len = 0;
-  std::span<const position_id> keep{};
-  position_id new_len = 0;
+  position_id cache_len = 0;            //!< Cache length before the round (the root's position).
+  std::span<const position_id> keep{};  //!< Absolute positions to keep, strictly increasing, keep[0] = cache_len.
+  position_id new_len = 0;              //!< Entries the cache holds after the commit.
 };
 
 //! A target model that also owns a KV cache: the session calls

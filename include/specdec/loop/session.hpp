@@ -49,6 +49,7 @@ struct session_options {
   //! Philox key: round r of this sequence drafts and verifies with
   //! rng_stream{seed, request, r} (draft and verify purposes never collide).
   std::uint64_t seed = 0;
+  //! Sequence id in the Philox key rng_stream{seed, request, r}.
   std::uint32_t request = 0;
   //! Tokens to generate after the prompt (>= 1).
   std::int32_t max_tokens = 128;
@@ -58,9 +59,11 @@ struct session_options {
   //! else matching_verify_mode). Set: must be exact for the tree (or
   //! naive_matching, exact for any tree), unless `lossy` opts in.
   std::optional<verify_mode> rule{};
+  //! Which non-exact rule, if any, `rule` may name (lossy_opt_in).
   lossy_opt_in lossy = lossy_opt_in::none;
-  //! typical_lossy parameters (see verify_params).
+  //! typical_lossy parameter epsilon (see verify_params).
   float typical_epsilon = 0.09f;
+  //! typical_lossy parameter delta (see verify_params).
   float typical_delta = 0.3f;
 };
 
@@ -104,7 +107,9 @@ struct stage_times {
   double commit = 0;   //!< keep indices, history, caller's KV commit included
   double kv = 0;       //!< inside the caller's KV commit
 
+  //! Seconds spent in the session itself: all stages except the caller's drafter, forward and KV commit.
   [[nodiscard]] double overhead() const noexcept { return draft - drafter + flatten + probs + verify + commit - kv; }
+  //! Adds o's times stage by stage.
   stage_times& operator+=(const stage_times& o) noexcept {
     draft += o.draft;
     drafter += o.drafter;
@@ -120,15 +125,15 @@ struct stage_times {
 
 //! Statistics of one round.
 struct round_stats {
-  std::int32_t tree_nodes = 0;     //!< nodes in the drafted tree (root included)
-  std::int32_t tree_depth = 0;     //!< deepest node's depth
-  std::int32_t accepted = 0;       //!< accepted draft nodes (before stop/max truncation)
-  std::int32_t emitted = 0;        //!< tokens appended to the sequence this round
-  std::int32_t drafter_calls = 0;  //!< level-drafter calls (one per grown depth)
-  std::int32_t drafted_nodes = 0;  //!< frontier nodes the drafter answered for
-  std::int32_t target_calls = 0;   //!< target forward passes (1)
-  verify_mode mode = verify_mode::greedy;
-  stage_times time{};
+  std::int32_t tree_nodes = 0;             //!< nodes in the drafted tree (root included)
+  std::int32_t tree_depth = 0;             //!< deepest node's depth
+  std::int32_t accepted = 0;               //!< accepted draft nodes (before stop/max truncation)
+  std::int32_t emitted = 0;                //!< tokens appended to the sequence this round
+  std::int32_t drafter_calls = 0;          //!< level-drafter calls (one per grown depth)
+  std::int32_t drafted_nodes = 0;          //!< frontier nodes the drafter answered for
+  std::int32_t target_calls = 0;           //!< target forward passes (1)
+  verify_mode mode = verify_mode::greedy;  //!< verification rule the round used
+  stage_times time{};                      //!< per-stage seconds of the round
 };
 
 //! Statistics summed over the rounds since start().
@@ -139,7 +144,24 @@ struct session_stats {
   //! accepted a node at depth d. Their ratio is the acceptance rate at depth
   //! d given that the tree reached it.
   std::vector<std::int64_t> depth_drafted{}, depth_accepted{};
-  stage_times time{};
+  stage_times time{};  //!< per-stage seconds, summed
+
+  //! \var rounds
+  //! Rounds run.
+  //! \var tokens
+  //! Tokens emitted (round_stats::emitted, summed).
+  //! \var tree_nodes
+  //! Drafted tree nodes, roots included (summed).
+  //! \var accepted
+  //! Accepted draft nodes (summed).
+  //! \var drafter_calls
+  //! Level-drafter calls (summed).
+  //! \var drafted_nodes
+  //! Frontier nodes the drafter answered for (summed).
+  //! \var target_calls
+  //! Target forward passes (summed).
+  //! \var depth_accepted
+  //! Entry d - 1: rounds that accepted a node at depth d (see depth_drafted).
 };
 
 namespace detail {
@@ -230,6 +252,7 @@ concept countable = any_drafter<Source> && tree_builder<Builder, counting_drafte
 template <class Builder>
 class speculative_session {
  public:
+  //! Takes the tree builder and the options; call start() before round().
   speculative_session(Builder builder, session_options o) : builder_(std::move(builder)), opt_(std::move(o)) {}
 
   //! Starts a new sequence with another Philox seed (same as setting
@@ -402,6 +425,7 @@ class speculative_session {
     return generated_tokens();
   }
   template <class Source, target_model Target>
+  //! generate() without a per-round callback.
   std::span<const token_id> generate(Source& source, Target& target, std::span<const token_id> prompt) {
     return generate(source, target, prompt, [](std::span<const token_id>) {});
   }
@@ -416,11 +440,15 @@ class speculative_session {
   [[nodiscard]] std::span<const token_id> last_tokens() const noexcept {
     return std::span<const token_id>(history_).last(static_cast<std::size_t>(last_.emitted));
   }
-  //! The tree, statistics of the last round, and totals since start().
+  //! The tree drafted by the last round.
   [[nodiscard]] const drafted_tree& last_tree() const noexcept { return tree_; }
+  //! Statistics of the last round.
   [[nodiscard]] const round_stats& last_round() const noexcept { return last_; }
+  //! Totals since start().
   [[nodiscard]] const session_stats& stats() const noexcept { return stats_; }
+  //! The options given at construction.
   [[nodiscard]] const session_options& options() const noexcept { return opt_; }
+  //! The tree builder (e.g. to change its options between rounds).
   [[nodiscard]] Builder& builder() noexcept { return builder_; }
 
  private:

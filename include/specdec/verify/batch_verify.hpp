@@ -31,13 +31,13 @@ namespace specdec {
 //!   concatenated nodes (request r's node u at row offsets[r] + u; layout
 //!   of caller_uniforms).
 struct verify_batch_input {
-  std::span<const std::int32_t> offsets;
-  tree_view nodes;
-  view2d<const float> p;
-  view2d<const float> q;
-  std::span<const verify_params> params;
-  std::span<const double> uniforms = {};
-  std::int32_t draws_per_node = 0;
+  std::span<const std::int32_t> offsets;  //!< R + 1 node offsets; request r owns [offsets[r], offsets[r + 1])
+  tree_view nodes;                        //!< concatenated trees, parent ids local to each request
+  view2d<const float> p;                  //!< offsets[R] x V target probability rows
+  view2d<const float> q;  //!< offsets[R] x V draft probability rows (may be empty without sampled modes)
+  std::span<const verify_params> params;  //!< R per-request verification parameters
+  std::span<const double> uniforms = {};  //!< caller's uniforms, offsets[R] x draws_per_node; empty = keyed Philox
+  std::int32_t draws_per_node = 0;        //!< uniforms per node in `uniforms`
 };
 
 //! Outputs of a batch: row r of `paths` / `tokens` (R x L, L >= the
@@ -48,10 +48,11 @@ struct verify_batch_input {
 //! acceptances are not counted), so accepted_per_depth[d - 1] / R is the
 //! batch's acceptance rate at depth d.
 struct verify_batch_output {
-  view2d<node_id> paths;
-  view2d<token_id> tokens;
-  std::span<verify_result> results;
-  std::span<std::int64_t> accepted_per_depth;
+  view2d<node_id> paths;             //!< R x L: accepted path of each request, root first
+  view2d<token_id> tokens;           //!< R x L: emitted tokens of each request
+  std::span<verify_result> results;  //!< R per-request results
+  std::span<std::int64_t>
+      accepted_per_depth;  //!< optional, size D: requests whose accepted path reaches depth d, at d - 1
 };
 
 //! Workspace for verify_batch: the largest single-request need (reused by

@@ -34,10 +34,10 @@ namespace specdec {
 //! - min_p: keep tokens with probability >= min_p * max probability; 0
 //!   disables; must be in [0, 1].
 struct sampling_params {
-  float temperature = 1.0f;
-  std::int32_t top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
+  float temperature = 1.0f;  //!< softmax temperature; 0 = greedy; finite, >= 0
+  std::int32_t top_k = 0;    //!< keep at most this many candidates; 0 disables; >= 0
+  float top_p = 1.0f;        //!< nucleus mass in (0, 1]; 1 disables
+  float min_p = 0.0f;        //!< relative probability floor in [0, 1]; 0 disables
 
   //! True when the row becomes one-hot (temperature 0).
   SPECDEC_HD constexpr bool is_greedy() const noexcept { return temperature == 0.0f; }
@@ -47,8 +47,8 @@ static_assert(std::is_trivially_copyable_v<sampling_params>);
 
 //! One (value, token) pair of the filtering workspace.
 struct prob_candidate {
-  float value;
-  token_id id;
+  float value;  //!< unnormalized weight exp((logit - max) / temperature), in (0, 1]
+  token_id id;  //!< the token
 };
 
 namespace detail {

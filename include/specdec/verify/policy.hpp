@@ -73,30 +73,38 @@ concept verify_row_ops = requires(const Ops& o, detail::row_ref r, float* R, std
 //! A tree as a parent array in topological order (parent[0] = -1,
 //! parent[i] < i): children in ascending id.
 struct parent_topology {
-  const token_id* token;
-  const node_id* parent;
-  std::int32_t n;
+  const token_id* token;  //!< token of each node
+  const node_id* parent;  //!< parent of each node (parent[0] = -1, parent[i] < i)
+  std::int32_t n;         //!< node count
+  //! Node count.
   SPECDEC_HD std::int32_t size() const noexcept { return n; }
+  //! First child of u (lowest id), or -1; O(n).
   SPECDEC_HD node_id first_child(node_id u) const noexcept {
     for (node_id c = u + 1; c < n; ++c)
       if (parent[c] == u) return c;
     return -1;
   }
+  //! Next child of c's parent after c (ascending id), or -1; O(n).
   SPECDEC_HD node_id next_sibling(node_id c) const noexcept {
     for (node_id k = c + 1; k < n; ++k)
       if (parent[k] == parent[c]) return k;
     return -1;
   }
+  //! Token of node c.
   SPECDEC_HD token_id token_of(node_id c) const noexcept { return token[c]; }
 };
 
 //! A chain of drafts: node 0 is the context, node i (1..n-1) the i-th draft.
 struct chain_topology {
   const token_id* drafts;  //!< n - 1 drafts
-  std::int32_t n;
+  std::int32_t n;          //!< node count (context plus drafts)
+  //! Node count.
   SPECDEC_HD std::int32_t size() const noexcept { return n; }
+  //! u + 1, or -1 for the last node.
   SPECDEC_HD node_id first_child(node_id u) const noexcept { return u + 1 < n ? u + 1 : -1; }
+  //! Always -1 (a chain has no siblings).
   SPECDEC_HD node_id next_sibling(node_id) const noexcept { return -1; }
+  //! Draft c - 1 (c >= 1).
   SPECDEC_HD token_id token_of(node_id c) const noexcept { return drafts[c - 1]; }
 };
 
@@ -104,20 +112,25 @@ struct chain_topology {
 //! first child, `next_sibling[c]` the next child of c's parent (-1: none);
 //! children in list order. Validate with validate_linked_tree first.
 struct linked_topology {
-  const token_id* token;
-  const std::int32_t* next_token;
-  const std::int32_t* next_sibling_of;
-  std::int32_t n;
+  const token_id* token;                //!< token of each node
+  const std::int32_t* next_token;       //!< first child of each node, or -1
+  const std::int32_t* next_sibling_of;  //!< next sibling of each node, or -1
+  std::int32_t n;                       //!< node count
+  //! Node count.
   SPECDEC_HD std::int32_t size() const noexcept { return n; }
+  //! next_token[u].
   SPECDEC_HD node_id first_child(node_id u) const noexcept { return next_token[u]; }
+  //! next_sibling_of[c].
   SPECDEC_HD node_id next_sibling(node_id c) const noexcept { return next_sibling_of[c]; }
+  //! Token of node c.
   SPECDEC_HD token_id token_of(node_id c) const noexcept { return token[c]; }
 };
 
 //! The keyed Philox streams of verify_params.hpp: draw 0 is the 53-bit
 //! rng_stream::uniform53(node), draw d >= 1 the 24-bit rng_stream::uniform.
 struct philox_uniforms {
-  rng_stream rng;
+  rng_stream rng;  //!< the request's keyed Philox stream
+  //! Uniform `draw` of `node`: uniform53(node) for draw 0, else uniform(node, draw).
   SPECDEC_HD double operator()(std::uint32_t node, std::uint32_t draw) const noexcept {
     return draw == 0 ? rng.uniform53(node) : static_cast<double>(rng.uniform(node, draw));
   }
@@ -128,9 +141,10 @@ struct philox_uniforms {
 //! acceptance test). draws_per_node must exceed the largest child count; a
 //! draw past it reads as -1 (invalid_argument from the walk).
 struct caller_uniforms {
-  const double* u;
-  std::int32_t nodes;
-  std::int32_t draws_per_node;
+  const double* u;              //!< nodes x draws_per_node uniforms, node-major
+  std::int32_t nodes;           //!< nodes covered by u
+  std::int32_t draws_per_node;  //!< uniforms per node
+  //! u[node * draws_per_node + draw], or -1 when node or draw is out of range.
   SPECDEC_HD double operator()(std::uint32_t node, std::uint32_t draw) const noexcept {
     if (node >= static_cast<std::uint32_t>(nodes) || draw >= static_cast<std::uint32_t>(draws_per_node)) return -1.0;
     return u[static_cast<std::int64_t>(node) * draws_per_node + draw];

@@ -117,10 +117,10 @@ SPECDEC_HD constexpr const char* verify_mode_name(verify_mode m) noexcept {
 //! kernels). `seed`, `request` and `round` key the Philox stream, so the
 //! result of a request never depends on its position in a batch.
 struct verify_params {
-  verify_mode mode = verify_mode::sampled_iid;
-  std::uint32_t request = 0;
-  std::uint64_t seed = 0;
-  std::uint32_t round = 0;
+  verify_mode mode = verify_mode::sampled_iid;  //!< verification rule
+  std::uint32_t request = 0;                    //!< request key of the Philox stream
+  std::uint64_t seed = 0;                       //!< seed of the Philox stream
+  std::uint32_t round = 0;                      //!< round key of the Philox stream
   //! typical_lossy only: the posterior threshold epsilon (> 0).
   float typical_epsilon = 0.09f;
   //! typical_lossy only: the entropy factor delta (> 0).
