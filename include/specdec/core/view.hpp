@@ -94,7 +94,10 @@ struct strided_view {
 
   //! A mutable view converts implicitly to the const view of the same
   //! memory, so it can be passed wherever a function reads through a view.
-  SPECDEC_HD constexpr operator strided_view<const T, Rank>() const noexcept requires(!std::is_const_v<T>) {
+  //! (A template, so that nvcc does not flag the const view's own instance
+  //! as a conversion to itself.)
+  template <class U = T, class = std::enable_if_t<!std::is_const_v<U>>>
+  SPECDEC_HD constexpr operator strided_view<const U, Rank>() const noexcept {
     return as_const();
   }
 
