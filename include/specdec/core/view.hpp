@@ -96,7 +96,7 @@ struct strided_view {
   //! memory, so it can be passed wherever a function reads through a view.
   //! (A template, so that nvcc does not flag the const view's own instance
   //! as a conversion to itself.)
-  template <class U = T, class = std::enable_if_t<!std::is_const_v<U>>>
+  template <class U = T, class = std::enable_if_t<std::is_same_v<U, T> && !std::is_const_v<U>>>
   SPECDEC_HD constexpr operator strided_view<const U, Rank>() const noexcept {
     return as_const();
   }
