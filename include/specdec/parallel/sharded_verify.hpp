@@ -290,21 +290,10 @@ struct sharded_row_ops {
 
 static_assert(verify_row_ops<sharded_row_ops<self_collective>>);
 
-//! The walk's scratch for a shard, in one fixed carve order.
+//! The walk's scratch for a shard: the shared carve order over the shard's
+//! width and tiles.
 inline walk_scratch carve_sharded_scratch(workspace_carver& w, const owned_ranges& o, std::int32_t n) noexcept {
-  const auto nt = static_cast<std::size_t>(o.tiles);
-  const auto nn = static_cast<std::size_t>(n);
-  walk_scratch s{};
-  s.R = w.take<float>(static_cast<std::size_t>(o.width));
-  s.tp = w.take<double>(nt);
-  s.tq = w.take<double>(nt);
-  s.tr = w.take<double>(nt);
-  s.queue = w.take<std::int32_t>(nn);
-  s.depth = w.take<std::int32_t>(nn);
-  s.from = w.take<std::int32_t>(nn);
-  s.path = w.take<std::int32_t>(nn);
-  s.frames = w.take<traversal_frame>(nn);
-  return s;
+  return carve_walk_scratch(w, o.width, o.tiles, n);
 }
 
 //! The request of one sharded call: what every rank checks locally.

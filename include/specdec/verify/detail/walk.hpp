@@ -70,13 +70,15 @@ struct walk_scratch {
   traversal_frame* frames;
 };
 
-//! The walk's scratch, carved in one fixed order (sizing and running share
-//! it; host and device use the same layout).
-SPECDEC_HD walk_scratch carve_walk_scratch(workspace_carver& w, std::int64_t V, std::int32_t n) noexcept {
-  const auto nt = static_cast<std::size_t>(sum_tile_count(V));
+//! The walk's scratch for rows of `width` entries summed in `tiles` tiles,
+//! carved in one fixed order (sizing and running share it; host, device and
+//! the sharded policy use the same layout).
+SPECDEC_HD walk_scratch carve_walk_scratch(workspace_carver& w, std::int64_t width, std::int64_t tiles,
+                                           std::int32_t n) noexcept {
+  const auto nt = static_cast<std::size_t>(tiles);
   const auto nn = static_cast<std::size_t>(n);
   walk_scratch s{};
-  s.R = w.take<float>(static_cast<std::size_t>(V));
+  s.R = w.take<float>(static_cast<std::size_t>(width));
   s.tp = w.take<double>(nt);
   s.tq = w.take<double>(nt);
   s.tr = w.take<double>(nt);
@@ -86,6 +88,11 @@ SPECDEC_HD walk_scratch carve_walk_scratch(workspace_carver& w, std::int64_t V, 
   s.path = w.take<std::int32_t>(nn);
   s.frames = w.take<traversal_frame>(nn);
   return s;
+}
+
+//! The walk's scratch for full rows of V entries.
+SPECDEC_HD walk_scratch carve_walk_scratch(workspace_carver& w, std::int64_t V, std::int32_t n) noexcept {
+  return carve_walk_scratch(w, V, sum_tile_count(V), n);
 }
 
 //! Output of the walk: path[0..accepted] the accepted nodes from the root
