@@ -3,13 +3,14 @@
 // calls (tree building, positions + mask, logits -> probabilities, the
 // verification walk, keep indices). Trees of 15 to 255 nodes (top-k: k=2
 // depth 3, k=4 depth 3, k=2 depth 7) at V = 32000 and 128256, sampled
-// (temperature 1: every row goes through logits_to_probs) and greedy (the
-// walk reads logits; no conversion). The drafter returns precomputed rows
+// (temperature 1: the rows the walk reads go through logits_to_probs) and
+// greedy (the walk reads logits; no conversion). The drafter returns precomputed rows
 // and the target fills its logits once (the session reuses the buffer), so
 // the wall time per round is the loop's work plus two near-free calls.
 // Counters (microseconds per round): overhead_us = stage_times::overhead(),
 // then its parts: build_us (builder minus drafter), flatten_us, probs_us,
-// verify_us, commit_us. bytes_per_second: the logits the round reads.
+// verify_us, commit_us; probs_rows: target rows converted per round (only
+// the rows the walk reads). bytes_per_second: N logits rows per round.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -81,7 +82,7 @@ void BM_loop_round(benchmark::State& state) {
     return;
   }
   specdec::stage_times sum{};
-  std::int64_t rounds = 0, nodes = 0;
+  std::int64_t rounds = 0, nodes = 0, converted = 0;
   for (auto _ : state) {
     if (s.done()) (void)s.start(prompt);
     if (!s.round(d, tgt).ok()) {
@@ -90,6 +91,7 @@ void BM_loop_round(benchmark::State& state) {
     }
     sum += s.last_round().time;
     nodes = s.last_round().tree_nodes;
+    converted += s.last_round().probs_rows;
     ++rounds;
   }
   const double us = 1e6 / static_cast<double>(rounds);
@@ -98,6 +100,7 @@ void BM_loop_round(benchmark::State& state) {
   state.counters["build_us"] = (sum.draft - sum.drafter) * us;
   state.counters["flatten_us"] = sum.flatten * us;
   state.counters["probs_us"] = sum.probs * us;
+  state.counters["probs_rows"] = static_cast<double>(converted) / static_cast<double>(rounds);
   state.counters["verify_us"] = sum.verify * us;
   state.counters["commit_us"] = (sum.commit - sum.kv) * us;
   state.SetBytesProcessed(rounds * nodes * V * static_cast<std::int64_t>(sizeof(float)));
