@@ -416,12 +416,22 @@ TEST_CASE("session errors") {
   CHECK(m == verify_mode::sampled_iid);
   o.rule = verify_mode::naive_matching;
   CHECK(choose_verify_mode(t, o, m).ok());
+  o.rule = verify_mode::traversal;  // lossless for i.i.d. drafts too
+  CHECK(choose_verify_mode(t, o, m).ok());
+  CHECK(m == verify_mode::traversal);
+  o.rule = verify_mode::block;  // a chain
+  CHECK(choose_verify_mode(t, o, m).ok());
+  o.rule = verify_mode::sampled_without_replacement;  // not how the children were drafted
+  CHECK(choose_verify_mode(t, o, m) == status_code::invalid_argument);
   o.rule = verify_mode::greedy;
   CHECK(choose_verify_mode(t, o, m) == status_code::invalid_argument);
   o.rule = verify_mode::typical_lossy;
   o.lossy = lossy_opt_in::mismatched_rule;
   CHECK(choose_verify_mode(t, o, m).ok());
   o.lossy = lossy_opt_in::none;
+  CHECK(choose_verify_mode(t, o, m) == status_code::invalid_argument);
+  t.add(0, 3, 0.5f, -0.7f, draft_mode::iid);  // no longer a chain
+  o.rule = verify_mode::block;
   CHECK(choose_verify_mode(t, o, m) == status_code::invalid_argument);
   t.add(1, 2, 0.5f, -1.4f, draft_mode::deterministic);  // mixed modes
   o.rule.reset();

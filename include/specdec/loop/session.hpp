@@ -57,8 +57,9 @@ struct session_options {
   //! Generation stops after emitting any of these (the stop token is kept).
   std::vector<token_id> stop_tokens{};
   //! Empty: the exact rule for the drafted tree (greedy at temperature 0,
-  //! else matching_verify_mode). Set: must be exact for the tree (or
-  //! naive_matching, exact for any tree), unless `lossy` opts in.
+  //! else matching_verify_mode). Set: must be exact for the tree at
+  //! temperature > 0 (check_verify_mode: e.g. traversal or block for
+  //! i.i.d. drafts, naive_matching for any tree), unless `lossy` opts in.
   std::optional<verify_mode> rule{};
   //! Which non-exact rule, if any, `rule` may name (lossy_opt_in).
   lossy_opt_in lossy = lossy_opt_in::none;
@@ -81,7 +82,10 @@ inline status choose_verify_mode(const drafted_tree& tree, const session_options
   }
   const verify_mode r = *o.rule;
   if (!is_valid_mode(r)) return make_status(status_code::invalid_argument, "unknown verify_mode");
-  const bool exact_for_tree = r == exact || (r == verify_mode::naive_matching && !o.sampling.is_greedy());
+  // Sampling: any rule check_verify_mode finds exact for how the tree was
+  // drafted (e.g. traversal or block next to sampled_iid for i.i.d. drafts).
+  const bool exact_for_tree = r == exact || (!o.sampling.is_greedy() && r != verify_mode::greedy &&
+                                             r != verify_mode::typical_lossy && check_verify_mode(tree, r).ok());
   if (r == verify_mode::typical_lossy) {
     if (o.lossy != lossy_opt_in::typical_acceptance && o.lossy != lossy_opt_in::mismatched_rule)
       return make_status(status_code::invalid_argument,
