@@ -3,6 +3,8 @@
 // equals plain greedy decoding, determinism, stop tokens, statistics, errors.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -12,6 +14,8 @@
 #include "loop/loop_models.hpp"
 #include "specdec/draft/beam_tree.hpp"
 #include "specdec/draft/sampled_tree.hpp"
+#include "specdec/draft/stream_tree.hpp"
+#include "specdec/draft/token_info.hpp"
 #include "specdec/draft/topk_tree.hpp"
 #include "specdec/loop/concepts.hpp"
 #include "specdec/loop/session.hpp"
@@ -68,6 +72,70 @@ static_assert(tree_builder<sampled_tree_builder, looptest::level_drafter>);
 static_assert(!tree_builder<sampled_tree_builder, level_topk_only>);  // sampling needs full rows
 static_assert(!tree_builder<builder_without_bound, looptest::drafter>);
 static_assert(!tree_builder<topk_tree_builder, int>);
+
+// Stream trees and token-info trees draft from sources, not drafters.
+namespace {
+// Stream g = the drafter table's row after the root and the table's greedy
+// continuation of g tokens (any rows would do: the children are deterministic).
+struct table_stream_source {
+  table m;
+  std::int32_t gamma = 2;
+  std::vector<float> rows{};
+  std::vector<token_id> path{};
+  status stream_rows(const draft_round& r, view2d<const float>& out) {
+    rows.resize(static_cast<std::size_t>(gamma * m.V));
+    path.assign(1, r.root_token);
+    for (std::int32_t g = 0; g < gamma; ++g) {
+      float* row = rows.data() + static_cast<std::size_t>(g * m.V);
+      m.row(r.history, path, row);
+      path.push_back(static_cast<token_id>(std::max_element(row, row + m.V) - row));
+    }
+    out = make_view<const float>(rows.data(), gamma, m.V);
+    return status::success();
+  }
+};
+// Token-info logits: l_d = log of the table's row after the root's greedy
+// continuation of d - 1 tokens; a dense table of small token biases.
+struct table_token_info_source {
+  table m;
+  std::int32_t n_rows = 2;
+  std::vector<float> logits{}, bias{};
+  std::vector<std::int32_t> slot{};
+  std::vector<token_id> path{};
+  status token_info_rows(const draft_round& r, view2d<const float>& l, token_info_table& info) {
+    const auto V = static_cast<std::size_t>(m.V);
+    if (bias.empty()) {
+      bias.resize(V * V);
+      for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = 0.1f * static_cast<float>((i * 7919) % 11) - 0.5f;
+      slot.resize(V);
+      for (std::size_t t = 0; t < V; ++t) slot[t] = static_cast<std::int32_t>(t);
+    }
+    logits.resize(static_cast<std::size_t>(n_rows) * V);
+    path.assign(1, r.root_token);
+    for (std::int32_t d = 0; d < n_rows; ++d) {
+      float* row = logits.data() + static_cast<std::size_t>(d) * V;
+      m.row(r.history, path, row);
+      path.push_back(static_cast<token_id>(std::max_element(row, row + m.V) - row));
+      for (std::size_t t = 0; t < V; ++t) row[t] = row[t] > 0.0f ? std::log(row[t]) : -INFINITY;
+    }
+    l = make_view<const float>(logits.data(), n_rows, m.V);
+    info = token_info_table{make_view<const float>(bias.data(), m.V, m.V), slot, {}};
+    return status::success();
+  }
+};
+}  // namespace
+static_assert(stream_source<table_stream_source> && stream_source<stream_rows_source<>>);
+static_assert(!stream_source<looptest::drafter> && !stream_source<token_info_rows_source>);
+static_assert(token_info_source<table_token_info_source> && token_info_source<token_info_rows_source>);
+static_assert(!token_info_source<looptest::drafter> && !token_info_source<stream_rows_source<>>);
+static_assert(tree_builder<stream_tree_builder, table_stream_source>);
+static_assert(tree_builder<stream_tree_builder, stream_rows_source<>>);
+static_assert(!tree_builder<stream_tree_builder, looptest::drafter>);
+static_assert(!tree_builder<stream_tree_builder, token_info_rows_source>);
+static_assert(tree_builder<token_info_builder, table_token_info_source>);
+static_assert(tree_builder<token_info_builder, token_info_rows_source>);
+static_assert(!tree_builder<token_info_builder, looptest::level_drafter>);
+static_assert(!tree_builder<token_info_builder, stream_rows_source<>>);
 
 namespace {
 
@@ -436,4 +504,83 @@ TEST_CASE("session errors") {
   t.add(1, 2, 0.5f, -1.4f, draft_mode::deterministic);  // mixed modes
   o.rule.reset();
   CHECK(choose_verify_mode(t, o, m) == status_code::invalid_argument);
+}
+
+TEST_CASE("stream and token-info builders on the tree_builder signature: same trees, and sessions run them") {
+  SECTION("the source overloads build the trees of the row overloads") {
+    table_stream_source ss{{.V = 12, .seed = 4}, 3};
+    table_token_info_source ts{{.V = 12, .seed = 5}, 3};
+    const std::vector<token_id> hist = {1, 2};
+    draft_round r;
+    r.root_token = 7;
+    r.history = hist;
+    // A transition model that prunes some edges, next to the rows.
+    const auto tr = [](node_id u, token_id a, token_id b) { return ((u + a + b) % 3 == 0) ? 0.1f : 0.9f; };
+    struct with_transition : table_stream_source {
+      decltype(tr) transition;
+    } st{ss, tr};
+    stream_tree_builder sb({.k = 2, .threshold = 0.5f, .max_depth = 3});
+    drafted_tree a, b;
+    REQUIRE(sb.build(st, r, a).ok());
+    view2d<const float> rows{};
+    REQUIRE(ss.stream_rows(r, rows).ok());
+    REQUIRE(sb.build(rows, r.root_token, b, tr).ok());
+    CHECK(a.tree.tokens().size() == b.tree.tokens().size());
+    CHECK(std::ranges::equal(a.tree.tokens(), b.tree.tokens()));
+    CHECK(std::ranges::equal(a.tree.parents(), b.tree.parents()));
+    CHECK(a.size() < 1 + 2 + 4 + 8);  // the transition model pruned something
+    CHECK(a.size() <= sb.node_bound());
+    CHECK(sb.node_bound() == 15);
+    token_info_builder tb({.k = 3, .budget = 0, .max_rows = 3});
+    REQUIRE(tb.build(ts, r, a).ok());
+    view2d<const float> l{};
+    token_info_table info{};
+    REQUIRE(ts.token_info_rows(r, l, info).ok());
+    REQUIRE(tb.build(l, info, r.root_token, b).ok());
+    CHECK(std::ranges::equal(a.tree.tokens(), b.tree.tokens()));
+    CHECK(std::ranges::equal(a.tree.parents(), b.tree.parents()));
+    CHECK(a.size() <= tb.node_bound());
+    CHECK(tb.node_bound() == 1 + 3 + 2 * 9);
+    CHECK(token_info_builder({.k = 3, .budget = 9}).node_bound() == 9);
+    CHECK(token_info_builder({.k = 3}).node_bound() == 0);
+    ts.n_rows = 4;  // more rows than max_rows
+    CHECK(tb.build(ts, r, a) == status_code::invalid_argument);
+  }
+  SECTION("greedy sessions equal plain greedy decoding") {
+    const table tm{.V = 50, .seed = 3, .zero_frac = 0.0};
+    const std::vector<token_id> prompt = {4, 8, 15};
+    const auto ref = looptest::greedy_decode(tm, prompt, 120);
+    session_options o = options(50, 1, 120);
+    o.sampling.temperature = 0.0f;
+    looptest::target t1{tm}, t2{tm};
+    table_stream_source ss{{.V = 50, .seed = 3, .zero_frac = 0.0}, 3};
+    speculative_session s1(stream_tree_builder({.k = 2, .max_depth = 3}), o);
+    const auto out1 = s1.generate(ss, t1, prompt);
+    CHECK(std::ranges::equal(out1, ref));
+    CHECK(s1.stats().accepted > 0);  // the streams follow the target here
+    table_token_info_source ts{{.V = 50, .seed = 3, .zero_frac = 0.0}, 3};
+    speculative_session s2(token_info_builder({.k = 2, .budget = 12, .max_rows = 3}), o);
+    const auto out2 = s2.generate(ts, t2, prompt);
+    CHECK(std::ranges::equal(out2, ref));
+    CHECK(s2.stats().accepted > 0);
+    // A builder without a node bound is refused, not overrun.
+    looptest::target t3{tm};
+    speculative_session s3(token_info_builder({.k = 2}), o);
+    REQUIRE(s3.start(prompt).ok());
+    CHECK(s3.round(ts, t3) == status_code::invalid_argument);
+  }
+  SECTION("temperature 1: whole-continuation law (deterministic rule)") {
+    constexpr int trials = 200000;
+    const std::uint64_t seed = 20261123;
+    table_stream_source ss{{.V = 3, .seed = 5}, 2};
+    const auto f = loop_law(stream_tree_builder({.k = 2, .max_depth = 2}), ss, options(3, 0, 64), 1, 3, trials, seed);
+    report("stream tree k=2 depth 2", f);
+    CHECK_FALSE(f.impossible);
+    CHECK(f.p_value > 1e-4);
+    table_token_info_source ts{{.V = 3, .seed = 5}, 2};
+    const auto g = loop_law(token_info_builder({.k = 2, .max_rows = 2}), ts, options(3, 0, 64), 1, 3, trials, seed + 1);
+    report("token-info tree k=2, 2 rows", g);
+    CHECK_FALSE(g.impossible);
+    CHECK(g.p_value > 1e-4);
+  }
 }
