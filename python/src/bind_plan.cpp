@@ -9,6 +9,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "common.hpp"
+#include "specdec/draft/batch_prune.hpp"
 #include "specdec/draft/beam_tree.hpp"
 #include "specdec/draft/prune.hpp"
 #include "specdec/draft/topk_tree.hpp"
@@ -117,6 +118,15 @@ std::tuple<std::int32_t, double> best_size(const std::vector<double>& cost, cons
   return {best, tpt};
 }
 
+// A ragged batch (request r owns nodes offsets[r]..offsets[r+1], local
+// parent ids); per-request failures land in request_status.
+void prune_many(const in1<node_id>& parent, const in1<float>& scores, const in1<std::int32_t>& offsets,
+                const in1<std::int32_t>& budgets, const out1<node_id>& new_index, const out1<std::int32_t>& kept,
+                const out1<std::int32_t>& request_status) {
+  check(batch_prune_to_budget(span_of(parent), span_of(scores), span_of(offsets), span_of(budgets), span_of(new_index),
+                              span_of(kept), span_of(request_status)));
+}
+
 }  // namespace
 
 void bind_plan(nb::module_& m) {
@@ -125,6 +135,8 @@ void bind_plan(nb::module_& m) {
         arg("max_nodes"));
   m.def("beam_tree", &beam, arg("drafter"), arg("root_token"), arg("k"), arg("width"), arg("depth"), arg("budget"),
         arg("vocab_size"), arg("max_nodes"));
+  m.def("prune_batch", &prune_many, arg("parent"), arg("scores"), arg("offsets"), arg("budgets"),
+        arg("new_index").noconvert(), arg("kept").noconvert(), arg("request_status").noconvert());
   m.def("prune_to_budget", &prune, arg("parent"), arg("scores"), arg("budget"), arg("new_index").noconvert());
   m.def("sequoia_tree", &sequoia, arg("p"), arg("budget"), arg("max_depth"));
   m.def("fit_linear_cost", &fit_linear, arg("n"), arg("t"));
