@@ -1,9 +1,12 @@
 // specdec._core: the nanobind module. Low-level entry points that write
 // into caller arrays; the Python package (specdec/__init__.py) adds the
 // allocating conveniences and the docstrings.
+#include <cstdint>
+
 #include "build_info.hpp"
 #include "common.hpp"
 #include "specdec/core/config.hpp"
+#include "specdec/core/status.hpp"
 
 NB_MODULE(_core, m) {
   namespace nb = nanobind;
@@ -17,6 +20,10 @@ NB_MODULE(_core, m) {
   m.attr("cuda_archs") = "";
 #endif
   m.attr("build") = SPECDEC_PYTHON_BUILD;
+  m.def(
+      "status_code_name",
+      [](std::int32_t code) { return specdec::status_code_name(static_cast<specdec::status_code>(code)); },
+      nb::arg("code"));
   specdec::python::bind_tree(m);
   specdec::python::bind_verify(m);
   specdec::python::bind_cache(m);
