@@ -45,6 +45,9 @@ __all__ = [
     "tree_scan", "ssm_commit_path", "tree_conv1d", "tree_conv1d_commit_state", "prune_batch",
     "topk_tree", "beam_tree", "DraftedTree", "prune_to_budget",
     "sequoia_tree", "fit_linear_cost", "fit_quadratic_cost", "best_tree_size",
+    "tree_from_linked_list", "linked_list_from_tree", "verify_greedy_ids", "choice_buffers",
+    "medusa_typical_select", "expected_accepted_length", "AcceptanceCounts", "MemoryConfig", "MemoryPlan",
+    "memory_total_bytes", "plan_memory",
 ]
 
 has_cuda: bool = bool(_core.has_cuda)
@@ -1025,6 +1028,126 @@ def best_tree_size(cost: Sequence[float], tau: Any, draft_time: float = 0.0) -> 
     return _core.best_tree_size([float(c) for c in cost], _inp(tau, np.float64, "tau"), float(draft_time))
 
 
+# ---------------------------------------------------------------------------
+# peer formats (SGLang / EAGLE / Medusa) and planning models
+# ---------------------------------------------------------------------------
+
+AcceptanceCounts = _core.AcceptanceCounts
+MemoryConfig = _core.MemoryConfig
+
+
+def tree_from_linked_list(candidates: Any, next_token: Any, next_sibling: Any, *, unused_root: bool = False,
+                          root_token: int = 0, require_all: bool = False) -> tuple:
+    """A specdec tree from one request's SGLang / EAGLE linked-list arrays
+    (candidates, retrive_next_token, retrive_next_sibling; int64 or int32).
+    Nodes come in DFS preorder with siblings in list order, so both visit
+    orders coincide. Returns (parent, tokens, old_to_new, new_to_old):
+    old_to_new[slot] is the node of each slot (-1 when unreached)."""
+    c = _np(candidates) if _is_torch(candidates) else np.asarray(candidates)
+    dt_ = np.int32 if c.dtype == np.int32 else np.int64
+    f = _core.tree_from_linked_list_i32 if dt_ == np.int32 else _core.tree_from_linked_list_i64
+    c, nt, ns = (_inp(a, dt_, name) for a, name in ((candidates, "candidates"), (next_token, "next_token"),
+                                                    (next_sibling, "next_sibling")))
+    n = len(c)
+    parent, tokens = np.empty(n, np.int32), np.empty(n, np.int32)
+    o2n, n2o = np.empty(n, np.int32), np.empty(n, np.int32)
+    count = f(c, nt, ns, bool(unused_root), int(root_token), bool(require_all), parent, tokens, o2n, n2o)
+    return parent[:count], tokens[:count], o2n, n2o[:count]
+
+
+def linked_list_from_tree(parent: Any, tokens: Any) -> tuple:
+    """The other way: (next_token, next_sibling) int64 arrays over the same
+    node ids (slot = node; first child / next sibling or -1)."""
+    par = _inp(parent, np.int32, "parent")
+    nt, ns = np.empty(len(par), np.int64), np.empty(len(par), np.int64)
+    _core.linked_list_from_tree(par, _inp(tokens, np.int32, "tokens"), nt, ns)
+    return nt, ns
+
+
+def verify_greedy_ids(parent: Any, tokens: Any, target_ids: Any, *, vocab: int = 0, unused_root: bool = False,
+                      max_accept: Optional[int] = None, path: Any = None, tokens_out: Any = None) -> VerifyResult:
+    """Greedy verification from the target's argmax id after each node
+    (SGLang's target_predict) instead of probability rows; token-identical
+    to Mode.GREEDY on the rows those ids came from."""
+    par = _inp(parent, np.int32, "parent")
+    cap = _max_depth_plus_one(_np(par)) if (path is None or tokens_out is None) else 0
+    path = _out(path, parent, (cap,), np.int32, "path")
+    tokens_out = _out(tokens_out, parent, (cap,), np.int32, "tokens_out")
+    a, last, nxt = _core.verify_greedy_ids(par, _inp(tokens, np.int32, "tokens"),
+                                           _inp(target_ids, np.int32, "target_ids"), int(vocab), bool(unused_root),
+                                           2**31 - 1 if max_accept is None else int(max_accept), path, tokens_out)
+    return VerifyResult(a, last, nxt, path[:a + 1], tokens_out[:a + 1])
+
+
+def choice_buffers(choices: Sequence[Sequence[int]], topk: int, layout: str = "medusa") -> tuple:
+    """Medusa's or EAGLE-1's static-tree buffers of a choice list: returns
+    (parent, tree_indices, retrieve_indices). tree_indices[i] is where node
+    i's token sits in the peer's flat candidate vector; retrieve_indices has
+    one root-to-leaf row per leaf (-1 padded) in the peer's row order.
+    `layout`: "medusa" or "eagle1". Nodes follow from_choices' order."""
+    ranks = np.fromiter((r for c in choices for r in c), dtype=np.int32)
+    offsets = np.zeros(len(choices) + 1, dtype=np.int32)
+    offsets[1:] = np.cumsum([len(c) for c in choices], dtype=np.int64)
+    parent, node_choice = from_choices(choices)
+    node_rank = np.empty(len(parent), np.int32)
+    _core.choice_node_ranks(ranks, offsets, node_choice, node_rank)
+    ti = np.empty(len(parent), np.int32)
+    _core.choice_tree_indices(parent, node_rank, int(topk), layout, ti)
+    rows, width = _core.retrieve_shape(parent)
+    ri = np.empty((rows, width), np.int32)
+    _core.retrieve_indices(parent, layout, ri)
+    return parent, ti, ri
+
+
+def medusa_typical_select(retrieve: Any, tokens: Any, p: Any, *, epsilon: float = 0.09, delta: float = 0.3,
+                          tie_break: str = "highest_likelihood") -> tuple:
+    """LOSSY: Medusa's typical acceptance over retrieve rows (R x L node ids,
+    -1 padded). Returns (best_row, accept_length); tie_break
+    "highest_likelihood" (Medusa) or "first_row"."""
+    if tie_break not in ("highest_likelihood", "first_row"):
+        raise Error("invalid_argument: tie_break must be highest_likelihood or first_row")
+    return _core.medusa_typical_select(_inp(retrieve, np.int32, "retrieve"), _inp(tokens, np.int32, "tokens"),
+                                       _strided(p, np.float32, "p"), float(epsilon), float(delta),
+                                       tie_break == "first_row")
+
+
+def expected_accepted_length(parent: Any, probs: Any) -> tuple:
+    """Expected accepted drafts of a tree under a per-depth, per-rank
+    acceptance model (probs: depths x ranks, row d - 1 for depth d; a 1-D
+    per-rank vector is Sequoia's positional model). Returns (value, reach)
+    with reach[v] the probability that node v is reached."""
+    pr = np.asarray(probs, dtype=np.float64)
+    pr = np.ascontiguousarray(pr.reshape(1, -1) if pr.ndim == 1 else pr)
+    par = _inp(parent, np.int32, "parent")
+    reach = np.empty(len(par), np.float64)
+    value = _core.expected_accepted_length(par, pr, reach)
+    return value, reach
+
+
+class MemoryPlan(NamedTuple):
+    """What plan_memory chose: decoding heads (= tree levels), tree nodes,
+    assumed leaves, the KV allocation in bytes and the total (eq. 6)."""
+
+    heads: int
+    nodes: int
+    leaves: int
+    kv_bytes: float
+    total: float
+
+
+def memory_total_bytes(config: Any, turns: float, nodes: float, leaves: float, heads: float) -> float:
+    """SpecMemo's eq. 6: model + heads + KV of `turns` turns + tree buffers, in bytes."""
+    return _core.memory_total_bytes(config, float(turns), float(nodes), float(leaves), float(heads))
+
+
+def plan_memory(config: Any, budget: float, *, turns: int = 20, max_heads: int = 5, min_heads: int = 2,
+                arity: int = 10, leaf_fraction: float = 0.86, max_nodes: int = 4096) -> MemoryPlan:
+    """SpecMemo budgeting: the most heads (then the largest tree) that fit
+    `budget` bytes next to the model and the KV of `turns` turns."""
+    return MemoryPlan(*_core.plan_memory(config, float(budget), int(turns), int(max_heads), int(min_heads),
+                                         int(arity), float(leaf_fraction), int(max_nodes)))
+
+
 for _name, _key in [
     ("validate_parents", "validate_topological_parents"), ("relabel_topological", "relabel_topological"),
     ("from_choices", "from_choices"), ("from_paths", "from_paths"), ("dfs_order", "dfs_order"),
@@ -1036,6 +1159,10 @@ for _name, _key in [
     ("ssm_commit_path", "tree_ssm_commit_path"), ("tree_conv1d", "tree_conv1d"),
     ("tree_conv1d_commit_state", "tree_conv1d_commit_state"), ("prune_batch", "batch_prune_to_budget"), ("topk_tree", "topk_tree_builder"),
     ("beam_tree", "beam_tree_builder"), ("prune_to_budget", "prune_to_budget"), ("sequoia_tree", "sequoia_tree"),
+    ("tree_from_linked_list", "tree_from_linked_list"), ("linked_list_from_tree", "linked_list_from_tree"),
+    ("verify_greedy_ids", "verify_greedy_ids"), ("choice_buffers", "retrieve_indices"),
+    ("medusa_typical_select", "medusa_typical_select"), ("expected_accepted_length", "expected_accepted_length"),
+    ("plan_memory", "plan_memory"),
     ("fit_linear_cost", "fit_linear_cost"), ("fit_quadratic_cost", "fit_quadratic_cost"),
     ("best_tree_size", "best_tree_size"),
 ]:
