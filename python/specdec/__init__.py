@@ -43,7 +43,7 @@ __all__ = [
     "VerifyResult", "verify_tree", "verify_chain", "verify_batch",
     "keep_indices", "keep_indices_batch", "commit_kv", "kv_commit_check",
     "tree_scan", "ssm_commit_path", "tree_conv1d", "tree_conv1d_commit_state", "prune_batch",
-    "topk_tree", "beam_tree", "DraftedTree", "prune_to_budget",
+    "topk_tree", "beam_tree", "sampled_tree", "static_tree", "DraftedTree", "prune_to_budget",
     "sequoia_tree", "fit_linear_cost", "fit_quadratic_cost", "best_tree_size",
     "tree_from_linked_list", "linked_list_from_tree", "verify_greedy_ids", "choice_buffers",
     "medusa_typical_select", "expected_accepted_length", "AcceptanceCounts", "MemoryConfig", "MemoryPlan",
@@ -955,6 +955,37 @@ def beam_tree(drafter: Any, root_token: int, *, k: int = 8, width: int = 8, dept
                                         int(budget), int(vocab_size), int(max_nodes)))
 
 
+def sampled_tree(drafter: Any, root_token: int, *, widths: Sequence[int], vocab_size: int,
+                 mode: int = DraftMode.IID, seed: int = 0, request: int = 0, round: int = 0,
+                 max_nodes: int = 1 << 20) -> tuple:
+    """A sampled tree: widths[d] children per node at depth d, drawn i.i.d.
+    (DraftMode.IID; verify with Mode.SAMPLED_IID) or without replacement by
+    Gumbel-top-k (DraftMode.WITHOUT_REPLACEMENT; verify with
+    Mode.SAMPLED_WITHOUT_REPLACEMENT), from the keyed Philox stream (seed,
+    request, round; the draft purpose, never the verifier's uniforms);
+    drafter as in topk_tree. Returns (DraftedTree, q): q (N x V float32) row
+    u is the normalized draft row that produced u's children, the rows the
+    sampled verifiers read (leaf rows 0)."""
+    if int(mode) not in (DraftMode.IID, DraftMode.WITHOUT_REPLACEMENT):
+        raise Error("invalid_argument: sampled trees are DraftMode.IID or DraftMode.WITHOUT_REPLACEMENT")
+    *arrays, q = _core.sampled_tree(_drafter(drafter), int(root_token), int(mode), [int(w) for w in widths],
+                                    int(vocab_size), int(max_nodes), int(seed), int(request), int(round))
+    return DraftedTree(*arrays), q
+
+
+def static_tree(drafter: Any, root_token: int, shape: Any, *, vocab_size: int, mode: int = DraftMode.DETERMINISTIC,
+                seed: int = 0, request: int = 0, round: int = 0) -> tuple:
+    """Drafts into a fixed shape (a parent array: a choice list through
+    from_choices, a Sequoia tree, any other): shape node s gets as many
+    children as nodes name it as parent, drawn top-k (DETERMINISTIC), i.i.d.
+    or without replacement. Returns (DraftedTree, q) as sampled_tree (q rows
+    are written for every expanded node)."""
+    sh = [int(v) for v in _np(_inp(shape, np.int32, "shape"))]
+    *arrays, q = _core.static_tree(_drafter(drafter), int(root_token), sh, int(mode), int(vocab_size), int(seed),
+                                   int(request), int(round))
+    return DraftedTree(*arrays), q
+
+
 def prune_to_budget(parent: Any, scores: Any, budget: int, *, out: Any = None) -> tuple:
     """Keeps the `budget` nodes of highest effective score (running minimum
     along the root path; ties by id), always ancestor-closed. Returns
@@ -1162,7 +1193,7 @@ for _name, _key in [
     ("tree_from_linked_list", "tree_from_linked_list"), ("linked_list_from_tree", "linked_list_from_tree"),
     ("verify_greedy_ids", "verify_greedy_ids"), ("choice_buffers", "retrieve_indices"),
     ("medusa_typical_select", "medusa_typical_select"), ("expected_accepted_length", "expected_accepted_length"),
-    ("plan_memory", "plan_memory"),
+    ("plan_memory", "plan_memory"), ("sampled_tree", "sampled_tree_builder"), ("static_tree", "static_tree_builder"),
     ("fit_linear_cost", "fit_linear_cost"), ("fit_quadratic_cost", "fit_quadratic_cost"),
     ("best_tree_size", "best_tree_size"),
 ]:
