@@ -53,6 +53,10 @@ def test_docstrings_and_stubs():
     doc = specdec.verify_tree.__doc__
     assert "C++ specdec::verify_tree" in doc and "Deterministic for a" in doc
     assert "C++ specdec::commit_kv" in specdec.commit_kv.__doc__
+    for fn, cpp in ((specdec.tree_from_linked_list, "tree_from_linked_list"),
+                    (specdec.sampled_tree, "sampled_tree_builder"), (specdec.tree_conv1d, "tree_conv1d"),
+                    (specdec.plan_memory, "plan_memory"), (specdec.prune_batch, "batch_prune_to_budget")):
+        assert f"C++ specdec::{cpp}" in fn.__doc__, cpp
     pkg = Path(specdec.__file__).parent
     assert (pkg / "_core.pyi").is_file() and (pkg / "py.typed").is_file()
     assert "def verify_tree(" in (pkg / "_core.pyi").read_text()
