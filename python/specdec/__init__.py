@@ -536,11 +536,11 @@ def verify_chain(drafts: Any, p: Any, q: Any = None, *, mode: int = Mode.SAMPLED
     when read, needs gamma + 1 rows there, the last one unread)."""
     dev = _where(drafts=drafts, p=p, q=q, uniforms=uniforms, tokens_out=tokens_out, workspace=workspace)
     if dev is not None:
-        import torch  # the chain's tree arrays are built with torch
         g = int(drafts.shape[0])
         d = _cuda_in(drafts, np.int32)
-        parent = torch.arange(-1, g, dtype=torch.int32, device=d.device)
-        tok = torch.cat([torch.zeros(1, dtype=torch.int32, device=d.device), d])
+        parent = _on_device(np.arange(-1, g, dtype=np.int32), np.int32, d, dev)
+        tok = _cuda_empty(d, (g + 1,), np.int32, dev, zero=True)  # root token 0 (never read), then the drafts
+        tok[1:] = d
         path = _cuda_empty(d, (g + 1,), np.int32, dev)
         if tokens_out is None:
             tokens_out = _cuda_empty(d, (g + 1,), np.int32, dev)
