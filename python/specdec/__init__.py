@@ -46,6 +46,7 @@ __all__ = [
     "topk_tree", "beam_tree", "sampled_tree", "static_tree", "DraftedTree", "prune_to_budget",
     "sequoia_tree", "fit_linear_cost", "fit_quadratic_cost", "best_tree_size",
     "tree_from_linked_list", "linked_list_from_tree", "verify_greedy_ids", "choice_buffers",
+    "sglang_verify_tree_greedy", "sglang_tree_sampling_target_only",
     "medusa_typical_select", "expected_accepted_length", "AcceptanceCounts", "MemoryConfig", "MemoryPlan",
     "memory_total_bytes", "plan_memory",
 ]
@@ -1110,6 +1111,61 @@ def verify_greedy_ids(parent: Any, tokens: Any, target_ids: Any, *, vocab: int =
     return VerifyResult(a, last, nxt, path[:a + 1], tokens_out[:a + 1])
 
 
+def _sglang_outputs(candidates: Any, target_rows: int, num_speculative_tokens: int, predicts: Any,
+                    accept_index: Any, accept_token_num: Any) -> tuple:
+    B = int(np.shape(candidates)[0])
+    if predicts is None:
+        predicts = np.zeros(target_rows, np.int32)
+    if accept_index is None:
+        accept_index = np.full((B, int(num_speculative_tokens)), -1, np.int32)
+    if accept_token_num is None:
+        accept_token_num = np.zeros(B, np.int32)
+    for a, name in ((predicts, "predicts"), (accept_index, "accept_index"), (accept_token_num, "accept_token_num")):
+        _check_host(a, name)
+    return predicts, accept_index, accept_token_num
+
+
+def sglang_verify_tree_greedy(candidates: Any, retrive_index: Any, retrive_next_token: Any,
+                              retrive_next_sibling: Any, target_predict: Any, num_speculative_tokens: int, *,
+                              predicts: Any = None, accept_index: Any = None,
+                              accept_token_num: Any = None) -> tuple:
+    """SGLang's verify_tree_greedy on SGLang's own batch layout: int64
+    [batch][num_draft_tokens] candidates / retrive_index / retrive_next_token /
+    retrive_next_sibling, the target's argmax id of every row (indexed by
+    retrive_index), int32 outputs. Returns (predicts, accept_index,
+    accept_token_num). On error, requests before the failing one (its index
+    in the message) are written."""
+    c = [_inp(a, np.int64, n) for a, n in ((candidates, "candidates"), (retrive_index, "retrive_index"),
+                                           (retrive_next_token, "retrive_next_token"),
+                                           (retrive_next_sibling, "retrive_next_sibling"))]
+    tp = _inp(target_predict, np.int64, "target_predict")
+    outs = _sglang_outputs(c[0], len(tp), num_speculative_tokens, predicts, accept_index, accept_token_num)
+    _core.sglang_verify_tree_greedy(*c, tp, int(num_speculative_tokens), *outs)
+    return outs
+
+
+def sglang_tree_sampling_target_only(candidates: Any, retrive_index: Any, retrive_next_token: Any,
+                                     retrive_next_sibling: Any, target_probs: Any, coins: Any, final_coins: Any,
+                                     num_speculative_tokens: int, *, threshold_single: float = 1.0,
+                                     threshold_acc: float = 1.0, predicts: Any = None, accept_index: Any = None,
+                                     accept_token_num: Any = None) -> tuple:
+    """SGLang's tree_speculative_sampling_target_only (the coin rule) on
+    SGLang's batch layout: target_probs [batch * num_draft_tokens, V] by
+    slot, coins [batch * num_draft_tokens], final_coins [batch]. Exact with
+    both thresholds 1; any threshold below 1 is LOSSY. Returns (predicts,
+    accept_index, accept_token_num)."""
+    c = [_inp(a, np.int64, n) for a, n in ((candidates, "candidates"), (retrive_index, "retrive_index"),
+                                           (retrive_next_token, "retrive_next_token"),
+                                           (retrive_next_sibling, "retrive_next_sibling"))]
+    tp = _strided(target_probs, np.float32, "target_probs")
+    outs = _sglang_outputs(c[0], int(tp.shape[0]), num_speculative_tokens, predicts, accept_index,
+                           accept_token_num)
+    _core.sglang_tree_sampling_target_only(*c, tp, _inp(coins, np.float32, "coins"),
+                                           _inp(final_coins, np.float32, "final_coins"), int(num_speculative_tokens),
+                                           float(threshold_single), float(threshold_acc), *outs)
+    return outs
+
+
 def choice_buffers(choices: Sequence[Sequence[int]], topk: int, layout: str = "medusa") -> tuple:
     """Medusa's or EAGLE-1's static-tree buffers of a choice list: returns
     (parent, tree_indices, retrieve_indices). tree_indices[i] is where node
@@ -1192,6 +1248,8 @@ for _name, _key in [
     ("beam_tree", "beam_tree_builder"), ("prune_to_budget", "prune_to_budget"), ("sequoia_tree", "sequoia_tree"),
     ("tree_from_linked_list", "tree_from_linked_list"), ("linked_list_from_tree", "linked_list_from_tree"),
     ("verify_greedy_ids", "verify_greedy_ids"), ("choice_buffers", "retrieve_indices"),
+    ("sglang_verify_tree_greedy", "sglang_verify_tree_greedy"),
+    ("sglang_tree_sampling_target_only", "sglang_tree_sampling_target_only"),
     ("medusa_typical_select", "medusa_typical_select"), ("expected_accepted_length", "expected_accepted_length"),
     ("plan_memory", "plan_memory"), ("sampled_tree", "sampled_tree_builder"), ("static_tree", "static_tree_builder"),
     ("fit_linear_cost", "fit_linear_cost"), ("fit_quadratic_cost", "fit_quadratic_cost"),

@@ -1,4 +1,4 @@
-// Peer formats (interop/) and the planning models (plan/acceptance.hpp,
+// Peer formats (interop/: linked lists, SGLang's batch entry points) and the planning models (plan/acceptance.hpp,
 // plan/memory_model.hpp): SGLang / EAGLE linked-list trees both ways,
 // greedy verification from target argmax ids, Medusa / EAGLE-1 choice
 // buffers, Medusa's typical selection, acceptance estimation and SpecMemo's
@@ -16,6 +16,7 @@
 #include "specdec/interop/choice_buffers.hpp"
 #include "specdec/interop/greedy_ids.hpp"
 #include "specdec/interop/linked_tree.hpp"
+#include "specdec/interop/sglang.hpp"
 #include "specdec/interop/typical.hpp"
 #include "specdec/plan/acceptance.hpp"
 #include "specdec/plan/memory_model.hpp"
@@ -118,6 +119,59 @@ std::tuple<std::int32_t, std::int32_t> typical_select(const in_nd<std::int32_t, 
   std::int32_t best = 0, length = 0;
   check(medusa_typical_select(view_of<2>(retrieve_rows), span_of(tokens), view_of<2>(p), tp, sc, best, length));
   return {best, length};
+}
+
+// ---- SGLang's batch entry points (int64 trees, int32 outputs as SGLang) ------
+
+using i64_2d = in_nd<std::int64_t, 2>;
+
+sglang_tree_batch<std::int64_t> sglang_batch(const i64_2d& candidates, const i64_2d& retrive_index,
+                                             const i64_2d& next_token, const i64_2d& next_sibling) {
+  const auto dense = [&](const i64_2d& a) {
+    return a.shape(0) == candidates.shape(0) && a.shape(1) == candidates.shape(1) &&
+           (a.shape(1) <= 1 || a.stride(1) == 1) &&
+           (a.shape(0) <= 1 || static_cast<std::size_t>(a.stride(0)) == a.shape(1));
+  };
+  require(dense(candidates) && dense(retrive_index) && dense(next_token) && dense(next_sibling),
+          status_code::size_mismatch,
+          "candidates, retrive_index, retrive_next_token and retrive_next_sibling must be dense "
+          "[batch_size][num_draft_tokens] arrays");
+  require(candidates.shape(0) <= static_cast<std::size_t>(INT32_MAX) &&
+              candidates.shape(1) <= static_cast<std::size_t>(INT32_MAX),
+          status_code::invalid_argument, "batch too large");
+  return {static_cast<std::int32_t>(candidates.shape(0)),
+          static_cast<std::int32_t>(candidates.shape(1)),
+          candidates.data(),
+          retrive_index.data(),
+          next_token.data(),
+          next_sibling.data()};
+}
+
+sglang_outputs<std::int32_t> sglang_out(const out1<std::int32_t>& predicts, const out_nd<std::int32_t, 2>& accept_index,
+                                        const out1<std::int32_t>& accept_token_num) {
+  return {span_of(predicts), view_of<2>(accept_index), span_of(accept_token_num)};
+}
+
+void sglang_greedy(const i64_2d& candidates, const i64_2d& retrive_index, const i64_2d& next_token,
+                   const i64_2d& next_sibling, const in1<std::int64_t>& target_predict,
+                   std::int32_t num_speculative_tokens, const out1<std::int32_t>& predicts,
+                   const out_nd<std::int32_t, 2>& accept_index, const out1<std::int32_t>& accept_token_num) {
+  const auto b = sglang_batch(candidates, retrive_index, next_token, next_sibling);
+  auto ws = scratch(sglang_workspace_size(b.num_draft_tokens));
+  check(sglang_verify_tree_greedy<std::int64_t, std::int32_t>(
+      b, span_of(target_predict), num_speculative_tokens, sglang_out(predicts, accept_index, accept_token_num), ws));
+}
+
+void sglang_sampling(const i64_2d& candidates, const i64_2d& retrive_index, const i64_2d& next_token,
+                     const i64_2d& next_sibling, const in_nd<float, 2>& target_probs, const in1<float>& coins,
+                     const in1<float>& final_coins, std::int32_t num_speculative_tokens, float threshold_single,
+                     float threshold_acc, const out1<std::int32_t>& predicts,
+                     const out_nd<std::int32_t, 2>& accept_index, const out1<std::int32_t>& accept_token_num) {
+  const auto b = sglang_batch(candidates, retrive_index, next_token, next_sibling);
+  auto ws = scratch(sglang_workspace_size(b.num_draft_tokens));
+  check(sglang_tree_sampling_target_only<std::int64_t, std::int32_t>(
+      b, view_of<2>(target_probs), span_of(coins), span_of(final_coins), num_speculative_tokens,
+      sglang_thresholds{threshold_single, threshold_acc}, sglang_out(predicts, accept_index, accept_token_num), ws));
 }
 
 // ---- planning ---------------------------------------------------------------
@@ -232,6 +286,13 @@ void bind_interop(nb::module_& m) {
   m.def("retrieve_indices", &retrieve, arg("parent"), arg("layout"), arg("out").noconvert());
   m.def("medusa_typical_select", &typical_select, arg("retrieve"), arg("tokens"), arg("p"), arg("epsilon"),
         arg("delta"), arg("first_row"));
+  m.def("sglang_verify_tree_greedy", &sglang_greedy, arg("candidates"), arg("retrive_index"), arg("retrive_next_token"),
+        arg("retrive_next_sibling"), arg("target_predict"), arg("num_speculative_tokens"), arg("predicts").noconvert(),
+        arg("accept_index").noconvert(), arg("accept_token_num").noconvert());
+  m.def("sglang_tree_sampling_target_only", &sglang_sampling, arg("candidates"), arg("retrive_index"),
+        arg("retrive_next_token"), arg("retrive_next_sibling"), arg("target_probs"), arg("coins"), arg("final_coins"),
+        arg("num_speculative_tokens"), arg("threshold_single"), arg("threshold_acc"), arg("predicts").noconvert(),
+        arg("accept_index").noconvert(), arg("accept_token_num").noconvert());
   m.def("expected_accepted_length", &expected_length, arg("parent"), arg("probs"), arg("reach").noconvert());
   bind_acceptance_counts(m);
   bind_memory(m);

@@ -201,3 +201,57 @@ def test_memory_model():
     assert plan.nodes >= 10 * plan.heads + 1
     with pytest.raises(specdec.Error, match="buffer_too_small"):
         specdec.plan_memory(cfg, 1e9)
+
+
+def sglang_batch(rng, B, D, V):
+    cand = np.zeros((B, D), np.int64)
+    nt = np.full((B, D), -1, np.int64)
+    ns = np.full((B, D), -1, np.int64)
+    for b in range(B):
+        c, t, s, _ = random_linked(rng, D)
+        cand[b], nt[b], ns[b] = c % V, t, s
+    ri = (np.arange(B)[:, None] * D + np.arange(D)[None, :]).astype(np.int64)
+    return cand, ri, nt, ns
+
+
+def test_sglang_greedy_matches_composition(rng):
+    B, D, V, spec = 20, 9, 6, 4
+    cand, ri, nt, ns = sglang_batch(rng, B, D, V)
+    target_predict = rng.integers(0, V, size=B * D).astype(np.int64)
+    pred, acc_idx, acc_num = specdec.sglang_verify_tree_greedy(cand, ri, nt, ns, target_predict, spec)
+    for b in range(B):
+        parent, tokens, o2n, n2o = specdec.tree_from_linked_list(cand[b], nt[b], ns[b], unused_root=True)
+        ids = target_predict[ri[b][n2o]].astype(np.int32)
+        res = specdec.verify_greedy_ids(parent, tokens, ids, vocab=V, unused_root=True, max_accept=spec - 1)
+        assert acc_num[b] == res.accepted
+        rows = ri[b][n2o[res.path]]
+        np.testing.assert_array_equal(acc_idx[b, :res.accepted + 1], rows)
+        assert (acc_idx[b, res.accepted + 1:] == -1).all()  # untouched
+        np.testing.assert_array_equal(pred[rows], res.tokens)
+
+
+def test_sglang_sampling_target_only_exact_and_lossy_control(rng):
+    """Root with two children of distinct tokens; the token emitted after
+    the root is distributed as the root's target row with thresholds 1, and
+    visibly not with threshold_acc = 0.5 (SGLang's lossy setting)."""
+    B, D, V = 60000, 3, 5
+    P = np.array([0.1, 0.4, 0.05, 0.3, 0.15], np.float32)
+    cand = np.tile(np.array([0, 1, 3], np.int64), (B, 1))
+    nt = np.tile(np.array([1, -1, -1], np.int64), (B, 1))
+    ns = np.tile(np.array([-1, 2, -1], np.int64), (B, 1))
+    ri = (np.arange(B)[:, None] * D + np.arange(D)[None, :]).astype(np.int64)
+    probs = np.tile(P, (B * D, 1))
+    coins = rng.random(B * D).astype(np.float32)
+    final = rng.random(B).astype(np.float32)
+
+    def first_counts(th_acc):
+        pred, _, _ = specdec.sglang_tree_sampling_target_only(cand, ri, nt, ns, probs, coins, final, 3,
+                                                              threshold_acc=th_acc)
+        return np.bincount(pred[ri[:, 0]], minlength=V)
+
+    def chi2(counts):
+        return float((((counts - B * P) ** 2) / (B * P)).sum())
+
+    exact, lossy = chi2(first_counts(1.0)), chi2(first_counts(0.5))
+    print(f"chi2 exact {exact:.1f}, lossy control {lossy:.1f}")
+    assert exact < 18.47 and lossy > 18.47
