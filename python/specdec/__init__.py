@@ -126,20 +126,31 @@ def _check_host(x: Any, name: str) -> None:
                     "(CUDA arrays need the build with the kernels, see python/README.md)")
 
 
-def _where(**arrays: Any) -> Optional[int]:
+def _where(names: str, *arrays: Any) -> Optional[int]:
     """The device of a call: None when every array is in host memory, the CUDA
-    device index when every array is on that device; raises otherwise."""
+    device index when every array is on that device; raises otherwise.
+    `names` (space separated, one per array) only serve the error message."""
+    device = None
+    for a in arrays:  # fast path: numpy arrays and host objects
+        if a is None or type(a) is np.ndarray:
+            continue
+        d = _device_of(a)
+        if d is not None:
+            device = d
+            break
+    if device is None:
+        return None
+    label = names.split()
     host, cuda = [], {}
-    for name, a in arrays.items():
+    for i, a in enumerate(arrays):
         if a is None:
             continue
+        name = label[i] if i < len(label) else f"argument {i}"
         d = _device_of(a)
         if d is None:
             host.append(name)
         else:
             cuda.setdefault(d, []).append(name)
-    if not cuda:
-        return None
     if host or len(cuda) > 1:
         where = ", ".join([f"{n} on the host" for n in host] +
                           [f"{n} on cuda:{d}" for d, ns in cuda.items() for n in ns])
@@ -148,7 +159,7 @@ def _where(**arrays: Any) -> Optional[int]:
     if not has_cuda:
         raise Error("unsupported: CUDA arrays passed, but this specdec build is host-only "
                     "(build with nvcc for the kernels, see python/README.md)")
-    return next(iter(cuda))
+    return device
 
 
 def _stream_handle(stream: Any, device: int) -> int:
@@ -415,8 +426,8 @@ def tree_masks_batched(parents: Any, offsets: Any, cache_len: Any = None, *, max
     build_tree_masks kernel on `stream` (asynchronous; tree_status is valid
     once the stream gets there); positions are int64 and masks uint32/uint64
     words (pass them, or use torch >= 2.3 for uint words)."""
-    dev = _where(parents=parents, offsets=offsets, cache_len=cache_len, masks=masks, positions=positions,
-                 tree_status=tree_status)
+    dev = _where("parents offsets cache_len masks positions tree_status", parents, offsets, cache_len, masks, positions,
+                 tree_status)
     if dev is not None:
         return _tree_masks_cuda(dev, parents, offsets, cache_len, max_nodes, word_bits, masks, positions,
                                 tree_status, stream)
@@ -500,8 +511,8 @@ def verify_tree(parent: Any, tokens: Any, p: Any, q: Any = None, *, mode: int = 
     CUDA arrays: the batched kernel with one request on `stream`, then a
     wait for the stream to read the result (use verify_batch to stay
     asynchronous); BLOCK and TRAVERSAL modes are host only."""
-    dev = _where(parent=parent, tokens=tokens, p=p, q=q, uniforms=uniforms, path=path, tokens_out=tokens_out,
-                 workspace=workspace)
+    dev = _where("parent tokens p q uniforms path tokens_out workspace", parent, tokens, p, q, uniforms, path,
+                 tokens_out, workspace)
     if dev is not None:
         n = int(parent.shape[0])
         if path is None:
@@ -535,7 +546,7 @@ def verify_chain(drafts: Any, p: Any, q: Any = None, *, mode: int = Mode.SAMPLED
     verify_tree agree token for token. Returns path = arange(accepted + 1).
     CUDA arrays: as verify_tree (the chain is verified as a path tree; q,
     when read, needs gamma + 1 rows there, the last one unread)."""
-    dev = _where(drafts=drafts, p=p, q=q, uniforms=uniforms, tokens_out=tokens_out, workspace=workspace)
+    dev = _where("drafts p q uniforms tokens_out workspace", drafts, p, q, uniforms, tokens_out, workspace)
     if dev is not None:
         g = int(drafts.shape[0])
         d = _cuda_in(drafts, np.int32)
@@ -578,8 +589,8 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
     default: torch's caching allocator (torch inputs) or cudaMallocAsync.
     accepted_per_depth: int64 counters (added to, not reset). BLOCK and
     TRAVERSAL modes get `unsupported` in their result code."""
-    dev = _where(parent=parent, tokens=tokens, p=p, q=q, uniforms=uniforms, paths=paths, tokens_out=tokens_out,
-                 results=results, accepted_per_depth=accepted_per_depth, workspace=workspace)
+    dev = _where("parent tokens p q uniforms paths tokens_out results accepted_per_depth workspace", parent, tokens, p,
+                 q, uniforms, paths, tokens_out, results, accepted_per_depth, workspace)
     if dev is not None:
         return _verify_batch_cuda(dev, offsets, parent, tokens, p, q, modes, seeds, requests, rounds, uniforms,
                                   typical_epsilon, typical_delta, normalization_tolerance, paths, tokens_out,
@@ -729,12 +740,13 @@ def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, kee
         cs = list(caches)
     else:
         cs = [caches]
-    dev = _where(**{f"caches[{i}]": c for i, c in enumerate(cs)}, status=status, workspace=workspace)
+    dev = _where("status workspace caches[0] caches[1] caches[2] caches[3]", status, workspace, *cs)
     if dev is not None:
         return _commit_kv_cuda(dev, cs, layout, cache_len, keep, keep_offsets, block_table, blocks_used, status,
                                sync, workspace, stream)
-    _where(cache_len=cache_len, keep=keep, keep_offsets=keep_offsets, block_table=block_table,
-           blocks_used=blocks_used, caches=cs[0])  # host caches: index arrays on a device are refused
+    # Host caches: index arrays on a device are refused.
+    _where("cache_len keep keep_offsets block_table blocks_used caches", cache_len, keep, keep_offsets, block_table,
+           blocks_used, cs[0])
     if np.ndim(cache_len) == 0:
         cl = np.array([int(cache_len)], dtype=np.int64)
         kp = _inp(keep, np.int64, "keep")
@@ -825,8 +837,8 @@ def tree_scan(parent: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, *, D: Any = 
     raises on a bad tree, with sync=False the fault code (0 = ok) lands in
     `status` (a 1-element int32 CUDA array). Input values (NaN, A > 0) are
     not checked on the device."""
-    dev = _where(parent=parent, x=x, dt=dt, A=A, B=B, C=C, D=D, dt_bias=dt_bias, z=z, h0=h0, y=y, states=states,
-                 status=status, workspace=workspace)
+    dev = _where("parent x dt A B C D dt_bias z h0 y states status workspace", parent, x, dt, A, B, C, D, dt_bias, z,
+                 h0, y, states, status, workspace)
     if dev is not None:
         dt_ = _ssm_dtype(x)
         y = _cuda_empty(x, tuple(int(v) for v in x.shape), dt_, dev) if y is None else y
@@ -882,8 +894,8 @@ def tree_conv1d(parent: Any, x: Any, weight: Any, *, bias: Any = None, conv_stat
     (newest column last, read where a path runs out). float32 or float64.
     Returns out [N, channels]. CUDA arrays: the tree_conv1d kernel on
     `stream` (status / sync as in tree_scan)."""
-    dev = _where(parent=parent, x=x, weight=weight, bias=bias, conv_state=conv_state, out=out, status=status,
-                 workspace=workspace)
+    dev = _where("parent x weight bias conv_state out status workspace", parent, x, weight, bias, conv_state, out,
+                 status, workspace)
     dt_ = _ssm_dtype(x)
     if dev is not None:
         out = _cuda_empty(x, (int(x.shape[0]), int(x.shape[1])), dt_, dev) if out is None else out
@@ -1007,8 +1019,8 @@ def prune_batch(parent: Any, scores: Any, offsets: Any, budget: Any, *, new_inde
     kernel on `stream`, asynchronous (offsets on the host are uploaded; on
     the device they are read back first)."""
     per = np.ndim(budget) > 0 or _device_of(budget) is not None
-    dev = _where(parent=parent, scores=scores, budget=budget if per else None, new_index=new_index, kept=kept,
-                 request_status=request_status, workspace=workspace)
+    dev = _where("parent scores budget new_index kept request_status workspace", parent, scores,
+                 budget if per else None, new_index, kept, request_status, workspace)
     if dev is not None:
         on_dev = _device_of(offsets) is not None
         off = _cuda_in(offsets, np.int32) if on_dev else _inp(offsets, np.int32, "offsets")
@@ -1244,7 +1256,8 @@ for _name, _key in [
     ("verify_chain", "verify_chain"), ("verify_batch", "verify_batch"), ("keep_indices", "keep_indices_from_path"),
     ("keep_indices_batch", "keep_indices_batch"), ("commit_kv", "commit_kv"), ("tree_scan", "tree_scan"),
     ("ssm_commit_path", "tree_ssm_commit_path"), ("tree_conv1d", "tree_conv1d"),
-    ("tree_conv1d_commit_state", "tree_conv1d_commit_state"), ("prune_batch", "batch_prune_to_budget"), ("topk_tree", "topk_tree_builder"),
+    ("tree_conv1d_commit_state", "tree_conv1d_commit_state"), ("prune_batch", "batch_prune_to_budget"),
+    ("topk_tree", "topk_tree_builder"),
     ("beam_tree", "beam_tree_builder"), ("prune_to_budget", "prune_to_budget"), ("sequoia_tree", "sequoia_tree"),
     ("tree_from_linked_list", "tree_from_linked_list"), ("linked_list_from_tree", "linked_list_from_tree"),
     ("verify_greedy_ids", "verify_greedy_ids"), ("choice_buffers", "retrieve_indices"),
