@@ -42,7 +42,7 @@ __all__ = [
     "tree_masks_batched",
     "VerifyResult", "verify_tree", "verify_chain", "verify_batch",
     "keep_indices", "keep_indices_batch", "commit_kv", "kv_commit_check",
-    "tree_scan", "ssm_commit_path", "tree_conv1d", "tree_conv1d_commit_state", "prune_batch",
+    "tree_scan", "ssm_commit_path", "ssm_replay_masked", "tree_conv1d", "tree_conv1d_commit_state", "prune_batch",
     "topk_tree", "beam_tree", "sampled_tree", "static_tree", "DraftedTree", "prune_to_budget",
     "sequoia_tree", "fit_linear_cost", "fit_quadratic_cost", "best_tree_size",
     "tree_from_linked_list", "linked_list_from_tree", "verify_greedy_ids", "choice_buffers",
@@ -885,6 +885,26 @@ def ssm_commit_path(parent: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, path: 
     return o
 
 
+def ssm_replay_masked(parent: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, mask: Any, *, dt_bias: Any = None,
+                      h0: Any = None, dt_softplus: bool = True, dt_min: float = 0.0, dt_max: float = math.inf,
+                      out: Any = None) -> Any:
+    """Activation replay: the SSM state after the nodes set in `mask` (one
+    packed uint64 row, e.g. the accepted node's row of packed_mask), visiting
+    the tree in storage order; the same state as ssm_commit_path on that
+    path. `out` [H, P, S] may be h0 itself. Returns the state."""
+    dt_ = _ssm_dtype(x)
+    f = _core.ssm_replay_masked_f64 if dt_ == np.float64 else _core.ssm_replay_masked_f32
+    xs = _strided(x, dt_, "x")
+    Bs = _strided(B, dt_, "B")
+    o = _out(out, x, (int(xs.shape[1]), int(xs.shape[2]), int(Bs.shape[2])), dt_, "out")
+    m = _np(mask) if _is_torch(mask) else np.asarray(mask)
+    f(_inp(parent, np.int32, "parent"), xs, _strided(dt, dt_, "dt"), _strided(A, dt_, "A"), Bs,
+      _strided(C, dt_, "C"), _strided(dt_bias, dt_, "dt_bias"), _strided(h0, dt_, "h0"), bool(dt_softplus),
+      float(dt_min), float(dt_max), np.ascontiguousarray(m.view(np.uint64) if m.dtype == np.int64 else m,
+                                                         dtype=np.uint64), o)
+    return o
+
+
 def tree_conv1d(parent: Any, x: Any, weight: Any, *, bias: Any = None, conv_state: Any = None, silu: bool = False,
                 out: Any = None, status: Any = None, sync: bool = True, workspace: Any = None,
                 stream: Any = None) -> Any:
@@ -1255,7 +1275,8 @@ for _name, _key in [
     ("tree_masks_batched", "build_tree_masks_batched"), ("verify_tree", "verify_tree"),
     ("verify_chain", "verify_chain"), ("verify_batch", "verify_batch"), ("keep_indices", "keep_indices_from_path"),
     ("keep_indices_batch", "keep_indices_batch"), ("commit_kv", "commit_kv"), ("tree_scan", "tree_scan"),
-    ("ssm_commit_path", "tree_ssm_commit_path"), ("tree_conv1d", "tree_conv1d"),
+    ("ssm_commit_path", "tree_ssm_commit_path"), ("ssm_replay_masked", "tree_ssm_replay_masked"),
+    ("tree_conv1d", "tree_conv1d"),
     ("tree_conv1d_commit_state", "tree_conv1d_commit_state"), ("prune_batch", "batch_prune_to_budget"),
     ("topk_tree", "topk_tree_builder"),
     ("beam_tree", "beam_tree_builder"), ("prune_to_budget", "prune_to_budget"), ("sequoia_tree", "sequoia_tree"),
