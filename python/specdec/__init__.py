@@ -46,7 +46,7 @@ __all__ = [
     "topk_tree", "beam_tree", "sampled_tree", "static_tree", "DraftedTree", "prune_to_budget",
     "sequoia_tree", "fit_linear_cost", "fit_quadratic_cost", "best_tree_size",
     "tree_from_linked_list", "linked_list_from_tree", "verify_greedy_ids", "choice_buffers",
-    "sglang_verify_tree_greedy", "sglang_tree_sampling_target_only",
+    "sglang_verify_tree_greedy", "sglang_tree_sampling_target_only", "chain_acceptance_counts",
     "medusa_typical_select", "expected_accepted_length", "AcceptanceCounts", "MemoryConfig", "MemoryPlan",
     "memory_total_bytes", "plan_memory",
 ]
@@ -1198,6 +1198,19 @@ def sglang_tree_sampling_target_only(candidates: Any, retrive_index: Any, retriv
     return outs
 
 
+def chain_acceptance_counts(drafts: Any, p: Any, q: Any, coins: Any = None, *, seed: int = 0, request: int = 0,
+                            round: int = 0) -> tuple:
+    """FlashInfer's chain counters for gamma drafts: returns (accepted,
+    emitted). `emitted` = drafts accepted before the first rejection,
+    `accepted` also counts later positions whose own test passes
+    (coins[i] * q_i(x_i) < p_i(x_i)). Without `coins`, specdec's own coins
+    for (seed, request, round), so that `emitted` equals verify_chain's
+    accepted count on the same key."""
+    c = np.zeros(0, np.float32) if coins is None else _inp(coins, np.float32, "coins")
+    return _core.chain_acceptance_counts(_inp(drafts, np.int32, "drafts"), _strided(p, np.float32, "p"),
+                                         _strided(q, np.float32, "q"), c, int(seed), int(request), int(round))
+
+
 def choice_buffers(choices: Sequence[Sequence[int]], topk: int, layout: str = "medusa") -> tuple:
     """Medusa's or EAGLE-1's static-tree buffers of a choice list: returns
     (parent, tree_indices, retrieve_indices). tree_indices[i] is where node
@@ -1282,7 +1295,7 @@ for _name, _key in [
     ("beam_tree", "beam_tree_builder"), ("prune_to_budget", "prune_to_budget"), ("sequoia_tree", "sequoia_tree"),
     ("tree_from_linked_list", "tree_from_linked_list"), ("linked_list_from_tree", "linked_list_from_tree"),
     ("verify_greedy_ids", "verify_greedy_ids"), ("choice_buffers", "retrieve_indices"),
-    ("sglang_verify_tree_greedy", "sglang_verify_tree_greedy"),
+    ("sglang_verify_tree_greedy", "sglang_verify_tree_greedy"), ("chain_acceptance_counts", "chain_acceptance_counts"),
     ("sglang_tree_sampling_target_only", "sglang_tree_sampling_target_only"),
     ("medusa_typical_select", "medusa_typical_select"), ("expected_accepted_length", "expected_accepted_length"),
     ("plan_memory", "plan_memory"), ("sampled_tree", "sampled_tree_builder"), ("static_tree", "static_tree_builder"),

@@ -16,6 +16,7 @@
 #include "specdec/interop/choice_buffers.hpp"
 #include "specdec/interop/greedy_ids.hpp"
 #include "specdec/interop/linked_tree.hpp"
+#include "specdec/interop/results.hpp"
 #include "specdec/interop/sglang.hpp"
 #include "specdec/interop/typical.hpp"
 #include "specdec/plan/acceptance.hpp"
@@ -174,6 +175,28 @@ void sglang_sampling(const i64_2d& candidates, const i64_2d& retrive_index, cons
       sglang_thresholds{threshold_single, threshold_acc}, sglang_out(predicts, accept_index, accept_token_num), ws));
 }
 
+// ---- FlashInfer's chain counters ---------------------------------------------
+
+// coins: the caller's, or (empty) specdec's own for (seed, request, round).
+std::tuple<std::int32_t, std::int32_t> chain_counts(const in1<token_id>& drafts, const in_nd<float, 2>& p,
+                                                    const in_nd<float, 2>& q, const in1<float>& coins,
+                                                    std::uint64_t seed, std::uint32_t request, std::uint32_t round) {
+  std::vector<float> own;
+  std::span<const float> c = span_of(coins);
+  if (coins.size() == 0) {
+    verify_params vp;
+    vp.seed = seed;
+    vp.request = request;
+    vp.round = round;
+    own.resize(drafts.size());
+    chain_coins(vp, own);
+    c = own;
+  }
+  std::int32_t accepted = 0, emitted = 0;
+  check(chain_acceptance_counts(span_of(drafts), view_of<2>(p), view_of<2>(q), c, accepted, emitted));
+  return {accepted, emitted};
+}
+
 // ---- planning ---------------------------------------------------------------
 
 acceptance_model model_of(const in_nd<double, 2>& probs) {
@@ -293,6 +316,8 @@ void bind_interop(nb::module_& m) {
         arg("retrive_next_token"), arg("retrive_next_sibling"), arg("target_probs"), arg("coins"), arg("final_coins"),
         arg("num_speculative_tokens"), arg("threshold_single"), arg("threshold_acc"), arg("predicts").noconvert(),
         arg("accept_index").noconvert(), arg("accept_token_num").noconvert());
+  m.def("chain_acceptance_counts", &chain_counts, arg("drafts"), arg("p"), arg("q"), arg("coins"), arg("seed"),
+        arg("request"), arg("round"));
   m.def("expected_accepted_length", &expected_length, arg("parent"), arg("probs"), arg("reach").noconvert());
   bind_acceptance_counts(m);
   bind_memory(m);

@@ -255,3 +255,21 @@ def test_sglang_sampling_target_only_exact_and_lossy_control(rng):
     exact, lossy = chi2(first_counts(1.0)), chi2(first_counts(0.5))
     print(f"chi2 exact {exact:.1f}, lossy control {lossy:.1f}")
     assert exact < 18.47 and lossy > 18.47
+
+
+def test_chain_acceptance_counts(rng):
+    V, g = 7, 5
+    for trial in range(300):
+        p = rng.random((g + 1, V)).astype(np.float32)
+        p /= p.sum(axis=1, keepdims=True)
+        q = rng.random((g, V)).astype(np.float32)
+        q /= q.sum(axis=1, keepdims=True)
+        drafts = np.array([rng.choice(V, p=q[i] / q[i].sum()) for i in range(g)], np.int32)
+        accepted, emitted = specdec.chain_acceptance_counts(drafts, p, q, seed=3, round=trial)
+        res = specdec.verify_chain(drafts, p, q, seed=3, round=trial)
+        assert emitted == res.accepted
+        coins = rng.random(g).astype(np.float32)
+        a2, e2 = specdec.chain_acceptance_counts(drafts, p, q, coins)
+        passes = [coins[i] * q[i, drafts[i]] < p[i, drafts[i]] for i in range(g)]
+        assert a2 == sum(passes)
+        assert e2 == (passes.index(False) if False in passes else g)
