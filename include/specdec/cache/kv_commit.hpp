@@ -54,16 +54,18 @@ namespace detail {
 //! Hints that [p, p + bytes) will be read (write = false) or written soon.
 //! At most the first 4 KiB: longer blocks are streamed well by the
 //! hardware prefetchers. A hint never faults, so any address is fine.
-inline void kv_prefetch(const void* p, std::size_t bytes, bool write) noexcept {
+inline void kv_prefetch(const unsigned char* p, std::size_t bytes, bool write) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
   constexpr std::size_t line = 64, cap = 4096;
-  const auto first = reinterpret_cast<std::uintptr_t>(p) & ~static_cast<std::uintptr_t>(line - 1);
-  const auto last = reinterpret_cast<std::uintptr_t>(p) + (bytes < cap ? bytes : cap);
-  for (std::uintptr_t a = first; a < last; a += line) {
-    if (write)
-      __builtin_prefetch(reinterpret_cast<const void*>(a), 1, 3);
-    else
-      __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 3);
+  const std::size_t n = bytes < cap ? bytes : cap;
+  if (n == 0) return;
+  // Every 64th byte, then the last one: each line of an unaligned range.
+  if (write) {
+    for (std::size_t off = 0; off < n; off += line) __builtin_prefetch(p + off, 1, 3);
+    __builtin_prefetch(p + n - 1, 1, 3);
+  } else {
+    for (std::size_t off = 0; off < n; off += line) __builtin_prefetch(p + off, 0, 3);
+    __builtin_prefetch(p + n - 1, 0, 3);
   }
 #else
   (void)p;
