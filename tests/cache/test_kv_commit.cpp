@@ -175,8 +175,7 @@ struct random_batch {
 // every third request, arbitrary strictly increasing keep lists (long runs
 // with short shifts: overlapping source and destination ranges).
 // With `long_lists`, every request keeps a random ~half of up to 300
-// positions: hundreds of runs, past the commit's chunk of 64 runs and its
-// copy pipeline.
+// positions: hundreds of runs, past the commit's chunk of 64 runs.
 random_batch make_batch(std::mt19937& g, int layout, bool long_lists = false) {
   random_batch b;
   auto& s = b.shape;
@@ -464,10 +463,10 @@ TEST_CASE("commit_kv through a caller's executor equals the gather, whatever the
   }
 }
 
-TEST_CASE("commit_kv: an overlapping shift longer than the copy pipeline and a page") {
+TEST_CASE("commit_kv: long overlapping shifts across pages, rows prefetched ahead") {
   // One long run shifted by one slot (each destination is the previous
-  // entry's source), through 40 positions: more copies than the pipeline
-  // holds, in every layout, contiguous and paged (pages of 16 split the run).
+  // entry's source) and one shifted by 8, 40 positions each, in every
+  // layout, contiguous and paged (pages of 16 split the runs).
   for (int layout = 0; layout < kNumLayouts; ++layout) {
     INFO("layout " << kLayoutNames[layout]);
     cache_shape s{2, 2, 3, 5, 48};

@@ -11,8 +11,8 @@
 //! later source. Copying the entries of one (layer, head) row in increasing
 //! k therefore never overwrites a source before it is read. Distinct rows,
 //! tensors and (paged) requests' pages are disjoint, so only the order
-//! within a row matters: the copy pipeline keeps it, and an executor may run
-//! different (tensor, request) items concurrently.
+//! within a row matters: prefetching never reorders copies, and an executor
+//! may run different (tensor, request) items concurrently.
 #pragma once
 
 #include <algorithm>
@@ -74,65 +74,6 @@ inline void kv_prefetch(const unsigned char* p, std::size_t bytes, bool write) n
 #endif
 }
 
-//! One pending byte copy; `overlap`: the ranges may overlap (memmove).
-struct kv_copy {
-  unsigned char* dst;
-  const unsigned char* src;
-  std::size_t bytes;
-  bool overlap;
-};
-
-//! Runs copies in the order they are pushed, each one kLag pushes after its
-//! addresses were known, prefetching both ranges on push. The moved pieces
-//! are a few hundred bytes scattered over a large cache, so a plain loop
-//! stalls on one or two DRAM misses at a time; the lag keeps about kLag
-//! copies' lines in flight instead. FIFO order is what keeps in-place
-//! moves correct (see the file comment), so nothing is ever reordered.
-class kv_copy_pipeline {
- public:
-  static constexpr int kLag = 4;  //!< copies in flight; 4 and 8 beat 16 and 1 in bench_cache
-
-  kv_copy_pipeline() noexcept = default;
-  kv_copy_pipeline(const kv_copy_pipeline&) = delete;
-  kv_copy_pipeline& operator=(const kv_copy_pipeline&) = delete;
-  ~kv_copy_pipeline() { flush(); }
-
-  //! Queues a copy (runs the oldest one when kLag are queued).
-  void push(const kv_copy& c) noexcept {
-    kv_prefetch(c.src, c.bytes, false);
-    kv_prefetch(c.dst, c.bytes, true);
-    if (size_ == kLag) {
-      run(ring_[head_]);
-      ring_[head_] = c;
-      head_ = head_ + 1 == kLag ? 0 : head_ + 1;
-      return;
-    }
-    const int tail = head_ + size_;
-    ring_[tail < kLag ? tail : tail - kLag] = c;
-    ++size_;
-  }
-
-  //! Runs every queued copy, oldest first.
-  void flush() noexcept {
-    for (; size_ > 0; --size_) {
-      run(ring_[head_]);
-      head_ = head_ + 1 == kLag ? 0 : head_ + 1;
-    }
-  }
-
- private:
-  static void run(const kv_copy& c) noexcept {
-    if (c.overlap)
-      std::memmove(c.dst, c.src, c.bytes);
-    else
-      std::memcpy(c.dst, c.src, c.bytes);
-  }
-
-  kv_copy ring_[kLag] = {};
-  int head_ = 0;
-  int size_ = 0;
-};
-
 //! A run of consecutive kept positions that stays on one page of source and
 //! destination: n entries from position src to dst (dst < src), with the
 //! request- and position-dependent part of their element offsets.
@@ -158,12 +99,17 @@ inline std::int64_t kv_position_offset(const kv_tensor<T>& t, const kv_position_
 //! page boundaries of source and destination), whose offsets are computed
 //! once per chunk of runs and reused for every (layer, head) row. Heads
 //! collapse into one row when adjacent in memory ([..][pos][H][D]); a run
-//! whose positions are adjacent too becomes one memmove. Copies go through
-//! `pipe` in (layer, head, kept entry) order, which is address order for
-//! dense layouts; element-strided head dims are copied element by element.
+//! whose positions are adjacent too becomes one memmove. Rows are copied
+//! in (layer, head) order, each row's runs in increasing k, which is
+//! address order for dense layouts; while one row is copied, the lines of
+//! the row about 4 KiB of moves ahead are prefetched, so that many DRAM
+//! misses are in flight at once instead of the one or two a plain loop of
+//! small copies has (the moved pieces are a few hundred bytes, scattered
+//! over a large cache). Element-strided head dims are copied element by
+//! element, without prefetching.
 template <kv_element T>
 inline void kv_commit_one(const kv_tensor<T>& t, const kv_position_map& map, std::int64_t r, std::int64_t c,
-                          const position_id* keep, std::int64_t count, kv_copy_pipeline& pipe) noexcept {
+                          const position_id* keep, std::int64_t count) noexcept {
   std::int64_t k = 0;
   while (k < count && keep[k] == c + k) ++k;
   if (k == count) return;
@@ -174,10 +120,15 @@ inline void kv_commit_one(const kv_tensor<T>& t, const kv_position_map& map, std
   const bool block = unit_dim && t.stride_pos == row_elems;  // a run is one contiguous block
   const auto row_bytes = static_cast<std::size_t>(row_elems) * sizeof(T);
   const std::int64_t page = map.paged() ? map.page_size : INT64_MAX;
+  const std::int64_t rows = t.layers * heads;
   constexpr int kChunk = 64;
+  // Prefetch distance in bytes of moves; 2-8 KiB measured alike in
+  // bench_cache (contiguous and paged), 4 KiB sits in the middle.
+  constexpr std::size_t kAheadBytes = 4096;
   kv_run runs[kChunk];
   while (k < count) {
     int m = 0;
+    std::size_t row_moved = 0;  // bytes one row moves for this chunk
     for (; m < kChunk && k < count; ++m) {
       const std::int64_t src = keep[k];
       const std::int64_t dst = c + k;
@@ -186,29 +137,46 @@ inline void kv_commit_one(const kv_tensor<T>& t, const kv_position_map& map, std
       std::int64_t n = 1;
       while (k + n < count && n < room && keep[k + n] == src + n) ++n;
       runs[m] = kv_run{kv_position_offset(t, map, r, src), kv_position_offset(t, map, r, dst), n};
+      row_moved += static_cast<std::size_t>(n) * row_bytes;
       k += n;
     }
-    for (std::int64_t layer = 0; layer < t.layers; ++layer) {
-      for (std::int64_t head = 0; head < heads; ++head) {
-        T* const base = t.data + layer * t.stride_layer + head * t.stride_head;
-        for (int i = 0; i < m; ++i) {
-          const kv_run& run = runs[i];
-          T* d = base + run.dst_off;
-          const T* s = base + run.src_off;
-          if (block) {
-            // One block; a short shift overlaps it, a single entry never does.
-            pipe.push(kv_copy{reinterpret_cast<unsigned char*>(d), reinterpret_cast<const unsigned char*>(s),
-                              static_cast<std::size_t>(run.n) * row_bytes, run.n > 1});
-          } else if (unit_dim) {
-            // Distinct positions never overlap: one plain copy per entry.
-            for (std::int64_t j = 0; j < run.n; ++j)
-              pipe.push(kv_copy{reinterpret_cast<unsigned char*>(d + j * t.stride_pos),
-                                reinterpret_cast<const unsigned char*>(s + j * t.stride_pos), row_bytes, false});
-          } else {
-            for (std::int64_t j = 0; j < run.n; ++j)
-              for (std::int64_t e = 0; e < row_elems; ++e)
-                d[j * t.stride_pos + e * t.stride_dim] = s[j * t.stride_pos + e * t.stride_dim];
-          }
+    const auto base_of = [&](std::int64_t q) {
+      return t.data + (q / heads) * t.stride_layer + (q % heads) * t.stride_head;
+    };
+    const auto prefetch_row = [&](const T* base) {
+      for (int i = 0; i < m; ++i) {
+        const kv_run& run = runs[i];
+        const std::int64_t pieces = block ? 1 : run.n;
+        const std::size_t bytes = block ? static_cast<std::size_t>(run.n) * row_bytes : row_bytes;
+        for (std::int64_t j = 0; j < pieces; ++j) {
+          kv_prefetch(reinterpret_cast<const unsigned char*>(base + run.src_off + j * t.stride_pos), bytes, false);
+          kv_prefetch(reinterpret_cast<const unsigned char*>(base + run.dst_off + j * t.stride_pos), bytes, true);
+        }
+      }
+    };
+    const std::int64_t ahead =
+        unit_dim ? std::clamp<std::int64_t>(static_cast<std::int64_t>(kAheadBytes / row_moved), 1, 8) : 0;
+    for (std::int64_t q = 0; q < ahead && q < rows; ++q) prefetch_row(base_of(q));
+    for (std::int64_t q = 0; q < rows; ++q) {
+      if (ahead > 0 && q + ahead < rows) prefetch_row(base_of(q + ahead));
+      T* const base = base_of(q);
+      for (int i = 0; i < m; ++i) {
+        const kv_run& run = runs[i];
+        T* d = base + run.dst_off;
+        const T* s = base + run.src_off;
+        if (block) {
+          // One block; a short shift overlaps it, a single entry never does.
+          if (run.n > 1)
+            std::memmove(d, s, static_cast<std::size_t>(run.n) * row_bytes);
+          else
+            std::memcpy(d, s, row_bytes);
+        } else if (unit_dim) {
+          // Distinct positions never overlap: one plain copy per entry.
+          for (std::int64_t j = 0; j < run.n; ++j) std::memcpy(d + j * t.stride_pos, s + j * t.stride_pos, row_bytes);
+        } else {
+          for (std::int64_t j = 0; j < run.n; ++j)
+            for (std::int64_t e = 0; e < row_elems; ++e)
+              d[j * t.stride_pos + e * t.stride_dim] = s[j * t.stride_pos + e * t.stride_dim];
         }
       }
     }
@@ -216,21 +184,19 @@ inline void kv_commit_one(const kv_tensor<T>& t, const kv_position_map& map, std
 }
 
 //! Commits items [first, last) of a batch, item i = (tensor i / R,
-//! request i % R), through one pipeline (flushed before returning).
+//! request i % R).
 template <kv_element T>
 inline void kv_commit_items(std::span<const kv_tensor<T>> tensors, const kv_position_map& map,
                             std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
                             std::span<const position_id> keep, std::int64_t first, std::int64_t last) noexcept {
   const auto R = static_cast<std::int64_t>(cache_len.size());
-  kv_copy_pipeline pipe;
   for (std::int64_t i = first; i < last; ++i) {
     const auto ti = static_cast<std::size_t>(i / R);
     const auto r = static_cast<std::size_t>(i % R);
     const std::int32_t lo = keep_offsets[r];
     kv_commit_one(tensors[ti], map, static_cast<std::int64_t>(r), cache_len[r], keep.data() + lo,
-                  keep_offsets[r + 1] - lo, pipe);
+                  keep_offsets[r + 1] - lo);
   }
-  pipe.flush();
 }
 
 //! What an executor's items need (passed through its void* context).
@@ -294,9 +260,9 @@ status validate_kv_commit(std::span<const kv_tensor<T>> tensors, const kv_positi
 //! Element bits are moved, never interpreted. Cost: moved bytes plus
 //! O(tensors * layers * heads * keep) index work; no allocation;
 //! deterministic (the bytes written do not depend on `exec`'s schedule).
-//! Copies are issued with a prefetch lag (many DRAM misses in flight at
-//! once); with an executor, the (tensor, request) items run on the
-//! caller's threads. Not thread-safe with respect to the same caches.
+//! Rows are prefetched a few KiB of moves ahead (many DRAM misses in
+//! flight at once); with an executor, the (tensor, request) items run on
+//! the caller's threads. Not thread-safe with respect to the same caches.
 template <kv_element T>
 status commit_kv(std::span<const kv_tensor<T>> tensors, const kv_position_map& map,
                  std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
