@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -701,6 +702,15 @@ TEST_CASE("commit_kv deduces the element type from a std::vector or array of kv_
       CHECK(a[static_cast<std::size_t>(layer * 16 + 2 * 2 + d)] == layer * 16 + 3 * 2 + d);
       CHECK(a[static_cast<std::size_t>(layer * 16 + 3 * 2 + d)] == layer * 16 + 5 * 2 + d);
     }
+  // The deduced batched form takes an executor too (one tensor, one request:
+  // a single item runs inline, so the executor is not called).
+  test_executor ex;
+  std::vector<std::uint16_t> c(a.size());
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = static_cast<std::uint16_t>(i);
+  const std::array<specdec::kv_tensor<std::uint16_t>, 1> one = {specdec::make_kv_tensor_lhsd(c.data(), 1, 2, 1, 8, 2)};
+  REQUIRE(specdec::commit_kv(one, specdec::contiguous_positions(8), len, off, keep, ex.get()).ok());
+  CHECK(c == a);
+  CHECK(ex.last_n == -1);
   // Errors still come through the deduced form.
   const specdec::position_id bad[] = {5, 3};
   CHECK(specdec::commit_kv(vec, specdec::contiguous_positions(8), 2, bad) == specdec::status_code::not_sorted);
