@@ -4,9 +4,9 @@
 // accepted paths of 4-8 tokens (root included), 1 or 32 requests. Bytes
 // processed = the bytes the commit actually moves (entries whose source !=
 // destination). Contiguous caches are [B][L][H][S][D] (a moved piece is one
-// head's 256 bytes; 32 requests address 8.9 GB, of which the 280 MB of tree
+// head's 256 bytes; 32 requests address 8.9 GB, of which the 268 MB of tree
 // positions are touched); paged caches are [pages][L][P][H][D] with 16-slot
-// pages shuffled over a 322 MB pool (a moved piece is 8 heads, 2 KiB).
+// pages shuffled over two 161 MiB pools (a moved piece is 8 heads, 2 KiB).
 //
 // BM_commit_vs_memcpy is the figure of record. It times, alternately within
 // one run, commit_kv and a "same-row memcpy", each with a steady clock, and
