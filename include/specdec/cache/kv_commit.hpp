@@ -36,8 +36,9 @@ namespace specdec {
 //! call has returned. commit_kv passes one item per (tensor, request) pair;
 //! distinct items write disjoint memory (the kv_tensor and kv_position_map
 //! preconditions), so the result does not depend on the schedule. A
-//! default-constructed executor runs the items in order on the calling
-//! thread. Trivially copyable; `context` is the caller's pool (or anything).
+//! default-constructed executor, or a batch of one item, runs in order on
+//! the calling thread; `parallel_for` must not throw (commit_kv is
+//! noexcept). Trivially copyable; `context` is the caller's pool.
 struct kv_commit_executor {
   //! One item of work; never throws.
   using body_fn = void (*)(void* body_context, std::int64_t item) noexcept;
