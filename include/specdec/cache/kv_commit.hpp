@@ -60,13 +60,14 @@ inline void kv_prefetch(const unsigned char* p, std::size_t bytes, bool write) n
   constexpr std::size_t line = 64, cap = 4096;
   const std::size_t n = bytes < cap ? bytes : cap;
   if (n == 0) return;
-  // Every 64th byte, then the last one: each line of an unaligned range.
+  // Every 64th byte; an unaligned range also ends in a line of its own.
+  const bool tail = (reinterpret_cast<std::uintptr_t>(p) & (line - 1)) != 0;
   if (write) {
     for (std::size_t off = 0; off < n; off += line) __builtin_prefetch(p + off, 1, 3);
-    __builtin_prefetch(p + n - 1, 1, 3);
+    if (tail) __builtin_prefetch(p + n - 1, 1, 3);
   } else {
     for (std::size_t off = 0; off < n; off += line) __builtin_prefetch(p + off, 0, 3);
-    __builtin_prefetch(p + n - 1, 0, 3);
+    if (tail) __builtin_prefetch(p + n - 1, 0, 3);
   }
 #else
   (void)p;
