@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -390,6 +391,105 @@ TEST_CASE("same seed, same output; another seed, another output; level drafter e
   CHECK(s.last_round().drafted_nodes == 1 + 3 + 6);
   CHECK(s.last_round().tree_nodes == 1 + 3 + 6 + 6);
   CHECK(s.last_round().mode == verify_mode::sampled_iid);
+}
+
+TEST_CASE("caller-supplied round uniforms: Philox copies reproduce a seeded run; mt19937_64 keeps the law") {
+  constexpr int V = 3;
+  const std::vector<token_id> prompt = {1, 2};
+  looptest::target tgt{{.V = V, .seed = 11}};
+  looptest::drafter d{{.V = V, .seed = 5}};
+  // Draws per node: i.i.d. needs the widest level, Gumbel-top-k one per
+  // token; verification one per child plus draw 0.
+  constexpr std::int32_t draft_draws = V, verify_draws = 3;
+  const auto fill = [](std::vector<double>& buf, std::int32_t nodes, std::int32_t draws, auto&& u) {
+    buf.resize(static_cast<std::size_t>(nodes) * static_cast<std::size_t>(draws));
+    for (std::int32_t n = 0; n < nodes; ++n)
+      for (std::int32_t k = 0; k < draws; ++k)
+        buf[static_cast<std::size_t>(n) * draws + static_cast<std::size_t>(k)] = u(n, k);
+  };
+  std::vector<double> du, vu;
+
+  SECTION("the session's own Philox draws, copied, give the seeded output") {
+    for (auto m : {draft_mode::iid, draft_mode::without_replacement}) {
+      const sampled_tree_builder b({.mode = m, .widths = {2, 2}, .vocab_size = V});
+      for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+        session_options o = options(V, seed, 12);
+        speculative_session ref(b, o), own(b, o);
+        REQUIRE(ref.start(prompt).ok());
+        REQUIRE(own.start(prompt).ok());
+        for (std::uint32_t r = 0; !ref.done(); ++r) {
+          REQUIRE(ref.round(d, tgt).ok());
+          const rng_stream key{seed, o.request, r};
+          const rng_stream dk = for_purpose(key, rng_purpose::draft);
+          const std::int32_t bound = b.node_bound();
+          fill(du, bound, draft_draws, [&](std::int32_t n, std::int32_t k) {
+            return dk.uniform_double(static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(k));
+          });
+          fill(vu, bound, verify_draws, [&](std::int32_t n, std::int32_t k) {
+            return philox_uniforms{key}(static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(k));
+          });
+          const round_uniforms ru{{du.data(), bound, draft_draws}, {vu.data(), bound, verify_draws}};
+          REQUIRE(own.round(d, tgt, ru).ok());
+        }
+        REQUIRE(std::vector<token_id>(ref.tokens().begin(), ref.tokens().end()) ==
+                std::vector<token_id>(own.tokens().begin(), own.tokens().end()));
+      }
+    }
+  }
+  SECTION("uniforms from std::mt19937_64 keep the target's law; squared verify uniforms must not") {
+    constexpr int trials = 100000, L = 2;
+    const sampled_tree_builder b({.mode = draft_mode::iid, .widths = {2, 2}, .vocab_size = V});
+    const std::int32_t bound = b.node_bound();
+    const auto law_with = [&](bool biased) {
+      std::mt19937_64 gen(20261122);
+      std::uniform_real_distribution<double> unif(0.0, 1.0);
+      speculative_session s(b, options(V, 0, L));
+      std::vector<std::int64_t> counts(V * V, 0);
+      for (int t = 0; t < trials; ++t) {
+        REQUIRE(s.start(prompt).ok());
+        while (!s.done()) {
+          fill(du, bound, draft_draws, [&](std::int32_t, std::int32_t) { return unif(gen); });
+          fill(vu, bound, verify_draws, [&](std::int32_t, std::int32_t) {
+            const double x = unif(gen);
+            return biased ? x * x : x;
+          });
+          const status st = s.round(d, tgt, {{du.data(), bound, draft_draws}, {vu.data(), bound, verify_draws}});
+          if (!st.ok()) FAIL(st.message());
+        }
+        const auto g = s.generated_tokens();
+        ++counts[static_cast<std::size_t>(g[0] * V + g[1])];
+      }
+      return vtest::chi_square(counts, continuation_law(tgt.m, prompt, L), 0);
+    };
+    const auto f = law_with(false);
+    report("iid {2,2}, mt19937_64 round uniforms", f);
+    CHECK_FALSE(f.impossible);
+    CHECK(f.p_value > 1e-4);
+    const auto neg = law_with(true);
+    report("NEGATIVE iid {2,2}, squared verify uniforms", neg);
+    CHECK(neg.p_value < 1e-6);
+  }
+  SECTION("a uniform of exactly 0 and the largest double below 1 are accepted; 1 and short buffers are refused") {
+    const sampled_tree_builder b({.mode = draft_mode::iid, .widths = {2, 2}, .vocab_size = V});
+    const std::int32_t bound = b.node_bound();
+    speculative_session s(b, options(V, 0, 64));
+    for (const double edge : {0.0, std::nextafter(1.0, 0.0)}) {
+      fill(du, bound, draft_draws, [&](std::int32_t, std::int32_t) { return edge; });
+      fill(vu, bound, verify_draws, [&](std::int32_t, std::int32_t) { return edge; });
+      REQUIRE(s.start(prompt).ok());
+      CHECK(s.round(d, tgt, {{du.data(), bound, draft_draws}, {vu.data(), bound, verify_draws}}).ok());
+      CHECK(!s.generated_tokens().empty());
+    }
+    fill(vu, bound, verify_draws, [](std::int32_t, std::int32_t) { return 1.0; });
+    REQUIRE(s.start(prompt).ok());
+    CHECK(s.round(d, tgt, {{du.data(), bound, draft_draws}, {vu.data(), bound, verify_draws}}) ==
+          status_code::invalid_argument);
+    CHECK(s.generated_tokens().empty());
+    fill(vu, bound, verify_draws, [](std::int32_t, std::int32_t) { return 0.5; });
+    CHECK(s.round(d, tgt, {{du.data(), 1, draft_draws}, {vu.data(), bound, verify_draws}}) ==
+          status_code::invalid_argument);  // draft buffer covers the root only
+    CHECK(s.generated_tokens().empty());
+  }
 }
 
 TEST_CASE("stop tokens, max tokens, token callback, KV commit requests") {

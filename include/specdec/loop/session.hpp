@@ -99,6 +99,20 @@ inline status choose_verify_mode(const drafted_tree& tree, const session_options
   return status::success();
 }
 
+//! Uniforms an engine supplies for one round instead of the session's keyed
+//! Philox streams (each half optional: an unset `u` keeps Philox for that
+//! half). `draft` is handed to the builder as draft_round::uniforms (its
+//! layout is documented there); `verify` feeds the verification walk,
+//! u[node * draws_per_node + draw] as in verify/policy.hpp's
+//! caller_uniforms, node ids those of the drafted tree. Both must cover the
+//! builder's node_bound() nodes (a node or draw past the buffer is
+//! invalid_argument from the builder or the walk). Copying the session's own
+//! Philox draws into the buffers reproduces a seeded round exactly.
+struct round_uniforms {
+  caller_uniforms draft{nullptr, 0, 0};   //!< drafting uniforms (draft_round::uniforms)
+  caller_uniforms verify{nullptr, 0, 0};  //!< verification uniforms (verify/policy.hpp)
+};
+
 //! Seconds spent in each stage (one round, or summed over rounds). The
 //! session's own overhead is `overhead()`: everything but the caller's
 //! drafter, target forward and KV commit.
@@ -306,6 +320,13 @@ class speculative_session {
   //! cache are unchanged unless the error came from the target's commit().
   template <class Source, target_model Target>
   status round(Source& source, Target& target) {
+    return round(source, target, round_uniforms{});
+  }
+
+  //! One round drafted and verified with the caller's uniforms (see
+  //! round_uniforms) instead of the keyed Philox streams.
+  template <class Source, target_model Target>
+  status round(Source& source, Target& target, const round_uniforms& uniforms) {
     using clock = std::chrono::steady_clock;
     if (history_.empty()) return make_status(status_code::invalid_argument, "start() the session first");
     if (done()) return status::success();
@@ -322,6 +343,7 @@ class speculative_session {
     draft_round dr;
     dr.root_token = history_.back();
     dr.rng = rng_stream{opt_.seed, opt_.request, round_key};
+    dr.uniforms = uniforms.draft;
     dr.history = before_root;
     dr.q_rows = make_view(q, static_cast<std::int64_t>(bound), V);
     // Sentinel: a builder that writes q rows overwrites row 0 whenever the
@@ -377,11 +399,10 @@ class speculative_session {
     path_.resize(static_cast<std::size_t>(depth) + 1);
     emitted_.resize(static_cast<std::size_t>(depth) + 1);
     verify_result res;
-    const philox_uniforms uni{rng_stream{vp.seed, vp.request, vp.round}};
-    if (st.mode == verify_mode::greedy) {
-      SPECDEC_TRY(
-          detail::verify_tree_with(tree_.tree.view(), lv.as_const(), qv, vp, uni, verify_ws_, path_, emitted_, res));
-    } else {
+    const auto verify_with = [&](const auto& uni) -> status {
+      if (st.mode == verify_mode::greedy)
+        return detail::verify_tree_with(tree_.tree.view(), lv.as_const(), qv, vp, uni, verify_ws_, path_, emitted_,
+                                        res);
       float* probs = probs_.get(bound * static_cast<std::size_t>(V));
       filter_ws_.resize(logits_to_probs_workspace_size(V, opt_.sampling));
       ready_.assign(static_cast<std::size_t>(n), 0);
@@ -391,9 +412,14 @@ class speculative_session {
           detail::verify_tree_with(tree_.tree.view(), make_view<const float>(probs, std::int64_t{n}, V), qv, vp, uni,
                                    verify_ws_, path_, emitted_, res, detail::lazy_prob_ops(lz));
       SPECDEC_TRY(lz.error);  // a row that failed to convert, before what the walk made of it
-      SPECDEC_TRY(vs);
       st.probs_rows = lz.converted;
       st.time.probs = lz.seconds;
+      return vs;
+    };
+    if (uniforms.verify.u != nullptr) {
+      SPECDEC_TRY(verify_with(uniforms.verify));
+    } else {
+      SPECDEC_TRY(verify_with(philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}));
     }
     st.time.verify = detail::seconds_since(t0) - st.time.probs;
 
