@@ -123,7 +123,22 @@ class batched_session {
   //! A failing request fails the round before anything is committed.
   template <class Source, batch_target_model Target>
   status round(Source& source, Target& target) {
+    return round(source, target, std::span<const round_uniforms>{});
+  }
+
+  //! One round on the caller's uniforms: `uniforms[r]` for request r (see
+  //! round_uniforms; a request whose entry leaves a half unset, or every
+  //! request when the span is empty, uses its keyed Philox streams).
+  //! invalid_argument when the span is neither empty nor one per request.
+  template <class Source, batch_target_model Target>
+  status round(Source& source, Target& target, std::span<const round_uniforms> uniforms) {
     using clock = std::chrono::steady_clock;
+    if (!uniforms.empty() && uniforms.size() != seq_.size())
+      return make_status(status_code::invalid_argument, "round uniforms: one entry per request (or none)");
+    const round_uniforms philox_only{};
+    const auto uniforms_of = [&](std::size_t r) -> const round_uniforms& {
+      return uniforms.empty() ? philox_only : uniforms[r];
+    };
     const std::int64_t V = opt_.empty() ? 0 : opt_[0].vocab_size;
     active_.clear();
     for (std::size_t r = 0; r < seq_.size(); ++r)
@@ -153,6 +168,7 @@ class batched_session {
       draft_round dr;
       dr.root_token = s.history.back();
       dr.rng = rng_stream{opt_[r].seed, opt_[r].request, s.rounds};
+      dr.uniforms = uniforms_of(r).draft;
       dr.history = std::span<const token_id>(s.history.data(), s.history.size() - 1);
       dr.q_rows = make_view(q + off * V, static_cast<std::int64_t>(bound), V);
       q[off * V] = std::numeric_limits<float>::quiet_NaN();  // see speculative_session
@@ -254,19 +270,21 @@ class batched_session {
       const tree_view t{tokens_.data() + o, parents_.data() + o, nullptr, nullptr, static_cast<std::int32_t>(n)};
       const view2d<const float> qv =
           uses_draft_probs(vp.mode) ? make_view<const float>(q + o * V, n, V) : view2d<const float>{};
-      const philox_uniforms uni{rng_stream{vp.seed, vp.request, vp.round}};
       const std::span<node_id> path(paths_.data() + b * L, L);
       const std::span<token_id> toks(emitted_.data() + b * L, L);
-      status vs = status::success();
-      if (vp.mode == verify_mode::greedy) {
-        vs = detail::verify_tree_with(t, make_view<const float>(logits + o * V, n, V), qv, vp, uni, verify_ws_, path,
-                                      toks, results_[b]);
-      } else {
-        vs = detail::verify_tree_with(t, make_view<const float>(probs + o * V, n, V), qv, vp, uni, verify_ws_, path,
-                                      toks, results_[b], lazy);
-        SPECDEC_TRY(indexed(lz.error, r));  // a row that failed to convert, before what the walk made of it
-      }
-      SPECDEC_TRY(indexed(vs, r));
+      const auto verify_with = [&](const auto& uni) -> status {
+        if (vp.mode == verify_mode::greedy)
+          return detail::verify_tree_with(t, make_view<const float>(logits + o * V, n, V), qv, vp, uni, verify_ws_,
+                                          path, toks, results_[b]);
+        const status vs = detail::verify_tree_with(t, make_view<const float>(probs + o * V, n, V), qv, vp, uni,
+                                                   verify_ws_, path, toks, results_[b], lazy);
+        SPECDEC_TRY(lz.error);  // a row that failed to convert, before what the walk made of it
+        return vs;
+      };
+      const caller_uniforms& cu = uniforms_of(r).verify;
+      SPECDEC_TRY(indexed(
+          cu.u != nullptr ? verify_with(cu) : verify_with(philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}),
+          r));
     }
     last_.probs_rows = lz.converted;
     last_.time.probs = lz.seconds;
