@@ -41,7 +41,7 @@ struct float_sums : no_broadcast {
 static_assert(collective<self_collective> && collective<counting_collective<self_collective>>);
 static_assert(collective<thread_collective>);
 static_assert(!collective<no_broadcast> && !collective<float_sums> && !collective<int>);
-static_assert(verify_row_ops<detail::sharded_row_ops<thread_collective>>);
+static_assert(verify_row_ops<detail::shard_row_ops<host_shard_executor<thread_collective>, parent_topology>>);
 
 outcome run_default(const tree_case& c, const verify_params& vp) {
   std::vector<std::byte> ws(verify_workspace_size(c.V, c.N) + 8);
@@ -331,26 +331,31 @@ TEST_CASE("counting_collective counts calls and payload bytes", "[parallel]") {
 
 namespace {
 
-// A collective that broadcasts from the wrong rank: the comparison must
-// notice (negative control of the equality test).
-class wrong_root_collective {
+// A collective whose sums leave out the last rank's values (an off-by-one
+// over ranks): the comparison must notice (negative control of the
+// equality test; single entries and masses both travel in sums).
+class short_sum_collective {
  public:
-  explicit wrong_root_collective(thread_collective& c) : c_(&c) {}
+  explicit short_sum_collective(thread_collective& c) : c_(&c) {}
   int rank() const { return c_->rank(); }
   int size() const { return c_->size(); }
-  void all_reduce_sum(double* v, int n) { c_->all_reduce_sum(v, n); }
+  void all_reduce_sum(double* v, int n) {
+    if (rank() == size() - 1)
+      for (int i = 0; i < n; ++i) v[i] = 0.0;
+    c_->all_reduce_sum(v, n);
+  }
   void all_reduce_max(std::int64_t* v, int n) { c_->all_reduce_max(v, n); }
   void exclusive_prefix_sum(double* v, int n) { c_->exclusive_prefix_sum(v, n); }
-  void broadcast(double* v, int n, int root) { c_->broadcast(v, n, (root + 1) % size()); }
+  void broadcast(double* v, int n, int root) { c_->broadcast(v, n, root); }
 
  private:
   thread_collective* c_;
 };
-static_assert(collective<wrong_root_collective>);
+static_assert(collective<short_sum_collective>);
 
 }  // namespace
 
-TEST_CASE("negative control: a collective that broadcasts from the wrong rank is caught", "[parallel]") {
+TEST_CASE("negative control: a collective whose sums miss the last rank is caught", "[parallel]") {
   const std::int64_t V = 3001;
   const auto bounds = uneven_bounds(V, 3);
   int differ = 0, total = 0;
@@ -360,13 +365,13 @@ TEST_CASE("negative control: a collective that broadcasts from the wrong rank is
     vp.seed = seed;
     const outcome want = run_partitioned(c, bounds, vp);
     const auto got = run_ranks<outcome>(3, [&](thread_collective& tc) {
-      wrong_root_collective w(tc);
+      short_sum_collective w(tc);
       return run_sharded(w, c, bounds, vp);
     });
     ++total;
     differ += !(got[0] == want);
   }
-  std::printf("wrong broadcast root: %d of %d trees differ from the partitioned result\n", differ, total);
+  std::printf("sums missing the last rank: %d of %d trees differ from the partitioned result\n", differ, total);
   CHECK(differ > 0);
 }
 
