@@ -440,3 +440,74 @@ TEST_CASE("a top-k tree drafted on split rows equals the tree drafted on full ro
     CHECK(g.prob == w.prob);
   }
 }
+
+TEST_CASE("the executor entry point with separate pass and host workspaces equals partitioned", "[parallel]") {
+  // The layout the device executor uses (parallel/cuda_shard.cuh), run on
+  // host memory: the same pass objects, the walk on the host.
+  const std::int64_t V = 3001;
+  for (const int P : {1, 3, 4}) {
+    const auto bounds = uneven_bounds(V, P);
+    const auto c = make_tree_case(77 + static_cast<std::uint64_t>(P), V, 20);
+    for (const verify_mode m : all_modes) {
+      verify_params vp{};
+      vp.mode = m;
+      vp.seed = 5;
+      const outcome want = run_partitioned(c, bounds, vp);
+      INFO("P " << P << " mode " << verify_mode_name(m));
+      const auto got = run_ranks<outcome>(P, [&](thread_collective& tc) {
+        const int r = tc.rank();
+        const std::int64_t b0 = bounds[static_cast<std::size_t>(r)], b1 = bounds[static_cast<std::size_t>(r) + 1];
+        const auto ps = shard_of(c.p, c.V, c.N, b0, b1), qs = shard_of(c.q, c.V, c.N, b0, b1);
+        std::size_t eb = 0, hb = 0;
+        REQUIRE(sharded_verify_workspace_parts(bounds, r, P, c.N, eb, hb));
+        CHECK(eb + hb == sharded_verify_workspace_size(bounds, r, P, c.N));
+        std::vector<std::byte> ew(eb), hw(hb);
+        std::vector<node_id> path(static_cast<std::size_t>(c.N));
+        std::vector<token_id> tokens(static_cast<std::size_t>(c.N));
+        verify_result res{};
+        host_shard_executor<thread_collective> ex(tc);
+        const status s = verify_tree_sharded_on(ex, bounds, c.view(), matrix(ps, c.N, b1 - b0),
+                                                matrix(qs, c.N, b1 - b0), vp, ew, hw, path, tokens, res);
+        return record(s, res, path, tokens);
+      });
+      for (const auto& o : got) CHECK(o == want);
+    }
+  }
+}
+
+TEST_CASE("one collective per decision: single entries ride on the pass before them", "[parallel]") {
+  // deterministic mode: per internal node on the path one mass pass (its
+  // probe carries the children's entries: no collective per child), then
+  // the emission (mass of the residual and the two-step sample) or the
+  // leaf's sample (mass and the two-step sample); plus the argument check.
+  const std::int64_t V = 3001;
+  const auto bounds = uneven_bounds(V, 3);
+  int checked = 0;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    const auto c = make_tree_case(seed, V, 16);
+    verify_params vp{};
+    vp.mode = verify_mode::deterministic;
+    vp.seed = seed;
+    struct counted {
+      outcome o;
+      collective_traffic t;
+    };
+    const auto got = run_ranks<counted>(3, [&](thread_collective& tc) {
+      counting_collective<thread_collective> cc(tc);
+      const outcome o = run_sharded(cc, c, bounds, vp);
+      return counted{o, cc.traffic()};
+    });
+    const outcome& o = got[0].o;
+    REQUIRE(o.code == status_code::ok);
+    bool last_internal = false;
+    for (std::int32_t i = 1; i < c.N; ++i) last_internal |= c.parent[static_cast<std::size_t>(i)] == o.last;
+    const std::int64_t internal_on_path = o.accepted + (last_internal ? 1 : 0);
+    const std::int64_t want = 1 + internal_on_path + 3;
+    INFO("seed " << seed << " accepted " << o.accepted << " last internal " << last_internal);
+    // The emission may add one argmax when the residual's mass rounds to zero.
+    CHECK((got[0].t.calls == want || got[0].t.calls == want + 1));
+    for (const auto& g : got) CHECK(g.t.calls == got[0].t.calls);
+    ++checked;
+  }
+  CHECK(checked == 8);
+}
