@@ -120,6 +120,7 @@ class nccl_shard_executor {
   //! out[0..n) = the maxima of the pass's first n int64s.
   void max(int n, std::int64_t* out) noexcept {
     count(n);
+    for (int i = 0; i < n; ++i) out[i] = 0;  // what a failed call leaves
     if (!ok()) return;
     check(ncclAllReduce(l_, l_, static_cast<std::size_t>(n), ncclInt64, ncclMax, comm_, stream_));
     check(cudaMemcpyAsync(h_, l_, static_cast<std::size_t>(n) * 8, cudaMemcpyDeviceToHost, stream_));
@@ -137,6 +138,7 @@ class nccl_shard_executor {
   }
   void fold(int n, double* out, int ranks) noexcept {
     count(n);
+    for (int i = 0; i < n; ++i) out[i] = 0.0;  // what a failed call leaves
     if (!ok()) return;
     const std::size_t all = static_cast<std::size_t>(n) * static_cast<std::size_t>(size()) * 8;
     check(ncclAllGather(d_, g_, static_cast<std::size_t>(n), ncclFloat64, comm_, stream_));

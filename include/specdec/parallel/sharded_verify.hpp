@@ -258,7 +258,7 @@ struct shard_row_ops {
   bool mass(row_ref r, std::int64_t, double* tiles, double& m) const {
     const pass_mass f{sh, row_probe(r), real(r), tiles};
     ex->run(f);
-    double v[2 + 2 * shard_batch];
+    double v[2 + 2 * shard_batch] = {};
     ex->sum(2 + f.pr.size(), v);
     keep_row(r, f.pr, v + 2);
     m = v[0];
@@ -272,7 +272,7 @@ struct shard_row_ops {
     residual_changed(u);
     const pass_first_residual f{sh, residual_probe(), real(p), real(q), R, tp, tq, tr};
     ex->run(f);
-    double v[5 + 2 * shard_batch];
+    double v[5 + 2 * shard_batch] = {};
     ex->sum(5 + f.pr.size(), v);
     if (f.pr.nrows > 0) keep(f.pr, v + 5, 2, u);
     mp = v[0];
@@ -286,9 +286,10 @@ struct shard_row_ops {
     node_id u = 0;
     (void)kind(q, u);
     residual_changed(u);
-    const pass_residual f{sh, residual_probe(), scaled ? real(p) : row_ref{R, 1}, real(q), R, s, scaled, tr};
+    // p is read only when scaled (no conditional expression here: it crashes nvcc 13.0's cicc).
+    const pass_residual f{sh, residual_probe(), real(p), real(q), R, s, scaled, tr};
     ex->run(f);
-    double v[1 + 2 * shard_batch];
+    double v[1 + 2 * shard_batch] = {};
     ex->sum(1 + f.pr.size(), v);
     if (f.pr.nrows > 0) keep(f.pr, v + 1, 2, u);
     return v[0];
@@ -309,7 +310,7 @@ struct shard_row_ops {
     ex->run(pass_owned_mass{sh, tiles});
     ex->prefix(1, &c);
     ex->run(pass_sample_scan{sh, real(r), tiles, c, target});
-    std::int64_t v[2];
+    std::int64_t v[2] = {};
     ex->max(2, v);
     return static_cast<token_id>(v[0] != no_key ? -v[0] : v[1]);
   }
@@ -317,7 +318,7 @@ struct shard_row_ops {
   //! Argmax in the specdec tie order, merged over ranks as rank_key pairs.
   bool argmax(row_ref r, std::int64_t, token_id& tok) const {
     ex->run(pass_argmax{sh, real(r)});
-    std::int64_t v[2];
+    std::int64_t v[2] = {};
     ex->max(2, v);
     tok = v[0] == no_key ? 0 : static_cast<token_id>(key_token(v[0]));
     return v[1] == 0;
@@ -326,7 +327,7 @@ struct shard_row_ops {
   bool entropy(row_ref r, std::int64_t, double* tiles, double& m, double& plogp) const {
     const pass_entropy f{sh, row_probe(r), real(r), tiles};
     ex->run(f);
-    double v[3 + 2 * shard_batch];
+    double v[3 + 2 * shard_batch] = {};
     ex->sum(3 + f.pr.size(), v);
     keep_row(r, f.pr, v + 3);
     m = v[0];
@@ -364,7 +365,7 @@ struct shard_row_ops {
     pr.rows[0] = both ? data.prow(u) : real(r);
     pr.rows[1] = data.qrow(u);
     ex->run(pass_probe{sh, pr});
-    double v[2 * shard_batch];
+    double v[2 * shard_batch] = {};
     ex->sum(pr.size(), v);
     if (both)
       keep(pr, v, 0, u, 1);
