@@ -265,6 +265,35 @@ struct shard_row_ops {
     return v[1] == 0.0;
   }
 
+  //! Masses and validity of a node's p and q rows in one pass (check_pq),
+  //! probing both rows at the node's children.
+  void mass_pair(row_ref p, row_ref q, std::int64_t, double* tp, double* tq, double& mp, double& mq, bool& okp,
+                 bool& okq) const {
+    node_id u = 0;
+    (void)kind(p, u);
+    shard_probe pr{};
+    children(u, pr);
+    int kinds[2] = {0, 1};
+    pr.nrows = 0;
+    if (pr.n > 0 && slot[0].node != u) {
+      pr.rows[pr.nrows] = real(p);
+      kinds[pr.nrows++] = 0;
+    }
+    if (pr.n > 0 && slot[1].node != u) {
+      pr.rows[pr.nrows] = real(q);
+      kinds[pr.nrows++] = 1;
+    }
+    const pass_mass_pair f{sh, pr, real(p), real(q), tp, tq};
+    ex->run(f);
+    double v[4 + 2 * shard_batch] = {};
+    ex->sum(4 + f.pr.size(), v);
+    if (pr.nrows > 0) keep(pr, v + 4, kinds[0], u, kinds[1]);
+    mp = v[0];
+    okp = v[1] == 0.0;
+    mq = v[2];
+    okq = v[3] == 0.0;
+  }
+
   void first_residual(row_ref p, row_ref q, float*, std::int64_t, double* tp, double* tq, double* tr, double& mp,
                       double& mq, double& mr, bool& okp, bool& okq) const {
     node_id u = 0;

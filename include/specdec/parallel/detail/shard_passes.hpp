@@ -78,6 +78,22 @@ struct pass_probe {
   }
 };
 
+//! Mass of the owned ranges of r (tile sums into `tiles`); false when a
+//! range holds a bad entry.
+SPECDEC_NO_EXEC_CHECK
+template <class Inner>
+SPECDEC_HD bool shard_mass(const Inner& ops, const shard_span& sh, row_ref r, double* tiles, double& m) {
+  bool ok = true;
+  m = 0.0;
+  for (std::int32_t k = sh.first; k < sh.last; ++k) {
+    double mk = 0.0;
+    if (!ops.mass(sh.sub(r, k), sh.len(k), tiles, mk)) ok = false;
+    m += mk;
+    tiles += sum_tile_count(sh.len(k));
+  }
+  return ok;
+}
+
 //! d = {mass, bad flag, probe}; tile sums of every owned range into tiles.
 struct pass_mass {
   shard_span sh;
@@ -87,17 +103,32 @@ struct pass_mass {
   SPECDEC_NO_EXEC_CHECK
   template <class Inner>
   SPECDEC_HD void operator()(const Inner& ops, double* d, std::int64_t*) const {
-    double m = 0.0, bad = 0.0;
-    double* t = tiles;
-    for (std::int32_t k = sh.first; k < sh.last; ++k) {
-      double mk = 0.0;
-      if (!ops.mass(sh.sub(r, k), sh.len(k), t, mk)) bad = 1.0;
-      m += mk;
-      t += sum_tile_count(sh.len(k));
-    }
+    double m = 0.0;
+    const bool ok = shard_mass(ops, sh, r, tiles, m);
     ops.put(d, 0, m);
-    ops.put(d, 1, bad);
+    ops.put(d, 1, ok ? 0.0 : 1.0);
     write_probe(ops, sh, pr, d + 2);
+  }
+};
+
+//! d = {mass p, bad p, mass q, bad q, probe}: a node's p and q rows checked
+//! in one pass (one collective instead of two).
+struct pass_mass_pair {
+  shard_span sh;
+  shard_probe pr;
+  row_ref p, q;
+  double *tp, *tq;
+  SPECDEC_NO_EXEC_CHECK
+  template <class Inner>
+  SPECDEC_HD void operator()(const Inner& ops, double* d, std::int64_t*) const {
+    double mp = 0.0, mq = 0.0;
+    const bool okp = shard_mass(ops, sh, p, tp, mp);
+    const bool okq = shard_mass(ops, sh, q, tq, mq);
+    ops.put(d, 0, mp);
+    ops.put(d, 1, okp ? 0.0 : 1.0);
+    ops.put(d, 2, mq);
+    ops.put(d, 3, okq ? 0.0 : 1.0);
+    write_probe(ops, sh, pr, d + 4);
   }
 };
 
