@@ -186,6 +186,7 @@ struct shard_row_ops {
   walk_rows data;                   //!< the shard rows (executor memory)
   float* R;                         //!< the residual (executor memory)
   bool pair;                        //!< mode reads q: fetch p and q entries together
+  bool probes;                      //!< mode reads drafted tokens' entries (not greedy, naive matching)
   mutable probe_slot slot[3] = {};  // p row, q row, residual
   mutable node_id r_node = -1;      // the node the residual belongs to
 
@@ -221,7 +222,7 @@ struct shard_row_ops {
     shard_probe pr{};
     node_id u = 0;
     const int k = kind(r, u);
-    if (slot[k].node == u) return pr;
+    if (!probes || slot[k].node == u) return pr;
     children(u, pr);
     pr.nrows = pr.n > 0 ? 1 : 0;
     pr.rows[0] = real(r);
@@ -272,7 +273,7 @@ struct shard_row_ops {
     node_id u = 0;
     (void)kind(p, u);
     shard_probe pr{};
-    children(u, pr);
+    if (probes) children(u, pr);
     int kinds[2] = {0, 1};
     pr.nrows = 0;
     if (pr.n > 0 && slot[0].node != u) {
@@ -316,7 +317,10 @@ struct shard_row_ops {
     (void)kind(q, u);
     residual_changed(u);
     // p is read only when scaled (no conditional expression here: it crashes nvcc 13.0's cicc).
-    const pass_residual f{sh, residual_probe(), real(p), real(q), R, s, scaled, tr};
+    // The traversal walk reads no residual entries: no probe after a scaled residual.
+    shard_probe pr{};
+    if (!scaled) pr = residual_probe();
+    const pass_residual f{sh, pr, real(p), real(q), R, s, scaled, tr};
     ex->run(f);
     double v[1 + 2 * shard_batch] = {};
     ex->sum(1 + f.pr.size(), v);
@@ -572,8 +576,9 @@ status sharded_walk(Exec& ex, const owned_ranges& own, const shard_scratch& sc, 
                     const Topo& topo, const verify_params& vp, const Uni& uni, const sharded_request& rq, walk_out& o) {
   const shard_span sh{staged, own.first, own.last, own.base, own.width};
   const std::int32_t n = topo.size();
+  const bool probes = vp.mode != verify_mode::greedy && vp.mode != verify_mode::naive_matching;
   const shard_row_ops<Exec, Topo> ops{
-      &ex, sh, &topo, sc.tags, n, shard_rows(rq.p, rq.q, own, rq.V), sc.walk.R, uses_draft_probs(vp.mode)};
+      &ex, sh, &topo, sc.tags, n, shard_rows(rq.p, rq.q, own, rq.V), sc.walk.R, uses_draft_probs(vp.mode), probes};
   const walk_rows tagged{sc.tags, 1, 0, sc.tags + n, 1, 0, rq.V};  // row identities for the policy
   return verify_walk(topo, ops, uni, vp, tagged, sc.walk, o);
 }
