@@ -187,8 +187,18 @@ struct shard_row_ops {
   float* R;                         //!< the residual (executor memory)
   bool pair;                        //!< mode reads q: fetch p and q entries together
   bool probes;                      //!< mode reads drafted tokens' entries (not greedy, naive matching)
+  double* walk_tp;                  //!< the walk's tile sums of p (executor memory)
+  double* walk_tq;                  //!< the walk's tile sums of q (executor memory)
   mutable probe_slot slot[3] = {};  // p row, q row, residual
   mutable node_id r_node = -1;      // the node the residual belongs to
+  // The masses and validity of one node's p and q, computed into tp and tq
+  // by the first probe of a mode reading q (its check_pq then costs nothing).
+  struct pair_masses {
+    node_id node = -1;
+    double mp = 0.0, mq = 0.0;
+    bool okp = true, okq = true;
+  };
+  mutable pair_masses pm{};
 
   // Row identity: 0 p row, 1 q row, 2 the residual; node in `u`.
   int kind(row_ref r, node_id& u) const noexcept {
@@ -257,6 +267,7 @@ struct shard_row_ops {
   }
 
   bool mass(row_ref r, std::int64_t, double* tiles, double& m) const {
+    pm.node = -1;  // the tile arrays are rewritten
     const pass_mass f{sh, row_probe(r), real(r), tiles};
     ex->run(f);
     double v[2 + 2 * shard_batch] = {};
@@ -272,6 +283,13 @@ struct shard_row_ops {
                  bool& okq) const {
     node_id u = 0;
     (void)kind(p, u);
+    if (pm.node == u && tp == walk_tp && tq == walk_tq) {  // computed by the node's first probe
+      mp = pm.mp;
+      mq = pm.mq;
+      okp = pm.okp;
+      okq = pm.okq;
+      return;
+    }
     shard_probe pr{};
     if (probes) children(u, pr);
     int kinds[2] = {0, 1};
@@ -293,6 +311,7 @@ struct shard_row_ops {
     okp = v[1] == 0.0;
     mq = v[2];
     okq = v[3] == 0.0;
+    pm = pair_masses{tp == walk_tp && tq == walk_tq ? u : -1, mp, mq, okp, okq};
   }
 
   void first_residual(row_ref p, row_ref q, float*, std::int64_t, double* tp, double* tq, double* tr, double& mp,
@@ -300,6 +319,7 @@ struct shard_row_ops {
     node_id u = 0;
     (void)kind(p, u);
     residual_changed(u);
+    pm.node = -1;
     const pass_first_residual f{sh, residual_probe(), real(p), real(q), R, tp, tq, tr};
     ex->run(f);
     double v[5 + 2 * shard_batch] = {};
@@ -358,6 +378,7 @@ struct shard_row_ops {
   }
 
   bool entropy(row_ref r, std::int64_t, double* tiles, double& m, double& plogp) const {
+    pm.node = -1;
     const pass_entropy f{sh, row_probe(r), real(r), tiles};
     ex->run(f);
     double v[3 + 2 * shard_batch] = {};
@@ -394,18 +415,35 @@ struct shard_row_ops {
       pr.tok[0] = x;
     }
     const bool both = pair && k != 2;
-    pr.nrows = both ? 2 : 1;
-    pr.rows[0] = both ? data.prow(u) : real(r);
-    pr.rows[1] = data.qrow(u);
-    ex->run(pass_probe{sh, pr});
-    double v[2 * shard_batch] = {};
-    ex->sum(pr.size(), v);
-    if (both)
-      keep(pr, v, 0, u, 1);
-    else
-      keep(pr, v, k, u);
+    double v[4 + 2 * shard_batch] = {};
+    double* e = v;  // the probed entries
+    if (both) {
+      // The node's p and q entries, and (once per node) their masses and
+      // validity into tp and tq: the walk checks them next when it accepts.
+      pr.nrows = 2;
+      pr.rows[0] = data.prow(u);
+      pr.rows[1] = data.qrow(u);
+      if (pm.node != u) {
+        pm.node = -1;
+        ex->run(pass_mass_pair{sh, pr, data.prow(u), data.qrow(u), walk_tp, walk_tq});
+        ex->sum(4 + pr.size(), v);
+        pm = pair_masses{u, v[0], v[2], v[1] == 0.0, v[3] == 0.0};
+        e = v + 4;
+      } else {
+        ex->run(pass_probe{sh, pr});
+        ex->sum(pr.size(), v);
+      }
+      keep(pr, e, 0, u, 1);
+    } else {
+      pr.nrows = 1;
+      pr.rows[0] = real(r);
+      ex->run(pass_probe{sh, pr});
+      ex->sum(pr.size(), v);
+      keep(pr, e, k, u);
+    }
+    const std::int32_t row = both && k == 1 ? 1 : 0;
     for (std::int32_t j = 0; j < pr.n; ++j)
-      if (pr.tok[j] == x) return static_cast<float>(v[(both && k == 1 ? pr.n : 0) + j]);
+      if (pr.tok[j] == x) return static_cast<float>(e[row * pr.n + j]);
     return 0.0f;  // unreachable: x is in the probe
   }
 
@@ -577,8 +615,12 @@ status sharded_walk(Exec& ex, const owned_ranges& own, const shard_scratch& sc, 
   const shard_span sh{staged, own.first, own.last, own.base, own.width};
   const std::int32_t n = topo.size();
   const bool probes = vp.mode != verify_mode::greedy && vp.mode != verify_mode::naive_matching;
-  const shard_row_ops<Exec, Topo> ops{
-      &ex, sh, &topo, sc.tags, n, shard_rows(rq.p, rq.q, own, rq.V), sc.walk.R, uses_draft_probs(vp.mode), probes};
+  const shard_row_ops<Exec, Topo> ops{&ex,       sh,
+                                      &topo,     sc.tags,
+                                      n,         shard_rows(rq.p, rq.q, own, rq.V),
+                                      sc.walk.R, uses_draft_probs(vp.mode),
+                                      probes,    sc.walk.tp,
+                                      sc.walk.tq};
   const walk_rows tagged{sc.tags, 1, 0, sc.tags + n, 1, 0, rq.V};  // row identities for the policy
   return verify_walk(topo, ops, uni, vp, tagged, sc.walk, o);
 }
