@@ -511,3 +511,47 @@ TEST_CASE("one collective per decision: single entries ride on the pass before t
   }
   CHECK(checked == 8);
 }
+
+TEST_CASE("sampled chains: one collective per accepted draft", "[parallel]") {
+  // Per accepted node one probe (its draft's p and q entries, and the
+  // masses the acceptance check needs); a rejected node adds its first
+  // residual; then the emission's two-step sample (the leaf's: mass and
+  // sample); plus the argument check.
+  const std::int64_t V = 2100;
+  const auto bounds = uneven_bounds(V, 3);
+  int all_accepted = 0, rejected = 0;
+  for (std::uint64_t cs = 1; cs <= 12; ++cs) {
+    const auto c = make_tree_case(cs, V, 6);
+    std::vector<token_id> drafts;
+    for (std::int32_t i = 1; i < c.N; ++i) drafts.push_back(c.token[static_cast<std::size_t>(i)]);
+    const auto gamma = static_cast<std::int64_t>(drafts.size());
+    verify_params vp{};
+    vp.mode = verify_mode::sampled_iid;
+    vp.seed = cs;
+    struct counted {
+      std::int32_t accepted = -1;
+      collective_traffic t;
+    };
+    const auto got = run_ranks<counted>(3, [&](thread_collective& tc) {
+      counting_collective<thread_collective> cc(tc);
+      const std::int64_t b0 = bounds[static_cast<std::size_t>(tc.rank())],
+                         b1 = bounds[static_cast<std::size_t>(tc.rank()) + 1];
+      const auto ps = shard_of(c.p, V, c.N, b0, b1), qs = shard_of(c.q, V, c.N, b0, b1);
+      std::vector<std::byte> w(sharded_verify_workspace_size(bounds, tc.rank(), 3, c.N) + 8);
+      std::vector<token_id> t(static_cast<std::size_t>(c.N));
+      verify_result r{};
+      const status s =
+          verify_chain_sharded(cc, bounds, drafts, matrix(ps, c.N, b1 - b0), matrix(qs, c.N, b1 - b0), vp, w, t, r);
+      return counted{s.ok() ? r.accepted : -1, cc.traffic()};
+    });
+    const std::int64_t a = got[0].accepted;
+    REQUIRE(a >= 0);
+    const std::int64_t want = a + 4 + (a < gamma ? 1 : 0);
+    INFO("chain " << cs << " accepted " << a << " of " << gamma);
+    CHECK((got[0].t.calls == want || got[0].t.calls == want + 1));  // + an argmax if the residual rounds to zero
+    for (const auto& g : got) CHECK(g.t.calls == got[0].t.calls);
+    (a == gamma ? all_accepted : rejected) += 1;
+  }
+  CHECK(rejected > 0);
+  std::printf("sampled chain collective counts: %d fully accepted, %d with a rejection\n", all_accepted, rejected);
+}
