@@ -6,10 +6,14 @@
 //! one of verify/detail/walk.hpp, run on every rank with a row-operations
 //! policy whose passes work on the local columns and exchange O(1) scalars
 //! per decision over the caller's collective (parallel/collective.hpp):
-//! partial masses, the drafted token's probability (sent by its owner),
+//! partial masses, the drafted tokens' probabilities (a probe riding on
+//! the pass before the walk reads them, see parallel/detail/shard_passes.hpp),
 //! the sampled token (the rank whose range holds the inverse-CDF target),
-//! argmax keys and status flags. Every mode of verify_mode is supported,
-//! block and traversal verification included.
+//! argmax keys and status flags; one collective per decision. Every mode of
+//! verify_mode is supported, block and traversal verification included.
+//! Where the passes run is a shard executor's business: host_shard_executor
+//! (host rows, any collective) here, nccl_shard_executor (rows in GPU
+//! memory) in parallel/cuda_shard.cuh.
 //!
 //! Exactness. Masses and inverse-CDF prefixes are summed in the
 //! partitioned order: the fixed tiled order of sample/order.hpp inside
@@ -726,9 +730,9 @@ inline bool sharded_verify_workspace_parts(std::span<const std::int64_t> bounds,
 //! rank's N x (bounds[r + 1] - bounds[r]) shards (any strides; q read by
 //! the sampled modes). Tokens in the tree and in the results are global
 //! ids. Outputs and errors as verify_tree, on every rank (see the file
-//! comment for how errors agree). Traffic per visited node: a constant
-//! number of collectives of at most five scalars (parallel/collective.hpp
-//! counts them). Deterministic; no allocation.
+//! comment for how errors agree). Traffic: one collective per decision of
+//! at most 37 scalars (counting_collective counts them; docs/parallel.md
+//! lists them). Deterministic; no allocation.
 template <collective C>
 status verify_tree_sharded(C& coll, std::span<const std::int64_t> bounds, const tree_view& tree, view2d<const float> p,
                            view2d<const float> q, const verify_params& vp, std::span<std::byte> workspace,
