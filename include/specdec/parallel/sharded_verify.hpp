@@ -217,7 +217,8 @@ struct shard_row_ops {
   row_ref real(row_ref r) const noexcept {
     node_id u = 0;
     const int k = kind(r, u);
-    return k == 2 ? row_ref{R, 1} : k == 0 ? data.prow(u) : data.qrow(u);
+    if (k == 2) return row_ref{R, 1};  // no conditional expression (see residual())
+    return k == 0 ? data.prow(u) : data.qrow(u);
   }
   // The distinct tokens of u's first children (at most shard_batch).
   void children(node_id u, shard_probe& pr) const noexcept {
