@@ -1,22 +1,56 @@
-// KV commit on the host vs memcpy of the same bytes, on Llama-3-8B-like
+// KV commit on the host vs memcpy of the same rows, on Llama-3-8B-like
 // shapes: 32 layers, 8 KV heads, head dim 128, fp16 (moved as uint16_t),
 // K and V as separate tensors, cache_len 2048, a 64-node draft tree and
-// accepted paths of 4-8 tokens (root included). Bytes processed = the bytes
-// the commit actually moves (entries whose source != destination), so the
-// figures compare directly with BM_memcpy_same_bytes of the same
-// configuration (one memcpy of that many bytes between two buffers) and
-// BM_memcpy_gather (the same row copies from a precomputed address list:
-// what a perfect commit without any index work would cost), and
-// BM_memcpy_same_bytes_cold (the contiguous memcpy rotating over 32 buffer
-// pairs, so large copies come from DRAM like the commit's).
+// accepted paths of 4-8 tokens (root included), 1 or 32 requests. Bytes
+// processed = the bytes the commit actually moves (entries whose source !=
+// destination). Contiguous caches are [B][L][H][S][D] (a moved piece is one
+// head's 256 bytes; 32 requests address 8.9 GB, of which the 268 MB of tree
+// positions are touched); paged caches are [pages][L][P][H][D] with 16-slot
+// pages shuffled over two 161 MiB pools (a moved piece is 8 heads, 2 KiB).
+//
+// BM_commit_vs_memcpy is the figure of record. It times, alternately within
+// one run, commit_kv and a "same-row memcpy", each with a steady clock, and
+// reports both rates and their ratio (medians over the pairs). "Same rows"
+// means: the memcpy side replays a precomputed list of (dst, src, bytes)
+// on the SAME buffers the commit works on (not a copy of them), covering
+// exactly the bytes the commit moves (entries whose source != destination,
+// every layer and head of K and V), request by request, each request's
+// pieces sorted by destination address and merged where they are adjacent
+// on both sides without overlapping (contiguous: one 256-byte head row per
+// piece; paged: the 8 heads of a position, 2 KiB). It does no index work
+// and no prefetching: plain memcpy calls. Cache state: with evict:1 (the
+// figure of record) every timed call is preceded by an untimed read of a
+// buffer of 4x the last-level cache, so both sides start with the rows in
+// DRAM and a cold TLB, as after a target forward over a large batch; with
+// evict:0 the calls run back to back (each one's leftovers warm the next).
+// The side that goes first alternates every pair, so a load change on the
+// shared machine hits both alike. threads:N > 1 runs the commit on a
+// caller-owned pool of N threads (kv_commit_executor); the memcpy side is
+// always one thread. The load average at the start is reported as load1.
+// Wall time (steady clock) gives ratio; ratio_cpu is the same ratio from
+// the calling thread's CPU time, which a preemption on the shared machine
+// does not inflate (threads:1 only).
+
+// BM_commit_kv times the commit alone (Google Benchmark's own loop, warm),
+// and BM_memcpy_same_bytes_cold one contiguous memcpy of the moved byte
+// count rotating over 32 buffer pairs (a DRAM streaming bound).
 #include <benchmark/benchmark.h>
 
+#include <time.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "cache_workload.hpp"
@@ -33,7 +67,12 @@ struct fixture {
   specdec::kv_position_map map;
   workload w;
   std::int64_t moved_bytes = 0;
-  std::vector<std::pair<std::uint16_t*, const std::uint16_t*>> rows;  // (dst, src) per moved row
+  struct piece {
+    unsigned char* dst;
+    const unsigned char* src;
+    std::size_t bytes;
+  };
+  std::vector<piece> rows;  // the same-row memcpy list (see the file comment)
 
   fixture(std::int64_t R, bool paged) : w(R, paged) {
     if (!paged) {
@@ -63,17 +102,37 @@ struct fixture {
               for (std::int64_t d = 0; d < kDim; ++d) row[d] = static_cast<std::uint16_t>(p * 131 + d);
             }
     for (const auto& t : tensors)
-      for (std::int64_t r = 0; r < R; ++r)
+      for (std::int64_t r = 0; r < R; ++r) {
+        std::vector<piece> mine;
         for (std::int64_t l = 0; l < kLayers; ++l)
           for (std::int64_t h = 0; h < kHeads; ++h)
             for (std::int32_t j = koff[static_cast<std::size_t>(r)]; j < koff[static_cast<std::size_t>(r) + 1]; ++j) {
               const std::int64_t src = keep[static_cast<std::size_t>(j)];
               const std::int64_t dst = kCacheLen + (j - koff[static_cast<std::size_t>(r)]);
               if (src == dst) continue;
-              rows.emplace_back(t.data + specdec::detail::kv_offset(t, map, r, l, h, dst),
-                                t.data + specdec::detail::kv_offset(t, map, r, l, h, src));
+              mine.push_back(
+                  {reinterpret_cast<unsigned char*>(t.data + specdec::detail::kv_offset(t, map, r, l, h, dst)),
+                   reinterpret_cast<const unsigned char*>(t.data + specdec::detail::kv_offset(t, map, r, l, h, src)),
+                   kDim * 2});
               moved_bytes += kDim * 2;
             }
+        // Address order, then one memcpy per piece contiguous on both sides
+        // (never merged into an overlap, which memcpy could not do).
+        std::sort(mine.begin(), mine.end(), [](const piece& a, const piece& b) { return a.dst < b.dst; });
+        for (const piece& p : mine) {
+          if (!rows.empty()) {
+            piece& b = rows.back();
+            const bool adjacent = b.dst + b.bytes == p.dst && b.src + b.bytes == p.src;
+            const std::size_t merged = b.bytes + p.bytes;
+            const bool disjoint = b.src >= b.dst + merged || b.dst >= b.src + merged;
+            if (adjacent && disjoint) {
+              b.bytes = merged;
+              continue;
+            }
+          }
+          rows.push_back(p);
+        }
+      }
   }
 };
 
@@ -88,30 +147,9 @@ void BM_commit_kv(benchmark::State& state) {
   state.counters["moved_KiB"] = static_cast<double>(f.moved_bytes) / 1024.0;
 }
 
-void BM_memcpy_gather(benchmark::State& state) {
-  fixture f(state.range(0), state.range(1) != 0);
-  for (auto _ : state) {
-    for (const auto& [d, s] : f.rows) std::memcpy(d, s, kDim * 2);
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(state.iterations() * f.moved_bytes);
-}
-
-void BM_memcpy_same_bytes(benchmark::State& state) {
-  fixture f(state.range(0), state.range(1) != 0);
-  const auto n = static_cast<std::size_t>(f.moved_bytes);
-  std::vector<unsigned char> a(n, 1), b(n, 2);
-  for (auto _ : state) {
-    std::memcpy(b.data(), a.data(), n);
-    benchmark::DoNotOptimize(b.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(state.iterations() * f.moved_bytes);
-}
-
-// The same memcpy, but each iteration uses the next of 32 buffer pairs, so
-// for 32 requests (17 MiB moved) the copies stream from DRAM, as the
-// commit's own rows do: the fair baseline once the working set leaves L3.
+// One contiguous memcpy of the moved byte count, each iteration on the next
+// of 32 buffer pairs so that for 32 requests (17 MiB moved) the copies
+// stream from DRAM: what the same bytes cost when they are not scattered.
 void BM_memcpy_same_bytes_cold(benchmark::State& state) {
   fixture f(state.range(0), state.range(1) != 0);
   const auto n = static_cast<std::size_t>(f.moved_bytes);
@@ -127,15 +165,172 @@ void BM_memcpy_same_bytes_cold(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * f.moved_bytes);
 }
 
+// A caller-owned pool: n - 1 workers plus the calling thread pull items
+// from a shared counter. What an engine would plug into kv_commit_executor.
+class pool {
+ public:
+  explicit pool(int n) {
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this] { work(); });
+  }
+  pool(const pool&) = delete;
+  pool& operator=(const pool&) = delete;
+  ~pool() {
+    {
+      const std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+
+  static void parallel_for(void* self, std::int64_t n, specdec::kv_commit_executor::body_fn body, void* ctx) {
+    static_cast<pool*>(self)->run(n, body, ctx);
+  }
+
+ private:
+  void run(std::int64_t n, specdec::kv_commit_executor::body_fn body, void* ctx) {
+    {
+      const std::lock_guard<std::mutex> lock(m_);
+      body_ = body;
+      ctx_ = ctx;
+      n_ = n;
+      next_.store(0);
+      busy_ = static_cast<int>(workers_.size());
+      ++generation_;
+    }
+    cv_.notify_all();
+    drain();
+    std::unique_lock<std::mutex> lock(m_);
+    done_.wait(lock, [this] { return busy_ == 0; });
+  }
+  void drain() {
+    for (std::int64_t i = next_.fetch_add(1); i < n_; i = next_.fetch_add(1)) body_(ctx_, i);
+  }
+  void work() {
+    std::uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(m_);
+        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      drain();
+      const std::lock_guard<std::mutex> lock(m_);
+      if (--busy_ == 0) done_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex m_;
+  std::condition_variable cv_, done_;
+  specdec::kv_commit_executor::body_fn body_ = nullptr;
+  void* ctx_ = nullptr;
+  std::int64_t n_ = 0;
+  std::atomic<std::int64_t> next_{0};
+  int busy_ = 0;
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+// Reads a buffer of 4x the last-level cache (at least 128 MiB) so that what
+// follows finds neither its rows in any cache level nor its pages in the TLB.
+class evictor {
+ public:
+  evictor() {
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0) llc = 32L << 20;
+    buf_.assign(std::max<std::size_t>(4 * static_cast<std::size_t>(llc), std::size_t{128} << 20) / 8, 1);
+  }
+  void operator()() {
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < buf_.size(); i += 8) sum += buf_[i];  // one read per 64-byte line
+    benchmark::DoNotOptimize(sum);
+  }
+
+ private:
+  std::vector<std::uint64_t> buf_;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+void BM_commit_vs_memcpy(benchmark::State& state) {
+  const std::int64_t R = state.range(0);
+  fixture f(R, state.range(1) != 0);
+  const bool evict = state.range(2) != 0;
+  const int threads = static_cast<int>(state.range(3));
+  double load = 0;
+  if (std::FILE* fp = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(fp, "%lf", &load) != 1) load = 0;
+    std::fclose(fp);
+  }
+  evictor flush;
+  pool workers(threads);
+  specdec::kv_commit_executor exec;
+  if (threads > 1) exec = {&pool::parallel_for, &workers};
+  using clock = std::chrono::steady_clock;
+  std::vector<double> tc, tm, ratio, ratio_cpu;
+  bool ok = true;
+  for (auto _ : state) {
+    double wall[2] = {0, 0}, cpu[2] = {0, 0};  // [0]: commit, [1]: memcpy
+    for (int side = 0; side < 2; ++side) {
+      const bool commit_side = (side == 0) == (tc.size() % 2 == 0);
+      if (evict) flush();
+      const double c0 = thread_cpu_seconds();
+      const auto t0 = clock::now();
+      if (commit_side) {
+        ok = ok && specdec::commit_kv<std::uint16_t>(f.tensors, f.map, f.w.clen, f.w.koff, f.w.keep, exec).ok();
+      } else {
+        for (const auto& p : f.rows) std::memcpy(p.dst, p.src, p.bytes);
+      }
+      benchmark::ClobberMemory();
+      wall[commit_side ? 0 : 1] = std::chrono::duration<double>(clock::now() - t0).count();
+      cpu[commit_side ? 0 : 1] = thread_cpu_seconds() - c0;
+    }
+    tc.push_back(wall[0]);
+    tm.push_back(wall[1]);
+    ratio.push_back(wall[1] / wall[0]);  // rate ratio: commit bytes/s over memcpy bytes/s
+    ratio_cpu.push_back(cpu[1] / cpu[0]);
+    state.SetIterationTime(wall[0]);
+  }
+  if (!ok) state.SkipWithError("commit_kv failed");
+  const auto bytes = static_cast<double>(f.moved_bytes);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * f.moved_bytes);
+  state.counters["commit_GBps"] = bytes / median(tc) / 1e9;
+  state.counters["memcpy_GBps"] = bytes / median(tm) / 1e9;
+  state.counters["ratio"] = median(ratio);
+  // Calling-thread CPU time: blind to preemption on a loaded machine (but
+  // not to the pool's other threads, so only meaningful for threads:1).
+  if (threads == 1) state.counters["ratio_cpu"] = median(ratio_cpu);
+  state.counters["load1"] = load;
+  state.counters["memcpy_calls"] = static_cast<double>(f.rows.size());
+}
+
 void shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"requests", "paged"});
   for (int paged = 0; paged <= 1; ++paged)
     for (int r : {1, 32}) b->Args({r, paged});
 }
 
+void paired(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"requests", "paged", "evict", "threads"});
+  for (int evict : {1, 0})
+    for (int paged = 0; paged <= 1; ++paged)
+      for (int threads : {1, 2}) b->Args({32, paged, evict, threads});
+}
+
 }  // namespace
 
+BENCHMARK(BM_commit_vs_memcpy)->Apply(paired)->UseManualTime()->Iterations(60)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_commit_kv)->Apply(shapes);
-BENCHMARK(BM_memcpy_gather)->Apply(shapes);
-BENCHMARK(BM_memcpy_same_bytes)->Apply(shapes);
 BENCHMARK(BM_memcpy_same_bytes_cold)->Apply(shapes);

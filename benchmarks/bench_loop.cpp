@@ -3,13 +3,18 @@
 // calls (tree building, positions + mask, logits -> probabilities, the
 // verification walk, keep indices). Trees of 15 to 255 nodes (top-k: k=2
 // depth 3, k=4 depth 3, k=2 depth 7) at V = 32000 and 128256, sampled
-// (temperature 1: every row goes through logits_to_probs) and greedy (the
-// walk reads logits; no conversion). The drafter returns precomputed rows
-// and the target fills its logits once (the session reuses the buffer), so
-// the wall time per round is the loop's work plus two near-free calls.
+// (temperature 1: the rows the walk reads go through logits_to_probs) and
+// greedy (the walk reads logits; no conversion). The drafter returns
+// precomputed rows and the target fills its logits once (the session reuses
+// the buffer), so the wall time per round is the loop's work plus two
+// near-free calls. agree = 0: unrelated random rows (nothing is accepted);
+// agree = 1: a confident drafter (0.9 on one token) and a target equal to it
+// (the walk goes deep: the case where the most rows are converted).
 // Counters (microseconds per round): overhead_us = stage_times::overhead(),
 // then its parts: build_us (builder minus drafter), flatten_us, probs_us,
-// verify_us, commit_us. bytes_per_second: the logits the round reads.
+// verify_us, commit_us; probs_rows: target rows converted per round (only
+// the rows the walk reads); accepted: drafts accepted per round.
+// bytes_per_second: N logits rows per round.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -24,18 +29,22 @@ namespace {
 
 using specdec::token_id;
 
-// Level drafter over a pool of precomputed probability rows.
+// Level drafter over a pool of precomputed probability rows: the i-th
+// frontier node of a level gets row i. `peaked`: one token of each row holds
+// 0.9 of the mass (a confident drafter).
 struct pooled_level_drafter {
   std::int64_t V;
   std::vector<float> rows;
-  explicit pooled_level_drafter(std::int64_t v, std::int64_t pool) : V(v), rows(static_cast<std::size_t>(v * pool)) {
+  pooled_level_drafter(std::int64_t v, std::int64_t pool, bool peaked)
+      : V(v), rows(static_cast<std::size_t>(v * pool)) {
     std::mt19937 g(7);
     std::normal_distribution<float> nd(0.0f, 3.0f);
     for (std::int64_t r = 0; r < pool; ++r) {
       double s = 0;
       float* row = rows.data() + r * V;
       for (std::int64_t t = 0; t < V; ++t) s += (row[t] = std::exp(nd(g)));
-      for (std::int64_t t = 0; t < V; ++t) row[t] = static_cast<float>(row[t] / s);
+      for (std::int64_t t = 0; t < V; ++t) row[t] = static_cast<float>(row[t] / s * (peaked ? 0.1 : 1.0));
+      if (peaked) row[(r * 7919 + 1) % V] += 0.9f;
     }
   }
   specdec::status level_probabilities(const specdec::draft_level& l, specdec::view2d<const float>& out) const {
@@ -47,16 +56,32 @@ struct pooled_level_drafter {
   }
 };
 
-// Writes random logits the first time it sees a logits buffer.
+// Writes logits the first time it sees a logits buffer (the tree is the
+// same every round): random ones, or with `agree` the log of the row the
+// drafter gave the node (so the drafts are accepted as often as the drafter
+// is confident, and the walk goes deep).
 struct fill_once_target {
+  const pooled_level_drafter* agree = nullptr;
   const float* filled = nullptr;
   std::int64_t rows = 0;
   specdec::status forward(const specdec::tree_forward& f) {
     if (f.logits.data == filled && f.logits.extent[0] <= rows) return specdec::status::success();
     std::mt19937 g(11);
     std::normal_distribution<float> nd(0.0f, 3.0f);
-    for (std::int64_t i = 0; i < f.logits.extent[0]; ++i)
-      for (std::int64_t t = 0; t < f.logits.extent[1]; ++t) f.logits(i, t) = nd(g);
+    std::int64_t level_start = 0, level_depth = 0;
+    for (std::int64_t i = 0; i < f.logits.extent[0]; ++i) {
+      if (agree == nullptr) {
+        for (std::int64_t t = 0; t < f.logits.extent[1]; ++t) f.logits(i, t) = nd(g);
+        continue;
+      }
+      const std::int64_t depth = f.positions[static_cast<std::size_t>(i)] - f.cache_len;  // levels are contiguous
+      if (depth != level_depth) {
+        level_depth = depth;
+        level_start = i;
+      }
+      const float* q = agree->rows.data() + (i - level_start) * agree->V;
+      for (std::int64_t t = 0; t < f.logits.extent[1]; ++t) f.logits(i, t) = std::log(q[t]);
+    }
     filled = f.logits.data;
     rows = f.logits.extent[0];
     return specdec::status::success();
@@ -66,10 +91,10 @@ struct fill_once_target {
 void BM_loop_round(benchmark::State& state) {
   const std::int64_t V = state.range(0);
   const int shape = static_cast<int>(state.range(1));
-  const bool greedy = state.range(2) != 0;
+  const bool greedy = state.range(2) != 0, agree = state.range(3) != 0;
   const std::int32_t k = shape == 1 ? 4 : 2, depth = shape == 2 ? 7 : 3;
-  pooled_level_drafter d(V, 128);
-  fill_once_target tgt;
+  const pooled_level_drafter d(V, 128, agree);
+  fill_once_target tgt{agree ? &d : nullptr};
   specdec::session_options o;
   o.vocab_size = V;
   o.max_tokens = 1 << 16;
@@ -81,7 +106,7 @@ void BM_loop_round(benchmark::State& state) {
     return;
   }
   specdec::stage_times sum{};
-  std::int64_t rounds = 0, nodes = 0;
+  std::int64_t rounds = 0, nodes = 0, converted = 0, accepted = 0;
   for (auto _ : state) {
     if (s.done()) (void)s.start(prompt);
     if (!s.round(d, tgt).ok()) {
@@ -90,6 +115,8 @@ void BM_loop_round(benchmark::State& state) {
     }
     sum += s.last_round().time;
     nodes = s.last_round().tree_nodes;
+    converted += s.last_round().probs_rows;
+    accepted += s.last_round().accepted;
     ++rounds;
   }
   const double us = 1e6 / static_cast<double>(rounds);
@@ -98,16 +125,19 @@ void BM_loop_round(benchmark::State& state) {
   state.counters["build_us"] = (sum.draft - sum.drafter) * us;
   state.counters["flatten_us"] = sum.flatten * us;
   state.counters["probs_us"] = sum.probs * us;
+  state.counters["probs_rows"] = static_cast<double>(converted) / static_cast<double>(rounds);
+  state.counters["accepted"] = static_cast<double>(accepted) / static_cast<double>(rounds);
   state.counters["verify_us"] = sum.verify * us;
   state.counters["commit_us"] = (sum.commit - sum.kv) * us;
   state.SetBytesProcessed(rounds * nodes * V * static_cast<std::int64_t>(sizeof(float)));
 }
 
 void shapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"V", "shape", "greedy"});
+  b->ArgNames({"V", "shape", "greedy", "agree"});
   for (std::int64_t V : {32000, 128256})
     for (int shape : {0, 1, 2})
-      for (int greedy : {0, 1}) b->Args({V, shape, greedy});
+      for (int greedy : {0, 1})
+        for (int agree : {0, 1}) b->Args({V, shape, greedy, agree});
   b->Unit(benchmark::kMicrosecond);
 }
 BENCHMARK(BM_loop_round)->Apply(shapes);

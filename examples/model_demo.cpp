@@ -11,12 +11,16 @@
 //     sampling at temperature 1),
 //   - with a deterministic top-2 tree of depth 4 and a beam tree
 //     (k = 4, width 4, depth 5, pruned to 32 nodes),
-// and prints one table. Every speculative round is specdec's loop: tree
-// builder -> positions + packed ancestor mask -> one target pass with tree
-// attention (and tree conv1d + tree scan in Mamba2 layers) -> verify_tree
-// -> in-place KV commit and SSM/conv state commit of the accepted path.
-// Times are process CPU time (equal to wall time on an idle machine; the
-// demo is single-threaded). Exits non-zero if a temperature-0 run is not token-identical to
+// and prints one table. Every speculative run is a specdec::speculative_session
+// (models/speculate.hpp): the tree builder drafts from the drafter model
+// through the level-batched drafter concept (one batched forward per depth,
+// "drafter/tok" counts those forwards plus one catch-up per round) ->
+// positions + packed ancestor mask -> one target pass with tree attention
+// (and tree conv1d + tree scan in Mamba2 layers) -> verification, the rule
+// chosen from how the tree was drafted -> in-place KV commit and SSM/conv
+// state commit of the accepted path. Throughput is process CPU time (equal
+// to wall time on an idle machine; the demo is single-threaded); the stage
+// shares are the session's wall-clock stage timers. Exits non-zero if a temperature-0 run is not token-identical to
 // autoregressive greedy decoding.
 // Usage: model_demo [models_dir] [tokens=160]
 #include <cstdio>
@@ -135,7 +139,7 @@ int main(int argc, char** argv) {
 
   std::printf(
       "\nShare of a speculative round's time per stage (specdec's own stages: mask, verify, commit;\n"
-      "verify includes the softmax of the target rows at T=1):\n");
+      "at T=1 verify includes the softmax of the target rows the walk reads):\n");
   std::printf("%-11s %3s %-28s %7s %7s %8s %7s %7s %9s\n", "target", "T", "decoding", "draft", "mask", "forward",
               "verify", "commit", "specdec");
   for (const auto& r : rows) {

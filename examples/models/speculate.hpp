@@ -1,7 +1,8 @@
-// Decoding with the example models: autoregressive, and speculative rounds
-// composed from specdec's primitives (draft -> positions + packed mask ->
-// target tree forward -> verify -> KV / SSM commit). Shared by
-// examples/model_demo.cpp and tests/models.
+// Decoding with the example models: autoregressive, and speculative
+// decoding through specdec's loop layer (speculative_session: draft with a
+// level-batched drafter -> positions + packed mask -> target tree forward ->
+// verify -> KV / SSM commit). Shared by examples/model_demo.cpp and
+// tests/models.
 #pragma once
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <ctime>
 #include <functional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -37,51 +39,129 @@ inline void softmax_rows(std::span<float> rows, std::int64_t vocab, float temper
   }
 }
 
-//! The drafter model as a specdec::probability_drafter. Node u of the tree
-//! being built is one forward step at position cache_len + depth whose KV
-//! goes to tree slot u and whose mask row is its parent's row plus bit u,
-//! so every node attends to exactly its committed context and root path.
-//! After a round, catch_up() replaces the tree slots by the committed tokens.
-struct model_drafter {
+//! The drafter model as a specdec::level_probability_drafter: the tree
+//! builder hands it every frontier node of one depth at once and it runs
+//! them as ONE batched forward (the way a real draft model runs), not one
+//! call per node. The k-th node it runs in a round writes its KV to tree
+//! slot k (position cache_len + depth) and attends to its committed context
+//! and the slots of its root path (mask row = its parent's row plus its own
+//! bit). At the start of a round it first appends the tokens committed since
+//! its last round (draft_level::history) to its cache as one chain.
+struct level_model_drafter {
   const weights* w = nullptr;
   state st;
   scratch sc;
-  const specdec::drafted_tree* tree = nullptr;  //!< the tree being grown (read for parents)
   float temperature = 1.0f;
-  std::int64_t calls = 0;  //!< forward invocations
+  std::int64_t calls = 0;  //!< forward invocations (one per level, plus one catch-up per round)
   static constexpr std::int64_t words = (max_tree_nodes + 63) / 64;
-  std::vector<std::uint64_t> rows = std::vector<std::uint64_t>(static_cast<std::size_t>(max_tree_nodes * words));
-  std::vector<float> row;
+  std::vector<std::uint64_t> masks = std::vector<std::uint64_t>(static_cast<std::size_t>(max_tree_nodes * words));
+  std::vector<std::int32_t> slot_of;  //!< tree node -> slot, -1 when not run this round
+  std::int32_t slots = 0;             //!< slots used this round
+  std::vector<token_id> tokens;
+  std::vector<std::int64_t> positions;
+  std::vector<node_id> parents;
+  std::vector<float> rows;
 
-  model_drafter(const weights& m, float temp) : w(&m), st(m.cfg, cache_capacity), temperature(temp) {}
-
-  std::span<const float> probabilities(const specdec::draft_context& c) {
-    const node_id u = c.node;
-    if (u < 0 || u >= max_tree_nodes) throw std::invalid_argument("model_drafter: tree too large");
-    std::uint64_t* r = rows.data() + u * words;
-    const node_id par = tree->tree.parent(u);
-    if (par >= 0)
-      std::copy_n(rows.data() + par * words, words, r);
-    else
-      std::fill_n(r, words, 0);
-    r[u / 64] |= std::uint64_t{1} << (u % 64);
-    const token_id tok = c.path.back();
-    const std::int64_t pos = st.cache_len + c.depth;
-    const node_id none = -1;
-    row.resize(static_cast<std::size_t>(w->cfg.vocab));
-    forward(*w, st, batch{{&tok, 1}, {&pos, 1}, {&none, 1}, {r, static_cast<std::size_t>(words)}, words, u}, row, sc);
-    ++calls;
-    softmax_rows(row, w->cfg.vocab, temperature);
-    return row;
+  level_model_drafter(const weights& m, float temp) : w(&m), st(m.cfg, cache_capacity), temperature(temp) {
+    if (m.cfg.kinds.find('m') != std::string::npos)
+      throw std::invalid_argument("level_model_drafter: the drafter must be attention-only");
   }
 
-  //! Commits the round's accepted tokens (root first) by recomputing them as a chain.
-  void catch_up(std::span<const token_id> accepted) {
-    prefill(*w, st, accepted, sc);
-    ++calls;
+  specdec::status level_probabilities(const specdec::draft_level& l, specdec::view2d<const float>& out) {
+    try {
+      if (l.depth == 0) start_round(l.history);
+      const auto n = static_cast<std::int32_t>(l.nodes.size());
+      if (slots + n > max_tree_nodes)
+        return specdec::make_status(specdec::status_code::buffer_too_small, "level_model_drafter: tree too large");
+      const std::int64_t V = w->cfg.vocab;
+      tokens.resize(static_cast<std::size_t>(n));
+      positions.assign(static_cast<std::size_t>(n), st.cache_len + l.depth);
+      parents.assign(static_cast<std::size_t>(n), -1);
+      slot_of.resize(static_cast<std::size_t>(l.tree->size()), -1);
+      for (std::int32_t i = 0; i < n; ++i) {
+        const node_id u = l.nodes[static_cast<std::size_t>(i)];
+        const std::int32_t k = slots + i;
+        const node_id par = l.tree->parent(u);
+        std::uint64_t* r = masks.data() + k * words;
+        if (par >= 0 && slot_of[static_cast<std::size_t>(par)] >= 0)
+          std::copy_n(masks.data() + slot_of[static_cast<std::size_t>(par)] * words, words, r);
+        else
+          std::fill_n(r, words, 0);
+        r[k / 64] |= std::uint64_t{1} << (k % 64);
+        slot_of[static_cast<std::size_t>(u)] = k;
+        tokens[static_cast<std::size_t>(i)] = l.tree->token(u);
+      }
+      rows.resize(static_cast<std::size_t>(n * V));
+      forward(*w, st,
+              batch{tokens, positions, parents,
+                    std::span<const std::uint64_t>(masks.data() + slots * words, static_cast<std::size_t>(n * words)),
+                    words, slots},
+              rows, sc);
+      ++calls;
+      slots += n;
+      const auto rv = specdec::make_view<float>(rows.data(), n, V);
+      const specdec::sampling_params sp{temperature, 0, 1.0f, 0.0f};
+      SPECDEC_TRY(specdec::logits_to_probs<float>(rv.as_const(), rv, std::span(&sp, 1), {}));
+      out = rv.as_const();
+      return specdec::status::success();
+    } catch (const std::exception&) {
+      return specdec::make_status(specdec::status_code::invalid_argument, "level_model_drafter: forward failed");
+    }
+  }
+
+ private:
+  // Brings the cache to exactly `history` (committed tokens before the root).
+  void start_round(std::span<const token_id> history) {
+    if (static_cast<std::size_t>(st.cache_len) > history.size()) st = state(w->cfg, cache_capacity);  // a new sequence
+    const auto missing = history.subspan(static_cast<std::size_t>(st.cache_len));
+    if (!missing.empty()) {
+      prefill(*w, st, missing, sc);
+      ++calls;
+    }
+    std::fill(slot_of.begin(), slot_of.end(), -1);
+    slots = 0;
   }
 };
-static_assert(specdec::probability_drafter<model_drafter>);
+static_assert(specdec::level_probability_drafter<level_model_drafter>);
+
+//! The target model as a specdec::kv_committing_target: forward() runs the
+//! session's flattened tree (tokens, positions, packed mask) in one pass,
+//! commit() keeps the accepted path's KV and SSM / conv states.
+struct model_target {
+  const weights* w = nullptr;
+  state st;
+  scratch sc;
+  std::vector<node_id> parent, path;
+
+  explicit model_target(const weights& m) : w(&m), st(m.cfg, cache_capacity) {}
+
+  specdec::status forward(const specdec::tree_forward& f) {
+    if (f.cache_len != st.cache_len || f.logits.stride[0] != w->cfg.vocab || f.logits.stride[1] != 1)
+      return specdec::make_status(specdec::status_code::invalid_argument, "model_target: cache or logits layout");
+    try {
+      const auto n = static_cast<std::size_t>(f.tree.size);
+      parent.assign(f.tree.parent, f.tree.parent + n);
+      models::forward(*w, st,
+                      batch{std::span<const token_id>(f.tree.token, n), f.positions, parent, f.mask, f.mask_words, 0},
+                      std::span<float>(f.logits.data, n * static_cast<std::size_t>(w->cfg.vocab)), sc);
+    } catch (const std::exception&) {
+      return specdec::make_status(specdec::status_code::invalid_argument, "model_target: forward failed");
+    }
+    return specdec::status::success();
+  }
+
+  specdec::status commit(const specdec::kv_commit_request& c) {
+    path.resize(c.keep.size());
+    for (std::size_t k = 0; k < c.keep.size(); ++k) path[k] = static_cast<node_id>(c.keep[k] - c.cache_len);
+    try {
+      models::commit(*w, st, parent, path);
+    } catch (const std::exception&) {
+      return specdec::make_status(specdec::status_code::invalid_argument, "model_target: commit failed");
+    }
+    return specdec::status::success();
+  }
+};
+static_assert(specdec::kv_committing_target<model_target>);
 
 //! Per-stage time of the speculative rounds.
 struct stage_times {
@@ -121,12 +201,6 @@ struct clock {
 };
 inline double since(double t0) { return clock::now() - t0; }
 
-// Verification rows for the target: logits for greedy, else probabilities.
-inline specdec::verify_mode target_mode(const spec_options& o) {
-  if (o.temperature == 0.0f) return specdec::verify_mode::greedy;
-  return o.kind == tree_kind::chain || o.kind == tree_kind::iid_tree ? o.sampled_rule
-                                                                     : specdec::verify_mode::deterministic;
-}
 }  // namespace detail
 
 //! Plain decoding: one target call per token. Sampling (temperature 1) and
@@ -170,119 +244,76 @@ inline std::vector<token_id> generate_autoregressive(const weights& target, std:
   return {out.begin() + static_cast<std::ptrdiff_t>(prompt.size()), out.end()};
 }
 
-//! Speculative decoding of at least n_tokens tokens after `prompt` (the
-//! last round may overshoot; the result is cut to n_tokens). `on_round` is
-//! called after every round with the tokens emitted so far (progress).
+namespace detail {
+// One run of a speculative_session over the models.
+template <class Builder>
+std::vector<token_id> run_session(Builder builder, const weights& target, const weights& draft,
+                                  std::span<const token_id> prompt, std::int64_t n_tokens, const spec_options& o,
+                                  decode_stats& st, const std::function<void(std::int64_t)>& on_round) {
+  const auto t_start = clock::now();
+  model_target tgt(target);
+  level_model_drafter drafter(draft, o.temperature == 0.0f ? 1.0f : o.temperature);
+  scratch sc;
+  prefill(target, tgt.st, prompt.first(prompt.size() - 1), sc);
+  specdec::session_options so;
+  so.vocab_size = target.cfg.vocab;
+  so.sampling.temperature = o.temperature;
+  so.seed = o.seed;
+  so.request = o.request;
+  so.max_tokens = static_cast<std::int32_t>(n_tokens);
+  // A named rule for i.i.d. drafts (block, traversal); the session checks it is exact for the tree.
+  if (o.temperature != 0.0f && o.sampled_rule != specdec::verify_mode::sampled_iid &&
+      (o.kind == tree_kind::chain || o.kind == tree_kind::iid_tree))
+    so.rule = o.sampled_rule;
+  specdec::speculative_session<Builder> s(std::move(builder), so);
+  const auto out = s.generate(drafter, tgt, prompt, [&](std::span<const token_id>) {
+    if (on_round) on_round(static_cast<std::int64_t>(s.generated_tokens().size()));
+  });
+  const specdec::session_stats& ss = s.stats();
+  st.tokens += ss.tokens;
+  st.rounds += ss.rounds;
+  st.target_calls += ss.target_calls;
+  st.drafter_calls += drafter.calls;
+  st.stages.draft += ss.time.draft;
+  st.stages.mask += ss.time.flatten;
+  st.stages.forward += ss.time.forward;
+  st.stages.verify += ss.time.probs + ss.time.verify;
+  st.stages.commit += ss.time.commit;
+  st.seconds += since(t_start);
+  return {out.begin(), out.end()};
+}
+}  // namespace detail
+
+//! Speculative decoding of n_tokens tokens after `prompt` through
+//! specdec::speculative_session: the tree builder of `o.kind` drafting from
+//! the level-batched drafter model (one forward per depth), one target pass
+//! per round, the rule chosen from how the tree was drafted (o.sampled_rule
+//! for i.i.d. chains and trees at temperature > 0), the target's KV / SSM
+//! commit. `on_round` gets the number of tokens generated so far after
+//! every round (progress). Stage times are the session's (wall clock).
 inline std::vector<token_id> generate_speculative(const weights& target, const weights& draft,
                                                   std::span<const token_id> prompt, std::int64_t n_tokens,
                                                   const spec_options& o, decode_stats& st,
                                                   const std::function<void(std::int64_t)>& on_round = {}) {
-  using detail::clock;
-  using detail::since;
-  const auto t_start = clock::now();
   const std::int64_t V = target.cfg.vocab;
-  state s(target.cfg, cache_capacity);
-  scratch sc;
-  model_drafter drafter(draft, o.temperature == 0.0f ? 1.0f : o.temperature);
-  const auto head = prompt.first(prompt.size() - 1);
-  prefill(target, s, head, sc);
-  prefill(draft, drafter.st, head, drafter.sc);
-  std::vector<token_id> out(prompt.begin(), prompt.end());
-
-  specdec::sampled_tree_options so;
-  so.mode = specdec::draft_mode::iid;
-  so.vocab_size = V;
-  so.widths =
-      o.kind == tree_kind::chain ? std::vector<std::int32_t>(static_cast<std::size_t>(o.chain_length), 1) : o.widths;
-  specdec::sampled_tree_builder sampled(so);
   const bool greedy_chain = o.kind == tree_kind::chain && o.temperature == 0.0f;
-  specdec::topk_tree_builder topk(
-      {.k = greedy_chain ? 1 : o.topk_k, .depth = greedy_chain ? o.chain_length : o.topk_depth, .vocab_size = V});
-  specdec::beam_tree_builder beam(
-      {.k = o.beam_k, .width = o.beam_width, .depth = o.beam_depth, .budget = o.beam_budget, .vocab_size = V});
-  specdec::drafted_tree tree;
-  drafter.tree = &tree;
-  std::vector<float> p, q;
-  std::vector<std::int64_t> positions;
-  std::vector<std::uint64_t> mask;
-  std::vector<std::byte> ws;
-  std::vector<node_id> path(max_tree_nodes);
-  std::vector<token_id> emitted(max_tree_nodes);
-  specdec::verify_params vp;
-  vp.mode = detail::target_mode(o);
-  vp.seed = o.seed;
-  vp.request = o.request;
-  const std::int64_t calls0 = drafter.calls;
-
-  while (static_cast<std::int64_t>(out.size() - prompt.size()) < n_tokens) {
-    const auto round = static_cast<std::uint32_t>(st.rounds);
-    // 1. Draft.
-    auto t0 = clock::now();
-    const bool use_sampled = o.kind == tree_kind::iid_tree || (o.kind == tree_kind::chain && !greedy_chain);
-    if (use_sampled) {
-      q.assign(static_cast<std::size_t>(max_tree_nodes * V), 1.0f / static_cast<float>(V));
-      specdec::draft_round dr;
-      dr.root_token = out.back();
-      dr.rng = specdec::rng_stream{o.seed, o.request, round};
-      dr.q_rows = specdec::make_view<float>(q.data(), max_tree_nodes, V);
-      specdec::throw_if_error(sampled.build(drafter, dr, tree));
-    } else if (o.kind == tree_kind::beam_tree) {
-      specdec::throw_if_error(beam.build(drafter, out.back(), tree));
-    } else {
-      specdec::throw_if_error(topk.build(drafter, out.back(), tree));
-    }
-    st.stages.draft += since(t0);
-    const std::int32_t n = tree.size();
-    const auto parent = tree.tree.parents();
-    const auto tokens = tree.tree.tokens();
-
-    // 2. Positions (cache_len + depth) and the packed ancestor mask.
-    t0 = clock::now();
-    positions.resize(static_cast<std::size_t>(n));
-    specdec::throw_if_error(specdec::build_positions<std::int64_t>(parent, s.cache_len, positions));
-    const std::int64_t words = specdec::mask_words_per_row<std::uint64_t>(n);
-    mask.resize(static_cast<std::size_t>(n * words));
-    specdec::throw_if_error(specdec::build_packed_mask<std::uint64_t>(parent, mask));
-    st.stages.mask += since(t0);
-
-    // 3. One target pass over every node.
-    t0 = clock::now();
-    p.resize(static_cast<std::size_t>(n * V));
-    forward(target, s, batch{tokens, positions, parent, mask, words, 0}, p, sc);
-    ++st.target_calls;
-    st.stages.forward += since(t0);
-
-    // 4. Verify (greedy reads logits; the sampled modes read probabilities).
-    t0 = clock::now();
-    if (o.temperature != 0.0f) softmax_rows(p, V, o.temperature);
-    ws.resize(specdec::verify_workspace_size(V, n));
-    vp.round = round;
-    specdec::verify_result res;
-    const auto qv = use_sampled ? specdec::make_view<const float>(q.data(), n, V) : specdec::view2d<const float>{};
-    specdec::throw_if_error(specdec::verify_tree(tree.tree.view(), specdec::make_view<const float>(p.data(), n, V), qv,
-                                                 vp, ws, path, emitted, res));
-    st.stages.verify += since(t0);
-
-    // 5. Commit: the target keeps the accepted path's KV / SSM states; the
-    //    drafter recomputes the committed tokens (root + accepted drafts).
-    t0 = clock::now();
-    const auto acc = static_cast<std::size_t>(res.accepted) + 1;
-    commit(target, s, parent, std::span<const node_id>(path).first(acc));
-    st.stages.commit += since(t0);
-    t0 = clock::now();
-    std::vector<token_id> kept{out.back()};
-    kept.insert(kept.end(), emitted.begin(), emitted.begin() + res.accepted);
-    drafter.catch_up(kept);
-    st.stages.draft += since(t0);
-    out.insert(out.end(), emitted.begin(), emitted.begin() + static_cast<std::ptrdiff_t>(acc));
-    ++st.rounds;
-    if (on_round) on_round(static_cast<std::int64_t>(out.size() - prompt.size()));
+  if (o.kind == tree_kind::iid_tree || (o.kind == tree_kind::chain && !greedy_chain)) {
+    specdec::sampled_tree_options so;
+    so.mode = specdec::draft_mode::iid;
+    so.vocab_size = V;
+    so.widths =
+        o.kind == tree_kind::chain ? std::vector<std::int32_t>(static_cast<std::size_t>(o.chain_length), 1) : o.widths;
+    return detail::run_session(specdec::sampled_tree_builder(so), target, draft, prompt, n_tokens, o, st, on_round);
   }
-  out.resize(prompt.size() + static_cast<std::size_t>(n_tokens));
-  st.tokens += n_tokens;
-  st.drafter_calls += drafter.calls - calls0;
-  st.seconds += since(t_start);
-  return {out.begin() + static_cast<std::ptrdiff_t>(prompt.size()), out.end()};
+  if (o.kind == tree_kind::beam_tree)
+    return detail::run_session(
+        specdec::beam_tree_builder(
+            {.k = o.beam_k, .width = o.beam_width, .depth = o.beam_depth, .budget = o.beam_budget, .vocab_size = V}),
+        target, draft, prompt, n_tokens, o, st, on_round);
+  return detail::run_session(
+      specdec::topk_tree_builder(
+          {.k = greedy_chain ? 1 : o.topk_k, .depth = greedy_chain ? o.chain_length : o.topk_depth, .vocab_size = V}),
+      target, draft, prompt, n_tokens, o, st, on_round);
 }
 
 }  // namespace models

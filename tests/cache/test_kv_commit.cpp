@@ -1,10 +1,13 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "specdec/cache/detail/kv_wave.hpp"
@@ -172,7 +175,9 @@ struct random_batch {
 // Random batch: trees with accepted paths (through keep_indices_batch) or,
 // every third request, arbitrary strictly increasing keep lists (long runs
 // with short shifts: overlapping source and destination ranges).
-random_batch make_batch(std::mt19937& g, int layout) {
+// With `long_lists`, every request keeps a random ~half of up to 300
+// positions: hundreds of runs, past the commit's chunk of 64 runs.
+random_batch make_batch(std::mt19937& g, int layout, bool long_lists = false) {
   random_batch b;
   auto& s = b.shape;
   s.R = std::uniform_int_distribution<int>(1, 5)(g);
@@ -182,10 +187,10 @@ random_batch make_batch(std::mt19937& g, int layout) {
   b.koff.push_back(0);
   std::int64_t need = 1;
   for (std::int64_t r = 0; r < s.R; ++r) {
-    const int n = std::uniform_int_distribution<int>(1, 24)(g);
+    const int n = std::uniform_int_distribution<int>(1, long_lists ? 300 : 24)(g);
     const int c = std::uniform_int_distribution<int>(0, 20)(g);
     std::vector<specdec::position_id> k;
-    if (r % 3 == 2) {
+    if (long_lists || r % 3 == 2) {
       for (int i = 0; i < n; ++i)
         if (std::bernoulli_distribution(0.6)(g)) k.push_back(c + i);
     } else {
@@ -216,14 +221,56 @@ random_batch make_batch(std::mt19937& g, int layout) {
   return b;
 }
 
+// Executors for commit_kv: items in reverse order on the calling thread,
+// and items pulled by three std::threads from a shared counter. Both also
+// check that every item of [0, n) is handed out exactly once.
+struct item_log {
+  std::vector<std::atomic<int>> calls;
+  explicit item_log(std::int64_t n) : calls(static_cast<std::size_t>(n)) {}
+  bool each_once() const {
+    return std::all_of(calls.begin(), calls.end(), [](const std::atomic<int>& c) { return c.load() == 1; });
+  }
+};
+
+struct test_executor {
+  int threads = 0;  // 0: reverse order on the calling thread
+  std::int64_t last_n = -1;
+  bool each_once = true;
+
+  static void parallel_for(void* self, std::int64_t n, specdec::kv_commit_executor::body_fn body, void* ctx) {
+    auto& e = *static_cast<test_executor*>(self);
+    e.last_n = n;
+    item_log log(n);
+    auto one = [&](std::int64_t i) {
+      log.calls[static_cast<std::size_t>(i)].fetch_add(1);
+      body(ctx, i);
+    };
+    if (e.threads == 0) {
+      for (std::int64_t i = n - 1; i >= 0; --i) one(i);
+    } else {
+      std::atomic<std::int64_t> next{0};
+      std::vector<std::thread> pool;
+      for (int t = 0; t < e.threads; ++t)
+        pool.emplace_back([&] {
+          for (std::int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) one(i);
+        });
+      for (auto& t : pool) t.join();
+    }
+    e.each_once = e.each_once && log.each_once();
+  }
+  specdec::kv_commit_executor get() { return {&test_executor::parallel_for, this}; }
+};
+
+// executor: -1 none (the default serial path), else test_executor::threads.
 template <class T>
-void run_random_commits(std::uint32_t seeds) {
+void run_random_commits(std::uint32_t seeds, bool long_lists = false, int executor = -1) {
   for (std::uint32_t seed = 1; seed <= seeds; ++seed) {
     for (int layout = 0; layout < kNumLayouts; ++layout) {
-      INFO("seed " << seed << " layout " << kLayoutNames[layout] << " element bytes " << sizeof(T));
+      INFO("seed " << seed << " layout " << kLayoutNames[layout] << " element bytes " << sizeof(T) << " long lists "
+                   << long_lists << " executor " << executor);
       std::mt19937 g(seed * 131 + static_cast<std::uint32_t>(layout));
       std::mt19937_64 g64(seed);
-      auto b = make_batch(g, layout);
+      auto b = make_batch(g, layout, long_lists);
       const auto& s = b.shape;
       specdec::kv_position_map m = specdec::contiguous_positions(s.C);
       if (is_paged(layout)) {
@@ -236,9 +283,16 @@ void run_random_commits(std::uint32_t seeds) {
       make_layout<T>(layout, s, cache.data(), ts);
       fill_random(cache, g64);
       const auto expect = reference_commit(cache, cache.data(), ts, m, b.clen, b.koff, b.keep);
-      const auto st = specdec::commit_kv<T>(ts, m, b.clen, b.koff, b.keep);
+      test_executor ex{executor < 0 ? 0 : executor};
+      const auto st = executor < 0 ? specdec::commit_kv<T>(ts, m, b.clen, b.koff, b.keep)
+                                   : specdec::commit_kv<T>(ts, m, b.clen, b.koff, b.keep, ex.get());
       REQUIRE(st.ok());
       CHECK(std::memcmp(cache.data(), expect.data(), cache.size() * sizeof(T)) == 0);
+      if (executor >= 0) {
+        const auto items = static_cast<std::int64_t>(ts.size() * b.clen.size());
+        CHECK(ex.last_n == (items > 1 ? items : -1));  // a single item runs inline
+        CHECK(ex.each_once);
+      }
     }
   }
 }
@@ -394,6 +448,52 @@ TEMPLATE_TEST_CASE("commit_kv in place equals an out-of-place gather", "", std::
   run_random_commits<TestType>(sizeof(TestType) <= 4 ? 40 : 10);
 }
 
+TEMPLATE_TEST_CASE("commit_kv with hundreds of runs per request equals an out-of-place gather", "", std::uint16_t,
+                   std::uint64_t) {
+  run_random_commits<TestType>(8, true);
+}
+
+TEST_CASE("commit_kv through a caller's executor equals the gather, whatever the schedule") {
+  SECTION("items in reverse order on the calling thread") {
+    run_random_commits<std::uint16_t>(10, false, 0);
+    run_random_commits<std::uint32_t>(4, true, 0);
+  }
+  SECTION("items on three std::threads") {
+    run_random_commits<std::uint16_t>(10, false, 3);
+    run_random_commits<std::uint8_t>(4, true, 3);
+  }
+}
+
+TEST_CASE("commit_kv: long overlapping shifts across pages, rows prefetched ahead") {
+  // One long run shifted by one slot (each destination is the previous
+  // entry's source) and one shifted by 8, 40 positions each, in every
+  // layout, contiguous and paged (pages of 16 split the runs).
+  for (int layout = 0; layout < kNumLayouts; ++layout) {
+    INFO("layout " << kLayoutNames[layout]);
+    cache_shape s{2, 2, 3, 5, 48};
+    random_batch b;
+    b.clen = {3, 0};
+    b.koff = {0, 40, 80};
+    for (int i = 0; i < 40; ++i) b.keep.push_back(4 + i);
+    for (int i = 0; i < 40; ++i) b.keep.push_back(8 + i);  // shift by 8: overlapping, non-adjacent
+    specdec::kv_position_map m = specdec::contiguous_positions(s.C);
+    if (is_paged(layout)) {
+      s.P = 16;
+      s.pages = 7;
+      b.block_table = {5, 0, 3, 6, 1, 2};
+      m = specdec::paged_positions(b.block_table.data(), 3, s.P, s.pages);
+    }
+    std::vector<kv_tensor<std::uint16_t>> ts;
+    const std::int64_t n = make_layout<std::uint16_t>(layout, s, nullptr, ts);
+    std::vector<std::uint16_t> cache(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < cache.size(); ++i) cache[i] = static_cast<std::uint16_t>(i * 40503u);
+    make_layout<std::uint16_t>(layout, s, cache.data(), ts);
+    const auto expect = reference_commit(cache, cache.data(), ts, m, b.clen, b.koff, b.keep);
+    REQUIRE(specdec::commit_kv<std::uint16_t>(ts, m, b.clen, b.koff, b.keep).ok());
+    CHECK(cache == expect);
+  }
+}
+
 TEST_CASE("commit_kv: overlapping run shifted by one slot") {
   // Keep positions 5..12 of a row with cache_len 4: every destination is the
   // previous entry's source (one memmove of an overlapping block).
@@ -435,7 +535,17 @@ TEST_CASE("commit_kv: bad inputs return a status and leave every cache byte unch
   std::vector<std::int32_t> koff{0, 3, 5, 8};
   std::vector<specdec::position_id> keep{3, 6, 9, 5, 7, 4, 8, 15};
   auto map = specdec::paged_positions(table.data(), per, P, pages, used.data());
-  auto run = [&]() { return specdec::commit_kv<std::uint16_t>(std::span(&t, 1), map, clen, koff, keep); };
+  test_executor ex;  // must never be called on bad input
+  auto run = [&]() {
+    const auto s = specdec::commit_kv<std::uint16_t>(std::span(&t, 1), map, clen, koff, keep);
+    const auto s2 = specdec::commit_kv<std::uint16_t>(std::span(&t, 1), map, clen, koff, keep, ex.get());
+    if (!s.ok()) {
+      CHECK(s2 == s.code());
+      CHECK(s2.index() == s.index());
+      CHECK(ex.last_n == -1);
+    }
+    return s;
+  };
   auto unchanged = [&]() { return std::memcmp(pool.data(), orig.data(), pool.size() * 2) == 0; };
 
   SECTION("valid input commits") {
@@ -592,6 +702,15 @@ TEST_CASE("commit_kv deduces the element type from a std::vector or array of kv_
       CHECK(a[static_cast<std::size_t>(layer * 16 + 2 * 2 + d)] == layer * 16 + 3 * 2 + d);
       CHECK(a[static_cast<std::size_t>(layer * 16 + 3 * 2 + d)] == layer * 16 + 5 * 2 + d);
     }
+  // The deduced batched form takes an executor too (one tensor, one request:
+  // a single item runs inline, so the executor is not called).
+  test_executor ex;
+  std::vector<std::uint16_t> c(a.size());
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = static_cast<std::uint16_t>(i);
+  const std::array<specdec::kv_tensor<std::uint16_t>, 1> one = {specdec::make_kv_tensor_lhsd(c.data(), 1, 2, 1, 8, 2)};
+  REQUIRE(specdec::commit_kv(one, specdec::contiguous_positions(8), len, off, keep, ex.get()).ok());
+  CHECK(c == a);
+  CHECK(ex.last_n == -1);
   // Errors still come through the deduced form.
   const specdec::position_id bad[] = {5, 3};
   CHECK(specdec::commit_kv(vec, specdec::contiguous_positions(8), 2, bad) == specdec::status_code::not_sorted);

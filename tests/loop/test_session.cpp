@@ -3,15 +3,20 @@
 // equals plain greedy decoding, determinism, stop tokens, statistics, errors.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <random>
 #include <span>
 #include <vector>
 
 #include "loop/loop_models.hpp"
 #include "specdec/draft/beam_tree.hpp"
 #include "specdec/draft/sampled_tree.hpp"
+#include "specdec/draft/stream_tree.hpp"
+#include "specdec/draft/token_info.hpp"
 #include "specdec/draft/topk_tree.hpp"
 #include "specdec/loop/concepts.hpp"
 #include "specdec/loop/session.hpp"
@@ -68,6 +73,70 @@ static_assert(tree_builder<sampled_tree_builder, looptest::level_drafter>);
 static_assert(!tree_builder<sampled_tree_builder, level_topk_only>);  // sampling needs full rows
 static_assert(!tree_builder<builder_without_bound, looptest::drafter>);
 static_assert(!tree_builder<topk_tree_builder, int>);
+
+// Stream trees and token-info trees draft from sources, not drafters.
+namespace {
+// Stream g = the drafter table's row after the root and the table's greedy
+// continuation of g tokens (any rows would do: the children are deterministic).
+struct table_stream_source {
+  table m;
+  std::int32_t gamma = 2;
+  std::vector<float> rows{};
+  std::vector<token_id> path{};
+  status stream_rows(const draft_round& r, view2d<const float>& out) {
+    rows.resize(static_cast<std::size_t>(gamma * m.V));
+    path.assign(1, r.root_token);
+    for (std::int32_t g = 0; g < gamma; ++g) {
+      float* row = rows.data() + static_cast<std::size_t>(g * m.V);
+      m.row(r.history, path, row);
+      path.push_back(static_cast<token_id>(std::max_element(row, row + m.V) - row));
+    }
+    out = make_view<const float>(rows.data(), gamma, m.V);
+    return status::success();
+  }
+};
+// Token-info logits: l_d = log of the table's row after the root's greedy
+// continuation of d - 1 tokens; a dense table of small token biases.
+struct table_token_info_source {
+  table m;
+  std::int32_t n_rows = 2;
+  std::vector<float> logits{}, bias{};
+  std::vector<std::int32_t> slot{};
+  std::vector<token_id> path{};
+  status token_info_rows(const draft_round& r, view2d<const float>& l, token_info_table& info) {
+    const auto V = static_cast<std::size_t>(m.V);
+    if (bias.empty()) {
+      bias.resize(V * V);
+      for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = 0.1f * static_cast<float>((i * 7919) % 11) - 0.5f;
+      slot.resize(V);
+      for (std::size_t t = 0; t < V; ++t) slot[t] = static_cast<std::int32_t>(t);
+    }
+    logits.resize(static_cast<std::size_t>(n_rows) * V);
+    path.assign(1, r.root_token);
+    for (std::int32_t d = 0; d < n_rows; ++d) {
+      float* row = logits.data() + static_cast<std::size_t>(d) * V;
+      m.row(r.history, path, row);
+      path.push_back(static_cast<token_id>(std::max_element(row, row + m.V) - row));
+      for (std::size_t t = 0; t < V; ++t) row[t] = row[t] > 0.0f ? std::log(row[t]) : -INFINITY;
+    }
+    l = make_view<const float>(logits.data(), n_rows, m.V);
+    info = token_info_table{make_view<const float>(bias.data(), m.V, m.V), slot, {}};
+    return status::success();
+  }
+};
+}  // namespace
+static_assert(stream_source<table_stream_source> && stream_source<stream_rows_source<>>);
+static_assert(!stream_source<looptest::drafter> && !stream_source<token_info_rows_source>);
+static_assert(token_info_source<table_token_info_source> && token_info_source<token_info_rows_source>);
+static_assert(!token_info_source<looptest::drafter> && !token_info_source<stream_rows_source<>>);
+static_assert(tree_builder<stream_tree_builder, table_stream_source>);
+static_assert(tree_builder<stream_tree_builder, stream_rows_source<>>);
+static_assert(!tree_builder<stream_tree_builder, looptest::drafter>);
+static_assert(!tree_builder<stream_tree_builder, token_info_rows_source>);
+static_assert(tree_builder<token_info_builder, table_token_info_source>);
+static_assert(tree_builder<token_info_builder, token_info_rows_source>);
+static_assert(!tree_builder<token_info_builder, looptest::level_drafter>);
+static_assert(!tree_builder<token_info_builder, stream_rows_source<>>);
 
 namespace {
 
@@ -324,6 +393,105 @@ TEST_CASE("same seed, same output; another seed, another output; level drafter e
   CHECK(s.last_round().mode == verify_mode::sampled_iid);
 }
 
+TEST_CASE("caller-supplied round uniforms: Philox copies reproduce a seeded run; mt19937_64 keeps the law") {
+  constexpr int V = 3;
+  const std::vector<token_id> prompt = {1, 2};
+  looptest::target tgt{{.V = V, .seed = 11}};
+  looptest::drafter d{{.V = V, .seed = 5}};
+  // Draws per node: i.i.d. needs the widest level, Gumbel-top-k one per
+  // token; verification one per child plus draw 0.
+  constexpr std::int32_t draft_draws = V, verify_draws = 3;
+  const auto fill = [](std::vector<double>& buf, std::int32_t nodes, std::int32_t draws, auto&& u) {
+    buf.resize(static_cast<std::size_t>(nodes) * static_cast<std::size_t>(draws));
+    for (std::int32_t n = 0; n < nodes; ++n)
+      for (std::int32_t k = 0; k < draws; ++k)
+        buf[static_cast<std::size_t>(n) * draws + static_cast<std::size_t>(k)] = u(n, k);
+  };
+  std::vector<double> du, vu;
+
+  SECTION("the session's own Philox draws, copied, give the seeded output") {
+    for (auto m : {draft_mode::iid, draft_mode::without_replacement}) {
+      const sampled_tree_builder b({.mode = m, .widths = {2, 2}, .vocab_size = V});
+      for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+        session_options o = options(V, seed, 12);
+        speculative_session ref(b, o), own(b, o);
+        REQUIRE(ref.start(prompt).ok());
+        REQUIRE(own.start(prompt).ok());
+        for (std::uint32_t r = 0; !ref.done(); ++r) {
+          REQUIRE(ref.round(d, tgt).ok());
+          const rng_stream key{seed, o.request, r};
+          const rng_stream dk = for_purpose(key, rng_purpose::draft);
+          const std::int32_t bound = b.node_bound();
+          fill(du, bound, draft_draws, [&](std::int32_t n, std::int32_t k) {
+            return dk.uniform_double(static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(k));
+          });
+          fill(vu, bound, verify_draws, [&](std::int32_t n, std::int32_t k) {
+            return philox_uniforms{key}(static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(k));
+          });
+          const round_uniforms ru{{du.data(), bound, draft_draws}, {vu.data(), bound, verify_draws}};
+          REQUIRE(own.round(d, tgt, ru).ok());
+        }
+        REQUIRE(std::vector<token_id>(ref.tokens().begin(), ref.tokens().end()) ==
+                std::vector<token_id>(own.tokens().begin(), own.tokens().end()));
+      }
+    }
+  }
+  SECTION("uniforms from std::mt19937_64 keep the target's law; squared verify uniforms must not") {
+    constexpr int trials = 100000, L = 2;
+    const sampled_tree_builder b({.mode = draft_mode::iid, .widths = {2, 2}, .vocab_size = V});
+    const std::int32_t bound = b.node_bound();
+    const auto law_with = [&](bool biased) {
+      std::mt19937_64 gen(20261122);
+      std::uniform_real_distribution<double> unif(0.0, 1.0);
+      speculative_session s(b, options(V, 0, L));
+      std::vector<std::int64_t> counts(V * V, 0);
+      for (int t = 0; t < trials; ++t) {
+        REQUIRE(s.start(prompt).ok());
+        while (!s.done()) {
+          fill(du, bound, draft_draws, [&](std::int32_t, std::int32_t) { return unif(gen); });
+          fill(vu, bound, verify_draws, [&](std::int32_t, std::int32_t) {
+            const double x = unif(gen);
+            return biased ? x * x : x;
+          });
+          const status st = s.round(d, tgt, {{du.data(), bound, draft_draws}, {vu.data(), bound, verify_draws}});
+          if (!st.ok()) FAIL(st.message());
+        }
+        const auto g = s.generated_tokens();
+        ++counts[static_cast<std::size_t>(g[0] * V + g[1])];
+      }
+      return vtest::chi_square(counts, continuation_law(tgt.m, prompt, L), 0);
+    };
+    const auto f = law_with(false);
+    report("iid {2,2}, mt19937_64 round uniforms", f);
+    CHECK_FALSE(f.impossible);
+    CHECK(f.p_value > 1e-4);
+    const auto neg = law_with(true);
+    report("NEGATIVE iid {2,2}, squared verify uniforms", neg);
+    CHECK(neg.p_value < 1e-6);
+  }
+  SECTION("a uniform of exactly 0 and the largest double below 1 are accepted; 1 and short buffers are refused") {
+    const sampled_tree_builder b({.mode = draft_mode::iid, .widths = {2, 2}, .vocab_size = V});
+    const std::int32_t bound = b.node_bound();
+    speculative_session s(b, options(V, 0, 64));
+    for (const double edge : {0.0, std::nextafter(1.0, 0.0)}) {
+      fill(du, bound, draft_draws, [&](std::int32_t, std::int32_t) { return edge; });
+      fill(vu, bound, verify_draws, [&](std::int32_t, std::int32_t) { return edge; });
+      REQUIRE(s.start(prompt).ok());
+      CHECK(s.round(d, tgt, {{du.data(), bound, draft_draws}, {vu.data(), bound, verify_draws}}).ok());
+      CHECK(!s.generated_tokens().empty());
+    }
+    fill(vu, bound, verify_draws, [](std::int32_t, std::int32_t) { return 1.0; });
+    REQUIRE(s.start(prompt).ok());
+    CHECK(s.round(d, tgt, {{du.data(), bound, draft_draws}, {vu.data(), bound, verify_draws}}) ==
+          status_code::invalid_argument);
+    CHECK(s.generated_tokens().empty());
+    fill(vu, bound, verify_draws, [](std::int32_t, std::int32_t) { return 0.5; });
+    CHECK(s.round(d, tgt, {{du.data(), 1, draft_draws}, {vu.data(), bound, verify_draws}}) ==
+          status_code::invalid_argument);  // draft buffer covers the root only
+    CHECK(s.generated_tokens().empty());
+  }
+}
+
 TEST_CASE("stop tokens, max tokens, token callback, KV commit requests") {
   const table tm{.V = 6, .seed = 21};
   struct recording_target : looptest::target {
@@ -416,6 +584,13 @@ TEST_CASE("session errors") {
   CHECK(m == verify_mode::sampled_iid);
   o.rule = verify_mode::naive_matching;
   CHECK(choose_verify_mode(t, o, m).ok());
+  o.rule = verify_mode::traversal;  // lossless for i.i.d. drafts too
+  CHECK(choose_verify_mode(t, o, m).ok());
+  CHECK(m == verify_mode::traversal);
+  o.rule = verify_mode::block;  // a chain
+  CHECK(choose_verify_mode(t, o, m).ok());
+  o.rule = verify_mode::sampled_without_replacement;  // not how the children were drafted
+  CHECK(choose_verify_mode(t, o, m) == status_code::invalid_argument);
   o.rule = verify_mode::greedy;
   CHECK(choose_verify_mode(t, o, m) == status_code::invalid_argument);
   o.rule = verify_mode::typical_lossy;
@@ -423,7 +598,89 @@ TEST_CASE("session errors") {
   CHECK(choose_verify_mode(t, o, m).ok());
   o.lossy = lossy_opt_in::none;
   CHECK(choose_verify_mode(t, o, m) == status_code::invalid_argument);
+  t.add(0, 3, 0.5f, -0.7f, draft_mode::iid);  // no longer a chain
+  o.rule = verify_mode::block;
+  CHECK(choose_verify_mode(t, o, m) == status_code::invalid_argument);
   t.add(1, 2, 0.5f, -1.4f, draft_mode::deterministic);  // mixed modes
   o.rule.reset();
   CHECK(choose_verify_mode(t, o, m) == status_code::invalid_argument);
+}
+
+TEST_CASE("stream and token-info builders on the tree_builder signature: same trees, and sessions run them") {
+  SECTION("the source overloads build the trees of the row overloads") {
+    table_stream_source ss{{.V = 12, .seed = 4}, 3};
+    table_token_info_source ts{{.V = 12, .seed = 5}, 3};
+    const std::vector<token_id> hist = {1, 2};
+    draft_round r;
+    r.root_token = 7;
+    r.history = hist;
+    // A transition model that prunes some edges, next to the rows.
+    const auto tr = [](node_id u, token_id a, token_id b) { return ((u + a + b) % 3 == 0) ? 0.1f : 0.9f; };
+    struct with_transition : table_stream_source {
+      decltype(tr) transition;
+    } st{ss, tr};
+    stream_tree_builder sb({.k = 2, .threshold = 0.5f, .max_depth = 3});
+    drafted_tree a, b;
+    REQUIRE(sb.build(st, r, a).ok());
+    view2d<const float> rows{};
+    REQUIRE(ss.stream_rows(r, rows).ok());
+    REQUIRE(sb.build(rows, r.root_token, b, tr).ok());
+    CHECK(a.tree.tokens().size() == b.tree.tokens().size());
+    CHECK(std::ranges::equal(a.tree.tokens(), b.tree.tokens()));
+    CHECK(std::ranges::equal(a.tree.parents(), b.tree.parents()));
+    CHECK(a.size() < 1 + 2 + 4 + 8);  // the transition model pruned something
+    CHECK(a.size() <= sb.node_bound());
+    CHECK(sb.node_bound() == 15);
+    token_info_builder tb({.k = 3, .budget = 0, .max_rows = 3});
+    REQUIRE(tb.build(ts, r, a).ok());
+    view2d<const float> l{};
+    token_info_table info{};
+    REQUIRE(ts.token_info_rows(r, l, info).ok());
+    REQUIRE(tb.build(l, info, r.root_token, b).ok());
+    CHECK(std::ranges::equal(a.tree.tokens(), b.tree.tokens()));
+    CHECK(std::ranges::equal(a.tree.parents(), b.tree.parents()));
+    CHECK(a.size() <= tb.node_bound());
+    CHECK(tb.node_bound() == 1 + 3 + 2 * 9);
+    CHECK(token_info_builder({.k = 3, .budget = 9}).node_bound() == 9);
+    CHECK(token_info_builder({.k = 3}).node_bound() == 0);
+    ts.n_rows = 4;  // more rows than max_rows
+    CHECK(tb.build(ts, r, a) == status_code::invalid_argument);
+  }
+  SECTION("greedy sessions equal plain greedy decoding") {
+    const table tm{.V = 50, .seed = 3, .zero_frac = 0.0};
+    const std::vector<token_id> prompt = {4, 8, 15};
+    const auto ref = looptest::greedy_decode(tm, prompt, 120);
+    session_options o = options(50, 1, 120);
+    o.sampling.temperature = 0.0f;
+    looptest::target t1{tm}, t2{tm};
+    table_stream_source ss{{.V = 50, .seed = 3, .zero_frac = 0.0}, 3};
+    speculative_session s1(stream_tree_builder({.k = 2, .max_depth = 3}), o);
+    const auto out1 = s1.generate(ss, t1, prompt);
+    CHECK(std::ranges::equal(out1, ref));
+    CHECK(s1.stats().accepted > 0);  // the streams follow the target here
+    table_token_info_source ts{{.V = 50, .seed = 3, .zero_frac = 0.0}, 3};
+    speculative_session s2(token_info_builder({.k = 2, .budget = 12, .max_rows = 3}), o);
+    const auto out2 = s2.generate(ts, t2, prompt);
+    CHECK(std::ranges::equal(out2, ref));
+    CHECK(s2.stats().accepted > 0);
+    // A builder without a node bound is refused, not overrun.
+    looptest::target t3{tm};
+    speculative_session s3(token_info_builder({.k = 2}), o);
+    REQUIRE(s3.start(prompt).ok());
+    CHECK(s3.round(ts, t3) == status_code::invalid_argument);
+  }
+  SECTION("temperature 1: whole-continuation law (deterministic rule)") {
+    constexpr int trials = 200000;
+    const std::uint64_t seed = 20261123;
+    table_stream_source ss{{.V = 3, .seed = 5}, 2};
+    const auto f = loop_law(stream_tree_builder({.k = 2, .max_depth = 2}), ss, options(3, 0, 64), 1, 3, trials, seed);
+    report("stream tree k=2 depth 2", f);
+    CHECK_FALSE(f.impossible);
+    CHECK(f.p_value > 1e-4);
+    table_token_info_source ts{{.V = 3, .seed = 5}, 2};
+    const auto g = loop_law(token_info_builder({.k = 2, .max_rows = 2}), ts, options(3, 0, 64), 1, 3, trials, seed + 1);
+    report("token-info tree k=2, 2 rows", g);
+    CHECK_FALSE(g.impossible);
+    CHECK(g.p_value > 1e-4);
+  }
 }

@@ -18,6 +18,7 @@
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
 #include "specdec/tree/token_tree.hpp"
+#include "specdec/verify/policy.hpp"
 
 namespace specdec {
 
@@ -78,6 +79,18 @@ struct draft_round {
   //! draft distribution q_u of every expanded node u (the rows the sampled
   //! verifiers read). Empty: not written. Must hold node_bound() rows.
   view2d<float> q_rows{};
+  //! Optional: the caller's drafting uniforms, used instead of the keyed
+  //! Philox stream when `uniforms.u` is set (same layout as verification's,
+  //! verify/policy.hpp): u[node * draws_per_node + draw] in [0, 1), `node`
+  //! the tree node whose children are drawn. i.i.d. children: draw j is the
+  //! inverse-CDF uniform of child j (draws_per_node >= the largest width).
+  //! Without replacement (Gumbel-top-k): draw t is token t's uniform U_t,
+  //! key log q(t) - log(-log(1 - U_t)) (draws_per_node >= V). A value
+  //! outside [0, 1) or past the buffer is invalid_argument with the node as
+  //! index. With Philox the draws are for_purpose(rng, rng_purpose::draft)
+  //! .uniform_double(node, draw), so copying those values here gives the
+  //! same tree.
+  caller_uniforms uniforms{nullptr, 0, 0};
 };
 
 //! A drafter that returns the full draft distribution q_node as a row of

@@ -39,10 +39,10 @@ struct sampled_tree_options {
 };
 
 //! Builds sampled trees from a probability drafter (per node or per level).
-//! - iid: child j of node u is the inverse-CDF sample of q_u with uniform
-//!   r.uniform(u, j), r = for_purpose(round.rng, rng_purpose::draft); repeated
-//!   tokens among siblings are kept (merging them would change the
-//!   distribution the MSS verifier assumes).
+//! - iid: child j of node u is the inverse-CDF sample of q_u with the
+//!   53-bit uniform r.uniform_double(u, j), r = for_purpose(round.rng,
+//!   rng_purpose::draft); repeated tokens among siblings are kept (merging
+//!   them would change the distribution the MSS verifier assumes).
 //! - without_replacement: Gumbel-top-k. Token t gets key log q_u(t) + G_t,
 //!   G_t = -log(-log(1 - U_t)), U_t = r.uniform_double(u, t); the w largest keys
 //!   (ties: lower id) are the children, in descending key order, which is
@@ -56,7 +56,8 @@ class sampled_tree_builder : public owning_build<sampled_tree_builder> {
   //! A builder with these options.
   explicit sampled_tree_builder(sampled_tree_options o = {}) : opt_(std::move(o)) {}
 
-  //! Builds into `out`. The random stream is round.rng (see draft_round);
+  //! Builds into `out`. The random stream is round.rng, or the caller's
+  //! round.uniforms when set (layout in draft_round::uniforms);
   //! when round.q_rows is not empty, row u receives the normalized q_u of
   //! every expanded node u: exactly the draft rows the sampled verifiers read
   //! (row u = the distribution that produced u's children); leaf rows are
@@ -81,7 +82,7 @@ class sampled_tree_builder : public owning_build<sampled_tree_builder> {
     if (q_rows.data != nullptr && (q_rows.extent[0] < static_cast<std::int64_t>(full) ||
                                    (opt_.vocab_size > 0 && q_rows.extent[1] != opt_.vocab_size)))
       return make_status(status_code::size_mismatch, "q_rows must hold one V-row per node of the full tree");
-    const rng_stream r = for_purpose(round.rng, rng_purpose::draft);
+    const detail::draft_uniforms uni{for_purpose(round.rng, rng_purpose::draft), round.uniforms};
     tok_.resize(static_cast<std::size_t>(wmax));
     val_.resize(static_cast<std::size_t>(wmax));
     key_.resize(static_cast<std::size_t>(wmax));
@@ -109,8 +110,8 @@ class sampled_tree_builder : public owning_build<sampled_tree_builder> {
               return make_status(status_code::size_mismatch, "q_rows width differs from the drafter row", u);
             for (std::int64_t t = 0; t < rv.extent[0]; ++t) q_rows(u, t) = static_cast<float>(rv(t) / total);
           }
-          const std::int32_t n =
-              detail::draw_children(opt_.mode, rv, total, r, u, w, tok_.data(), val_.data(), key_.data());
+          std::int32_t n = 0;
+          SPECDEC_TRY(detail::draw_children(opt_.mode, rv, total, uni, u, w, tok_.data(), val_.data(), key_.data(), n));
           const float base = out.tree.score(u);
           for (std::int32_t j = 0; j < n; ++j)
             out.add(u, tok_[static_cast<std::size_t>(j)], val_[static_cast<std::size_t>(j)],

@@ -43,7 +43,8 @@ struct static_tree_options {
 //! without replacement over fewer positive-probability tokens) drops the
 //! shape below the missing children. Node ids of the result are in level
 //! order. Randomness: for_purpose(round.rng, rng_purpose::draft), keyed by
-//! the drafted node id (as sampled_tree_builder). Scratch kept between builds.
+//! the drafted node id (as sampled_tree_builder), or the caller's
+//! round.uniforms (layout in draft_round::uniforms). Scratch kept between builds.
 class static_tree_builder : public owning_build<static_tree_builder> {
  public:
   //! Builds with options `o` (checked by build()).
@@ -51,7 +52,8 @@ class static_tree_builder : public owning_build<static_tree_builder> {
 
   //! Errors: invalid_argument (bad shape, mode leaf, a sampled mode with a
   //! drafter that gives only top-k candidates), drafter errors, size_mismatch
-  //! (q_rows too small). `round.q_rows`, when set, receives the normalized q
+  //! (q_rows too small), invalid_argument for a caller uniform outside
+  //! [0, 1). `round.q_rows`, when set, receives the normalized q
   //! row of every expanded node whose drafter gave rows.
   template <any_drafter D>
   status build(D& d, const draft_round& round, drafted_tree& out) {
@@ -62,7 +64,7 @@ class static_tree_builder : public owning_build<static_tree_builder> {
     if (round.q_rows.data != nullptr &&
         (round.q_rows.extent[0] < n || (opt_.vocab_size > 0 && round.q_rows.extent[1] != opt_.vocab_size)))
       return make_status(status_code::size_mismatch, "q_rows must hold one V-row per shape node");
-    const rng_stream r = for_purpose(round.rng, rng_purpose::draft);
+    const detail::draft_uniforms uni{for_purpose(round.rng, rng_purpose::draft), round.uniforms};
     out.reset(round.root_token);
     out.reserve(static_cast<std::size_t>(n));
     frontier_.assign(1, 0);  // shape node of each drafted frontier node (drafted ids begin..end)
@@ -108,8 +110,9 @@ class static_tree_builder : public owning_build<static_tree_builder> {
             const node_id s = shape_of_[i];
             const std::int32_t k =
                 first_child_[static_cast<std::size_t>(s) + 1] - first_child_[static_cast<std::size_t>(s)];
-            const std::int32_t got =
-                detail::draw_children(opt_.mode, rv, total, r, u, k, tok_.data(), val_.data(), key_.data());
+            std::int32_t got = 0;
+            SPECDEC_TRY(
+                detail::draw_children(opt_.mode, rv, total, uni, u, k, tok_.data(), val_.data(), key_.data(), got));
             add_children(out, u, s, got);
           }
         } else {

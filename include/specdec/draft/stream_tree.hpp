@@ -9,7 +9,10 @@
 //! (so pruned subtrees are never created), and `prune_by_transition` for a
 //! tree already flattened, given one transition probability per node (the
 //! early-exit logits of the pass that verifies it). Children are
-//! deterministic: verify with the one-hot q rule.
+//! deterministic: verify with the one-hot q rule. The builder also has the
+//! `tree_builder` signature (loop/concepts.hpp), drafting from a
+//! `stream_source` (the round's stream rows, e.g. the stream heads of the
+//! previous target pass), so a speculative_session can run it.
 #pragma once
 
 #include <cmath>
@@ -41,11 +44,38 @@ struct keep_all_transitions {
   constexpr float operator()(node_id, token_id, token_id) const noexcept { return 1.0f; }
 };
 
+//! What a stream tree drafts from in a round: `stream_rows(round, rows)`
+//! sets `rows` to gamma x V stream probabilities (row g = the distribution
+//! of the (g+1)-th future token after round.root_token; unit column stride,
+//! valid until the next call) and returns a status. A source may also have
+//! a member `transition(parent, parent_token, child_token)` (a
+//! transition_model); without one every edge is kept.
+template <class S>
+concept stream_source = requires(S& s, const draft_round& r, view2d<const float>& rows) {
+  { s.stream_rows(r, rows) } -> std::same_as<status>;
+};
+
+//! The simplest stream_source: rows the caller refreshes before each round
+//! (e.g. written by its target's stream heads), and a transition model.
+template <transition_model Transition = keep_all_transitions>
+struct stream_rows_source {
+  view2d<const float> streams{};  //!< gamma x V stream probabilities of the coming round
+  Transition transition{};        //!< edge pruning model (keep_all_transitions: none)
+  //! Sets rows to `streams`.
+  status stream_rows(const draft_round&, view2d<const float>& rows) const noexcept {
+    rows = streams;
+    return status::success();
+  }
+};
+
 //! Options of `stream_tree_builder`.
 struct stream_tree_options {
   std::int32_t k = 2;             //!< tokens taken from each stream (>= 1)
   float threshold = 0.0f;         //!< keep an edge when transition prob >= threshold (in [0, 1])
   std::int32_t max_nodes = 4096;  //!< refuse (invalid_argument) when the tree would exceed this
+  //! > 0: use at most this many stream rows (tree depth); also bounds
+  //! node_bound() by 1 + k + ... + k^max_depth. 0: every row given.
+  std::int32_t max_depth = 0;
 };
 
 //! Builds SS trees level by level (BFS ids). Level g holds, under each
@@ -69,7 +99,10 @@ class stream_tree_builder {
     if (opt_.k < 1) return make_status(status_code::invalid_argument, "k must be >= 1");
     if (!(opt_.threshold >= 0.0f && opt_.threshold <= 1.0f))
       return make_status(status_code::invalid_argument, "threshold must be in [0, 1]");
-    const std::int64_t gamma = streams.extent[0], V = streams.extent[1];
+    if (opt_.max_depth < 0) return make_status(status_code::invalid_argument, "max_depth must be >= 0");
+    const std::int64_t V = streams.extent[1];
+    const std::int64_t gamma =
+        opt_.max_depth > 0 && streams.extent[0] > opt_.max_depth ? opt_.max_depth : streams.extent[0];
     if (gamma > 0 && (V <= 0 || streams.data == nullptr))
       return make_status(status_code::empty_input, "stream rows are empty");
     if (gamma > 0 && streams.stride[1] != 1)
@@ -105,6 +138,30 @@ class stream_tree_builder {
       end = out.size();
     }
     return status::success();
+  }
+
+  //! The tree_builder signature: the rows (and the transition model, when
+  //! the source has one) of `src.stream_rows(round)`, rooted at
+  //! round.root_token. The rng and q_rows of `round` are not used (the
+  //! children are deterministic). Errors: the source's, then as above.
+  template <stream_source S>
+  status build(S& src, const draft_round& round, drafted_tree& out) {
+    view2d<const float> rows{};
+    SPECDEC_TRY(src.stream_rows(round, rows));
+    if constexpr (requires { src.transition(node_id{}, token_id{}, token_id{}); })
+      return build(rows, round.root_token, out, src.transition);
+    else
+      return build(rows, round.root_token, out);
+  }
+
+  //! Largest tree the options allow: max_nodes, or 1 + k + ... + k^max_depth
+  //! when that is smaller (set max_depth for a session: it sizes its
+  //! per-node buffers with this).
+  [[nodiscard]] std::int32_t node_bound() const noexcept {
+    if (opt_.max_depth <= 0 || opt_.k < 1) return opt_.max_nodes;
+    double n = 1.0, level = 1.0;
+    for (std::int32_t g = 0; g < opt_.max_depth && n < opt_.max_nodes; ++g) n += (level *= opt_.k);
+    return n < opt_.max_nodes ? static_cast<std::int32_t>(n) : opt_.max_nodes;
   }
 
   //! The options it was built with.

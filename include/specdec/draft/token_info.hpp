@@ -21,7 +21,9 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <numeric>
 #include <span>
@@ -94,10 +96,36 @@ inline status select_hot_tokens(std::span<const std::uint64_t> counts, std::int3
   return status::success();
 }
 
+//! What a token-info tree drafts from in a round:
+//! `token_info_rows(round, logits, info)` sets `logits` to the drafter's N x
+//! V logit rows l_1..l_N for the tree rooted at round.root_token (unit
+//! column stride, valid until the next call) and `info` to the token-info
+//! table, and returns a status.
+template <class S>
+concept token_info_source = requires(S& s, const draft_round& r, view2d<const float>& logits, token_info_table& info) {
+  { s.token_info_rows(r, logits, info) } -> std::same_as<status>;
+};
+
+//! The simplest token_info_source: rows the caller refreshes before each
+//! round (its drafter's one pass) and the table.
+struct token_info_rows_source {
+  view2d<const float> logits{};  //!< N x V drafter logit rows of the coming round
+  token_info_table info{};       //!< the (sparse) token-info table
+  //! Sets logits and info to the members.
+  status token_info_rows(const draft_round&, view2d<const float>& l, token_info_table& t) const noexcept {
+    l = logits;
+    t = info;
+    return status::success();
+  }
+};
+
 //! Options of `token_info_builder`.
 struct token_info_options {
   std::int32_t k = 4;       //!< branch number: top-k per node and frontier size (>= 1)
   std::int32_t budget = 0;  //!< verification budget B (root included); 0 keeps the whole tree
+  //! > 0: the most logit rows a round may bring (bounds node_bound()
+  //! without a budget); 0: no bound (then node_bound() is the budget).
+  std::int32_t max_rows = 0;
 };
 
 //! Token-info sampling (Algorithm 1) and re-sampling (Algorithm 2). At
@@ -115,6 +143,32 @@ class token_info_builder {
   //! +inf in l + r), zero_mass (a row that is all -inf).
   status build(view2d<const float> logits, const token_info_table& info, token_id root_token, drafted_tree& out) {
     return grow(logits, 0, info, root_token, out);
+  }
+
+  //! The tree_builder signature: grows from the logits and table of
+  //! `src.token_info_rows(round)`, rooted at round.root_token, then prunes
+  //! to the budget. The rng and q_rows of `round` are not used (the children
+  //! are deterministic). Errors: the source's, invalid_argument (more rows
+  //! than max_rows), then as above.
+  template <token_info_source S>
+  status build(S& src, const draft_round& round, drafted_tree& out) {
+    view2d<const float> logits{};
+    token_info_table info{};
+    SPECDEC_TRY(src.token_info_rows(round, logits, info));
+    if (opt_.max_rows > 0 && logits.extent[0] > opt_.max_rows)
+      return make_status(status_code::invalid_argument, "the source gave more logit rows than max_rows");
+    return grow(logits, 0, info, round.root_token, out);
+  }
+
+  //! Largest tree the options allow: the budget when set, else the grown
+  //! tree of max_rows rows (1 + k + (max_rows - 1) k^2), else 0 (no bound
+  //! known: a session refuses the builder's first tree).
+  [[nodiscard]] std::int32_t node_bound() const noexcept {
+    if (opt_.budget > 0) return opt_.budget;
+    if (opt_.max_rows <= 0 || opt_.k < 1) return 0;
+    const double k = opt_.k;
+    const double n = 1.0 + k + (opt_.max_rows - 1.0) * k * k;
+    return n < static_cast<double>(INT32_MAX) ? static_cast<std::int32_t>(n) : INT32_MAX;
   }
 
   //! Re-sampling after a rejection: `verified_token` is the target's token at

@@ -117,7 +117,8 @@ class batched_session {
   }
 
   //! One round over every active request: per-request drafting, one
-  //! forward_batch, logits to probabilities per request, verify_batch,
+  //! forward_batch, verification per request (target rows converted to
+  //! probabilities as the walk reads them),
   //! keep_indices_batch, commit_batch (when the target has it), append.
   //! A failing request fails the round before anything is committed.
   template <class Source, batch_target_model Target>
@@ -219,7 +220,9 @@ class batched_session {
     ++last_.target_calls;
     last_.time.forward = detail::seconds_since(t0);
 
-    // 4. Probabilities with each request's sampling parameters, then verify_batch.
+    // 4. Verify each request; a target row is converted to probabilities
+    //    (with its request's sampling parameters) when the walk first reads
+    //    it, greedy requests read the logits.
     t0 = clock::now();
     row_params_.resize(static_cast<std::size_t>(total));
     std::size_t filter_bytes = 0;
@@ -230,11 +233,14 @@ class batched_session {
     }
     filter_ws_.resize(filter_bytes);
     float* probs = probs_.get(static_cast<std::size_t>(total) * static_cast<std::size_t>(V));
-    const view2d<float> pv = make_view(probs, std::int64_t{total}, V);
-    SPECDEC_TRY(logits_to_probs<float>(lv.as_const(), pv, row_params_, filter_ws_));
-    last_.time.probs = detail::seconds_since(t0);
-    t0 = clock::now();
-    params_.resize(B);
+    ready_.assign(static_cast<std::size_t>(total), 0);
+    detail::lazy_prob_state lz{lv.as_const(), probs, ready_.data(), row_params_, filter_ws_};
+    const detail::lazy_prob_ops lazy(lz);
+    const auto L = static_cast<std::size_t>(depth_max) + 1;
+    paths_.resize(B * L);
+    emitted_.resize(B * L);
+    results_.resize(B);
+    verify_ws_.resize(verify_batch_workspace_size(V, offsets_));
     for (std::size_t b = 0; b < B; ++b) {
       const auto r = static_cast<std::size_t>(active_[b]);
       verify_params vp;
@@ -244,22 +250,27 @@ class batched_session {
       vp.round = seq_[r].rounds;
       vp.typical_epsilon = opt_[r].typical_epsilon;
       vp.typical_delta = opt_[r].typical_delta;
-      params_[b] = vp;
+      const std::int64_t o = offsets_[b], n = offsets_[b + 1] - offsets_[b];
+      const tree_view t{tokens_.data() + o, parents_.data() + o, nullptr, nullptr, static_cast<std::int32_t>(n)};
+      const view2d<const float> qv =
+          uses_draft_probs(vp.mode) ? make_view<const float>(q + o * V, n, V) : view2d<const float>{};
+      const philox_uniforms uni{rng_stream{vp.seed, vp.request, vp.round}};
+      const std::span<node_id> path(paths_.data() + b * L, L);
+      const std::span<token_id> toks(emitted_.data() + b * L, L);
+      status vs = status::success();
+      if (vp.mode == verify_mode::greedy) {
+        vs = detail::verify_tree_with(t, make_view<const float>(logits + o * V, n, V), qv, vp, uni, verify_ws_, path,
+                                      toks, results_[b]);
+      } else {
+        vs = detail::verify_tree_with(t, make_view<const float>(probs + o * V, n, V), qv, vp, uni, verify_ws_, path,
+                                      toks, results_[b], lazy);
+        SPECDEC_TRY(indexed(lz.error, r));  // a row that failed to convert, before what the walk made of it
+      }
+      SPECDEC_TRY(indexed(vs, r));
     }
-    const auto L = static_cast<std::size_t>(depth_max) + 1;
-    paths_.resize(B * L);
-    emitted_.resize(B * L);
-    results_.resize(B);
-    verify_ws_.resize(verify_batch_workspace_size(V, offsets_));
-    const verify_batch_input in{offsets_, nodes, pv.as_const(), make_view<const float>(q, std::int64_t{total}, V),
-                                params_};
-    const verify_batch_output out{
-        make_view(paths_.data(), static_cast<std::int64_t>(B), static_cast<std::int64_t>(L)),
-        make_view(emitted_.data(), static_cast<std::int64_t>(B), static_cast<std::int64_t>(L)),
-        results_,
-        {}};
-    SPECDEC_TRY(verify_batch(in, verify_ws_, out));
-    last_.time.verify = detail::seconds_since(t0);
+    last_.probs_rows = lz.converted;
+    last_.time.probs = lz.seconds;
+    last_.time.verify = detail::seconds_since(t0) - last_.time.probs;
 
     // 5. Truncate (stop tokens, max_tokens), keep indices for all, one commit.
     t0 = clock::now();
@@ -350,9 +361,9 @@ class batched_session {
   std::vector<std::uint64_t> mask_;
   detail::grow_buffer<float> logits_, probs_, q_;
   std::vector<sampling_params> row_params_;
-  std::vector<verify_params> params_;
   std::vector<verify_result> results_;
   std::vector<std::byte> filter_ws_, verify_ws_;
+  std::vector<std::uint8_t> ready_;
   round_stats last_{};
 };
 

@@ -24,6 +24,7 @@
 #include "specdec/draft/level_drafter.hpp"
 #include "specdec/draft/verify_mode.hpp"
 #include "specdec/loop/concepts.hpp"
+#include "specdec/loop/detail/lazy_probs.hpp"
 #include "specdec/tree/mask.hpp"
 #include "specdec/tree/positions.hpp"
 #include "specdec/verify/distribution.hpp"
@@ -56,8 +57,9 @@ struct session_options {
   //! Generation stops after emitting any of these (the stop token is kept).
   std::vector<token_id> stop_tokens{};
   //! Empty: the exact rule for the drafted tree (greedy at temperature 0,
-  //! else matching_verify_mode). Set: must be exact for the tree (or
-  //! naive_matching, exact for any tree), unless `lossy` opts in.
+  //! else matching_verify_mode). Set: must be exact for the tree at
+  //! temperature > 0 (check_verify_mode: e.g. traversal or block for
+  //! i.i.d. drafts, naive_matching for any tree), unless `lossy` opts in.
   std::optional<verify_mode> rule{};
   //! Which non-exact rule, if any, `rule` may name (lossy_opt_in).
   lossy_opt_in lossy = lossy_opt_in::none;
@@ -80,7 +82,10 @@ inline status choose_verify_mode(const drafted_tree& tree, const session_options
   }
   const verify_mode r = *o.rule;
   if (!is_valid_mode(r)) return make_status(status_code::invalid_argument, "unknown verify_mode");
-  const bool exact_for_tree = r == exact || (r == verify_mode::naive_matching && !o.sampling.is_greedy());
+  // Sampling: any rule check_verify_mode finds exact for how the tree was
+  // drafted (e.g. traversal or block next to sampled_iid for i.i.d. drafts).
+  const bool exact_for_tree = r == exact || (!o.sampling.is_greedy() && r != verify_mode::greedy &&
+                                             r != verify_mode::typical_lossy && check_verify_mode(tree, r).ok());
   if (r == verify_mode::typical_lossy) {
     if (o.lossy != lossy_opt_in::typical_acceptance && o.lossy != lossy_opt_in::mismatched_rule)
       return make_status(status_code::invalid_argument,
@@ -94,6 +99,20 @@ inline status choose_verify_mode(const drafted_tree& tree, const session_options
   return status::success();
 }
 
+//! Uniforms an engine supplies for one round instead of the session's keyed
+//! Philox streams (each half optional: an unset `u` keeps Philox for that
+//! half). `draft` is handed to the builder as draft_round::uniforms (its
+//! layout is documented there); `verify` feeds the verification walk,
+//! u[node * draws_per_node + draw] as in verify/policy.hpp's
+//! caller_uniforms, node ids those of the drafted tree. Both must cover the
+//! builder's node_bound() nodes (a node or draw past the buffer is
+//! invalid_argument from the builder or the walk). Copying the session's own
+//! Philox draws into the buffers reproduces a seeded round exactly.
+struct round_uniforms {
+  caller_uniforms draft{nullptr, 0, 0};   //!< drafting uniforms (draft_round::uniforms)
+  caller_uniforms verify{nullptr, 0, 0};  //!< verification uniforms (verify/policy.hpp)
+};
+
 //! Seconds spent in each stage (one round, or summed over rounds). The
 //! session's own overhead is `overhead()`: everything but the caller's
 //! drafter, target forward and KV commit.
@@ -102,8 +121,8 @@ struct stage_times {
   double drafter = 0;  //!< inside the caller's drafter
   double flatten = 0;  //!< positions and ancestor mask
   double forward = 0;  //!< inside the caller's target forward
-  double probs = 0;    //!< logits to probabilities (sampling params)
-  double verify = 0;   //!< verification walk
+  double probs = 0;    //!< logits to probabilities (sampling params), rows the walk reads only
+  double verify = 0;   //!< verification walk, conversions excluded
   double commit = 0;   //!< keep indices, history, caller's KV commit included
   double kv = 0;       //!< inside the caller's KV commit
 
@@ -132,6 +151,7 @@ struct round_stats {
   std::int32_t drafter_calls = 0;          //!< level-drafter calls (one per grown depth)
   std::int32_t drafted_nodes = 0;          //!< frontier nodes the drafter answered for
   std::int32_t target_calls = 0;           //!< target forward passes (1)
+  std::int32_t probs_rows = 0;             //!< target rows converted to probabilities (those the walk read)
   verify_mode mode = verify_mode::greedy;  //!< verification rule the round used
   stage_times time{};                      //!< per-stage seconds of the round
 };
@@ -139,7 +159,7 @@ struct round_stats {
 //! Statistics summed over the rounds since start().
 struct session_stats {
   std::int64_t rounds = 0, tokens = 0, tree_nodes = 0, accepted = 0;
-  std::int64_t drafter_calls = 0, drafted_nodes = 0, target_calls = 0;
+  std::int64_t drafter_calls = 0, drafted_nodes = 0, target_calls = 0, probs_rows = 0;
   //! Entry d - 1: rounds whose tree had a node at depth d / rounds that
   //! accepted a node at depth d. Their ratio is the acceptance rate at depth
   //! d given that the tree reached it.
@@ -160,6 +180,8 @@ struct session_stats {
   //! Frontier nodes the drafter answered for (summed).
   //! \var target_calls
   //! Target forward passes (summed).
+  //! \var probs_rows
+  //! Target rows converted to probabilities (summed).
   //! \var depth_accepted
   //! Entry d - 1: rounds that accepted a node at depth d (see depth_drafted).
 };
@@ -238,7 +260,9 @@ concept countable = any_drafter<Source> && tree_builder<Builder, counting_drafte
 //!
 //! Each round: build the tree (key {seed, request, round}); choose the rule
 //! (choose_verify_mode); positions and packed mask; one target forward;
-//! logits to probabilities (skipped for greedy); verify_tree; truncate at a
+//! verify_tree, where each target row is converted from logits to
+//! probabilities when the walk first reads it (so only the rows of visited
+//! nodes are converted or checked; greedy reads the logits); truncate at a
 //! stop token or max_tokens; keep indices; the target's commit() when it is
 //! a kv_committing_target; append the tokens. Output law: the target's
 //! (under `sampling`) for exact rules; token-identical to greedy decoding at
@@ -279,7 +303,7 @@ class speculative_session {
     prompt_len_ = prompt.size();
     stopped_ = false;
     stats_.rounds = stats_.tokens = stats_.tree_nodes = stats_.accepted = 0;
-    stats_.drafter_calls = stats_.drafted_nodes = stats_.target_calls = 0;
+    stats_.drafter_calls = stats_.drafted_nodes = stats_.target_calls = stats_.probs_rows = 0;
     std::fill(stats_.depth_drafted.begin(), stats_.depth_drafted.end(), 0);
     std::fill(stats_.depth_accepted.begin(), stats_.depth_accepted.end(), 0);
     stats_.time = {};
@@ -296,6 +320,13 @@ class speculative_session {
   //! cache are unchanged unless the error came from the target's commit().
   template <class Source, target_model Target>
   status round(Source& source, Target& target) {
+    return round(source, target, round_uniforms{});
+  }
+
+  //! One round drafted and verified with the caller's uniforms (see
+  //! round_uniforms) instead of the keyed Philox streams.
+  template <class Source, target_model Target>
+  status round(Source& source, Target& target, const round_uniforms& uniforms) {
     using clock = std::chrono::steady_clock;
     if (history_.empty()) return make_status(status_code::invalid_argument, "start() the session first");
     if (done()) return status::success();
@@ -312,6 +343,7 @@ class speculative_session {
     draft_round dr;
     dr.root_token = history_.back();
     dr.rng = rng_stream{opt_.seed, opt_.request, round_key};
+    dr.uniforms = uniforms.draft;
     dr.history = before_root;
     dr.q_rows = make_view(q, static_cast<std::int64_t>(bound), V);
     // Sentinel: a builder that writes q rows overwrites row 0 whenever the
@@ -351,17 +383,8 @@ class speculative_session {
     ++st.target_calls;
     st.time.forward = detail::seconds_since(t0);
 
-    // 4. Probabilities (greedy reads the logits) and verification.
-    t0 = clock::now();
-    view2d<const float> p = lv.as_const();
-    if (st.mode != verify_mode::greedy) {
-      float* probs = probs_.get(bound * static_cast<std::size_t>(V));
-      const view2d<float> pv = make_view(probs, std::int64_t{n}, V);
-      filter_ws_.resize(logits_to_probs_workspace_size(V, opt_.sampling));
-      SPECDEC_TRY(logits_to_probs<float>(p, pv, std::span<const sampling_params>(&opt_.sampling, 1), filter_ws_));
-      p = pv.as_const();
-    }
-    st.time.probs = detail::seconds_since(t0);
+    // 4. Verification; the walk converts a target row to probabilities
+    //    when it first reads it (greedy reads the logits).
     t0 = clock::now();
     verify_params vp;
     vp.mode = st.mode;
@@ -376,8 +399,29 @@ class speculative_session {
     path_.resize(static_cast<std::size_t>(depth) + 1);
     emitted_.resize(static_cast<std::size_t>(depth) + 1);
     verify_result res;
-    SPECDEC_TRY(verify_tree(tree_.tree.view(), p, qv, vp, verify_ws_, path_, emitted_, res));
-    st.time.verify = detail::seconds_since(t0);
+    const auto verify_with = [&](const auto& uni) -> status {
+      if (st.mode == verify_mode::greedy)
+        return detail::verify_tree_with(tree_.tree.view(), lv.as_const(), qv, vp, uni, verify_ws_, path_, emitted_,
+                                        res);
+      float* probs = probs_.get(bound * static_cast<std::size_t>(V));
+      filter_ws_.resize(logits_to_probs_workspace_size(V, opt_.sampling));
+      ready_.assign(static_cast<std::size_t>(n), 0);
+      detail::lazy_prob_state lz{lv.as_const(), probs, ready_.data(),
+                                 std::span<const sampling_params>(&opt_.sampling, 1), filter_ws_};
+      const status vs =
+          detail::verify_tree_with(tree_.tree.view(), make_view<const float>(probs, std::int64_t{n}, V), qv, vp, uni,
+                                   verify_ws_, path_, emitted_, res, detail::lazy_prob_ops(lz));
+      SPECDEC_TRY(lz.error);  // a row that failed to convert, before what the walk made of it
+      st.probs_rows = lz.converted;
+      st.time.probs = lz.seconds;
+      return vs;
+    };
+    if (uniforms.verify.u != nullptr) {
+      SPECDEC_TRY(verify_with(uniforms.verify));
+    } else {
+      SPECDEC_TRY(verify_with(philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}));
+    }
+    st.time.verify = detail::seconds_since(t0) - st.time.probs;
 
     // 5. Commit: the emitted tokens up to a stop token and max_tokens; the
     //    cache keeps the root and the accepted nodes before the last kept token.
@@ -463,6 +507,7 @@ class speculative_session {
     stats_.drafter_calls += st.drafter_calls;
     stats_.drafted_nodes += st.drafted_nodes;
     stats_.target_calls += st.target_calls;
+    stats_.probs_rows += st.probs_rows;
     if (stats_.depth_drafted.size() < static_cast<std::size_t>(st.tree_depth)) {
       stats_.depth_drafted.resize(static_cast<std::size_t>(st.tree_depth), 0);
       stats_.depth_accepted.resize(static_cast<std::size_t>(st.tree_depth), 0);
@@ -483,6 +528,7 @@ class speculative_session {
   std::vector<std::uint64_t> mask_;
   detail::grow_buffer<float> logits_, probs_, q_;
   std::vector<std::byte> filter_ws_, verify_ws_;
+  std::vector<std::uint8_t> ready_;
   std::vector<node_id> path_;
   std::vector<token_id> emitted_;
   std::vector<position_id> keep_;

@@ -69,10 +69,13 @@ inline walk_rows rows_of(const view2d<const float>& p, const view2d<const float>
   return walk_rows{p.data, p.stride[0], p.stride[1], q.data, q.stride[0], q.stride[1], p.extent[1]};
 }
 
-template <class Uni>
+//! verify_tree over any host row policy (the loop layer passes one that
+//! converts logits rows to probabilities when the walk first reads them).
+template <class Uni, class Ops = host_row_ops>
 status verify_tree_with(const tree_view& tree, const view2d<const float>& p, const view2d<const float>& q,
                         const verify_params& vp, const Uni& uni, std::span<std::byte> workspace,
-                        std::span<node_id> path, std::span<token_id> tokens, verify_result& result) noexcept {
+                        std::span<node_id> path, std::span<token_id> tokens, verify_result& result,
+                        const Ops& ops = Ops{}) noexcept {
   const std::int64_t N = tree.size;
   SPECDEC_TRY(check_rows(p, q, N, N > 1 ? N : 0, vp));
   const std::int64_t V = p.extent[1];
@@ -83,7 +86,6 @@ status verify_tree_with(const tree_view& tree, const view2d<const float>& p, con
   SPECDEC_TRY(check_verify_request(tree.parent, tree.token, tree.size, V, vp, q.data != nullptr,
                                    static_cast<std::int64_t>(cap), s.depth));
   if (tree.depth != nullptr) SPECDEC_TRY(validate_tree(tree));
-  const host_row_ops ops{};
   walk_out o{s.path, tree.size, 0, 0, -1};
   SPECDEC_TRY(verify_walk(parent_topology{tree.token, tree.parent, tree.size}, ops, uni, vp, rows_of(p, q), s, o));
   for (std::int32_t k = 0; k <= o.accepted; ++k) {

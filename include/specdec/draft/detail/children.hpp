@@ -7,46 +7,74 @@
 #include <cstdint>
 
 #include "specdec/core/philox.hpp"
+#include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
 #include "specdec/draft/detail/topk.hpp"
 #include "specdec/draft/drafter.hpp"
 #include "specdec/sample/row.hpp"
+#include "specdec/verify/policy.hpp"
 
 namespace specdec::detail {
 
+//! The uniforms of a build: the caller's buffer when `caller.u` is set,
+//! else the 53-bit draws of the builder's Philox stream (draft_round::uniforms).
+struct draft_uniforms {
+  rng_stream r;            // for_purpose(round.rng, rng_purpose::draft)
+  caller_uniforms caller;  // round.uniforms
+  //! Uniform `draw` of `node`; a caller's value outside [0, 1) (or past its
+  //! buffer: -1) is returned as is for take() to refuse.
+  double operator()(std::uint32_t node, std::uint32_t draw) const noexcept {
+    return caller.u != nullptr ? caller(node, draw) : r.uniform_double(node, draw);
+  }
+  //! The uniform, or invalid_argument with the node as index.
+  status take(node_id u, std::int64_t draw, double& out) const noexcept {
+    out = (*this)(static_cast<std::uint32_t>(u), static_cast<std::uint32_t>(draw));
+    if (!(out >= 0.0 && out < 1.0))
+      return make_status(status_code::invalid_argument, "draft uniform outside [0, 1) or past draws_per_node", u);
+    return status::success();
+  }
+};
+
 //! Draws up to w children of node u from `row` (validated, mass `total`)
 //! into tok/val (w entries; val = normalized probability); `key` is w
-//! doubles of scratch. Returns how many were drawn.
-//! - iid: child j = inverse-CDF sample with r.uniform(u, j) (w children,
-//!   repeats kept);
-//! - without_replacement: Gumbel-top-w with U_t = r.uniform_double(u, t),
-//!   key log q(t) - log(-log(1 - U_t)), descending key (ties: lower id);
+//! doubles of scratch; `n` receives how many were drawn.
+//! - iid: child j = inverse-CDF sample (sample_row) with uniform (u, j)
+//!   (w children, repeats kept);
+//! - without_replacement: Gumbel-top-w with U_t = uniform (u, t), key
+//!   log q(t) - log(-log(1 - U_t)) (U_t = 0 gives +inf: ranked first, ties
+//!   lower id), descending key (ties: lower id);
 //! - deterministic: the w most probable tokens (ties: lower id).
-//! Tokens of probability 0 are never drawn (fewer children then).
-inline std::int32_t draw_children(draft_mode mode, view1d<const float> row, double total, const rng_stream& r,
-                                  node_id u, std::int32_t w, token_id* tok, float* val, double* key) noexcept {
+//! Tokens of probability 0 are never drawn (fewer children then). Errors:
+//! invalid_argument for a caller's uniform outside [0, 1).
+inline status draw_children(draft_mode mode, view1d<const float> row, double total, const draft_uniforms& uni,
+                            node_id u, std::int32_t w, token_id* tok, float* val, double* key,
+                            std::int32_t& n) noexcept {
   const std::int64_t V = row.extent[0];
-  std::int32_t n = 0;
+  n = 0;
   if (mode == draft_mode::iid) {
     for (std::int32_t j = 0; j < w; ++j) {
-      tok[j] = sample_row(row, r.uniform(static_cast<std::uint32_t>(u), static_cast<std::uint32_t>(j)), total);
+      double x = 0.0;
+      SPECDEC_TRY(uni.take(u, j, x));
+      tok[j] = sample_row(row, x, total);
       val[j] = static_cast<float>(row(tok[j]) / total);
     }
-    return w;
+    n = w;
+    return status::success();
   }
   for (std::int64_t t = 0; t < V; ++t) {
     const float q = row(t);
     if (!(q > 0.0f)) continue;
     double k = q;
     if (mode == draft_mode::without_replacement) {
-      const double uu = r.uniform_double(static_cast<std::uint32_t>(u), static_cast<std::uint32_t>(t));
+      double uu = 0.0;
+      SPECDEC_TRY(uni.take(u, t, uu));
       const double e = -std::log1p(-uu);  // Exp(1); 0 only when uu == 0
       k = std::log(static_cast<double>(q)) - std::log(e);
     }
     topk_offer(k, static_cast<token_id>(t), tok, key, n, w);
   }
   for (std::int32_t j = 0; j < n; ++j) val[j] = static_cast<float>(row(tok[j]) / total);
-  return n;
+  return status::success();
 }
 
 }  // namespace specdec::detail
