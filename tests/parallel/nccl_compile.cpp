@@ -5,7 +5,8 @@
 #include "specdec/parallel/sharded_verify.hpp"
 
 static_assert(specdec::collective<specdec::nccl_collective>);
-static_assert(specdec::verify_row_ops<specdec::detail::sharded_row_ops<specdec::nccl_collective>>);
+static_assert(specdec::verify_row_ops<specdec::detail::shard_row_ops<
+                  specdec::host_shard_executor<specdec::nccl_collective>, specdec::parent_topology>>);
 
 // Instantiates the sharded entry points on the adapter.
 specdec::status specdec_nccl_compile_check(specdec::nccl_collective& c, std::span<const std::int64_t> bounds,

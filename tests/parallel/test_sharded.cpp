@@ -41,7 +41,7 @@ struct float_sums : no_broadcast {
 static_assert(collective<self_collective> && collective<counting_collective<self_collective>>);
 static_assert(collective<thread_collective>);
 static_assert(!collective<no_broadcast> && !collective<float_sums> && !collective<int>);
-static_assert(verify_row_ops<detail::sharded_row_ops<thread_collective>>);
+static_assert(verify_row_ops<detail::shard_row_ops<host_shard_executor<thread_collective>, parent_topology>>);
 
 outcome run_default(const tree_case& c, const verify_params& vp) {
   std::vector<std::byte> ws(verify_workspace_size(c.V, c.N) + 8);
@@ -331,26 +331,31 @@ TEST_CASE("counting_collective counts calls and payload bytes", "[parallel]") {
 
 namespace {
 
-// A collective that broadcasts from the wrong rank: the comparison must
-// notice (negative control of the equality test).
-class wrong_root_collective {
+// A collective whose sums leave out the last rank's values (an off-by-one
+// over ranks): the comparison must notice (negative control of the
+// equality test; single entries and masses both travel in sums).
+class short_sum_collective {
  public:
-  explicit wrong_root_collective(thread_collective& c) : c_(&c) {}
+  explicit short_sum_collective(thread_collective& c) : c_(&c) {}
   int rank() const { return c_->rank(); }
   int size() const { return c_->size(); }
-  void all_reduce_sum(double* v, int n) { c_->all_reduce_sum(v, n); }
+  void all_reduce_sum(double* v, int n) {
+    if (rank() == size() - 1)
+      for (int i = 0; i < n; ++i) v[i] = 0.0;
+    c_->all_reduce_sum(v, n);
+  }
   void all_reduce_max(std::int64_t* v, int n) { c_->all_reduce_max(v, n); }
   void exclusive_prefix_sum(double* v, int n) { c_->exclusive_prefix_sum(v, n); }
-  void broadcast(double* v, int n, int root) { c_->broadcast(v, n, (root + 1) % size()); }
+  void broadcast(double* v, int n, int root) { c_->broadcast(v, n, root); }
 
  private:
   thread_collective* c_;
 };
-static_assert(collective<wrong_root_collective>);
+static_assert(collective<short_sum_collective>);
 
 }  // namespace
 
-TEST_CASE("negative control: a collective that broadcasts from the wrong rank is caught", "[parallel]") {
+TEST_CASE("negative control: a collective whose sums miss the last rank is caught", "[parallel]") {
   const std::int64_t V = 3001;
   const auto bounds = uneven_bounds(V, 3);
   int differ = 0, total = 0;
@@ -360,13 +365,13 @@ TEST_CASE("negative control: a collective that broadcasts from the wrong rank is
     vp.seed = seed;
     const outcome want = run_partitioned(c, bounds, vp);
     const auto got = run_ranks<outcome>(3, [&](thread_collective& tc) {
-      wrong_root_collective w(tc);
+      short_sum_collective w(tc);
       return run_sharded(w, c, bounds, vp);
     });
     ++total;
     differ += !(got[0] == want);
   }
-  std::printf("wrong broadcast root: %d of %d trees differ from the partitioned result\n", differ, total);
+  std::printf("sums missing the last rank: %d of %d trees differ from the partitioned result\n", differ, total);
   CHECK(differ > 0);
 }
 
@@ -434,4 +439,119 @@ TEST_CASE("a top-k tree drafted on split rows equals the tree drafted on full ro
     CHECK(g.parent == w.parent);
     CHECK(g.prob == w.prob);
   }
+}
+
+TEST_CASE("the executor entry point with separate pass and host workspaces equals partitioned", "[parallel]") {
+  // The layout the device executor uses (parallel/cuda_shard.cuh), run on
+  // host memory: the same pass objects, the walk on the host.
+  const std::int64_t V = 3001;
+  for (const int P : {1, 3, 4}) {
+    const auto bounds = uneven_bounds(V, P);
+    const auto c = make_tree_case(77 + static_cast<std::uint64_t>(P), V, 20);
+    for (const verify_mode m : all_modes) {
+      verify_params vp{};
+      vp.mode = m;
+      vp.seed = 5;
+      const outcome want = run_partitioned(c, bounds, vp);
+      INFO("P " << P << " mode " << verify_mode_name(m));
+      const auto got = run_ranks<outcome>(P, [&](thread_collective& tc) {
+        const int r = tc.rank();
+        const std::int64_t b0 = bounds[static_cast<std::size_t>(r)], b1 = bounds[static_cast<std::size_t>(r) + 1];
+        const auto ps = shard_of(c.p, c.V, c.N, b0, b1), qs = shard_of(c.q, c.V, c.N, b0, b1);
+        std::size_t eb = 0, hb = 0;
+        REQUIRE(sharded_verify_workspace_parts(bounds, r, P, c.N, eb, hb));
+        CHECK(eb + hb == sharded_verify_workspace_size(bounds, r, P, c.N));
+        std::vector<std::byte> ew(eb), hw(hb);
+        std::vector<node_id> path(static_cast<std::size_t>(c.N));
+        std::vector<token_id> tokens(static_cast<std::size_t>(c.N));
+        verify_result res{};
+        host_shard_executor<thread_collective> ex(tc);
+        const status s = verify_tree_sharded_on(ex, bounds, c.view(), matrix(ps, c.N, b1 - b0),
+                                                matrix(qs, c.N, b1 - b0), vp, ew, hw, path, tokens, res);
+        return record(s, res, path, tokens);
+      });
+      for (const auto& o : got) CHECK(o == want);
+    }
+  }
+}
+
+TEST_CASE("one collective per decision: single entries ride on the pass before them", "[parallel]") {
+  // deterministic mode: per internal node on the path one mass pass (its
+  // probe carries the children's entries: no collective per child), then
+  // the emission (mass of the residual and the two-step sample) or the
+  // leaf's sample (mass and the two-step sample); plus the argument check.
+  const std::int64_t V = 3001;
+  const auto bounds = uneven_bounds(V, 3);
+  int checked = 0;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    const auto c = make_tree_case(seed, V, 16);
+    verify_params vp{};
+    vp.mode = verify_mode::deterministic;
+    vp.seed = seed;
+    struct counted {
+      outcome o;
+      collective_traffic t;
+    };
+    const auto got = run_ranks<counted>(3, [&](thread_collective& tc) {
+      counting_collective<thread_collective> cc(tc);
+      const outcome o = run_sharded(cc, c, bounds, vp);
+      return counted{o, cc.traffic()};
+    });
+    const outcome& o = got[0].o;
+    REQUIRE(o.code == status_code::ok);
+    bool last_internal = false;
+    for (std::int32_t i = 1; i < c.N; ++i) last_internal |= c.parent[static_cast<std::size_t>(i)] == o.last;
+    const std::int64_t internal_on_path = o.accepted + (last_internal ? 1 : 0);
+    const std::int64_t want = 1 + internal_on_path + 3;
+    INFO("seed " << seed << " accepted " << o.accepted << " last internal " << last_internal);
+    // The emission may add one argmax when the residual's mass rounds to zero.
+    CHECK((got[0].t.calls == want || got[0].t.calls == want + 1));
+    for (const auto& g : got) CHECK(g.t.calls == got[0].t.calls);
+    ++checked;
+  }
+  CHECK(checked == 8);
+}
+
+TEST_CASE("sampled chains: one collective per accepted draft", "[parallel]") {
+  // Per accepted node one probe (its draft's p and q entries, and the
+  // masses the acceptance check needs); a rejected node adds its first
+  // residual; then the emission's two-step sample (the leaf's: mass and
+  // sample); plus the argument check.
+  const std::int64_t V = 2100;
+  const auto bounds = uneven_bounds(V, 3);
+  int all_accepted = 0, rejected = 0;
+  for (std::uint64_t cs = 1; cs <= 12; ++cs) {
+    const auto c = make_tree_case(cs, V, 6);
+    std::vector<token_id> drafts;
+    for (std::int32_t i = 1; i < c.N; ++i) drafts.push_back(c.token[static_cast<std::size_t>(i)]);
+    const auto gamma = static_cast<std::int64_t>(drafts.size());
+    verify_params vp{};
+    vp.mode = verify_mode::sampled_iid;
+    vp.seed = cs;
+    struct counted {
+      std::int32_t accepted = -1;
+      collective_traffic t;
+    };
+    const auto got = run_ranks<counted>(3, [&](thread_collective& tc) {
+      counting_collective<thread_collective> cc(tc);
+      const std::int64_t b0 = bounds[static_cast<std::size_t>(tc.rank())],
+                         b1 = bounds[static_cast<std::size_t>(tc.rank()) + 1];
+      const auto ps = shard_of(c.p, V, c.N, b0, b1), qs = shard_of(c.q, V, c.N, b0, b1);
+      std::vector<std::byte> w(sharded_verify_workspace_size(bounds, tc.rank(), 3, c.N) + 8);
+      std::vector<token_id> t(static_cast<std::size_t>(c.N));
+      verify_result r{};
+      const status s =
+          verify_chain_sharded(cc, bounds, drafts, matrix(ps, c.N, b1 - b0), matrix(qs, c.N, b1 - b0), vp, w, t, r);
+      return counted{s.ok() ? r.accepted : -1, cc.traffic()};
+    });
+    const std::int64_t a = got[0].accepted;
+    REQUIRE(a >= 0);
+    const std::int64_t want = a + 4 + (a < gamma ? 1 : 0);
+    INFO("chain " << cs << " accepted " << a << " of " << gamma);
+    CHECK((got[0].t.calls == want || got[0].t.calls == want + 1));  // + an argmax if the residual rounds to zero
+    for (const auto& g : got) CHECK(g.t.calls == got[0].t.calls);
+    (a == gamma ? all_accepted : rejected) += 1;
+  }
+  CHECK(rejected > 0);
+  std::printf("sampled chain collective counts: %d fully accepted, %d with a rejection\n", all_accepted, rejected);
 }

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
 
 namespace specdec {
@@ -131,7 +132,7 @@ inline double fold_rank_order(const double* v, int count, int stride = 1) noexce
 //! A (value, token) pair as one int64 whose order is the specdec ranking:
 //! larger value first, then lower token id (-0.0 ranks as +0.0). Maxima of
 //! keys are exact in any reduction order. Precondition: v is not NaN.
-inline std::int64_t rank_key(float v, std::int64_t token) noexcept {
+SPECDEC_HD std::int64_t rank_key(float v, std::int64_t token) noexcept {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(v == 0.0f ? 0.0f : v);
   const std::uint32_t ord = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;  // monotone in v
   const std::uint64_t key = (static_cast<std::uint64_t>(ord) << 32) | (0xFFFFFFFFu - static_cast<std::uint32_t>(token));
@@ -140,12 +141,12 @@ inline std::int64_t rank_key(float v, std::int64_t token) noexcept {
 //! The key no pair reaches ("none").
 inline constexpr std::int64_t no_key = std::numeric_limits<std::int64_t>::min();
 //! The value and token of a key made by rank_key.
-inline float key_value(std::int64_t key) noexcept {
+SPECDEC_HD float key_value(std::int64_t key) noexcept {
   const std::uint32_t ord =
       static_cast<std::uint32_t>((static_cast<std::uint64_t>(key) ^ (std::uint64_t{1} << 63)) >> 32);
   return std::bit_cast<float>((ord & 0x80000000u) != 0 ? ord & 0x7FFFFFFFu : ~ord);
 }
-inline std::int64_t key_token(std::int64_t key) noexcept {
+SPECDEC_HD std::int64_t key_token(std::int64_t key) noexcept {
   return 0xFFFFFFFFu - static_cast<std::uint32_t>(static_cast<std::uint64_t>(key) & 0xFFFFFFFFu);
 }
 

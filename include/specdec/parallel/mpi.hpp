@@ -20,13 +20,14 @@ namespace specdec {
 //! order of floating-point sums to the implementation; maxima use
 //! MPI_Allreduce(MPI_MAX) on int64 (exact), broadcasts MPI_Bcast.
 //! n is at most `max_scalars` per call (larger n aborts through MPI_Abort:
-//! the sharded primitives never pass more than 5 * size scalars).
+//! a sharded verification pass carries at most 5 scalars and 32 probed
+//! entries; see sharded_topk.hpp for the top-k merge).
 class mpi_collective {
  public:
   //! Most scalars one call may carry per rank (gather scratch on the stack).
-  static constexpr int max_scalars = 16;
+  static constexpr int max_scalars = 64;
   //! Most ranks the gather scratch holds.
-  static constexpr int max_ranks = 256;
+  static constexpr int max_ranks = 64;
 
   //! Borrows `comm` (must outlive this object).
   explicit mpi_collective(MPI_Comm comm) noexcept : comm_(comm) {

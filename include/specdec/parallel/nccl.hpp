@@ -4,12 +4,12 @@
 //! rest of specdec does not. The communicator, the stream and the device
 //! scratch are borrowed: specdec never creates communicators.
 //!
-//! Scope: the scalars of a sharded verification (parallel/sharded_verify.hpp)
-//! travel over NCCL, staged through a small device buffer; each call
-//! synchronizes the stream (the walk branches on the result). The row
-//! passes of the sharded policy are the host passes, so the rows must be in
-//! host-readable memory; a device-resident sharded row policy is not part
-//! of specdec yet.
+//! Scope: host-memory scalars over NCCL, staged through a small device
+//! buffer; each call synchronizes the stream (the walk branches on the
+//! result). With this collective the sharded policy runs its row passes on
+//! the host, so the rows must be host-readable; for rows in GPU memory use
+//! nccl_shard_executor (parallel/cuda_shard.cuh), which runs the passes on
+//! the device and uses this class only for the argument checks.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,9 +32,9 @@ namespace specdec {
 class nccl_collective {
  public:
   //! Most scalars per rank one sum or prefix carries.
-  static constexpr int max_scalars = 16;
+  static constexpr int max_scalars = 64;
   //! Most ranks the host-side gather holds.
-  static constexpr int max_ranks = 256;
+  static constexpr int max_ranks = 64;
 
   //! Device scratch bytes for `ranks` ranks and reductions of up to
   //! `max_n` scalars (the sharded top-k passes k * ranks).

@@ -6,10 +6,14 @@
 //! one of verify/detail/walk.hpp, run on every rank with a row-operations
 //! policy whose passes work on the local columns and exchange O(1) scalars
 //! per decision over the caller's collective (parallel/collective.hpp):
-//! partial masses, the drafted token's probability (sent by its owner),
+//! partial masses, the drafted tokens' probabilities (a probe riding on
+//! the pass before the walk reads them, see parallel/detail/shard_passes.hpp),
 //! the sampled token (the rank whose range holds the inverse-CDF target),
-//! argmax keys and status flags. Every mode of verify_mode is supported,
-//! block and traversal verification included.
+//! argmax keys and status flags; one collective per decision. Every mode of
+//! verify_mode is supported, block and traversal verification included.
+//! Where the passes run is a shard executor's business: host_shard_executor
+//! (host rows, any collective) here, nccl_shard_executor (rows in GPU
+//! memory) in parallel/cuda_shard.cuh.
 //!
 //! Exactness. Masses and inverse-CDF prefixes are summed in the
 //! partitioned order: the fixed tiled order of sample/order.hpp inside
@@ -44,6 +48,7 @@
 #include "specdec/core/view.hpp"
 #include "specdec/core/workspace.hpp"
 #include "specdec/parallel/collective.hpp"
+#include "specdec/parallel/detail/shard_passes.hpp"
 #include "specdec/sample/detail/host_rows.hpp"
 #include "specdec/sample/order.hpp"
 #include "specdec/tree/token_tree.hpp"
@@ -99,54 +104,232 @@ inline status own_ranges(std::span<const std::int64_t> bounds, int rank, int siz
   return status::success();
 }
 
-//! The row-operations policy of a vocabulary shard (verify_row_ops). Row
-//! references and R hold the participant's columns [base, base + width);
-//! token ids, the `V` arguments and sampled tokens are global. Every pass
-//! loops over the owned ranges with the host passes of row_ops.hpp, then
-//! combines the per-rank scalars in one or two collectives.
+}  // namespace detail
+
+//! The trivial shard executor: passes run on host memory with the host
+//! policy, their scalars are combined by a host collective. The
+//! device-resident executor is in parallel/cuda_shard.cuh. An executor has
+//! rank(), size(), coll() (a collective on host memory, for the argument
+//! checks), run(pass) (the pass writes up to `capacity` doubles and int64s
+//! into the executor's scalar buffers), sum / prefix (double scalars,
+//! combined in rank order into host memory) and max (int64 scalars), and
+//! stage_bounds (the partition where passes read it).
 template <collective C>
-struct sharded_row_ops {
-  C* coll;
-  const std::int64_t* bounds;
-  owned_ranges own;
+class host_shard_executor {
+ public:
+  //! Most scalars of each type one pass writes.
+  static constexpr int capacity = 64;
+  //! Runs the passes on this process's memory over `coll` (not owned).
+  explicit host_shard_executor(C& coll) noexcept : c_(&coll) {}
+  //! This rank.
+  [[nodiscard]] int rank() const { return c_->rank(); }
+  //! Number of ranks.
+  [[nodiscard]] int size() const { return c_->size(); }
+  //! The collective on host memory.
+  C& coll() noexcept { return *c_; }
+  //! The partition as passes read it (host memory: the caller's array).
+  const std::int64_t* stage_bounds(std::span<const std::int64_t> bounds, std::int64_t*) noexcept {
+    return bounds.data();
+  }
+  //! Runs one pass of shard_passes.hpp with the host policy.
+  template <class Pass>
+  void run(const Pass& f) {
+    f(detail::host_row_ops{}, d_, l_);
+  }
+  //! out[0..n) = the rank-order sums of the pass's first n doubles.
+  void sum(int n, double* out) {
+    for (int i = 0; i < n; ++i) out[i] = d_[i];
+    c_->all_reduce_sum(out, n);
+  }
+  //! out[0..n) = the rank-order sums over the lower ranks.
+  void prefix(int n, double* out) {
+    for (int i = 0; i < n; ++i) out[i] = d_[i];
+    c_->exclusive_prefix_sum(out, n);
+  }
+  //! out[0..n) = the maxima of the pass's first n int64s.
+  void max(int n, std::int64_t* out) {
+    for (int i = 0; i < n; ++i) out[i] = l_[i];
+    c_->all_reduce_max(out, n);
+  }
 
-  std::int64_t begin(std::int32_t k) const noexcept { return bounds[k]; }
-  std::int64_t len(std::int32_t k) const noexcept { return bounds[k + 1] - bounds[k]; }
-  row_ref sub(row_ref r, std::int32_t k) const noexcept { return row_ref{r.d + (begin(k) - own.base) * r.s, r.s}; }
-  float* sub(float* R, std::int32_t k) const noexcept { return R + (begin(k) - own.base); }
+ private:
+  C* c_;
+  double d_[capacity] = {};
+  std::int64_t l_[capacity] = {};
+};
 
-  //! Validity and mass; tile sums of every owned range into `tiles`.
-  bool mass(row_ref r, std::int64_t, double* tiles, double& m) const {
-    double v[2] = {0.0, 0.0};  // fold of the owned masses, bad flag
-    for (std::int32_t k = own.first; k < own.last; ++k) {
-      double mk = 0.0;
-      if (!row_tiles(sub(r, k), len(k), tiles, mk)) v[1] = 1.0;
-      v[0] += mk;
-      tiles += sum_tile_count(len(k));
+namespace detail {
+
+//! Cached entries of one row at one node's children's tokens (the probe of
+//! the pass that last touched it). Keys are walk-level (node, kind), the
+//! same on every rank, so every rank makes the same collectives.
+struct probe_slot {
+  node_id node = -1;
+  std::int32_t n = 0;
+  token_id tok[shard_batch] = {};
+  float v[shard_batch] = {};
+};
+
+//! The row-operations policy of a vocabulary shard (verify_row_ops), run
+//! by the host walk on every rank. The walk sees tag rows (walk_rows over
+//! `tags`: row u of p at tags + u, of q at tags + n + u) so every pass
+//! knows which node and row it is about from walk-level data alone;
+//! `data` holds the real shard rows where the executor reads them. R and
+//! tile arrays live where the executor runs passes; the walk's own arrays
+//! (path, queue, frames) on the host. Each pass is one executor pass plus
+//! one collective carrying its scalars and a probe of the entries the walk
+//! reads next (the children's tokens of its node), so single entries cost
+//! no collective of their own when the probe covered them.
+template <class Exec, class Topo>
+struct shard_row_ops {
+  Exec* ex;
+  shard_span sh;
+  const Topo* topo;
+  const float* tags;                //!< host tag rows (2 n floats, never read)
+  std::int32_t n;                   //!< nodes
+  walk_rows data;                   //!< the shard rows (executor memory)
+  float* R;                         //!< the residual (executor memory)
+  bool pair;                        //!< mode reads q: fetch p and q entries together
+  bool probes;                      //!< mode reads drafted tokens' entries (not greedy, naive matching)
+  double* walk_tp;                  //!< the walk's tile sums of p (executor memory)
+  double* walk_tq;                  //!< the walk's tile sums of q (executor memory)
+  mutable probe_slot slot[3] = {};  // p row, q row, residual
+  mutable node_id r_node = -1;      // the node the residual belongs to
+  // The masses and validity of one node's p and q, computed into tp and tq
+  // by the first probe of a mode reading q (its check_pq then costs nothing).
+  struct pair_masses {
+    node_id node = -1;
+    double mp = 0.0, mq = 0.0;
+    bool okp = true, okq = true;
+  };
+  mutable pair_masses pm{};
+
+  // Row identity: 0 p row, 1 q row, 2 the residual; node in `u`.
+  int kind(row_ref r, node_id& u) const noexcept {
+    if (r.d == R) {
+      u = r_node;
+      return 2;
     }
-    coll->all_reduce_sum(v, 2);
+    const auto i = static_cast<std::int32_t>(r.d - tags);
+    u = i < n ? i : i - n;
+    return i < n ? 0 : 1;
+  }
+  row_ref real(row_ref r) const noexcept {
+    node_id u = 0;
+    const int k = kind(r, u);
+    if (k == 2) return row_ref{R, 1};  // no conditional expression (see residual())
+    return k == 0 ? data.prow(u) : data.qrow(u);
+  }
+  // The distinct tokens of u's first children (at most shard_batch).
+  void children(node_id u, shard_probe& pr) const noexcept {
+    pr.n = 0;
+    if (u < 0) return;
+    for (node_id c = topo->first_child(u); c >= 0 && pr.n < shard_batch; c = topo->next_sibling(c)) {
+      const token_id x = topo->token_of(c);
+      bool seen = false;
+      for (std::int32_t j = 0; j < pr.n; ++j) seen |= pr.tok[j] == x;
+      if (!seen) pr.tok[pr.n++] = x;
+    }
+  }
+  // The probe riding on a pass over (tagged) row r: its entries at the
+  // children of its node, unless already cached.
+  shard_probe probe_of(row_ref r) const noexcept {
+    shard_probe pr{};
+    node_id u = 0;
+    const int k = kind(r, u);
+    if (!probes || slot[k].node == u) return pr;
+    children(u, pr);
+    pr.nrows = pr.n > 0 ? 1 : 0;
+    pr.rows[0] = real(r);
+    return pr;
+  }
+  // The residual's entries at its node's children (the sampled walk reads them next).
+  shard_probe residual_probe() const noexcept { return probe_of(row_ref{R, 1}); }
+  // A pass over row r that reads only p or q rows probes them; a mass of
+  // the residual (the deterministic emission) probes nothing.
+  shard_probe row_probe(row_ref r) const noexcept { return r.d == R ? shard_probe{} : probe_of(r); }
+  // Stores the combined probe values of a pass over rows tagged `ta`, `tb`.
+  void keep(const shard_probe& pr, const double* v, int ka, node_id u, int kb = -1) const noexcept {
+    const int kinds[2] = {ka, kb};
+    for (std::int32_t a = 0; a < pr.nrows; ++a) {
+      probe_slot& s = slot[kinds[a]];
+      s.node = u;
+      s.n = pr.n;
+      for (std::int32_t j = 0; j < pr.n; ++j) {
+        s.tok[j] = pr.tok[j];
+        s.v[j] = static_cast<float>(v[a * pr.n + j]);
+      }
+    }
+  }
+  void keep_row(row_ref r, const shard_probe& pr, const double* v) const noexcept {
+    node_id u = 0;
+    const int k = kind(r, u);
+    if (pr.nrows > 0) keep(pr, v, k, u);
+  }
+  void residual_changed(node_id u) const noexcept {
+    r_node = u;
+    slot[2] = probe_slot{};
+  }
+
+  bool mass(row_ref r, std::int64_t, double* tiles, double& m) const {
+    pm.node = -1;  // the tile arrays are rewritten
+    const pass_mass f{sh, row_probe(r), real(r), tiles};
+    ex->run(f);
+    double v[2 + 2 * shard_batch] = {};
+    ex->sum(2 + f.pr.size(), v);
+    keep_row(r, f.pr, v + 2);
     m = v[0];
     return v[1] == 0.0;
   }
 
-  void first_residual(row_ref p, row_ref q, float* R, std::int64_t, double* tp, double* tq, double* tr, double& mp,
-                      double& mq, double& mr, bool& okp, bool& okq) const {
-    double v[5] = {};  // p, q and R masses, bad p, bad q
-    for (std::int32_t k = own.first; k < own.last; ++k) {
-      double a = 0.0, b = 0.0, c = 0.0;
-      bool oa = true, ob = true;
-      host_row_ops{}.first_residual(sub(p, k), sub(q, k), sub(R, k), len(k), tp, tq, tr, a, b, c, oa, ob);
-      v[0] += a;
-      v[1] += b;
-      v[2] += c;
-      if (!oa) v[3] = 1.0;
-      if (!ob) v[4] = 1.0;
-      const std::int64_t nt = sum_tile_count(len(k));
-      tp += nt;
-      tq += nt;
-      tr += nt;
+  //! Masses and validity of a node's p and q rows in one pass (check_pq),
+  //! probing both rows at the node's children.
+  void mass_pair(row_ref p, row_ref q, std::int64_t, double* tp, double* tq, double& mp, double& mq, bool& okp,
+                 bool& okq) const {
+    node_id u = 0;
+    (void)kind(p, u);
+    if (pm.node == u && tp == walk_tp && tq == walk_tq) {  // computed by the node's first probe
+      mp = pm.mp;
+      mq = pm.mq;
+      okp = pm.okp;
+      okq = pm.okq;
+      return;
     }
-    coll->all_reduce_sum(v, 5);
+    shard_probe pr{};
+    if (probes) children(u, pr);
+    int kinds[2] = {0, 1};
+    pr.nrows = 0;
+    if (pr.n > 0 && slot[0].node != u) {
+      pr.rows[pr.nrows] = real(p);
+      kinds[pr.nrows++] = 0;
+    }
+    if (pr.n > 0 && slot[1].node != u) {
+      pr.rows[pr.nrows] = real(q);
+      kinds[pr.nrows++] = 1;
+    }
+    const pass_mass_pair f{sh, pr, real(p), real(q), tp, tq};
+    ex->run(f);
+    double v[4 + 2 * shard_batch] = {};
+    ex->sum(4 + f.pr.size(), v);
+    if (pr.nrows > 0) keep(pr, v + 4, kinds[0], u, kinds[1]);
+    mp = v[0];
+    okp = v[1] == 0.0;
+    mq = v[2];
+    okq = v[3] == 0.0;
+    pm = pair_masses{tp == walk_tp && tq == walk_tq ? u : -1, mp, mq, okp, okq};
+  }
+
+  void first_residual(row_ref p, row_ref q, float*, std::int64_t, double* tp, double* tq, double* tr, double& mp,
+                      double& mq, double& mr, bool& okp, bool& okq) const {
+    node_id u = 0;
+    (void)kind(p, u);
+    residual_changed(u);
+    pm.node = -1;
+    const pass_first_residual f{sh, residual_probe(), real(p), real(q), R, tp, tq, tr};
+    ex->run(f);
+    double v[5 + 2 * shard_batch] = {};
+    ex->sum(5 + f.pr.size(), v);
+    if (f.pr.nrows > 0) keep(f.pr, v + 5, 2, u);
     mp = v[0];
     mq = v[1];
     mr = v[2];
@@ -154,25 +337,27 @@ struct sharded_row_ops {
     okq = v[4] == 0.0;
   }
 
-  double update_residual(row_ref q, float* R, float s, std::int64_t, double* tr) const {
-    double m = 0.0;
-    for (std::int32_t k = own.first; k < own.last; ++k) {
-      m += host_row_ops{}.update_residual(sub(q, k), sub(R, k), s, len(k), tr);
-      tr += sum_tile_count(len(k));
-    }
-    coll->all_reduce_sum(&m, 1);
-    return m;
+  double residual(row_ref p, row_ref q, float s, bool scaled, double* tr) const {
+    node_id u = 0;
+    (void)kind(q, u);
+    residual_changed(u);
+    // p is read only when scaled (no conditional expression here: it crashes nvcc 13.0's cicc).
+    // The traversal walk reads no residual entries: no probe after a scaled residual.
+    shard_probe pr{};
+    if (!scaled) pr = residual_probe();
+    const pass_residual f{sh, pr, real(p), real(q), R, s, scaled, tr};
+    ex->run(f);
+    double v[1 + 2 * shard_batch] = {};
+    ex->sum(1 + f.pr.size(), v);
+    if (f.pr.nrows > 0) keep(f.pr, v + 1, 2, u);
+    return v[0];
   }
-
+  double update_residual(row_ref q, float*, float s, std::int64_t, double* tr) const {
+    return residual(q, q, s, false, tr);
+  }
   //! R = max(p - s q, 0) in one read of p and q (block/traversal modes).
-  double scaled_residual(row_ref p, row_ref q, float* R, float s, std::int64_t, double* tr) const {
-    double m = 0.0;
-    for (std::int32_t k = own.first; k < own.last; ++k) {
-      m += host_row_ops{}.scaled_residual(sub(p, k), sub(q, k), sub(R, k), s, len(k), tr);
-      tr += sum_tile_count(len(k));
-    }
-    coll->all_reduce_sum(&m, 1);
-    return m;
+  double scaled_residual(row_ref p, row_ref q, float*, float s, std::int64_t, double* tr) const {
+    return residual(p, q, s, true, tr);
   }
 
   //! Inverse-CDF sample: the token of the lowest range whose cumulative
@@ -180,107 +365,105 @@ struct sharded_row_ops {
   //! token of the row when rounding passes every range.
   token_id sample(row_ref r, std::int64_t, const double* tiles, double target) const {
     double c = 0.0;
-    const double* t = tiles;
-    for (std::int32_t k = own.first; k < own.last; ++k) {
-      c += sum_tiles(t, sum_tile_count(len(k)));
-      t += sum_tile_count(len(k));
-    }
-    coll->exclusive_prefix_sum(&c, 1);
-    std::int64_t found = -1, last = -1;
-    for (std::int32_t k = own.first; k < own.last; ++k) {
-      const std::int64_t nt = sum_tile_count(len(k));
-      const row_ref rk = sub(r, k);
-      const double mk = sum_tiles(tiles, nt);
-      if (found < 0 && target < c + mk) {
-        std::int64_t i = 0;
-        double cc = c;
-        while (found < 0 && locate_tile(tiles, nt, target, i, cc)) {
-          const std::int64_t b = i * sum_tile;
-          const std::int64_t n = len(k) - b < sum_tile ? len(k) - b : sum_tile;
-          const token_id y = scan_tile([&](std::int64_t j) { return rk[b + j]; }, b, n, cc, target);
-          if (y >= 0) found = begin(k) + y;
-          cc += tiles[i++];
-        }
-      }
-      const token_id lp = last_positive(rk, len(k));
-      if (lp >= 0) last = begin(k) + lp;
-      c += mk;
-      tiles += nt;
-    }
-    std::int64_t v[2] = {found >= 0 ? -found : no_key, last};
-    coll->all_reduce_max(v, 2);
+    ex->run(pass_owned_mass{sh, tiles});
+    ex->prefix(1, &c);
+    ex->run(pass_sample_scan{sh, real(r), tiles, c, target});
+    std::int64_t v[2] = {};
+    ex->max(2, v);
     return static_cast<token_id>(v[0] != no_key ? -v[0] : v[1]);
   }
 
   //! Argmax in the specdec tie order, merged over ranks as rank_key pairs.
   bool argmax(row_ref r, std::int64_t, token_id& tok) const {
-    std::int64_t v[2] = {no_key, 0};  // best key, NaN flag
-    for (std::int32_t k = own.first; k < own.last; ++k) {
-      if (len(k) == 0) continue;
-      token_id a = 0;
-      if (!argmax_pass(sub(r, k), len(k), a)) v[1] = 1;
-      const float x = sub(r, k)[a];
-      if (x > -INFINITY) {  // argmax_pass picks only entries above -inf
-        const std::int64_t key = rank_key(x, begin(k) + a);
-        v[0] = key > v[0] ? key : v[0];
-      }
-    }
-    coll->all_reduce_max(v, 2);
+    ex->run(pass_argmax{sh, real(r)});
+    std::int64_t v[2] = {};
+    ex->max(2, v);
     tok = v[0] == no_key ? 0 : static_cast<token_id>(key_token(v[0]));
     return v[1] == 0;
   }
 
   bool entropy(row_ref r, std::int64_t, double* tiles, double& m, double& plogp) const {
-    double v[3] = {};  // mass, sum p log p, bad flag
-    for (std::int32_t k = own.first; k < own.last; ++k) {
-      double mk = 0.0, hk = 0.0;
-      if (!host_row_ops{}.entropy(sub(r, k), len(k), tiles, mk, hk)) v[2] = 1.0;
-      v[0] += mk;
-      v[1] += hk;
-      tiles += sum_tile_count(len(k));
-    }
-    coll->all_reduce_sum(v, 3);
+    pm.node = -1;
+    const pass_entropy f{sh, row_probe(r), real(r), tiles};
+    ex->run(f);
+    double v[3 + 2 * shard_batch] = {};
+    ex->sum(3 + f.pr.size(), v);
+    keep_row(r, f.pr, v + 3);
     m = v[0];
     plogp = v[1];
     return v[2] == 0.0;
   }
 
   status_code classify(row_ref r, std::int64_t) const {
-    std::int64_t worst = 0;  // 2: non-finite, 1: negative
-    for (std::int64_t i = 0; i < own.width; ++i) {
-      const float x = r[i];
-      if (!(x - x == x - x))
-        worst = 2;
-      else if (x < 0.0f && worst == 0)
-        worst = 1;
-    }
-    coll->all_reduce_max(&worst, 1);
+    ex->run(pass_classify{sh, real(r)});
+    std::int64_t worst = 0;
+    ex->max(1, &worst);
     return worst == 2 ? status_code::non_finite : status_code::negative_probability;
   }
 
-  //! Entry x (global id) of a row: read by the owning rank, broadcast.
+  //! Entry x (global id) of a row: from the probe of an earlier pass, else
+  //! one probe of this row (and, for modes reading q, of the node's other
+  //! row) at the node's children's tokens.
   float value(row_ref r, token_id x) const {
-    const auto R = coll->size() == 1 ? own.last : static_cast<std::int32_t>(coll->size());
-    std::int32_t lo = 0, hi = R;  // last range with begin <= x (non-empty, as x < V)
-    while (hi - lo > 1) {
-      const std::int32_t mid = (lo + hi) / 2;
-      (bounds[mid] <= x ? lo : hi) = mid;
+    node_id u = 0;
+    const int k = kind(r, u);
+    const probe_slot& s = slot[k];
+    if (s.node == u && (k != 2 || u >= 0))
+      for (std::int32_t j = 0; j < s.n; ++j)
+        if (s.tok[j] == x) return s.v[j];
+    shard_probe pr{};
+    children(u, pr);
+    bool has = false;
+    for (std::int32_t j = 0; j < pr.n; ++j) has |= pr.tok[j] == x;
+    if (!has) {  // not a child's token (or past the batch): fetch x alone
+      pr.n = 1;
+      pr.tok[0] = x;
     }
-    const std::int32_t k = lo;
-    if (coll->size() == 1) return r[x - own.base];
-    double v = k >= own.first && k < own.last ? static_cast<double>(r[x - own.base]) : 0.0;
-    coll->broadcast(&v, 1, k);
-    return static_cast<float>(v);
+    const bool both = pair && k != 2;
+    double v[4 + 2 * shard_batch] = {};
+    double* e = v;  // the probed entries
+    if (both) {
+      // The node's p and q entries, and (once per node) their masses and
+      // validity into tp and tq: the walk checks them next when it accepts.
+      pr.nrows = 2;
+      pr.rows[0] = data.prow(u);
+      pr.rows[1] = data.qrow(u);
+      if (pm.node != u) {
+        pm.node = -1;
+        ex->run(pass_mass_pair{sh, pr, data.prow(u), data.qrow(u), walk_tp, walk_tq});
+        ex->sum(4 + pr.size(), v);
+        pm = pair_masses{u, v[0], v[2], v[1] == 0.0, v[3] == 0.0};
+        e = v + 4;
+      } else {
+        ex->run(pass_probe{sh, pr});
+        ex->sum(pr.size(), v);
+      }
+      keep(pr, e, 0, u, 1);
+    } else {
+      pr.nrows = 1;
+      pr.rows[0] = real(r);
+      ex->run(pass_probe{sh, pr});
+      ex->sum(pr.size(), v);
+      keep(pr, e, k, u);
+    }
+    const std::int32_t row = both && k == 1 ? 1 : 0;
+    for (std::int32_t j = 0; j < pr.n; ++j)
+      if (pr.tok[j] == x) return static_cast<float>(e[row * pr.n + j]);
+    return 0.0f;  // unreachable: x is in the probe
   }
 
-  void copy(row_ref r, float* R, std::int64_t) const noexcept {
-    for (std::int64_t i = 0; i < own.width; ++i) R[i] = r[i];
+  void copy(row_ref r, float*, std::int64_t) const {
+    node_id u = 0;
+    (void)kind(r, u);
+    residual_changed(u);
+    ex->run(pass_copy{sh, real(r), R});
   }
   //! A residual entry by global token id: written by its owner only.
-  void put(float* R, std::int64_t x, float v) const noexcept {
-    if (x >= own.base && x < own.base + own.width) R[x - own.base] = v;
+  void put(float*, std::int64_t x, float v) const {
+    slot[2] = probe_slot{};
+    ex->run(pass_put{sh, R, x, v});
   }
-  //! Replicated scratch (path, queue): every rank writes its own copy.
+  //! Replicated host scratch (path, queue, frames): every rank writes its copy.
   template <class T>
   void put(T* a, std::int64_t i, T v) const noexcept {
     a[i] = v;
@@ -288,12 +471,33 @@ struct sharded_row_ops {
   void sync() const noexcept {}
 };
 
-static_assert(verify_row_ops<sharded_row_ops<self_collective>>);
+static_assert(verify_row_ops<shard_row_ops<host_shard_executor<self_collective>, parent_topology>>);
 
-//! The walk's scratch for a shard: the shared carve order over the shard's
-//! width and tiles.
-inline walk_scratch carve_sharded_scratch(workspace_carver& w, const owned_ranges& o, std::int32_t n) noexcept {
-  return carve_walk_scratch(w, o.width, o.tiles, n);
+//! The walk's scratch of a shard in two parts: rows and tile sums where the
+//! executor runs passes (plus a copy of the partition), the walk's own
+//! arrays and the tag rows on the host.
+struct shard_scratch {
+  walk_scratch walk;  //!< R, tp, tq, tr: executor memory; the rest: host
+  std::int64_t* bounds;
+  float* tags;
+};
+inline void carve_shard_exec(workspace_carver& w, const owned_ranges& o, std::size_t ranges,
+                             shard_scratch& s) noexcept {
+  const walk_scratch e = carve_walk_scratch(w, o.width, o.tiles, 0);
+  s.walk.R = e.R;
+  s.walk.tp = e.tp;
+  s.walk.tq = e.tq;
+  s.walk.tr = e.tr;
+  s.bounds = w.take<std::int64_t>(ranges + 1);
+}
+inline void carve_shard_host(workspace_carver& w, std::int32_t n, shard_scratch& s) noexcept {
+  const walk_scratch h = carve_walk_scratch(w, 0, 0, n);
+  s.walk.queue = h.queue;
+  s.walk.depth = h.depth;
+  s.walk.from = h.from;
+  s.walk.path = h.path;
+  s.walk.frames = h.frames;
+  s.tags = w.take<float>(2 * static_cast<std::size_t>(n));
 }
 
 //! The request of one sharded call: what every rank checks locally.
@@ -348,94 +552,149 @@ inline std::uint64_t fingerprint_of(const verify_params& vp, std::span<const std
 
 inline walk_rows shard_rows(const view2d<const float>& p, const view2d<const float>& q, const owned_ranges& own,
                             std::int64_t V) noexcept {
-  static const float none = 0.0f;  // a rank holding no columns reads nothing
-  if (own.width == 0) return walk_rows{&none, 0, 0, &none, 0, 0, V};
-  const float* qd = q.data != nullptr ? q.data : &none;
-  return walk_rows{
-      p.data, p.stride[0], p.stride[1], qd, q.data != nullptr ? q.stride[0] : 0, q.data != nullptr ? q.stride[1] : 0,
-      V};
+  if (own.width == 0) return walk_rows{nullptr, 0, 0, nullptr, 0, 0, V};  // a rank holding no columns reads nothing
+  return walk_rows{p.data,
+                   p.stride[0],
+                   p.stride[1],
+                   q.data,
+                   q.data != nullptr ? q.stride[0] : 0,
+                   q.data != nullptr ? q.stride[1] : 0,
+                   V};
 }
 
-template <collective C, verify_topology Topo, class Uni>
-status sharded_walk(C& coll, std::span<const std::int64_t> bounds, const owned_ranges& own, const Topo& topo,
-                    const verify_params& vp, const Uni& uni, const sharded_request& rq, const walk_scratch& s,
-                    walk_out& o) {
-  const sharded_row_ops<C> ops{&coll, bounds.data(), own};
-  return verify_walk(topo, ops, uni, vp, shard_rows(rq.p, rq.q, own, rq.V), s, o);
-}
-
-template <collective C, class Uni>
-status verify_tree_sharded_with(C& coll, std::span<const std::int64_t> bounds, const tree_view& tree,
-                                const view2d<const float>& p, const view2d<const float>& q, const verify_params& vp,
-                                const Uni& uni, const caller_uniforms* cu, std::span<std::byte> workspace,
-                                std::span<node_id> path, std::span<token_id> tokens, verify_result& result) {
+//! Bytes of the executor part and the host part of one rank's scratch.
+inline bool shard_scratch_bytes(std::span<const std::int64_t> bounds, int rank, int size, std::int32_t nodes,
+                                std::size_t& exec, std::size_t& host) noexcept {
   owned_ranges own{};
-  walk_scratch s{};
+  if (nodes <= 0 || !own_ranges(bounds, rank, size, own).ok()) return false;
+  shard_scratch s{};
+  workspace_carver we, wh;
+  carve_shard_exec(we, own, bounds.size() - 1, s);
+  carve_shard_host(wh, nodes, s);
+  exec = we.bytes_used();
+  host = wh.bytes_used();
+  return true;
+}
+
+//! Checks and carves the two scratch parts (the same checks for both).
+inline status carve_shards(const owned_ranges& own, std::size_t ranges, std::int32_t n, std::span<std::byte> exec_ws,
+                           std::span<std::byte> host_ws, shard_scratch& s) noexcept {
+  workspace_carver we(exec_ws.data(), exec_ws.size()), wh(host_ws.data(), host_ws.size());
+  carve_shard_exec(we, own, ranges, s);
+  carve_shard_host(wh, n, s);
+  if (we.overflowed() || wh.overflowed() || exec_ws.data() == nullptr || host_ws.data() == nullptr ||
+      s.walk.depth == nullptr || s.walk.path == nullptr || s.bounds == nullptr || s.tags == nullptr)
+    return make_status(status_code::buffer_too_small, "workspace smaller than sharded_verify_workspace_size");
+  if (!aligned8(exec_ws.data()) || !aligned8(host_ws.data()))
+    return make_status(status_code::invalid_argument, "workspace must be 8-byte aligned");
+  return status::success();
+}
+
+//! One workspace holding both parts: the executor part first.
+inline void split_workspace(std::span<const std::int64_t> bounds, int rank, int size, std::int32_t nodes,
+                            std::span<std::byte> ws, std::span<std::byte>& exec_ws,
+                            std::span<std::byte>& host_ws) noexcept {
+  std::size_t e = 0, h = 0;
+  if (!shard_scratch_bytes(bounds, rank, size, nodes, e, h) || ws.size() < e) {
+    exec_ws = ws;
+    host_ws = {};
+    return;
+  }
+  exec_ws = ws.first(e);
+  host_ws = ws.subspan(e);
+}
+
+//! The sticky failure of an executor (its own error(), then its collective's).
+template <class Exec>
+status executor_error(Exec& ex) {
+  if constexpr (requires {
+                  { ex.error() } -> std::convertible_to<status>;
+                })
+    if (!ex.error().ok()) return ex.error();
+  return collective_error(ex.coll());
+}
+
+template <class Exec, verify_topology Topo, class Uni>
+status sharded_walk(Exec& ex, const owned_ranges& own, const shard_scratch& sc, const std::int64_t* staged,
+                    const Topo& topo, const verify_params& vp, const Uni& uni, const sharded_request& rq, walk_out& o) {
+  const shard_span sh{staged, own.first, own.last, own.base, own.width};
+  const std::int32_t n = topo.size();
+  const bool probes = vp.mode != verify_mode::greedy && vp.mode != verify_mode::naive_matching;
+  const shard_row_ops<Exec, Topo> ops{&ex,       sh,
+                                      &topo,     sc.tags,
+                                      n,         shard_rows(rq.p, rq.q, own, rq.V),
+                                      sc.walk.R, uses_draft_probs(vp.mode),
+                                      probes,    sc.walk.tp,
+                                      sc.walk.tq};
+  const walk_rows tagged{sc.tags, 1, 0, sc.tags + n, 1, 0, rq.V};  // row identities for the policy
+  return verify_walk(topo, ops, uni, vp, tagged, sc.walk, o);
+}
+
+template <class Exec, class Uni>
+status verify_tree_sharded_with(Exec& ex, std::span<const std::int64_t> bounds, const tree_view& tree,
+                                const view2d<const float>& p, const view2d<const float>& q, const verify_params& vp,
+                                const Uni& uni, const caller_uniforms* cu, std::span<std::byte> exec_ws,
+                                std::span<std::byte> host_ws, std::span<node_id> path, std::span<token_id> tokens,
+                                verify_result& result) {
+  owned_ranges own{};
+  shard_scratch sc{};
   const std::int32_t N = tree.size;
   auto local = [&]() -> status {
-    SPECDEC_TRY(own_ranges(bounds, coll.rank(), coll.size(), own));
+    SPECDEC_TRY(own_ranges(bounds, ex.rank(), ex.size(), own));
     if (N <= 0 || tree.parent == nullptr) return make_status(status_code::empty_input, "tree has no nodes");
     SPECDEC_TRY(check_shards(sharded_request{&own, bounds.back(), N, N > 1 ? N : 0, p, q}, vp));
-    workspace_carver w(workspace.data(), workspace.size());
-    s = carve_sharded_scratch(w, own, N);
-    if (w.overflowed() || workspace.data() == nullptr || s.depth == nullptr || s.path == nullptr)
-      return make_status(status_code::buffer_too_small, "workspace smaller than sharded_verify_workspace_size");
-    if (!aligned8(workspace.data()))
-      return make_status(status_code::invalid_argument, "workspace must be 8-byte aligned");
+    SPECDEC_TRY(carve_shards(own, bounds.size() - 1, N, exec_ws, host_ws, sc));
     const std::size_t cap = path.size() < tokens.size() ? path.size() : tokens.size();
     const bool has_q = q.data != nullptr || own.width == 0;
     SPECDEC_TRY(check_verify_request(tree.parent, tree.token, N, bounds.back(), vp, has_q,
-                                     static_cast<std::int64_t>(cap), s.depth));
+                                     static_cast<std::int64_t>(cap), sc.walk.depth));
     if (tree.depth != nullptr) SPECDEC_TRY(validate_tree(tree));
     return status::success();
   };
   const std::int32_t nfp = N > 0 && tree.parent != nullptr && tree.token != nullptr ? N : 0;
-  SPECDEC_TRY(agree_status(coll, local(), fingerprint_of(vp, bounds, nfp, tree.parent, tree.token, cu)));
-  if (s.path == nullptr) return make_status(status_code::internal_error, "sharded walk scratch not carved");
-  walk_out o{s.path, N, 0, 0, -1};
+  SPECDEC_TRY(agree_status(ex.coll(), local(), fingerprint_of(vp, bounds, nfp, tree.parent, tree.token, cu)));
+  if (sc.walk.path == nullptr) return make_status(status_code::internal_error, "sharded walk scratch not carved");
+  walk_out o{sc.walk.path, N, 0, 0, -1};
   const sharded_request rq{&own, bounds.back(), N, N > 1 ? N : 0, p, q};
-  const status walked = sharded_walk(coll, bounds, own, parent_topology{tree.token, tree.parent, N}, vp, uni, rq, s, o);
-  SPECDEC_TRY(collective_error(coll));  // a failed transport makes every result meaningless
+  const std::int64_t* staged = ex.stage_bounds(bounds, sc.bounds);
+  const status walked = sharded_walk(ex, own, sc, staged, parent_topology{tree.token, tree.parent, N}, vp, uni, rq, o);
+  SPECDEC_TRY(executor_error(ex));  // a failed transport makes every result meaningless
   SPECDEC_TRY(walked);
   for (std::int32_t k = 0; k <= o.accepted; ++k) {
-    path[static_cast<std::size_t>(k)] = s.path[k];
-    if (k > 0) tokens[static_cast<std::size_t>(k - 1)] = tree.token[s.path[k]];
+    path[static_cast<std::size_t>(k)] = sc.walk.path[k];
+    if (k > 0) tokens[static_cast<std::size_t>(k - 1)] = tree.token[sc.walk.path[k]];
   }
   tokens[static_cast<std::size_t>(o.accepted)] = o.next;
   result = verify_result{o.accepted, o.last, o.next, status_code::ok};
   return status::success();
 }
 
-template <collective C, class Uni>
-status verify_chain_sharded_with(C& coll, std::span<const std::int64_t> bounds, std::span<const token_id> drafts,
+template <class Exec, class Uni>
+status verify_chain_sharded_with(Exec& ex, std::span<const std::int64_t> bounds, std::span<const token_id> drafts,
                                  const view2d<const float>& p, const view2d<const float>& q, const verify_params& vp,
-                                 const Uni& uni, const caller_uniforms* cu, std::span<std::byte> workspace,
-                                 std::span<token_id> tokens, verify_result& result) {
+                                 const Uni& uni, const caller_uniforms* cu, std::span<std::byte> exec_ws,
+                                 std::span<std::byte> host_ws, std::span<token_id> tokens, verify_result& result) {
   owned_ranges own{};
-  walk_scratch s{};
+  shard_scratch sc{};
   const bool too_long = drafts.size() >= static_cast<std::size_t>(INT32_MAX);
   const std::int32_t n = too_long ? 1 : static_cast<std::int32_t>(drafts.size()) + 1;
   auto local = [&]() -> status {
     if (too_long) return make_status(status_code::invalid_argument, "too many drafts");
-    SPECDEC_TRY(own_ranges(bounds, coll.rank(), coll.size(), own));
+    SPECDEC_TRY(own_ranges(bounds, ex.rank(), ex.size(), own));
     SPECDEC_TRY(check_shards(sharded_request{&own, bounds.back(), n, n - 1, p, q}, vp));
     SPECDEC_TRY(validate_tokens(drafts.data(), n - 1, bounds.back()));
-    workspace_carver w(workspace.data(), workspace.size());
-    s = carve_sharded_scratch(w, own, n);
-    if (w.overflowed() || workspace.data() == nullptr || s.depth == nullptr || s.path == nullptr)
-      return make_status(status_code::buffer_too_small, "workspace smaller than sharded_verify_workspace_size");
-    if (!aligned8(workspace.data()))
-      return make_status(status_code::invalid_argument, "workspace must be 8-byte aligned");
+    SPECDEC_TRY(carve_shards(own, bounds.size() - 1, n, exec_ws, host_ws, sc));
     if (tokens.size() < static_cast<std::size_t>(n))
       return make_status(status_code::buffer_too_small, "tokens needs gamma + 1 entries");
     return status::success();
   };
-  SPECDEC_TRY(agree_status(coll, local(), fingerprint_of(vp, bounds, n - 1, nullptr, drafts.data(), cu)));
-  if (s.path == nullptr) return make_status(status_code::internal_error, "sharded walk scratch not carved");
-  walk_out o{s.path, n, 0, 0, -1};
+  SPECDEC_TRY(agree_status(ex.coll(), local(), fingerprint_of(vp, bounds, n - 1, nullptr, drafts.data(), cu)));
+  if (sc.walk.path == nullptr) return make_status(status_code::internal_error, "sharded walk scratch not carved");
+  walk_out o{sc.walk.path, n, 0, 0, -1};
   const sharded_request rq{&own, bounds.back(), n, n - 1, p, q};
-  const status walked = sharded_walk(coll, bounds, own, chain_topology{drafts.data(), n}, vp, uni, rq, s, o);
-  SPECDEC_TRY(collective_error(coll));
+  const std::int64_t* staged = ex.stage_bounds(bounds, sc.bounds);
+  const status walked = sharded_walk(ex, own, sc, staged, chain_topology{drafts.data(), n}, vp, uni, rq, o);
+  SPECDEC_TRY(executor_error(ex));
   SPECDEC_TRY(walked);
   for (std::int32_t k = 0; k < o.last; ++k) tokens[static_cast<std::size_t>(k)] = drafts[static_cast<std::size_t>(k)];
   tokens[static_cast<std::size_t>(o.last)] = o.next;
@@ -451,11 +710,18 @@ status verify_chain_sharded_with(C& coll, std::span<const std::int64_t> bounds, 
 //! aligned base). 0 for an invalid partition, rank or node count.
 inline std::size_t sharded_verify_workspace_size(std::span<const std::int64_t> bounds, int rank, int size,
                                                  std::int32_t nodes) noexcept {
-  detail::owned_ranges own{};
-  if (nodes <= 0 || !detail::own_ranges(bounds, rank, size, own).ok()) return 0;
-  workspace_carver w;
-  (void)detail::carve_sharded_scratch(w, own, nodes);
-  return w.bytes_used() == 0 ? workspace_alignment : w.bytes_used();
+  std::size_t e = 0, h = 0;
+  return detail::shard_scratch_bytes(bounds, rank, size, nodes, e, h) ? e + h : 0;
+}
+
+//! The two parts of sharded_verify_workspace_size for an executor whose
+//! passes run elsewhere (parallel/cuda_shard.cuh): `exec` bytes where the
+//! passes run (the residual and tile sums of this rank's columns, a copy of
+//! the partition), `host` bytes in host memory (the walk's arrays). False
+//! for an invalid partition, rank or node count.
+inline bool sharded_verify_workspace_parts(std::span<const std::int64_t> bounds, int rank, int size, std::int32_t nodes,
+                                           std::size_t& exec, std::size_t& host) noexcept {
+  return detail::shard_scratch_bytes(bounds, rank, size, nodes, exec, host);
 }
 
 //! Verifies one token tree on a vocabulary split over the ranks of `coll`.
@@ -465,16 +731,19 @@ inline std::size_t sharded_verify_workspace_size(std::span<const std::int64_t> b
 //! rank's N x (bounds[r + 1] - bounds[r]) shards (any strides; q read by
 //! the sampled modes). Tokens in the tree and in the results are global
 //! ids. Outputs and errors as verify_tree, on every rank (see the file
-//! comment for how errors agree). Traffic per visited node: a constant
-//! number of collectives of at most five scalars (parallel/collective.hpp
-//! counts them). Deterministic; no allocation.
+//! comment for how errors agree). Traffic: one collective per decision of
+//! at most 37 scalars (counting_collective counts them; docs/parallel.md
+//! lists them). Deterministic; no allocation.
 template <collective C>
 status verify_tree_sharded(C& coll, std::span<const std::int64_t> bounds, const tree_view& tree, view2d<const float> p,
                            view2d<const float> q, const verify_params& vp, std::span<std::byte> workspace,
                            std::span<node_id> path, std::span<token_id> tokens, verify_result& result) {
-  return detail::verify_tree_sharded_with(coll, bounds, tree, p, q, vp,
-                                          philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, nullptr,
-                                          workspace, path, tokens, result);
+  host_shard_executor<C> ex(coll);
+  std::span<std::byte> e, h;
+  detail::split_workspace(bounds, coll.rank(), coll.size(), tree.size, workspace, e, h);
+  return detail::verify_tree_sharded_with(ex, bounds, tree, p, q, vp,
+                                          philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, nullptr, e, h,
+                                          path, tokens, result);
 }
 
 //! verify_tree_sharded with the caller's uniforms (the same on every rank).
@@ -483,8 +752,10 @@ status verify_tree_sharded(C& coll, std::span<const std::int64_t> bounds, const 
                            view2d<const float> q, const verify_params& vp, const caller_uniforms& uniforms,
                            std::span<std::byte> workspace, std::span<node_id> path, std::span<token_id> tokens,
                            verify_result& result) {
-  return detail::verify_tree_sharded_with(coll, bounds, tree, p, q, vp, uniforms, &uniforms, workspace, path, tokens,
-                                          result);
+  host_shard_executor<C> ex(coll);
+  std::span<std::byte> e, h;
+  detail::split_workspace(bounds, coll.rank(), coll.size(), tree.size, workspace, e, h);
+  return detail::verify_tree_sharded_with(ex, bounds, tree, p, q, vp, uniforms, &uniforms, e, h, path, tokens, result);
 }
 
 //! Verifies a chain of drafts on a vocabulary split over the ranks of
@@ -493,9 +764,40 @@ template <collective C>
 status verify_chain_sharded(C& coll, std::span<const std::int64_t> bounds, std::span<const token_id> drafts,
                             view2d<const float> p, view2d<const float> q, const verify_params& vp,
                             std::span<std::byte> workspace, std::span<token_id> tokens, verify_result& result) {
-  return detail::verify_chain_sharded_with(coll, bounds, drafts, p, q, vp,
+  host_shard_executor<C> ex(coll);
+  std::span<std::byte> e, h;
+  const auto n = static_cast<std::int32_t>(drafts.size() < INT32_MAX ? drafts.size() + 1 : 1);
+  detail::split_workspace(bounds, coll.rank(), coll.size(), n, workspace, e, h);
+  return detail::verify_chain_sharded_with(ex, bounds, drafts, p, q, vp,
+                                           philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, nullptr, e, h,
+                                           tokens, result);
+}
+
+//! verify_tree_sharded on a shard executor: the rows p, q and
+//! `exec_workspace` in the memory the executor's passes read (device memory
+//! for parallel/cuda_shard.cuh), the tree, `host_workspace` and the outputs
+//! in host memory. Sizes from sharded_verify_workspace_parts. The walk runs
+//! on the host; each decision is one executor pass and one collective of
+//! its scalars (see docs/parallel.md).
+template <class Exec>
+status verify_tree_sharded_on(Exec& ex, std::span<const std::int64_t> bounds, const tree_view& tree,
+                              view2d<const float> p, view2d<const float> q, const verify_params& vp,
+                              std::span<std::byte> exec_workspace, std::span<std::byte> host_workspace,
+                              std::span<node_id> path, std::span<token_id> tokens, verify_result& result) {
+  return detail::verify_tree_sharded_with(ex, bounds, tree, p, q, vp,
+                                          philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, nullptr,
+                                          exec_workspace, host_workspace, path, tokens, result);
+}
+
+//! verify_chain_sharded on a shard executor (as verify_tree_sharded_on).
+template <class Exec>
+status verify_chain_sharded_on(Exec& ex, std::span<const std::int64_t> bounds, std::span<const token_id> drafts,
+                               view2d<const float> p, view2d<const float> q, const verify_params& vp,
+                               std::span<std::byte> exec_workspace, std::span<std::byte> host_workspace,
+                               std::span<token_id> tokens, verify_result& result) {
+  return detail::verify_chain_sharded_with(ex, bounds, drafts, p, q, vp,
                                            philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, nullptr,
-                                           workspace, tokens, result);
+                                           exec_workspace, host_workspace, tokens, result);
 }
 
 //! Single-process verify_tree in the partitioned summation order of

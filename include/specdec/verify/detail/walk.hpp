@@ -185,14 +185,22 @@ SPECDEC_HD status sample_p(const Ops& ops, const Uni& uni, const walk_rows& rows
 }
 
 //! Validates p_u and q_u together (rows of an accepted node whose passes
-//! did not run yet).
+//! did not run yet); a policy with `mass_pair` does both in one pass.
 SPECDEC_NO_EXEC_CHECK
 template <class Ops>
 SPECDEC_HD status check_pq(const Ops& ops, const walk_rows& rows, const walk_scratch& s, node_id u,
                            float tol) noexcept {
   double mp = 0.0, mq = 0.0;
-  if (!ops.mass(rows.prow(u), rows.V, s.tp, mp)) return row_status(ops.classify(rows.prow(u), rows.V), u, false);
-  if (!ops.mass(rows.qrow(u), rows.V, s.tq, mq)) return row_status(ops.classify(rows.qrow(u), rows.V), u, true);
+  bool okp = true, okq = true;
+  if constexpr (requires { ops.mass_pair(rows.prow(u), rows.qrow(u), rows.V, s.tp, s.tq, mp, mq, okp, okq); }) {
+    // Both rows in one pass (a vocabulary-sharded policy: one collective).
+    ops.mass_pair(rows.prow(u), rows.qrow(u), rows.V, s.tp, s.tq, mp, mq, okp, okq);
+  } else {
+    okp = ops.mass(rows.prow(u), rows.V, s.tp, mp);
+    okq = okp && ops.mass(rows.qrow(u), rows.V, s.tq, mq);
+  }
+  if (!okp) return row_status(ops.classify(rows.prow(u), rows.V), u, false);
+  if (!okq) return row_status(ops.classify(rows.qrow(u), rows.V), u, true);
   SPECDEC_TRY(mass_status(mp, tol, u, false));
   return mass_status(mq, tol, u, true);
 }

@@ -1,0 +1,174 @@
+//! \file
+//! The device-resident shard executor: vocabulary-parallel verification
+//! (parallel/sharded_verify.hpp) on rows that stay in GPU memory, as a
+//! tensor-parallel output layer leaves them. Each row pass of the sharded
+//! policy is one launch of a one-block kernel running the pass objects of
+//! parallel/detail/shard_passes.hpp with the CUDA block policy of
+//! cuda/verify.cuh (the same tile order as the host, so results are bit
+//! for bit the host's); its scalars stay on the device, are combined over
+//! the caller's NCCL communicator on the caller's stream, and one small
+//! device-to-host copy plus a stream synchronization hands the combined
+//! scalars to the walk, which runs on the host. So a decision costs one
+//! kernel, one collective and one synchronization; rows never leave the
+//! device. docs/parallel.md says why the walk stays on the host.
+//!
+//! Needs <nccl.h> and nvcc (include it from a .cu file). specdec never
+//! creates the communicator, the stream or any memory: the caller passes
+//! device scratch and host staging (pinned memory avoids a staging copy).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "specdec/core/status.hpp"
+#include "specdec/cuda/verify.cuh"
+#include "specdec/parallel/collective.hpp"
+#include "specdec/parallel/detail/shard_passes.hpp"
+#include "specdec/parallel/nccl.hpp"
+#include "specdec/parallel/sharded_verify.hpp"
+
+namespace specdec {
+
+namespace cuda::detail {
+
+//! One pass of shard_passes.hpp in one block of Block threads.
+template <int Block, class Pass>
+SPECDEC_KERNEL void __launch_bounds__(Block) shard_pass_kernel(Pass f, double* d, std::int64_t* l) {
+  __shared__ typename block_row_ops<Block>::storage sh;
+  const block_row_ops<Block> ops{sh};
+  f(ops, d, l);
+}
+
+}  // namespace cuda::detail
+
+//! A shard executor (see host_shard_executor) whose passes run on the
+//! current CUDA device on `stream` and whose scalars are combined with
+//! NCCL on `comm`: sums and prefixes by ncclAllGather and a rank-order fold
+//! on the host (exact and identical on every rank), maxima by
+//! ncclAllReduce(ncclMax) on int64. Argument checks travel over an
+//! nccl_collective on the same communicator. A failing CUDA or NCCL call
+//! is recorded (error()); later calls do nothing, every rank still returns
+//! and the entry points report the failure.
+template <int Block = 256>
+class nccl_shard_executor {
+ public:
+  //! Most scalars of each type one pass writes.
+  static constexpr int capacity = 64;
+
+  //! Device scratch bytes for `ranks` ranks.
+  static constexpr std::size_t scratch_bytes(int ranks) noexcept {
+    return nccl_collective::scratch_bytes(ranks, nccl_collective::max_scalars) +
+           static_cast<std::size_t>(capacity) * 8 * (2 + static_cast<std::size_t>(ranks));
+  }
+  //! Host staging bytes for `ranks` ranks (pinned memory recommended).
+  static constexpr std::size_t staging_bytes(int ranks) noexcept {
+    return static_cast<std::size_t>(capacity) * 8 * static_cast<std::size_t>(ranks);
+  }
+
+  //! Borrows comm, stream, device `scratch` (scratch_bytes(ranks), 8-byte
+  //! aligned) and host `staging` (staging_bytes(ranks), 8-byte aligned).
+  nccl_shard_executor(ncclComm_t comm, cudaStream_t stream, void* scratch, std::size_t scratch_size, void* staging,
+                      std::size_t staging_size) noexcept
+      : comm_(comm),
+        stream_(stream),
+        coll_(comm, stream, scratch, scratch_size < head(comm) ? scratch_size : head(comm)) {
+    const int P = coll_.size();
+    if (!coll_.error().ok()) return;
+    if (scratch == nullptr || scratch_size < scratch_bytes(P) || staging == nullptr ||
+        staging_size < staging_bytes(P)) {
+      fail(status_code::buffer_too_small, "scratch or staging smaller than nccl_shard_executor's sizes");
+      return;
+    }
+    auto* base = static_cast<unsigned char*>(scratch) + head(comm);
+    d_ = reinterpret_cast<double*>(base);
+    l_ = reinterpret_cast<std::int64_t*>(base + capacity * 8);
+    g_ = reinterpret_cast<double*>(base + capacity * 16);
+    h_ = static_cast<double*>(staging);
+  }
+
+  //! This rank.
+  [[nodiscard]] int rank() const noexcept { return coll_.rank(); }
+  //! Number of ranks.
+  [[nodiscard]] int size() const noexcept { return coll_.size(); }
+  //! The collective on host memory (argument checks).
+  nccl_collective& coll() noexcept { return coll_; }
+  //! The first failure of this executor or its collective, or success.
+  [[nodiscard]] status error() const noexcept { return err_.ok() ? coll_.error() : err_; }
+  //! Collectives and payload bytes since construction (for reports).
+  [[nodiscard]] collective_traffic traffic() const noexcept { return t_; }
+
+  //! Copies the partition to `dst` (device memory from the workspace).
+  const std::int64_t* stage_bounds(std::span<const std::int64_t> bounds, std::int64_t* dst) noexcept {
+    if (ok()) check(cudaMemcpyAsync(dst, bounds.data(), bounds.size_bytes(), cudaMemcpyHostToDevice, stream_));
+    return dst;
+  }
+  //! One kernel launch of a pass (stream-ordered, no synchronization).
+  template <class Pass>
+  void run(const Pass& f) noexcept {
+    if (!ok()) return;
+    cuda::detail::shard_pass_kernel<Block, Pass><<<1, Block, 0, stream_>>>(f, d_, l_);
+    check(cudaGetLastError());
+  }
+  //! out[0..n) = the rank-order sums of the pass's first n doubles.
+  void sum(int n, double* out) noexcept { fold(n, out, size()); }
+  //! out[0..n) = the rank-order sums over the lower ranks.
+  void prefix(int n, double* out) noexcept { fold(n, out, rank()); }
+  //! out[0..n) = the maxima of the pass's first n int64s.
+  void max(int n, std::int64_t* out) noexcept {
+    count(n);
+    for (int i = 0; i < n; ++i) out[i] = 0;  // what a failed call leaves
+    if (!ok()) return;
+    check(ncclAllReduce(l_, l_, static_cast<std::size_t>(n), ncclInt64, ncclMax, comm_, stream_));
+    check(cudaMemcpyAsync(h_, l_, static_cast<std::size_t>(n) * 8, cudaMemcpyDeviceToHost, stream_));
+    check(cudaStreamSynchronize(stream_));
+    const auto* h = reinterpret_cast<const std::int64_t*>(h_);
+    if (ok())
+      for (int i = 0; i < n; ++i) out[i] = h[i];
+  }
+
+ private:
+  static std::size_t head(ncclComm_t comm) noexcept {
+    int P = 1;
+    if (ncclCommCount(comm, &P) != ncclSuccess || P < 1) P = 1;
+    return nccl_collective::scratch_bytes(P, nccl_collective::max_scalars);
+  }
+  void fold(int n, double* out, int ranks) noexcept {
+    count(n);
+    for (int i = 0; i < n; ++i) out[i] = 0.0;  // what a failed call leaves
+    if (!ok()) return;
+    const std::size_t all = static_cast<std::size_t>(n) * static_cast<std::size_t>(size()) * 8;
+    check(ncclAllGather(d_, g_, static_cast<std::size_t>(n), ncclFloat64, comm_, stream_));
+    check(cudaMemcpyAsync(h_, g_, all, cudaMemcpyDeviceToHost, stream_));
+    check(cudaStreamSynchronize(stream_));
+    if (ok())
+      for (int i = 0; i < n; ++i) out[i] = detail::fold_rank_order(h_ + i, ranks, n);
+  }
+  void count(int n) noexcept {
+    ++t_.calls;
+    t_.bytes += static_cast<std::int64_t>(n) * 8;
+  }
+  bool ok() const noexcept { return err_.ok() && coll_.error().ok(); }
+  void check(cudaError_t e) noexcept {
+    if (e != cudaSuccess && err_.ok()) fail(status_code::cuda_error, "a CUDA call of nccl_shard_executor failed");
+  }
+  void check(ncclResult_t e) noexcept {
+    if (e != ncclSuccess && err_.ok()) fail(status_code::cuda_error, "an NCCL call of nccl_shard_executor failed");
+  }
+  void fail(status_code c, const char* m) noexcept { err_ = make_status(c, m); }
+
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  nccl_collective coll_;
+  double* d_ = nullptr;
+  std::int64_t* l_ = nullptr;
+  double* g_ = nullptr;
+  double* h_ = nullptr;
+  status err_ = status::success();
+  collective_traffic t_{};
+};
+
+}  // namespace specdec

@@ -1,0 +1,340 @@
+//! \file
+//! The local half of every sharded row pass: SPECDEC_HD function objects
+//! that run one pass over a participant's columns with an inner
+//! row-operations policy (host_row_ops on the host, the CUDA block policy
+//! of cuda/verify.cuh in a one-block kernel) and write the few scalars the
+//! ranks then combine. The same objects run on host memory (tests, MPI) and
+//! on device memory (parallel/cuda_shard.cuh), so the host tests exercise
+//! the code the GPU runs.
+//!
+//! Every pass also writes a probe: the entries of up to two rows at up to
+//! shard_batch global token ids (the children's tokens of the node the pass
+//! is about), zero where this participant does not own the token. Summed
+//! over ranks in rank order a probe is exact (one rank contributes each
+//! entry, the others add +0.0), so the walk's reads of single entries ride
+//! on the collective of the pass before them instead of one broadcast each.
+#pragma once
+
+#include <cfloat>
+#include <cstdint>
+
+#include "specdec/core/config.hpp"
+#include "specdec/core/status.hpp"
+#include "specdec/parallel/collective.hpp"
+#include "specdec/sample/order.hpp"
+#include "specdec/tree/token_tree.hpp"
+
+namespace specdec::detail {
+
+//! The columns one participant owns, by value (passable to a kernel):
+//! ranges [first, last) of the partition, columns [base, base + width).
+//! `bounds` must be readable where the pass runs.
+struct shard_span {
+  const std::int64_t* bounds;
+  std::int32_t first, last;
+  std::int64_t base, width;
+  SPECDEC_HD std::int64_t begin(std::int32_t k) const noexcept { return bounds[k]; }
+  SPECDEC_HD std::int64_t len(std::int32_t k) const noexcept { return bounds[k + 1] - bounds[k]; }
+  SPECDEC_HD row_ref sub(row_ref r, std::int32_t k) const noexcept {
+    return row_ref{r.d + (begin(k) - base) * r.s, r.s};
+  }
+  SPECDEC_HD float* sub(float* R, std::int32_t k) const noexcept { return R + (begin(k) - base); }
+  SPECDEC_HD bool owns(std::int64_t x) const noexcept { return x >= base && x < base + width; }
+};
+
+//! Most token ids one probe carries (a node with more children fetches the
+//! rest on demand).
+inline constexpr int shard_batch = 16;
+
+//! Entries of rows[0..nrows) at tok[0..n), written row-major after a pass's
+//! own scalars.
+struct shard_probe {
+  row_ref rows[2];
+  std::int32_t nrows;
+  std::int32_t n;
+  token_id tok[shard_batch];
+  SPECDEC_HD int size() const noexcept { return nrows * n; }
+};
+
+//! Writes the probe's owned entries (+0.0 elsewhere) at out[0..size).
+SPECDEC_NO_EXEC_CHECK
+template <class Inner>
+SPECDEC_HD void write_probe(const Inner& ops, const shard_span& sh, const shard_probe& pr, double* out) {
+  for (std::int32_t a = 0; a < pr.nrows; ++a)
+    for (std::int32_t j = 0; j < pr.n; ++j) {
+      const std::int64_t x = pr.tok[j];
+      ops.put(out, a * pr.n + j, sh.owns(x) ? static_cast<double>(pr.rows[a][x - sh.base]) : 0.0);
+    }
+}
+
+//! Only the probe (a read of single entries no pass precedes).
+struct pass_probe {
+  shard_span sh;
+  shard_probe pr;
+  SPECDEC_NO_EXEC_CHECK
+  template <class Inner>
+  SPECDEC_HD void operator()(const Inner& ops, double* d, std::int64_t*) const {
+    write_probe(ops, sh, pr, d);
+  }
+};
+
+//! Mass of the owned ranges of r (tile sums into `tiles`); false when a
+//! range holds a bad entry.
+SPECDEC_NO_EXEC_CHECK
+template <class Inner>
+SPECDEC_HD bool shard_mass(const Inner& ops, const shard_span& sh, row_ref r, double* tiles, double& m) {
+  bool ok = true;
+  m = 0.0;
+  for (std::int32_t k = sh.first; k < sh.last; ++k) {
+    double mk = 0.0;
+    if (!ops.mass(sh.sub(r, k), sh.len(k), tiles, mk)) ok = false;
+    m += mk;
+    tiles += sum_tile_count(sh.len(k));
+  }
+  return ok;
+}
+
+//! d = {mass, bad flag, probe}; tile sums of every owned range into tiles.
+struct pass_mass {
+  shard_span sh;
+  shard_probe pr;
+  row_ref r;
+  double* tiles;
+  SPECDEC_NO_EXEC_CHECK
+  template <class Inner>
+  SPECDEC_HD void operator()(const Inner& ops, double* d, std::int64_t*) const {
+    double m = 0.0;
+    const bool ok = shard_mass(ops, sh, r, tiles, m);
+    ops.put(d, 0, m);
+    ops.put(d, 1, ok ? 0.0 : 1.0);
+    write_probe(ops, sh, pr, d + 2);
+  }
+};
+
+//! d = {mass p, bad p, mass q, bad q, probe}: a node's p and q rows checked
+//! in one pass (one collective instead of two).
+struct pass_mass_pair {
+  shard_span sh;
+  shard_probe pr;
+  row_ref p, q;
+  double *tp, *tq;
+  SPECDEC_NO_EXEC_CHECK
+  template <class Inner>
+  SPECDEC_HD void operator()(const Inner& ops, double* d, std::int64_t*) const {
+    double mp = 0.0, mq = 0.0;
+    const bool okp = shard_mass(ops, sh, p, tp, mp);
+    const bool okq = shard_mass(ops, sh, q, tq, mq);
+    ops.put(d, 0, mp);
+    ops.put(d, 1, okp ? 0.0 : 1.0);
+    ops.put(d, 2, mq);
+    ops.put(d, 3, okq ? 0.0 : 1.0);
+    write_probe(ops, sh, pr, d + 4);
+  }
+};
+
+//! d = {mass p, mass q, mass R, bad p, bad q, probe}; R = max(p - q, 0).
+struct pass_first_residual {
+  shard_span sh;
+  shard_probe pr;
+  row_ref p, q;
+  float* R;
+  double *tp, *tq, *tr;
+  SPECDEC_NO_EXEC_CHECK
+  template <class Inner>
+  SPECDEC_HD void operator()(const Inner& ops, double* d, std::int64_t*) const {
+    double v[5] = {0.0, 0.0, 0.0, 0.0, 0.0};
+    double *a = tp, *b = tq, *c = tr;
+    for (std::int32_t k = sh.first; k < sh.last; ++k) {
+      double ma = 0.0, mb = 0.0, mc = 0.0;
+      bool oa = true, ob = true;
+      ops.first_residual(sh.sub(p, k), sh.sub(q, k), sh.sub(R, k), sh.len(k), a, b, c, ma, mb, mc, oa, ob);
+      v[0] += ma;
+      v[1] += mb;
+      v[2] += mc;
+      if (!oa) v[3] = 1.0;
+      if (!ob) v[4] = 1.0;
+      const std::int64_t nt = sum_tile_count(sh.len(k));
+      a += nt;
+      b += nt;
+      c += nt;
+    }
+    for (int i = 0; i < 5; ++i) ops.put(d, i, v[i]);
+    write_probe(ops, sh, pr, d + 5);
+  }
+};
+
+//! d = {mass of R, probe}: R = max(R - s q, 0) (scaled: R = max(p - s q, 0)).
+struct pass_residual {
+  shard_span sh;
+  shard_probe pr;
+  row_ref p, q;  //!< p unused unless scaled
+  float* R;
+  float s;
+  bool scaled;
+  double* tr;
+  SPECDEC_NO_EXEC_CHECK
+  template <class Inner>
+  SPECDEC_HD void operator()(const Inner& ops, double* d, std::int64_t*) const {
+    double m = 0.0;
+    double* t = tr;
+    for (std::int32_t k = sh.first; k < sh.last; ++k) {
+      if (!scaled) {
+        m += ops.update_residual(sh.sub(q, k), sh.sub(R, k), s, sh.len(k), t);
+      } else if constexpr (requires { ops.scaled_residual(p, q, R, s, sh.len(k), t); }) {
+        m += ops.scaled_residual(sh.sub(p, k), sh.sub(q, k), sh.sub(R, k), s, sh.len(k), t);
+      } else {  // bit for bit the same as the one-read pass (row_ops.hpp)
+        ops.copy(sh.sub(p, k), sh.sub(R, k), sh.len(k));
+        m += ops.update_residual(sh.sub(q, k), sh.sub(R, k), s, sh.len(k), t);
+      }
+      t += sum_tile_count(sh.len(k));
+    }
+    ops.put(d, 0, m);
+    write_probe(ops, sh, pr, d + 1);
+  }
+};
+
+//! d = {mass, sum p log p, bad flag, probe}.
+struct pass_entropy {
+  shard_span sh;
+  shard_probe pr;
+  row_ref r;
+  double* tiles;
+  SPECDEC_NO_EXEC_CHECK
+  template <class Inner>
+  SPECDEC_HD void operator()(const Inner& ops, double* d, std::int64_t*) const {
+    double v[3] = {0.0, 0.0, 0.0};
+    double* t = tiles;
+    for (std::int32_t k = sh.first; k < sh.last; ++k) {
+      double mk = 0.0, hk = 0.0;
+      if (!ops.entropy(sh.sub(r, k), sh.len(k), t, mk, hk)) v[2] = 1.0;
+      v[0] += mk;
+      v[1] += hk;
+      t += sum_tile_count(sh.len(k));
+    }
+    for (int i = 0; i < 3; ++i) ops.put(d, i, v[i]);
+    write_probe(ops, sh, pr, d + 3);
+  }
+};
+
+//! d = {mass of the owned ranges from their tile sums} (the sample's prefix).
+struct pass_owned_mass {
+  shard_span sh;
+  const double* tiles;
+  SPECDEC_NO_EXEC_CHECK
+  template <class Inner>
+  SPECDEC_HD void operator()(const Inner& ops, double* d, std::int64_t*) const {
+    double c = 0.0;
+    const double* t = tiles;
+    for (std::int32_t k = sh.first; k < sh.last; ++k) {
+      c += sum_tiles(t, sum_tile_count(sh.len(k)));
+      t += sum_tile_count(sh.len(k));
+    }
+    ops.put(d, 0, c);
+  }
+};
+
+//! l = {-(sampled token) or "none", last positive token or -1}: the
+//! inverse-CDF scan of the owned ranges, `c` the mass of the lower ranks.
+struct pass_sample_scan {
+  shard_span sh;
+  row_ref r;
+  const double* tiles;
+  double c;
+  double target;
+  SPECDEC_NO_EXEC_CHECK
+  template <class Inner>
+  SPECDEC_HD void operator()(const Inner& ops, double*, std::int64_t* l) const {
+    std::int64_t found = -1, last = -1;
+    double cum = c;
+    const double* t = tiles;
+    for (std::int32_t k = sh.first; k < sh.last; ++k) {
+      const std::int64_t nt = sum_tile_count(sh.len(k));
+      const row_ref rk = sh.sub(r, k);
+      const double mk = sum_tiles(t, nt);
+      if (found < 0 && target < cum + mk) {
+        std::int64_t i = 0;
+        double cc = cum;
+        while (found < 0 && locate_tile(t, nt, target, i, cc)) {
+          const token_id y = ops.scan_tile(rk, sh.len(k), i, cc, target);
+          if (y >= 0) found = sh.begin(k) + y;
+          cc += t[i++];
+        }
+      }
+      const token_id lp = ops.last_positive(rk, sh.len(k));
+      if (lp >= 0) last = sh.begin(k) + lp;
+      cum += mk;
+      t += nt;
+    }
+    ops.put(l, 0, found >= 0 ? -found : no_key);
+    ops.put(l, 1, last);
+  }
+};
+
+//! l = {best rank_key or no_key, NaN flag}: argmax in the specdec tie order.
+struct pass_argmax {
+  shard_span sh;
+  row_ref r;
+  SPECDEC_NO_EXEC_CHECK
+  template <class Inner>
+  SPECDEC_HD void operator()(const Inner& ops, double*, std::int64_t* l) const {
+    std::int64_t best = no_key, nan = 0;
+    for (std::int32_t k = sh.first; k < sh.last; ++k) {
+      if (sh.len(k) == 0) continue;
+      token_id a = 0;
+      if (!ops.argmax(sh.sub(r, k), sh.len(k), a)) nan = 1;
+      const float x = sh.sub(r, k)[a];
+      if (x >= -FLT_MAX) {  // the inner argmax picks only entries above -inf
+        const std::int64_t key = rank_key(x, sh.begin(k) + a);
+        best = key > best ? key : best;
+      }
+    }
+    ops.put(l, 0, best);
+    ops.put(l, 1, nan);
+  }
+};
+
+//! l = {2: a non-finite entry, 1: a negative entry, 0: neither}.
+struct pass_classify {
+  shard_span sh;
+  row_ref r;
+  SPECDEC_NO_EXEC_CHECK
+  template <class Inner>
+  SPECDEC_HD void operator()(const Inner& ops, double*, std::int64_t* l) const {
+    std::int64_t worst = 0;
+    for (std::int32_t k = sh.first; k < sh.last; ++k) {
+      if (sh.len(k) == 0) continue;
+      const status_code c = ops.classify(sh.sub(r, k), sh.len(k));
+      const std::int64_t w = c == status_code::non_finite ? 2 : c == status_code::negative_probability ? 1 : 0;
+      worst = w > worst ? w : worst;
+    }
+    ops.put(l, 0, worst);
+  }
+};
+
+//! R = the owned columns of r (no scalars).
+struct pass_copy {
+  shard_span sh;
+  row_ref r;
+  float* R;
+  SPECDEC_NO_EXEC_CHECK
+  template <class Inner>
+  SPECDEC_HD void operator()(const Inner& ops, double*, std::int64_t*) const {
+    ops.copy(r, R, sh.width);
+  }
+};
+
+//! R[x - base] = v where x is owned (no scalars).
+struct pass_put {
+  shard_span sh;
+  float* R;
+  std::int64_t x;
+  float v;
+  SPECDEC_NO_EXEC_CHECK
+  template <class Inner>
+  SPECDEC_HD void operator()(const Inner& ops, double*, std::int64_t*) const {
+    if (sh.owns(x)) ops.put(R, x - sh.base, v);
+    ops.sync();
+  }
+};
+
+}  // namespace specdec::detail
