@@ -773,6 +773,20 @@ status verify_chain_sharded(C& coll, std::span<const std::int64_t> bounds, std::
                                            tokens, result);
 }
 
+//! verify_chain_sharded with the caller's uniforms (the same on every rank;
+//! node i of the chain is draft position i).
+template <collective C>
+status verify_chain_sharded(C& coll, std::span<const std::int64_t> bounds, std::span<const token_id> drafts,
+                            view2d<const float> p, view2d<const float> q, const verify_params& vp,
+                            const caller_uniforms& uniforms, std::span<std::byte> workspace, std::span<token_id> tokens,
+                            verify_result& result) {
+  host_shard_executor<C> ex(coll);
+  std::span<std::byte> e, h;
+  const auto n = static_cast<std::int32_t>(drafts.size() < INT32_MAX ? drafts.size() + 1 : 1);
+  detail::split_workspace(bounds, coll.rank(), coll.size(), n, workspace, e, h);
+  return detail::verify_chain_sharded_with(ex, bounds, drafts, p, q, vp, uniforms, &uniforms, e, h, tokens, result);
+}
+
 //! verify_tree_sharded on a shard executor: the rows p, q and
 //! `exec_workspace` in the memory the executor's passes read (device memory
 //! for parallel/cuda_shard.cuh), the tree, `host_workspace` and the outputs
@@ -789,6 +803,19 @@ status verify_tree_sharded_on(Exec& ex, std::span<const std::int64_t> bounds, co
                                           exec_workspace, host_workspace, path, tokens, result);
 }
 
+//! verify_tree_sharded_on with the caller's uniforms (host memory, the
+//! same on every rank; ranks that pass different uniforms all get
+//! invalid_argument).
+template <class Exec>
+status verify_tree_sharded_on(Exec& ex, std::span<const std::int64_t> bounds, const tree_view& tree,
+                              view2d<const float> p, view2d<const float> q, const verify_params& vp,
+                              const caller_uniforms& uniforms, std::span<std::byte> exec_workspace,
+                              std::span<std::byte> host_workspace, std::span<node_id> path, std::span<token_id> tokens,
+                              verify_result& result) {
+  return detail::verify_tree_sharded_with(ex, bounds, tree, p, q, vp, uniforms, &uniforms, exec_workspace,
+                                          host_workspace, path, tokens, result);
+}
+
 //! verify_chain_sharded on a shard executor (as verify_tree_sharded_on).
 template <class Exec>
 status verify_chain_sharded_on(Exec& ex, std::span<const std::int64_t> bounds, std::span<const token_id> drafts,
@@ -798,6 +825,17 @@ status verify_chain_sharded_on(Exec& ex, std::span<const std::int64_t> bounds, s
   return detail::verify_chain_sharded_with(ex, bounds, drafts, p, q, vp,
                                            philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, nullptr,
                                            exec_workspace, host_workspace, tokens, result);
+}
+
+//! verify_chain_sharded_on with the caller's uniforms (as
+//! verify_tree_sharded_on).
+template <class Exec>
+status verify_chain_sharded_on(Exec& ex, std::span<const std::int64_t> bounds, std::span<const token_id> drafts,
+                               view2d<const float> p, view2d<const float> q, const verify_params& vp,
+                               const caller_uniforms& uniforms, std::span<std::byte> exec_workspace,
+                               std::span<std::byte> host_workspace, std::span<token_id> tokens, verify_result& result) {
+  return detail::verify_chain_sharded_with(ex, bounds, drafts, p, q, vp, uniforms, &uniforms, exec_workspace,
+                                           host_workspace, tokens, result);
 }
 
 //! Single-process verify_tree in the partitioned summation order of
@@ -829,6 +867,15 @@ inline status verify_chain_partitioned(std::span<const std::int64_t> bounds, std
                                        verify_result& result) noexcept {
   self_collective one;
   return verify_chain_sharded(one, bounds, drafts, p, q, vp, workspace, tokens, result);
+}
+
+//! verify_chain_partitioned with the caller's uniforms.
+inline status verify_chain_partitioned(std::span<const std::int64_t> bounds, std::span<const token_id> drafts,
+                                       view2d<const float> p, view2d<const float> q, const verify_params& vp,
+                                       const caller_uniforms& uniforms, std::span<std::byte> workspace,
+                                       std::span<token_id> tokens, verify_result& result) noexcept {
+  self_collective one;
+  return verify_chain_sharded(one, bounds, drafts, p, q, vp, uniforms, workspace, tokens, result);
 }
 
 }  // namespace specdec
