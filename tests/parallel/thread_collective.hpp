@@ -15,7 +15,7 @@ namespace sharded_test {
 
 class thread_group {
  public:
-  static constexpr int slot = 512;  // scalars per rank and call
+  static constexpr int slot = 4096;  // scalars per rank and call
   explicit thread_group(int ranks)
       : ranks_(ranks),
         bar_(ranks),

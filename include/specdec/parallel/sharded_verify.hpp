@@ -41,6 +41,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
 #include "specdec/core/philox.hpp"
@@ -49,6 +50,7 @@
 #include "specdec/core/workspace.hpp"
 #include "specdec/parallel/collective.hpp"
 #include "specdec/parallel/detail/shard_passes.hpp"
+#include "specdec/parallel/detail/topk_passes.hpp"
 #include "specdec/sample/detail/host_rows.hpp"
 #include "specdec/sample/order.hpp"
 #include "specdec/tree/token_tree.hpp"
@@ -113,7 +115,9 @@ inline status own_ranges(std::span<const std::int64_t> bounds, int rank, int siz
 //! checks), run(pass) (the pass writes up to `capacity` doubles and int64s
 //! into the executor's scalar buffers), sum / prefix (double scalars,
 //! combined in rank order into host memory) and max (int64 scalars), and
-//! stage_bounds (the partition where passes read it).
+//! stage_bounds (the partition where passes read it); for the sharded
+//! top-k also run_rows(pass, rows), gather (an all-gather of int64s) and
+//! to_host (pass results into host memory).
 template <collective C>
 class host_shard_executor {
  public:
@@ -150,6 +154,25 @@ class host_shard_executor {
   void max(int n, std::int64_t* out) {
     for (int i = 0; i < n; ++i) out[i] = l_[i];
     c_->all_reduce_max(out, n);
+  }
+  //! Runs a row pass of parallel/detail/topk_passes.hpp on rows [0, rows).
+  template <class Pass>
+  void run_rows(const Pass& f, std::int32_t rows) {
+    for (std::int32_t r = 0; r < rows; ++r) f(detail::host_row_ops{}, detail::host_lanes{}, r);
+  }
+  //! all[q * n + i] = rank q's mine[i]: an all-gather made of the
+  //! collective's max (the other ranks' slots hold no_key, below every
+  //! int64). all holds size() * n int64s; size() * n must fit an int.
+  void gather(const std::int64_t* mine, int n, std::int64_t* all) {
+    const std::int64_t total = static_cast<std::int64_t>(n) * size();
+    for (std::int64_t i = 0; i < total; ++i) all[i] = detail::no_key;
+    const std::int64_t slot = static_cast<std::int64_t>(n) * rank();
+    for (int i = 0; i < n; ++i) all[slot + i] = mine[i];
+    c_->all_reduce_max(all, static_cast<int>(total));
+  }
+  //! Hands pass results to the host (here a copy within host memory).
+  void to_host(void* dst, const void* src, std::size_t bytes) noexcept {
+    if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
   }
 
  private:
