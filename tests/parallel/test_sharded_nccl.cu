@@ -3,8 +3,11 @@
 // communicators from ncclCommInitAll), or one rank on one GPU; every rank's
 // result must equal the host's partitioned-order result token for token,
 // for random trees and every mode, and a NaN in one rank's shard must give
-// the same status on every rank. Prints which configuration ran. Exits 77
-// (CTest: skipped) without a CUDA device.
+// the same status on every rank. The level-batched sharded top-k of
+// drafting runs on the same executor: every rank's candidates, counts and
+// masses must equal the host executor's (threads) bit for bit, and a NaN
+// in one rank's rows must give the same status everywhere. Prints which
+// configuration ran. Exits 77 (CTest: skipped) without a CUDA device.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -13,7 +16,9 @@
 #include <vector>
 
 #include "parallel/sharded_cases.hpp"
+#include "parallel/thread_collective.hpp"
 #include "specdec/parallel/cuda_shard.cuh"
+#include "specdec/parallel/sharded_topk.hpp"
 
 using namespace specdec;
 using namespace sharded_test;
@@ -80,6 +85,91 @@ outcome run_device_rank(ncclComm_t comm, int dev, int r, int P, const tree_case&
   return o;
 }
 
+// What one rank's sharded top-k of a level returned.
+struct topk_out {
+  status_code code = status_code::ok;
+  std::int64_t index = -1;
+  std::vector<token_id> tok;
+  std::vector<float> val;
+  std::vector<std::int32_t> counts;
+  std::vector<double> mass;
+  bool operator==(const topk_out&) const = default;
+};
+
+#define GPU_OK_T(x)                                                       \
+  do {                                                                    \
+    if ((x) != cudaSuccess) {                                             \
+      std::fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #x); \
+      return topk_out{status_code::cuda_error, -1, {}, {}, {}, {}};       \
+    }                                                                     \
+  } while (0)
+
+// One rank's top-k of n rows through `run` (device or host executor).
+template <class Run>
+topk_out topk_rank(std::int32_t n, std::int32_t k, Run&& run) {
+  topk_out o;
+  o.tok.assign(static_cast<std::size_t>(n * k), -1);
+  o.val.assign(o.tok.size(), -1.0f);
+  o.counts.assign(static_cast<std::size_t>(n), -1);
+  o.mass.assign(static_cast<std::size_t>(n), -1.0);
+  const status s = run(make_view(o.tok.data(), n, k), make_view(o.val.data(), n, k), std::span<std::int32_t>(o.counts),
+                       std::span<double>(o.mass));
+  o.code = s.code();
+  o.index = s.index();
+  if (!s.ok()) return topk_out{s.code(), s.index(), {}, {}, {}, {}};
+  return o;
+}
+
+topk_out run_device_topk(ncclComm_t comm, int dev, int r, int P, const std::vector<float>& m, std::int32_t n,
+                         std::int64_t V, std::span<const std::int64_t> bounds, std::int32_t k) {
+  GPU_OK_T(cudaSetDevice(dev));
+  const std::int64_t b0 = bounds[static_cast<std::size_t>(r)], b1 = bounds[static_cast<std::size_t>(r) + 1];
+  const auto mine = shard_of(m, V, n, b0, b1);
+  std::size_t eb = 0, hb = 0;
+  if (!sharded_topk_rows_workspace_parts(n, b1 - b0, k, P, eb, hb))
+    return topk_out{status_code::invalid_argument, -1, {}, {}, {}, {}};
+  cudaStream_t stream{};
+  GPU_OK_T(cudaStreamCreate(&stream));
+  float* d = nullptr;
+  void *ws = nullptr, *scratch = nullptr, *staging = nullptr, *host = nullptr;
+  GPU_OK_T(cudaMalloc(&d, mine.size() * sizeof(float) + sizeof(float)));
+  GPU_OK_T(cudaMalloc(&ws, eb));
+  GPU_OK_T(cudaMalloc(&scratch, executor::scratch_bytes(P)));
+  GPU_OK_T(cudaMallocHost(&staging, executor::staging_bytes(P)));
+  GPU_OK_T(cudaMallocHost(&host, hb));
+  GPU_OK_T(cudaMemcpy(d, mine.data(), mine.size() * sizeof(float), cudaMemcpyHostToDevice));
+  topk_out o;
+  {
+    executor ex(comm, stream, scratch, executor::scratch_bytes(P), staging, executor::staging_bytes(P));
+    o = topk_rank(n, k, [&](view2d<token_id> t, view2d<float> v, std::span<std::int32_t> c, std::span<double> ms) {
+      return sharded_topk_rows_on(ex, b0, V, device_matrix(mine.empty() ? nullptr : d, n, b1 - b0), k,
+                                  std::span<std::byte>(static_cast<std::byte*>(ws), eb),
+                                  std::span<std::byte>(static_cast<std::byte*>(host), hb), t, v, c, ms);
+    });
+  }
+  cudaFree(d);
+  cudaFree(ws);
+  cudaFree(scratch);
+  cudaFreeHost(staging);
+  cudaFreeHost(host);
+  cudaStreamDestroy(stream);
+  return o;
+}
+
+// The host executor's answer for every rank (threads).
+std::vector<topk_out> host_topk(int P, const std::vector<float>& m, std::int32_t n, std::int64_t V,
+                                std::span<const std::int64_t> bounds, std::int32_t k) {
+  return run_ranks<topk_out>(P, [&](thread_collective& tc) {
+    const std::int64_t b0 = bounds[static_cast<std::size_t>(tc.rank())],
+                       b1 = bounds[static_cast<std::size_t>(tc.rank()) + 1];
+    const auto mine = shard_of(m, V, n, b0, b1);
+    std::vector<std::byte> ws(sharded_topk_rows_workspace_size(n, b1 - b0, k, P));
+    return topk_rank(n, k, [&](view2d<token_id> t, view2d<float> v, std::span<std::int32_t> c, std::span<double> ms) {
+      return sharded_topk_rows(tc, b0, V, matrix(mine, n, b1 - b0), k, ws, t, v, c, ms);
+    });
+  });
+}
+
 }  // namespace
 
 int main() {
@@ -140,6 +230,41 @@ int main() {
       if (o.code != status_code::non_finite || !(o == got[0])) ++failures;
     }
   }
+  // Level-batched sharded top-k: device == host executor, bit for bit.
+  std::mt19937_64 g(20261122);
+  for (const std::int64_t V : {std::int64_t{3001}, std::int64_t{128256}}) {
+    const auto bounds = uneven_bounds(V, P);
+    for (const std::int32_t k : {1, 8, 40}) {
+      const std::int32_t n = 64;
+      std::vector<float> m;
+      for (std::int32_t i = 0; i < n; ++i) {
+        const auto row = random_row(g, V, i % 2 == 1);
+        m.insert(m.end(), row.begin(), row.end());
+      }
+      for (const bool nan : {false, true}) {
+        if (nan) m[static_cast<std::size_t>(9 * V + V / 2)] = std::nanf("");
+        const auto want = host_topk(P, m, n, V, bounds, k);
+        std::vector<topk_out> got(static_cast<std::size_t>(P));
+        std::vector<std::thread> ts;
+        for (int r = 0; r < P; ++r)
+          ts.emplace_back([&, r] {
+            got[static_cast<std::size_t>(r)] =
+                run_device_topk(comms[static_cast<std::size_t>(r)], r, r, P, m, n, V, bounds, k);
+          });
+        for (auto& t : ts) t.join();
+        for (int r = 0; r < P; ++r) {
+          ++runs;
+          const bool ok = got[static_cast<std::size_t>(r)] == want[static_cast<std::size_t>(r)] &&
+                          (nan ? want[0].code == status_code::non_finite : want[0].code == status_code::ok);
+          if (!ok) {
+            ++failures;
+            std::printf("TOP-K MISMATCH V %lld k %d nan %d rank %d\n", static_cast<long long>(V), k, nan ? 1 : 0, r);
+          }
+        }
+      }
+    }
+  }
+  std::printf("device-resident sharded top-k: 64 rows per level, V 3001 and 128256, k 1/8/40 checked\n");
   for (auto& cm : comms) ncclCommDestroy(cm);
   std::printf("%d rank results, %d mismatches\n", runs, failures);
   return failures == 0 ? 0 : 1;

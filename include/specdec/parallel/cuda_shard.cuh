@@ -12,6 +12,11 @@
 //! kernel, one collective and one synchronization; rows never leave the
 //! device. docs/parallel.md says why the walk stays on the host.
 //!
+//! The same executor runs the level-batched sharded top-k of drafting
+//! (sharded_topk_rows_on in parallel/sharded_topk.hpp): a selection kernel
+//! with one block per frontier row, one ncclAllGather of the keys, a merge
+//! kernel and one copy of the merged candidates to the host.
+//!
 //! Needs <nccl.h> and nvcc (include it from a .cu file). specdec never
 //! creates the communicator, the stream or any memory: the caller passes
 //! device scratch and host staging (pinned memory avoids a staging copy).
@@ -29,6 +34,7 @@
 #include "specdec/parallel/collective.hpp"
 #include "specdec/parallel/detail/shard_passes.hpp"
 #include "specdec/parallel/nccl.hpp"
+#include "specdec/parallel/sharded_topk.hpp"
 #include "specdec/parallel/sharded_verify.hpp"
 
 namespace specdec {
@@ -41,6 +47,40 @@ SPECDEC_KERNEL void __launch_bounds__(Block) shard_pass_kernel(Pass f, double* d
   __shared__ typename block_row_ops<Block>::storage sh;
   const block_row_ops<Block> ops{sh};
   f(ops, d, l);
+}
+
+//! The lane policy of parallel/detail/topk_passes.hpp for one block: the
+//! block's threads are the lanes, max is a block reduction.
+template <int Block>
+struct block_lanes {
+  using reduce = cub::BlockReduce<std::int64_t, Block>;
+  struct storage {
+    typename reduce::TempStorage r;
+    std::int64_t out;
+  };
+  storage& sh;
+  SPECDEC_DEVICE int lane() const { return static_cast<int>(threadIdx.x); }
+  SPECDEC_DEVICE int lanes() const { return Block; }
+  //! The maximum of every lane's v, returned to every lane.
+  SPECDEC_DEVICE std::int64_t max(std::int64_t v) const {
+    const std::int64_t a = reduce(sh.r).Reduce(v, max_i64_op{});
+    if (threadIdx.x == 0) sh.out = a;
+    __syncthreads();
+    const std::int64_t out = sh.out;
+    __syncthreads();
+    return out;
+  }
+  SPECDEC_DEVICE void sync() const { __syncthreads(); }
+};
+
+//! A row pass of topk_passes.hpp: block b runs row b with Block lanes.
+template <int Block, class Pass>
+SPECDEC_KERNEL void __launch_bounds__(Block) shard_rows_kernel(Pass f) {
+  __shared__ typename block_row_ops<Block>::storage sh;
+  __shared__ typename block_lanes<Block>::storage sl;
+  const block_row_ops<Block> ops{sh};
+  const block_lanes<Block> lanes{sl};
+  f(ops, lanes, static_cast<std::int32_t>(blockIdx.x));
 }
 
 }  // namespace cuda::detail
@@ -117,6 +157,27 @@ class nccl_shard_executor {
   void sum(int n, double* out) noexcept { fold(n, out, size()); }
   //! out[0..n) = the rank-order sums over the lower ranks.
   void prefix(int n, double* out) noexcept { fold(n, out, rank()); }
+  //! One launch of a row pass (topk_passes.hpp): one block per row.
+  template <class Pass>
+  void run_rows(const Pass& f, std::int32_t rows) noexcept {
+    if (!ok() || rows <= 0) return;
+    cuda::detail::shard_rows_kernel<Block, Pass><<<static_cast<unsigned>(rows), Block, 0, stream_>>>(f);
+    check(cudaGetLastError());
+  }
+  //! all[q * n + i] = rank q's mine[i] (device memory): one ncclAllGather
+  //! on the stream, no synchronization.
+  void gather(const std::int64_t* mine, int n, std::int64_t* all) noexcept {
+    count(n);
+    if (!ok()) return;
+    check(ncclAllGather(mine, all, static_cast<std::size_t>(n), ncclInt64, comm_, stream_));
+  }
+  //! Copies pass results from device memory to host memory and waits for
+  //! the stream (the one synchronization of a sharded top-k level).
+  void to_host(void* dst, const void* src, std::size_t bytes) noexcept {
+    if (!ok()) return;
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    check(cudaStreamSynchronize(stream_));
+  }
   //! out[0..n) = the maxima of the pass's first n int64s.
   void max(int n, std::int64_t* out) noexcept {
     count(n);
