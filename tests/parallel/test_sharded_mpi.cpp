@@ -3,7 +3,8 @@
 // not divisible by the rank count) and the sharded result must equal the
 // single-process partitioned-order result token for token, for random
 // trees, chains and every mode; bad input on one rank must give the same
-// status on all ranks; sharded top-k must equal the full-row top-k.
+// status on all ranks; sharded top-k (one row, and every row of a level)
+// must equal the full-row top-k.
 // Exit 0 when every check passed on every rank.
 #include <mpi.h>
 
@@ -162,6 +163,59 @@ int main(int argc, char** argv) {
       bool same = wn == gn;
       for (std::int32_t j = 0; same && j < wn; ++j) same = wt[j] == gt[j] && wv[j] == gv[j];
       check(same, "sharded top-k == full-row top-k", r);
+    }
+  }
+
+  // Level-batched sharded top-k (one MPI_Allgather of the keys per level)
+  // vs the full rows, masses in the partitioned order; a NaN on the last
+  // rank gives the same status everywhere.
+  {
+    std::mt19937_64 g(11);
+    const std::int64_t V = 4099;
+    const auto bounds = uneven_bounds(V, P);
+    const std::int64_t b0 = bounds[static_cast<std::size_t>(r)], b1 = bounds[static_cast<std::size_t>(r) + 1];
+    const std::int32_t n = 12, k = 8;
+    std::vector<float> m;
+    for (std::int32_t i = 0; i < n; ++i) {
+      const auto row = random_row(g, V, i % 2 == 1);
+      m.insert(m.end(), row.begin(), row.end());
+    }
+    for (const bool nan : {false, true}) {
+      if (nan) m[static_cast<std::size_t>(4 * V + bounds[static_cast<std::size_t>(P - 1)] + 2)] = std::nanf("");
+      const auto mine = shard_of(m, V, n, b0, b1);
+      std::vector<std::byte> ws(sharded_topk_rows_workspace_size(n, b1 - b0, k, P));
+      std::vector<token_id> tok(static_cast<std::size_t>(n * k));
+      std::vector<float> val(tok.size());
+      std::vector<std::int32_t> counts(static_cast<std::size_t>(n));
+      std::vector<double> mass(static_cast<std::size_t>(n));
+      counting_collective<mpi_collective> cc(coll);
+      const status s = sharded_topk_rows(cc, b0, V, matrix(mine, n, b1 - b0), k, ws, make_view(tok.data(), n, k),
+                                         make_view(val.data(), n, k), counts, mass);
+      outcome o;
+      o.code = s.code();
+      o.index = s.index();
+      check(same_everywhere(MPI_COMM_WORLD, o), "sharded top-k rows: same status on all ranks", r);
+      if (nan) {
+        check(s.code() == status_code::non_finite && s.index() == bounds[static_cast<std::size_t>(P - 1)] + 2,
+              "sharded top-k rows: NaN -> non_finite at its global token", r);
+        continue;
+      }
+      check(s.ok() && cc.traffic().calls == 2, "sharded top-k rows: ok in two collectives", r);
+      bool same = true;
+      for (std::int32_t i = 0; i < n; ++i) {
+        const std::span<const float> row(m.data() + i * V, static_cast<std::size_t>(V));
+        token_id wt[8];
+        float wv[8];
+        std::int32_t wn = 0;
+        double wm = 0.0;  // the row's sum in double: the tiled order differs by rounding only
+        for (const float x : row) wm += static_cast<double>(x);
+        check(detail::topk_probabilities(row, k, wt, wv, wn).ok(), "full-row top-k", r);
+        same = same && counts[static_cast<std::size_t>(i)] == wn;
+        for (std::int32_t j = 0; same && j < wn; ++j)
+          same = wt[j] == tok[static_cast<std::size_t>(i * k + j)] && wv[j] == val[static_cast<std::size_t>(i * k + j)];
+        same = same && std::abs(mass[static_cast<std::size_t>(i)] - wm) <= 1e-6 * wm;
+      }
+      check(same, "sharded top-k rows == full-row top-k", r);
     }
   }
 

@@ -25,6 +25,10 @@
 using namespace specdec;
 using namespace sharded_test;
 
+static_assert(gathering_collective<counting_collective<thread_gather_collective>>);
+static_assert(!gathering_collective<counting_collective<thread_collective>>);
+static_assert(collective<counting_collective<thread_collective>>);
+
 namespace {
 
 // The best k positive entries of a full row: sort by (value desc, token asc).
@@ -124,6 +128,12 @@ TEST_CASE("level-batched sharded top-k == row-at-a-time sharded top-k == brute f
           INFO("P " << P << " V " << V << " ties " << ties << " k " << k);
           const auto got =
               run_ranks<level_out>(P, [&](thread_collective& tc) { return run_rows(tc, m, n, V, bounds, k); });
+          // The same through a collective with its own all-gather.
+          const auto gathered = run_ranks<level_out>(P, [&](thread_collective& tc) {
+            thread_gather_collective gc(tc.group(), tc.rank());
+            return run_rows(gc, m, n, V, bounds, k);
+          });
+          CHECK(gathered == got);
           // The row-at-a-time form on the same partition, row by row.
           std::vector<level_out> old(static_cast<std::size_t>(P));
           for (std::int32_t i = 0; i < n; ++i) {
@@ -367,6 +377,18 @@ TEST_CASE("sharded top-k rows: traffic per level", "[parallel]") {
   for (const auto& t : got) {
     CHECK(t.calls == 2);
     CHECK(t.bytes == 3 * 8 + P * block * 8);
+  }
+  // With a collective that all-gathers: the all-gather's own payload.
+  const auto got2 = run_ranks<collective_traffic>(P, [&](thread_collective& tc) {
+    thread_gather_collective gc(tc.group(), tc.rank());
+    counting_collective<thread_gather_collective> cc(gc);
+    const level_out o = run_rows(cc, m, n, V, bounds, k);
+    CHECK(o.code == status_code::ok);
+    return cc.traffic();
+  });
+  for (const auto& t : got2) {
+    CHECK(t.calls == 2);
+    CHECK(t.bytes == 3 * 8 + block * 8);
   }
   std::printf(
       "sharded_topk_rows traffic per level (n %d, k %d, P %d): 2 collectives; all-gather payload %lld bytes "

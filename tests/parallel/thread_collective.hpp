@@ -32,6 +32,7 @@ class thread_collective {
   thread_collective(thread_group& g, int rank) : g_(&g), r_(rank) {}
   int rank() const { return r_; }
   int size() const { return g_->ranks_; }
+  thread_group& group() const { return *g_; }
   void all_reduce_sum(double* v, int n) { fold(v, n, size()); }
   void exclusive_prefix_sum(double* v, int n) { fold(v, n, r_); }
   void all_reduce_max(std::int64_t* v, int n) {
@@ -65,6 +66,26 @@ class thread_collective {
 };
 
 static_assert(specdec::collective<thread_collective>);
+
+// thread_collective plus the optional all-gather (gathering_collective).
+class thread_gather_collective : public thread_collective {
+ public:
+  thread_gather_collective(thread_group& g, int rank) : thread_collective(g, rank), g_(&g) {}
+  void all_gather(const std::int64_t* mine, int n, std::int64_t* all) {
+    for (int i = 0; i < n; ++i) g_->i_[static_cast<std::size_t>(rank() * thread_group::slot + i)] = mine[i];
+    g_->bar_.arrive_and_wait();
+    for (int q = 0; q < size(); ++q)
+      for (int i = 0; i < n; ++i)
+        all[static_cast<std::size_t>(q * n + i)] = g_->i_[static_cast<std::size_t>(q * thread_group::slot + i)];
+    g_->bar_.arrive_and_wait();
+  }
+
+ private:
+  thread_group* g_;
+};
+
+static_assert(specdec::gathering_collective<thread_gather_collective>);
+static_assert(!specdec::gathering_collective<thread_collective>);
 
 // Runs f(coll) on `ranks` threads; returns each rank's result.
 template <class R>

@@ -46,6 +46,16 @@ concept collective = requires(C& c, const C& cc, double* d, std::int64_t* i, int
   { c.broadcast(d, n, root) } -> std::same_as<void>;
 };
 
+//! A collective that can also all-gather int64s: all_gather(mine, n, all)
+//! sets all[q * n + i] = rank q's mine[i] (size() * n entries). Optional:
+//! the level-batched sharded top-k (parallel/sharded_topk.hpp) uses it when
+//! present and otherwise builds the gather from all_reduce_max over size()
+//! blocks (the same result, size() times the payload).
+template <class C>
+concept gathering_collective = collective<C> && requires(C& c, const std::int64_t* mine, int n, std::int64_t* all) {
+  { c.all_gather(mine, n, all) } -> std::same_as<void>;
+};
+
 //! The trivial collective of one rank (the single-process partitioned path).
 struct self_collective {
   //! This process's rank in [0, size()).
@@ -104,6 +114,11 @@ class counting_collective {
   void broadcast(double* v, int n, int root) {
     count(n, root == rank());
     inner_->broadcast(v, n, root);
+  }
+  //! all[q * n + i] = rank q's mine[i] (only when the wrapped collective has it).
+  void all_gather(const std::int64_t* mine, int n, std::int64_t* all) requires gathering_collective<C> {
+    count(n, true);
+    inner_->all_gather(mine, n, all);
   }
   //! Traffic since construction or the last reset().
   [[nodiscard]] collective_traffic traffic() const noexcept { return t_; }

@@ -51,6 +51,10 @@ class mpi_collective {
   }
   //! v[0..n) = root's v[0..n) on every rank.
   void broadcast(double* v, int n, int root) noexcept { MPI_Bcast(v, n, MPI_DOUBLE, root, comm_); }
+  //! all[q * n + i] = rank q's mine[i] (one MPI_Allgather; any n).
+  void all_gather(const std::int64_t* mine, int n, std::int64_t* all) noexcept {
+    MPI_Allgather(mine, n, MPI_INT64_T, all, n, MPI_INT64_T, comm_);
+  }
 
  private:
   // v[i] = rank-order fold of the first `ranks` ranks' v[i].
@@ -64,6 +68,6 @@ class mpi_collective {
   int rank_ = 0, size_ = 1;
 };
 
-static_assert(collective<mpi_collective>);
+static_assert(gathering_collective<mpi_collective>);
 
 }  // namespace specdec

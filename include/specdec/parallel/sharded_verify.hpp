@@ -160,15 +160,20 @@ class host_shard_executor {
   void run_rows(const Pass& f, std::int32_t rows) {
     for (std::int32_t r = 0; r < rows; ++r) f(detail::host_row_ops{}, detail::host_lanes{}, r);
   }
-  //! all[q * n + i] = rank q's mine[i]: an all-gather made of the
-  //! collective's max (the other ranks' slots hold no_key, below every
-  //! int64). all holds size() * n int64s; size() * n must fit an int.
+  //! all[q * n + i] = rank q's mine[i]: the collective's all_gather when
+  //! it has one (gathering_collective), else an all-gather made of its max
+  //! (the other ranks' slots hold no_key, below every int64). all holds
+  //! size() * n int64s; size() * n must fit an int.
   void gather(const std::int64_t* mine, int n, std::int64_t* all) {
-    const std::int64_t total = static_cast<std::int64_t>(n) * size();
-    for (std::int64_t i = 0; i < total; ++i) all[i] = detail::no_key;
-    const std::int64_t slot = static_cast<std::int64_t>(n) * rank();
-    for (int i = 0; i < n; ++i) all[slot + i] = mine[i];
-    c_->all_reduce_max(all, static_cast<int>(total));
+    if constexpr (gathering_collective<C>) {
+      c_->all_gather(mine, n, all);
+    } else {
+      const std::int64_t total = static_cast<std::int64_t>(n) * size();
+      for (std::int64_t i = 0; i < total; ++i) all[i] = detail::no_key;
+      const std::int64_t slot = static_cast<std::int64_t>(n) * rank();
+      for (int i = 0; i < n; ++i) all[slot + i] = mine[i];
+      c_->all_reduce_max(all, static_cast<int>(total));
+    }
   }
   //! Hands pass results to the host (here a copy within host memory).
   void to_host(void* dst, const void* src, std::size_t bytes) noexcept {
