@@ -1,6 +1,7 @@
 // Vocabulary-parallel verification over MPI: bytes each rank puts into
 // collectives per verified tree, next to the bytes of gathering the rows,
-// and host time per verification (median of repetitions).
+// and host time per verification (median of repetitions); then the same
+// for the level-batched sharded top-k of drafting (8 and 64 frontier rows).
 //   mpirun -np P [--oversubscribe --mca mpi_yield_when_idle 1] sharded_mpi_timing [V] [nodes] [reps]
 // (defaults V = 128256, 64 nodes, 20 repetitions; OpenMPI as root also
 // needs OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 and
@@ -14,11 +15,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
+#include <span>
 #include <vector>
 
 #include "parallel/sharded_cases.hpp"
 #include "specdec/parallel/collective.hpp"
 #include "specdec/parallel/mpi.hpp"
+#include "specdec/parallel/sharded_topk.hpp"
 #include "specdec/parallel/sharded_verify.hpp"
 #include "specdec/verify/tree_verify.hpp"
 
@@ -90,6 +94,66 @@ int main(int argc, char** argv) {
           "%-28s accepted %2d | max per rank: %6lld B in %4lld collectives | gathering rows: %10.0f B per rank "
           "(%.0fx) | sharded median %8.3f ms (slowest rank) | one process, full rows %8.3f ms\n",
           verify_mode_name(m), res.accepted, static_cast<long long>(most[0]), static_cast<long long>(most[1]), gather,
+          gather / static_cast<double>(most[0] > 0 ? most[0] : 1), worst * 1e3, t_one[t_one.size() / 2] * 1e3);
+    }
+  }
+  // Drafting: the level-batched sharded top-k of n frontier rows (k = 8),
+  // one MPI_Allgather of the keys per level, vs gathering the rows.
+  if (r == 0)
+    std::printf(
+        "sharded top-k per tree level (k 8): payload bytes a rank puts into collectives vs gathering its rows "
+        "(n x V/P floats)\n");
+  for (const std::int32_t n : {8, 64}) {
+    const std::int32_t k = 8;
+    std::vector<float> rows;
+    std::mt19937_64 g(static_cast<std::uint64_t>(n));
+    for (std::int32_t i = 0; i < n; ++i) {
+      const auto row = sharded_test::random_row(g, V, false);
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    const auto mine = sharded_test::shard_of(rows, V, n, b0, b1);
+    std::vector<std::byte> tws(sharded_topk_rows_workspace_size(n, b1 - b0, k, P));
+    std::vector<token_id> tok(static_cast<std::size_t>(n * k));
+    std::vector<float> val(tok.size());
+    std::vector<std::int32_t> counts(static_cast<std::size_t>(n));
+    std::vector<double> t_sh, t_one;
+    collective_traffic tr{};
+    for (int i = 0; i < reps; ++i) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      coll.reset();
+      const double t0 = MPI_Wtime();
+      const status s = sharded_topk_rows(coll, b0, V, sharded_test::matrix(mine, n, b1 - b0), k, tws,
+                                         make_view(tok.data(), n, k), make_view(val.data(), n, k), counts);
+      const double t1 = MPI_Wtime();
+      if (!s.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", r, s.message());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+      t_sh.push_back(t1 - t0);
+      tr = coll.traffic();
+    }
+    if (r == 0)
+      for (int i = 0; i < reps; ++i) {
+        const double t0 = MPI_Wtime();
+        for (std::int32_t j = 0; j < n; ++j) {
+          std::int32_t cnt = 0;
+          (void)detail::topk_probabilities(std::span<const float>(rows.data() + j * V, static_cast<std::size_t>(V)), k,
+                                           tok.data(), val.data(), cnt);
+        }
+        t_one.push_back(MPI_Wtime() - t0);
+      }
+    std::sort(t_sh.begin(), t_sh.end());
+    double med = t_sh[t_sh.size() / 2], worst = 0.0;
+    MPI_Reduce(&med, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    std::int64_t mine_t[2] = {tr.bytes, tr.calls}, most[2] = {0, 0};
+    MPI_Reduce(mine_t, most, 2, MPI_INT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (r == 0) {
+      std::sort(t_one.begin(), t_one.end());
+      const double gather = static_cast<double>(n) * static_cast<double>((V + P - 1) / P) * 4.0;
+      std::printf(
+          "n %3d rows | max per rank: %6lld B in %lld collectives | gathering rows: %10.0f B per rank (%.0fx) | "
+          "sharded median %8.3f ms (slowest rank) | one process, full rows %8.3f ms\n",
+          n, static_cast<long long>(most[0]), static_cast<long long>(most[1]), gather,
           gather / static_cast<double>(most[0] > 0 ? most[0] : 1), worst * 1e3, t_one[t_one.size() / 2] * 1e3);
     }
   }

@@ -123,7 +123,7 @@ TEST_CASE("level-batched sharded top-k == row-at-a-time sharded top-k == brute f
         const std::int32_t n = 6;
         const auto m = random_rows(g, n, V, ties);
         const auto bounds = uneven_bounds(V, P);
-        for (const std::int32_t k : {1, 4, 8, 33}) {
+        for (const std::int32_t k : {1, 4, 8, 33, 64}) {
           if (k > V) continue;
           INFO("P " << P << " V " << V << " ties " << ties << " k " << k);
           const auto got =
@@ -289,6 +289,12 @@ TEST_CASE("sharded top-k rows: bad arguments on one rank give the same status on
   got = run_ranks<status>(P, [&](thread_collective& tc) {
     const int r = tc.rank();
     return call(tc, bounds[static_cast<std::size_t>(r)], width(r), 8, full(r, 8), 7);
+  });
+  for (const auto& s : got) CHECK(s.code() == status_code::invalid_argument);
+  // k above topk_max_k.
+  got = run_ranks<status>(P, [&](thread_collective& tc) {
+    const int r = tc.rank();
+    return call(tc, bounds[static_cast<std::size_t>(r)], width(r), 65, full(r, 65), V);
   });
   for (const auto& s : got) CHECK(s.code() == status_code::invalid_argument);
   // Each rank's range is valid on its own but they overlap (rank 2 starts one column early).

@@ -257,7 +257,8 @@ inline std::size_t sharded_topk_rows_workspace_size(std::int32_t rows, std::int6
 //! sample/order.hpp, folded in rank order: the partitioned order of
 //! parallel/sharded_verify.hpp). Workspace sizes from
 //! sharded_topk_rows_workspace_parts(n, width, k, ranks).
-//! Errors, the same on every rank: invalid_argument (k outside [1, V], V
+//! Errors, the same on every rank: invalid_argument (k outside [1, V] or
+//! above detail::topk_max_k = 64, V
 //! outside [1, INT32_MAX], columns outside [0, V), ranks disagreeing on V,
 //! k or n, ranges not tiling [0, V): index = the first bad rank),
 //! size_mismatch / buffer_too_small (outputs, workspaces), then for the
@@ -267,8 +268,10 @@ inline std::size_t sharded_topk_rows_workspace_size(std::int32_t rows, std::int6
 //! counts 0; other rows are still written.
 //! Traffic: agree_status (three int64 maxima, plus a broadcast when a rank
 //! fails its checks), then one all-gather of 2 + n (k + 3) int64s per rank;
-//! no row leaves its rank. Work: O(k * width) reads per row (k max-scans)
-//! and an O(k^2 * ranks) merge. Deterministic; no allocation.
+//! no row leaves its rank. Work per row: one pass for the mass and one for
+//! the selection (each lane keeps its best k keys; O(width) typical, O(k *
+//! width) worst case), k reductions over lanes, an O(k^2 * ranks) merge.
+//! Deterministic; no allocation.
 template <class Exec>
 status sharded_topk_rows_on(Exec& ex, std::int64_t v0, std::int64_t V, view2d<const float> rows, std::int32_t k,
                             std::span<std::byte> exec_workspace, std::span<std::byte> host_workspace,
@@ -282,7 +285,8 @@ status sharded_topk_rows_on(Exec& ex, std::int64_t v0, std::int64_t V, view2d<co
   auto local = [&]() -> status {
     if (n64 < 0 || n64 > INT32_MAX || w < 0) return make_status(status_code::invalid_argument, "bad row extents");
     if (V < 1 || V > INT32_MAX) return make_status(status_code::invalid_argument, "V must be in [1, INT32_MAX]");
-    if (k < 1 || k > V) return make_status(status_code::invalid_argument, "k must be in [1, V]");
+    if (k < 1 || k > V || k > detail::topk_max_k)
+      return make_status(status_code::invalid_argument, "k must be in [1, min(V, 64)]");
     if (v0 < 0 || v0 + w > V) return make_status(status_code::invalid_argument, "columns outside [0, V)");
     if (detail::topk_block_slots(n, k) * P > INT32_MAX)
       return make_status(status_code::invalid_argument, "too many rows for one gather");

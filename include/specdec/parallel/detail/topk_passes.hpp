@@ -36,6 +36,9 @@ struct host_lanes {
   void sync() const noexcept {}
 };
 
+//! Largest k of the level-batched sharded top-k (each lane keeps k keys).
+inline constexpr std::int32_t topk_max_k = 64;
+
 //! int64s per row in a rank's gathered block: k keys, mass, code, index.
 SPECDEC_HD constexpr std::int64_t topk_row_slots(std::int32_t k) noexcept { return static_cast<std::int64_t>(k) + 3; }
 //! int64s of one rank's gathered block: the header and every row.
@@ -52,9 +55,9 @@ struct topk_row_result {
 };
 
 //! This rank's local selection of one row: the top min(k, width) positive
-//! entries as keys in the specdec ranking (k rounds of a max over lanes of
-//! the keys below the last one taken: keys are unique, so each round finds
-//! exactly the next one), the tiled mass, and the first bad entry.
+//! entries as keys in the specdec ranking (each lane's best k, then k
+//! rounds of a max over the lanes' heads), the tiled mass, and the first
+//! bad entry. k <= topk_max_k.
 struct topk_select {
   const float* data;   //!< this rank's rows (row r at data + r * rs)
   std::int64_t rs;     //!< row stride (elements)
@@ -97,22 +100,33 @@ struct topk_select {
         if (x < 0.0f && x >= -FLT_MAX) code = static_cast<std::int64_t>(status_code::negative_probability);
       }
     }
-    std::int64_t prev = INT64_MAX;  // above every key
-    for (std::int32_t j = 0; j < k; ++j) {
-      std::int64_t best = no_key;
-      if (ok) {
-        for (std::int64_t i = ln.lane(); i < width; i += ln.lanes()) {
-          const float x = r[i];
-          if (x > 0.0f) {
-            const std::int64_t key = rank_key(x, v0 + i);
-            if (key < prev && key > best) best = key;
-          }
+    // Each lane keeps the best k keys of its columns (sorted, keys are
+    // unique), then k rounds take the largest head over the lanes.
+    std::int64_t list[topk_max_k];
+    std::int32_t n = 0, pos = 0;
+    if (ok)
+      for (std::int64_t i = ln.lane(); i < width; i += ln.lanes()) {
+        const float x = r[i];
+        if (!(x > 0.0f)) continue;
+        const std::int64_t key = rank_key(x, v0 + i);
+        if (n == k && key < list[k - 1]) continue;
+        std::int32_t j = n;
+        if (n < k)
+          ++n;
+        else
+          j = k - 1;
+        while (j > 0 && list[j - 1] < key) {
+          list[j] = list[j - 1];
+          --j;
         }
-        best = ln.max(best);
+        list[j] = key;
       }
+    for (std::int32_t j = 0; j < k; ++j) {
+      std::int64_t head = no_key;
+      if (pos < n) head = list[pos];
+      const std::int64_t best = ln.max(head);
+      if (best != no_key && head == best) ++pos;  // exactly one lane holds it
       ops.put(o, j, best);
-      prev = best;
-      if (best == no_key) ok = false;  // the rest is padding (no more positive entries)
     }
     ops.put(o, k, std::bit_cast<std::int64_t>(m));
     ops.put(o, k + 1, code);
