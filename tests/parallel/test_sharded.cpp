@@ -587,7 +587,8 @@ uniform_runs tree_with_uniforms(thread_collective& tc, const tree_case& c, std::
                                  path, tokens, res);
   o.host = record(s, res, path, tokens);
   std::size_t eb = 0, hb = 0;
-  REQUIRE(sharded_verify_workspace_parts(bounds, r, P, c.N, eb, hb));
+  if (!sharded_verify_workspace_parts(bounds, r, P, c.N, eb, hb))
+    return o;  // o.on stays default (accepted -1): unequal to any real result
   std::vector<std::byte> ew(eb), hw(hb);
   host_shard_executor<thread_collective> ex(tc);
   s = verify_tree_sharded_on(ex, bounds, c.view(), matrix(ps, c.N, b1 - b0), matrix(qs, c.N, b1 - b0), vp, cu, ew, hw,
@@ -678,7 +679,7 @@ TEST_CASE("caller uniforms copied from Philox reproduce the seeded sharded run, 
         const status s1 = verify_chain_sharded(tc, bounds, drafts, matrix(ps, c.N, b1 - b0), matrix(qs, c.N, b1 - b0),
                                                vp, cu, w, t, a);
         std::size_t eb = 0, hb = 0;
-        REQUIRE(sharded_verify_workspace_parts(bounds, r, P, c.N, eb, hb));
+        if (!sharded_verify_workspace_parts(bounds, r, P, c.N, eb, hb)) return std::vector<token_id>{};
         std::vector<std::byte> ew(eb), hw(hb);
         host_shard_executor<thread_collective> ex(tc);
         const status s2 = verify_chain_sharded_on(ex, bounds, drafts, matrix(ps, c.N, b1 - b0),

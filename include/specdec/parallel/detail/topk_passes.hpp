@@ -104,10 +104,11 @@ struct topk_select {
     // unique), then k rounds take the largest head over the lanes.
     std::int64_t list[topk_max_k];
     std::int32_t n = 0, pos = 0;
+    float cut = 0.0f;
     if (ok)
       for (std::int64_t i = ln.lane(); i < width; i += ln.lanes()) {
         const float x = r[i];
-        if (!(x > 0.0f)) continue;
+        if (!(x > cut)) continue;  // x <= 0, or not above the lane's k-th value: cannot enter
         const std::int64_t key = rank_key(x, v0 + i);
         if (n == k && key < list[k - 1]) continue;
         std::int32_t j = n;
@@ -120,6 +121,7 @@ struct topk_select {
           --j;
         }
         list[j] = key;
+        if (n == k) cut = key_value(list[k - 1]);  // a later equal value has a higher id: ranks lower
       }
     for (std::int32_t j = 0; j < k; ++j) {
       std::int64_t head = no_key;
