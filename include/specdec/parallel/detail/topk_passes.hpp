@@ -160,24 +160,26 @@ struct topk_merge {
   SPECDEC_HD void merge(std::int32_t row) const {
     const std::int64_t block = topk_block_slots(rows, k), off = 2 + row * topk_row_slots(k);
     topk_row_result out{0.0, -1, 0, 0};
-    std::int64_t next = 0;
+    std::int64_t next = 0, untiled = -1;  // untiled: the first rank whose header breaks the tiling
     for (std::int32_t q = 0; q < ranks; ++q) {
       const std::int64_t* b = all + q * block;
       const std::int64_t* s = b + off;
       out.mass += std::bit_cast<double>(s[k]);
-      if (out.code == 0 && (b[0] != next || b[1] < 0)) {
-        out.code = static_cast<std::int32_t>(status_code::invalid_argument);
-        out.index = q;
+      if (untiled < 0) {
+        if (b[0] == next && b[1] >= 0 && b[1] <= V - next)
+          next += b[1];
+        else
+          untiled = q;
       }
-      next = b[0] + b[1];
       if (out.code == 0 && s[k + 1] != 0) {
         out.code = static_cast<std::int32_t>(s[k + 1]);
         out.index = s[k + 2];
       }
     }
-    if (out.code == 0 && next != V) {
+    if (untiled < 0 && next != V) untiled = ranks - 1;
+    if (untiled >= 0) {  // a broken partition makes every other result meaningless
       out.code = static_cast<std::int32_t>(status_code::invalid_argument);
-      out.index = ranks - 1;
+      out.index = untiled;
     }
     if (out.code == 0 && !(out.mass > 0.0)) {
       out.code = static_cast<std::int32_t>(status_code::zero_mass);
