@@ -40,13 +40,14 @@ __all__ = [
     "relabel_topological", "from_choices", "from_paths", "validate_parents",
     "dfs_order", "bfs_order", "packed_mask", "dense_mask", "additive_mask", "depths", "positions",
     "tree_masks_batched",
-    "VerifyResult", "verify_tree", "verify_chain", "verify_batch",
+    "VerifyResult", "verify_tree", "verify_chain", "verify_batch", "philox_uniforms",
     "keep_indices", "keep_indices_batch", "commit_kv", "kv_commit_check",
     "tree_scan", "ssm_commit_path", "ssm_replay_masked", "tree_conv1d", "tree_conv1d_commit_state", "prune_batch",
     "topk_tree", "beam_tree", "sampled_tree", "static_tree", "DraftedTree", "prune_to_budget",
     "sequoia_tree", "fit_linear_cost", "fit_quadratic_cost", "best_tree_size",
     "tree_from_linked_list", "linked_list_from_tree", "verify_greedy_ids", "choice_buffers",
     "sglang_verify_tree_greedy", "sglang_tree_sampling_target_only", "chain_acceptance_counts",
+    "chain_coins", "write_sglang_results", "gather_candidate_tokens", "count_acceptance_per_depth",
     "medusa_typical_select", "expected_accepted_length", "AcceptanceCounts", "MemoryConfig", "MemoryPlan",
     "memory_total_bytes", "plan_memory",
 ]
@@ -570,6 +571,26 @@ def verify_chain(drafts: Any, p: Any, q: Any = None, *, mode: int = Mode.SAMPLED
     return VerifyResult(a, last, nxt, np.arange(a + 1, dtype=np.int32), tokens_out[:a + 1])
 
 
+def philox_uniforms(nodes: int, draws: int, *, seed: int = 0, request: int = 0, round: int = 0,
+                    purpose: str = "verify", out: Any = None) -> Any:
+    """The keyed Philox stream's uniforms in the caller-uniforms layout
+    (nodes x draws float64, out[node, draw]): what verification (purpose
+    "verify": draw 0 the 53-bit emission uniform, draw d >= 1 the 24-bit
+    acceptance uniform) or a sampling tree builder (purpose "draft")
+    reads for (seed, request, round) when no `uniforms` are given. Passing
+    them back as `uniforms=` reproduces the seeded run exactly; an engine
+    that owns its randomness passes its own numbers in the same layout."""
+    if purpose not in ("verify", "draft"):
+        raise Error('invalid_argument: purpose must be "verify" or "draft"')
+    if int(nodes) < 0 or int(draws) < 0:
+        raise Error("invalid_argument: nodes and draws must be >= 0")
+    o = _out(out, None, (int(nodes), int(draws)), np.float64, "out")
+    if tuple(o.shape) != (int(nodes), int(draws)):
+        raise Error("size_mismatch: out must be nodes x draws")
+    _core.philox_uniforms(int(seed), int(request), int(round), purpose == "draft", o)
+    return o
+
+
 def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, *, modes: Any = Mode.SAMPLED_IID,
                  seeds: Any = 0, requests: Any = None, rounds: Any = 0, uniforms: Any = None,
                  typical_epsilon: float = 0.09, typical_delta: float = 0.3, normalization_tolerance: float = 1e-3,
@@ -990,7 +1011,7 @@ def beam_tree(drafter: Any, root_token: int, *, k: int = 8, width: int = 8, dept
 
 def sampled_tree(drafter: Any, root_token: int, *, widths: Sequence[int], vocab_size: int,
                  mode: int = DraftMode.IID, seed: int = 0, request: int = 0, round: int = 0,
-                 max_nodes: int = 1 << 20) -> tuple:
+                 max_nodes: int = 1 << 20, uniforms: Any = None) -> tuple:
     """A sampled tree: widths[d] children per node at depth d, drawn i.i.d.
     (DraftMode.IID; verify with Mode.SAMPLED_IID) or without replacement by
     Gumbel-top-k (DraftMode.WITHOUT_REPLACEMENT; verify with
@@ -998,24 +1019,33 @@ def sampled_tree(drafter: Any, root_token: int, *, widths: Sequence[int], vocab_
     request, round; the draft purpose, never the verifier's uniforms);
     drafter as in topk_tree. Returns (DraftedTree, q): q (N x V float32) row
     u is the normalized draft row that produced u's children, the rows the
-    sampled verifiers read (leaf rows 0)."""
+    sampled verifiers read (leaf rows 0).
+    `uniforms`: the caller's drafting uniforms instead of the Philox stream,
+    a host float64 array nodes x draws in [0, 1), u[node, draw] for the node
+    whose children are drawn: draw j = child j's inverse-CDF uniform (IID,
+    draws >= max(widths)), or draw t = token t's Gumbel uniform
+    (WITHOUT_REPLACEMENT, draws >= vocab_size). philox_uniforms(...,
+    purpose="draft") gives the stream's own values. Never share them with
+    the verifier's uniforms."""
     if int(mode) not in (DraftMode.IID, DraftMode.WITHOUT_REPLACEMENT):
         raise Error("invalid_argument: sampled trees are DraftMode.IID or DraftMode.WITHOUT_REPLACEMENT")
     *arrays, q = _core.sampled_tree(_drafter(drafter), int(root_token), int(mode), [int(w) for w in widths],
-                                    int(vocab_size), int(max_nodes), int(seed), int(request), int(round))
+                                    int(vocab_size), int(max_nodes), int(seed), int(request), int(round),
+                                    _inp(uniforms, np.float64, "uniforms"))
     return DraftedTree(*arrays), q
 
 
 def static_tree(drafter: Any, root_token: int, shape: Any, *, vocab_size: int, mode: int = DraftMode.DETERMINISTIC,
-                seed: int = 0, request: int = 0, round: int = 0) -> tuple:
+                seed: int = 0, request: int = 0, round: int = 0, uniforms: Any = None) -> tuple:
     """Drafts into a fixed shape (a parent array: a choice list through
     from_choices, a Sequoia tree, any other): shape node s gets as many
     children as nodes name it as parent, drawn top-k (DETERMINISTIC), i.i.d.
     or without replacement. Returns (DraftedTree, q) as sampled_tree (q rows
-    are written for every expanded node)."""
+    are written for every expanded node). `uniforms`: the caller's drafting
+    uniforms, as in sampled_tree (node = the shape node being expanded)."""
     sh = [int(v) for v in _np(_inp(shape, np.int32, "shape"))]
     *arrays, q = _core.static_tree(_drafter(drafter), int(root_token), sh, int(mode), int(vocab_size), int(seed),
-                                   int(request), int(round))
+                                   int(request), int(round), _inp(uniforms, np.float64, "uniforms"))
     return DraftedTree(*arrays), q
 
 
@@ -1211,6 +1241,73 @@ def chain_acceptance_counts(drafts: Any, p: Any, q: Any, coins: Any = None, *, s
                                          _strided(q, np.float32, "q"), c, int(seed), int(request), int(round))
 
 
+def chain_coins(gamma: int, *, seed: int = 0, request: int = 0, round: int = 0, out: Any = None) -> Any:
+    """The gamma coins specdec's chain verification draws for the acceptance
+    tests on the key (seed, request, round): coins[i] decides draft i. Hand
+    them to chain_acceptance_counts (or a peer's kernel) to reproduce a
+    specdec run. Returns `out` (float32, gamma entries) or a new array."""
+    if int(gamma) < 0:
+        raise Error("invalid_argument: gamma must be >= 0")
+    o = _out(out, None, (int(gamma),), np.float32, "out")
+    if len(o) != int(gamma):
+        raise Error("size_mismatch: out needs gamma entries")
+    _core.chain_coins(int(seed), int(request), int(round), o)
+    return o
+
+
+def write_sglang_results(path: Any, tokens: Any, accepted: int, *, node_slot: Any = None, slot_row: Any = None,
+                         accept_index: Any = None, predicts: Any = None) -> tuple:
+    """One request's verification result (path and emitted tokens, root
+    first, accepted + 1 entries each, e.g. a VerifyResult's path and
+    tokens) written in SGLang's layout: accept_index[k] = row of path[k],
+    predicts[row of path[k]] = tokens[k] (skipped when `predicts` is None).
+    node_slot (node -> slot, e.g. tree_from_linked_list's new_to_old) and
+    slot_row (slot -> row, e.g. the request's retrive_index row, int64 or
+    int32) translate nodes to rows; None is the identity. Returns
+    (accept_index, accept_token_num, predicts); int32 outputs, written in
+    place when given (accept_index then needs >= accepted + 1 entries);
+    nothing is written on error."""
+    pa = _inp(path, np.int32, "path")
+    tk = _inp(tokens, np.int32, "tokens")
+    ns = _EMPTY_I32 if node_slot is None else _inp(node_slot, np.int32, "node_slot")
+    if slot_row is None:
+        sr, f = _EMPTY_I32, _core.write_sglang_results_i32
+    else:
+        _check_host(slot_row, "slot_row")
+        is32 = _np(slot_row).dtype == np.int32
+        sr = _inp(slot_row, np.int32 if is32 else np.int64, "slot_row")
+        f = _core.write_sglang_results_i32 if is32 else _core.write_sglang_results_i64
+    if accept_index is None:
+        accept_index = np.full(max(int(accepted) + 1, 0), -1, np.int32)
+    _check_host(accept_index, "accept_index")
+    pr = _EMPTY_I32 if predicts is None else predicts
+    _check_host(pr, "predicts")
+    num = f(pa, tk, int(accepted), ns, sr, accept_index, pr)
+    return accept_index, num, predicts
+
+
+def gather_candidate_tokens(tree_indices: Any, flat: Any, *, out: Any = None) -> Any:
+    """Node tokens from a peer's flat candidate vector (Medusa / EAGLE-1,
+    see choice_buffers): out[i] = flat[tree_indices[i]]. Returns `out`
+    (int32, one entry per node) or a new array."""
+    ti = _inp(tree_indices, np.int32, "tree_indices")
+    o = _out(out, tree_indices, (len(ti),), np.int32, "out")
+    _core.gather_candidate_tokens(ti, _inp(flat, np.int32, "flat"), o)
+    return o
+
+
+def count_acceptance_per_depth(accepted: Any, per_depth: Any) -> Any:
+    """Adds requests' acceptance to per-depth counters in place:
+    per_depth[d - 1] (int64) counts the requests whose accepted path reaches
+    depth d; deeper ones are not counted. `accepted`: one count or an array
+    of counts (e.g. verify_batch's results[:, 0]). Returns per_depth."""
+    _check_host(per_depth, "per_depth")
+    _check_host(accepted, "accepted")
+    a = np.ascontiguousarray(np.atleast_1d(_np(accepted)), dtype=np.int32)
+    _core.count_acceptance_per_depth(a, per_depth)
+    return per_depth
+
+
 def choice_buffers(choices: Sequence[Sequence[int]], topk: int, layout: str = "medusa") -> tuple:
     """Medusa's or EAGLE-1's static-tree buffers of a choice list: returns
     (parent, tree_indices, retrieve_indices). tree_indices[i] is where node
@@ -1296,6 +1393,8 @@ for _name, _key in [
     ("tree_from_linked_list", "tree_from_linked_list"), ("linked_list_from_tree", "linked_list_from_tree"),
     ("verify_greedy_ids", "verify_greedy_ids"), ("choice_buffers", "retrieve_indices"),
     ("sglang_verify_tree_greedy", "sglang_verify_tree_greedy"), ("chain_acceptance_counts", "chain_acceptance_counts"),
+    ("chain_coins", "chain_coins"), ("write_sglang_results", "write_sglang_results"),
+    ("gather_candidate_tokens", "gather_candidate_tokens"), ("count_acceptance_per_depth", "count_acceptance_per_depth"),
     ("sglang_tree_sampling_target_only", "sglang_tree_sampling_target_only"),
     ("medusa_typical_select", "medusa_typical_select"), ("expected_accepted_length", "expected_accepted_length"),
     ("plan_memory", "plan_memory"), ("sampled_tree", "sampled_tree_builder"), ("static_tree", "static_tree_builder"),
