@@ -141,6 +141,9 @@ def _where(names: str, *arrays: Any) -> Optional[int]:
             break
     if device is None:
         return None
+    if not has_cuda:  # any CUDA array is refused here, mixed with host arrays or not
+        raise Error("unsupported: CUDA arrays passed, but this specdec build is host-only "
+                    "(build with nvcc for the kernels, see python/README.md)")
     label = names.split()
     host, cuda = [], {}
     for i, a in enumerate(arrays):
@@ -157,9 +160,6 @@ def _where(names: str, *arrays: Any) -> Optional[int]:
                           [f"{n} on cuda:{d}" for d, ns in cuda.items() for n in ns])
         raise Error(f"invalid_argument: arrays of one call must all be in host memory or all on one CUDA "
                     f"device ({where})")
-    if not has_cuda:
-        raise Error("unsupported: CUDA arrays passed, but this specdec build is host-only "
-                    "(build with nvcc for the kernels, see python/README.md)")
     return device
 
 
@@ -742,7 +742,7 @@ def keep_indices_batch(parent: Any, tree_offsets: Any, path: Any, path_offsets: 
 
 def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, keep_offsets: Any = None, *,
               block_table: Any = None, blocks_used: Any = None, status: Any = None, sync: bool = True,
-              workspace: Any = None, stream: Any = None) -> None:
+              workspace: Any = None, stream: Any = None, threads: int = 1) -> None:
     """In-place KV commit on the caller's cache tensors: request r's k-th kept
     position moves to cache_len[r] + k in every layer and head of every tensor.
     `layout` names each axis of the tensors: S (request row; physical page
@@ -756,13 +756,19 @@ def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, kee
     every check passed; with sync=True (default) the call waits for the
     stream and raises on failure; with sync=False it returns at once and the
     result lands in `status` (a 1-element int64 CUDA array, check it with
-    kv_commit_check after synchronizing)."""
+    kv_commit_check after synchronizing).
+    Host caches: the Python lock is released while bytes move; `threads`
+    > 1 runs the (tensor, request) items on that many threads (a pool owned
+    by this call; 0 = one per hardware thread). Same bytes for any count;
+    it pays off only with many large items and idle cores."""
     if isinstance(caches, (list, tuple)):
         cs = list(caches)
     else:
         cs = [caches]
     dev = _where("status workspace caches[0] caches[1] caches[2] caches[3]", status, workspace, *cs)
     if dev is not None:
+        if int(threads) != 1:
+            raise Error("invalid_argument: threads applies to host caches (CUDA commits run on the stream)")
         return _commit_kv_cuda(dev, cs, layout, cache_len, keep, keep_offsets, block_table, blocks_used, status,
                                sync, workspace, stream)
     # Host caches: index arrays on a device are refused.
@@ -781,7 +787,7 @@ def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, kee
         ko = _inp(keep_offsets, np.int32, "keep_offsets")
     bt = None if block_table is None else _inp(block_table, np.int32, "block_table")
     bu = None if blocks_used is None else _inp(blocks_used, np.int32, "blocks_used")
-    _core.commit_kv(cs, layout, cl, ko, kp, bt, bu)
+    _core.commit_kv(cs, layout, cl, ko, kp, bt, bu, int(threads))
 
 
 def _on_device(x: Any, dtype: Any, like: Any, dev: int) -> Any:
