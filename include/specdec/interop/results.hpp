@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <span>
 
+#include "specdec/core/config.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
@@ -22,8 +23,8 @@ namespace specdec {
 
 namespace detail {
 template <std::integral I>
-inline bool row_of_node(node_id u, std::span<const std::int32_t> node_slot, std::span<const I> slot_row,
-                        std::int64_t& row) noexcept {
+SPECDEC_HD bool row_of_node(node_id u, std::span<const std::int32_t> node_slot, std::span<const I> slot_row,
+                            std::int64_t& row) noexcept {
   std::int64_t s = u;
   if (!node_slot.empty()) {
     if (static_cast<std::size_t>(u) >= node_slot.size()) return false;
@@ -48,10 +49,12 @@ inline bool row_of_node(node_id u, std::span<const std::int32_t> node_slot, std:
 //! node_slot / slot_row mean identity. Errors (nothing written):
 //! buffer_too_small (accept_index shorter than accepted + 1), out_of_range
 //! (a node without a row, or a row outside predicts; index = k). O(accepted).
+//! Host and device (one thread).
 template <std::integral I, std::integral P>
-status write_sglang_results(std::span<const node_id> path, std::span<const token_id> tokens, std::int32_t accepted,
-                            std::span<const std::int32_t> node_slot, std::span<const I> slot_row,
-                            std::span<P> accept_index, P& accept_token_num, std::span<P> predicts) noexcept {
+SPECDEC_HD status write_sglang_results(std::span<const node_id> path, std::span<const token_id> tokens,
+                                       std::int32_t accepted, std::span<const std::int32_t> node_slot,
+                                       std::span<const I> slot_row, std::span<P> accept_index, P& accept_token_num,
+                                       std::span<P> predicts) noexcept {
   if (accepted < 0 || path.size() <= static_cast<std::size_t>(accepted) ||
       tokens.size() <= static_cast<std::size_t>(accepted))
     return make_status(status_code::size_mismatch, "path and tokens need accepted + 1 entries");
