@@ -44,9 +44,9 @@ namespace specdec {
 //! memory). Trivially copyable.
 template <std::integral I>
 struct sglang_verify_inputs {
-  sglang_tree_batch<I> tree{};  //!< SGLang's linked-list trees (candidates[slot 0] unused)
-  view2d<const float> p{};      //!< [batch * num_draft_tokens][V] target rows, by slot
-  view2d<const float> q{};      //!< draft rows like p (null data: none; needed by the sampled modes)
+  sglang_tree_batch<I> tree{};            //!< SGLang's linked-list trees (candidates[slot 0] unused)
+  view2d<const float> p{};                //!< [batch * num_draft_tokens][V] target rows, by slot
+  view2d<const float> q{};                //!< draft rows like p (null data: none; needed by the sampled modes)
   const verify_params* params = nullptr;  //!< batch_size per-request settings (mode, seed, request, round, ...)
   //! Null: the keyed Philox streams of params; else
   //! [batch * num_draft_tokens][draws_per_node] caller uniforms, slot-major.
@@ -165,8 +165,13 @@ template <std::integral I>
 SPECDEC_HD walk_rows sglang_verify_rows(const sglang_verify_inputs<I>& in, std::int32_t r) noexcept {
   const std::int64_t o = static_cast<std::int64_t>(r) * in.tree.num_draft_tokens;
   const float* q = in.q.data != nullptr ? in.q.data + o * in.q.stride[0] : nullptr;
-  return walk_rows{in.p.data + o * in.p.stride[0], in.p.stride[0], in.p.stride[1], q, in.q.stride[0],
-                   in.q.stride[1], in.p.extent[1]};
+  return walk_rows{in.p.data + o * in.p.stride[0],
+                   in.p.stride[0],
+                   in.p.stride[1],
+                   q,
+                   in.q.stride[0],
+                   in.q.stride[1],
+                   in.p.extent[1]};
 }
 
 template <std::integral I>
@@ -178,19 +183,18 @@ SPECDEC_HD caller_uniforms sglang_verify_uniforms(const sglang_verify_inputs<I>&
 //! After the walk (one thread): SGLang's outputs of request r from the
 //! walk's path (slots) and next token.
 template <std::integral I, std::integral P>
-SPECDEC_HD status sglang_verify_finish(const sglang_verify_inputs<I>& in, std::int32_t r,
-                                       const sglang_outputs<P>& out, const sglang_verify_scratch& s,
-                                       const walk_out& o) noexcept {
+SPECDEC_HD status sglang_verify_finish(const sglang_verify_inputs<I>& in, std::int32_t r, const sglang_outputs<P>& out,
+                                       const sglang_verify_scratch& s, const walk_out& o) noexcept {
   const auto un = static_cast<std::size_t>(in.tree.num_draft_tokens);
   const std::size_t base = static_cast<std::size_t>(r) * un;
   for (std::int32_t k = 1; k <= o.accepted; ++k) s.emitted[k - 1] = s.token[s.walk.path[k]];
   s.emitted[o.accepted] = o.next;
   const view1d<P> ai = out.accept_index.slice(r);
-  return write_sglang_results<I, P>(
-      std::span<const node_id>(s.walk.path, un), std::span<const token_id>(s.emitted, un), o.accepted,
-      std::span<const std::int32_t>{}, std::span<const I>(in.tree.retrive_index + base, un),
-      std::span<P>(ai.data, static_cast<std::size_t>(in.num_speculative_tokens)),
-      out.accept_token_num[static_cast<std::size_t>(r)], out.predicts);
+  return write_sglang_results<I, P>(std::span<const node_id>(s.walk.path, un), std::span<const token_id>(s.emitted, un),
+                                    o.accepted, std::span<const std::int32_t>{},
+                                    std::span<const I>(in.tree.retrive_index + base, un),
+                                    std::span<P>(ai.data, static_cast<std::size_t>(in.num_speculative_tokens)),
+                                    out.accept_token_num[static_cast<std::size_t>(r)], out.predicts);
 }
 
 }  // namespace detail
