@@ -6,6 +6,11 @@
 
 namespace specdec::kernels {
 
+status sglang_build_tree(const sglang_build_tree_params& params, void* workspace, std::size_t workspace_bytes,
+                         void* stream) noexcept {
+  return cuda::sglang_build_tree(params, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+}
+
 status sglang_verify_tree_greedy(const sglang_greedy_params<std::int64_t, std::int32_t>& params, void* workspace,
                                  std::size_t workspace_bytes, void* stream) noexcept {
   return cuda::sglang_verify_tree_greedy(params, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));

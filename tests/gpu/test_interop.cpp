@@ -5,6 +5,7 @@
 // outputs stay untouched on both sides).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -15,6 +16,7 @@
 #include "interop/sglang_reference.hpp"
 #include "specdec/interop/results.hpp"
 #include "specdec/interop/sglang.hpp"
+#include "specdec/interop/sglang_build_tree.hpp"
 #include "specdec/interop/sglang_verify.hpp"
 #include "specdec/kernels.hpp"
 
@@ -293,6 +295,67 @@ TEST_CASE("GPU sglang_verify_tree equals the host sglang_verify_tree, every supp
                      << " n " << n << " V " << V);
         compare(want, want_status, want_depth, got);
       }
+    }
+  }
+}
+
+TEST_CASE("GPU sglang_build_tree equals the host twin, every mask mode, malformed requests included") {
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 g(seed + 3000);
+    const int topk = 1 + static_cast<int>(g() % 4), depth = 2 + static_cast<int>(g() % 4);
+    const std::int64_t cands = topk + static_cast<std::int64_t>(depth - 1) * topk * topk;
+    const int n = 2 + static_cast<int>(g() % static_cast<std::uint64_t>(std::min<std::int64_t>(cands, 30)));
+    const int bs = 1 + static_cast<int>(g() % 50);
+    sglang_ref::draft_steps d = sglang_ref::make_draft_steps(bs, topk, depth, n, seed);
+    const int blocks = topk * (depth - 1) + 1;
+    for (int r = 3; r < bs; r += 7) d.selected[static_cast<std::size_t>(r * (n - 1))] = blocks * topk;  // out_of_range
+    for (int r = 5; r < bs; r += 7)
+      d.parent_list[static_cast<std::size_t>(r * blocks + 1)] = 100000;  // maybe unselected
+    for (const auto m : {sglang_tree_mask_mode::full_mask, sglang_tree_mask_mode::qlen_only,
+                         sglang_tree_mask_mode::qlen_only_bitpacking}) {
+      std::int64_t bytes = static_cast<std::int64_t>(bs) * n * n;
+      if (m == sglang_tree_mask_mode::full_mask)
+        for (const auto s : d.seq_len) bytes += s * n;
+      if (m == sglang_tree_mask_mode::qlen_only_bitpacking)
+        bytes = static_cast<std::int64_t>(bs) * n * detail::sglang_packed_row_bytes(n);
+      bytes -= seed % 4 == 0 ? 1 : 0;  // the last request's mask does not fit
+      std::vector<std::uint8_t> mask(static_cast<std::size_t>(bytes), 9);
+      std::vector<std::int64_t> pos(static_cast<std::size_t>(bs * n), -9), ridx = pos, next = pos, sib = pos;
+      std::vector<status_code> codes(static_cast<std::size_t>(bs));
+      const sglang_build_tree_inputs hin{bs, topk, depth, n, d.parent_list.data(), d.selected.data(), d.seq_len.data(),
+                                         m};
+      std::vector<std::byte> ws(sglang_build_tree_workspace_size(hin) + workspace_alignment);
+      auto* base = reinterpret_cast<std::byte*>(
+          (reinterpret_cast<std::uintptr_t>(ws.data()) + workspace_alignment - 1) & ~(workspace_alignment - 1));
+      REQUIRE(sglang_build_tree(hin, {mask.data(), bytes, pos.data(), ridx.data(), next.data(), sib.data()}, codes,
+                                std::span<std::byte>(base, sglang_build_tree_workspace_size(hin)))
+                  .ok());
+      std::vector<std::int32_t> want_status(codes.size());
+      for (std::size_t r = 0; r < codes.size(); ++r) want_status[r] = static_cast<std::int32_t>(codes[r]);
+
+      const device_buffer<std::int64_t> dpl(d.parent_list), dsel(d.selected), dlen(d.seq_len);
+      device_buffer<std::uint8_t> dmask(std::vector<std::uint8_t>(mask.size(), 9));
+      const std::vector<std::int64_t> fill(static_cast<std::size_t>(bs * n), -9);
+      device_buffer<std::int64_t> dpos(fill), dridx(fill), dnext(fill), dsib(fill);
+      device_buffer<std::int32_t> dstatus(std::vector<std::int32_t>(static_cast<std::size_t>(bs), -1));
+      kernels::sglang_build_tree_params p{};
+      p.in = hin;
+      p.in.parent_list = dpl.data();
+      p.in.selected_index = dsel.data();
+      p.in.verified_seq_len = dlen.data();
+      p.out = {dmask.data(), bytes, dpos.data(), dridx.data(), dnext.data(), dsib.data()};
+      p.request_status = dstatus.data();
+      REQUIRE(kernels::sglang_build_tree_can_implement(p).ok());
+      device_buffer<unsigned char> dws(kernels::sglang_build_tree_workspace_size(p));
+      REQUIRE(kernels::sglang_build_tree(p, dws.data(), dws.size(), nullptr).ok());
+      specdec_test::cuda_check(cudaDeviceSynchronize(), "sync");
+      INFO("seed " << seed << " mode " << static_cast<int>(m) << " bs " << bs << " n " << n);
+      CHECK(dstatus.download() == want_status);
+      CHECK(dmask.download() == mask);
+      CHECK(dpos.download() == pos);
+      CHECK(dridx.download() == ridx);
+      CHECK(dnext.download() == next);
+      CHECK(dsib.download() == sib);
     }
   }
 }

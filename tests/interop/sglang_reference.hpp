@@ -159,4 +159,124 @@ inline void reference_sampling(const batch& b, const std::vector<float>& probs, 
   }
 }
 
+// EAGLE draft inputs of SGLang's tree builder: per request the parent_list
+// of the draft steps and n - 1 sorted, ancestor-closed selected indices.
+struct draft_steps {
+  int bs = 0, topk = 0, depth = 0, n = 0;
+  std::vector<std::int64_t> parent_list, selected, seq_len;
+};
+
+inline draft_steps make_draft_steps(int bs, int topk, int depth, int n, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  draft_steps d{bs, topk, depth, n, {}, {}, {}};
+  const int blocks = topk * (depth - 1) + 1;
+  const std::int64_t cands = topk + static_cast<std::int64_t>(depth - 1) * topk * topk;
+  auto step_begin = [&](int s) -> std::int64_t {
+    return s == 0 ? 0 : topk + static_cast<std::int64_t>(s - 1) * topk * topk;
+  };
+  auto step_end = [&](int s) -> std::int64_t {
+    return s == 0 ? topk : topk + static_cast<std::int64_t>(s) * topk * topk;
+  };
+  for (int r = 0; r < bs; ++r) {
+    std::vector<std::int64_t> pl(static_cast<std::size_t>(blocks), -1);
+    for (int s = 1; s < depth; ++s) {  // the topk tokens expanded at step s: distinct candidates of step s - 1
+      std::vector<std::int64_t> pool;
+      for (std::int64_t f = step_begin(s - 1); f < step_end(s - 1); ++f) pool.push_back(f);
+      std::shuffle(pool.begin(), pool.end(), g);
+      for (int j = 0; j < topk; ++j)
+        pl[static_cast<std::size_t>(1 + (s - 1) * topk + j)] = pool[static_cast<std::size_t>(j)];
+    }
+    auto parent_of = [&](std::int64_t f) -> std::int64_t {
+      return f < topk ? -1 : pl[static_cast<std::size_t>(f / topk)];
+    };
+    std::vector<char> chosen(static_cast<std::size_t>(cands), 0);
+    int count = 0;
+    for (int attempt = 0; attempt < 1000 && count < n - 1; ++attempt) {
+      std::int64_t f = static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(cands));
+      int need = 0;
+      for (std::int64_t a = f; a != -1; a = parent_of(a)) need += chosen[static_cast<std::size_t>(a)] ? 0 : 1;
+      if (count + need > n - 1) continue;
+      for (std::int64_t a = f; a != -1; a = parent_of(a)) {
+        if (!chosen[static_cast<std::size_t>(a)]) ++count;
+        chosen[static_cast<std::size_t>(a)] = 1;
+      }
+    }
+    for (std::int64_t f = 0; f < cands && count < n - 1; ++f)  // top up with root children (always valid)
+      if (f < topk && !chosen[static_cast<std::size_t>(f)]) {
+        chosen[static_cast<std::size_t>(f)] = 1;
+        ++count;
+      }
+    int placed = 0;
+    for (std::int64_t f = 0; f < cands; ++f)
+      if (chosen[static_cast<std::size_t>(f)]) {
+        d.selected.push_back(f);
+        ++placed;
+      }
+    for (; placed < n - 1; ++placed) d.selected.push_back(0);  // too few candidates: repeats (still valid)
+    d.parent_list.insert(d.parent_list.end(), pl.begin(), pl.end());
+    d.seq_len.push_back(static_cast<std::int64_t>(g() % 7));
+  }
+  return d;
+}
+
+// Transcription of SGLang's build_tree_efficient (block per request, one
+// thread per slot, run here slot by slot) on buffers pre-filled as SGLang's
+// caller does (mask all true, links -1). full_mask (mode 0) and qlen_only
+// (mode 1) byte masks. Searches stop at the request's n - 1 entries.
+inline void reference_build_tree(const draft_steps& d, int mode, std::vector<std::uint8_t>& mask,
+                                 std::vector<std::int64_t>& positions, std::vector<std::int64_t>& ridx,
+                                 std::vector<std::int64_t>& next, std::vector<std::int64_t>& sib) {
+  const int n = d.n, topk = d.topk, blocks = topk * (d.depth - 1) + 1;
+  for (int bid = 0; bid < d.bs; ++bid) {
+    const std::int64_t* sel = d.selected.data() + static_cast<std::size_t>(bid * (n - 1));
+    const std::int64_t* pl = d.parent_list.data() + static_cast<std::size_t>(bid * blocks);
+    std::int64_t seq_tree_idx = static_cast<std::int64_t>(n) * n * bid;
+    for (int i = 0; i < bid; ++i) seq_tree_idx += d.seq_len[static_cast<std::size_t>(i)] * n;
+    const std::int64_t seq_len = d.seq_len[static_cast<std::size_t>(bid)];
+    for (int tid = 0; tid < n; ++tid) {
+      const std::int64_t token_tree_idx = mode == 0 ? seq_tree_idx + (seq_len + n) * tid + seq_len + 1
+                                                    : static_cast<std::int64_t>(n) * n * bid + n * tid + 1;
+      mask[static_cast<std::size_t>(token_tree_idx - 1)] = 1;
+      for (int i = 0; i < n - 1; ++i) mask[static_cast<std::size_t>(token_tree_idx + i)] = 0;
+      int position = 0;
+      if (tid == 0) {
+        positions[static_cast<std::size_t>(bid * n)] = seq_len;
+        for (int i = n - 1; i > 0; --i) {
+          ridx[static_cast<std::size_t>(bid * n + i)] = bid * n + i;
+          const std::int64_t tb = sel[i - 1] / topk;
+          int pp = 0;
+          if (tb > 0) {
+            const std::int64_t want = pl[tb];
+            for (; pp < n - 1; ++pp)
+              if (sel[pp] == want) {
+                ++pp;
+                break;
+              }
+          }
+          const auto at = static_cast<std::size_t>(bid * n + pp);
+          if (next[at] == -1) {
+            next[at] = i;
+          } else {
+            sib[static_cast<std::size_t>(bid * n + i)] = next[at];
+            next[at] = i;
+          }
+        }
+        ridx[static_cast<std::size_t>(bid * n)] = bid * n;
+      } else {
+        int cur = tid - 1;
+        while (true) {
+          position += 1;
+          mask[static_cast<std::size_t>(token_tree_idx + cur)] = 1;
+          const std::int64_t tb = sel[cur] / topk;
+          if (tb == 0) break;
+          const std::int64_t want = pl[tb];
+          for (cur = 0; cur < n - 1; ++cur)
+            if (sel[cur] == want) break;
+        }
+        positions[static_cast<std::size_t>(bid * n + tid)] = position + seq_len;
+      }
+    }
+  }
+}
+
 }  // namespace sglang_ref

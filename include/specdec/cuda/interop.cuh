@@ -19,6 +19,7 @@
 #include "specdec/cuda/check.cuh"
 #include "specdec/cuda/verify.cuh"
 #include "specdec/interop/sglang.hpp"
+#include "specdec/interop/sglang_build_tree.hpp"
 #include "specdec/interop/sglang_verify.hpp"
 #include "specdec/kernels/interop.hpp"
 #include "specdec/verify/detail/walk.hpp"
@@ -43,6 +44,19 @@ SPECDEC_DEVICE workspace_carver request_slice(unsigned char* ws, std::size_t sli
 
 //! Threads per block of the one-thread-per-request SGLang kernels.
 inline constexpr int sglang_request_threads = 128;
+
+//! SGLang's build_tree_kernel_efficient: thread r runs request r through
+//! specdec::detail::sglang_build_tree_request (the host twin's code).
+template <int Threads>
+SPECDEC_KERNEL void __launch_bounds__(Threads)
+    sglang_build_tree_kernel(const kernels::sglang_build_tree_params p, unsigned char* workspace) {
+  const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= p.in.batch_size) return;
+  const std::size_t slice = specdec::detail::sglang_build_tree_request_bytes(p.in.draft_token_num);
+  const status st = specdec::detail::sglang_build_tree_request(p.in, static_cast<std::int32_t>(r), p.out,
+                                                               workspace + slice * static_cast<std::size_t>(r));
+  p.request_status[r] = static_cast<std::int32_t>(st.code());
+}
 
 //! SGLang's verify_tree_greedy: thread r runs request r through
 //! specdec::detail::sglang_greedy_request (the host twin's code).
@@ -134,6 +148,19 @@ inline unsigned request_blocks(std::int32_t requests) noexcept {
   return static_cast<unsigned>((requests + sglang_request_threads - 1) / sglang_request_threads);
 }
 }  // namespace detail
+
+//! Checks and launches sglang_build_tree_kernel on `stream` (the kernels
+//! API's sglang_build_tree, for engines compiling this header).
+inline status sglang_build_tree(const kernels::sglang_build_tree_params& p, void* workspace,
+                                std::size_t workspace_bytes, cudaStream_t stream) noexcept {
+  SPECDEC_TRY(kernels::sglang_build_tree_can_implement(p));
+  if (p.in.batch_size == 0) return status::success();
+  SPECDEC_TRY(detail::check_workspace(workspace, workspace_bytes, kernels::sglang_build_tree_workspace_size(p)));
+  sglang_build_tree_kernel<sglang_request_threads>
+      <<<detail::request_blocks(p.in.batch_size), sglang_request_threads, 0, stream>>>(
+          p, static_cast<unsigned char*>(workspace));
+  return last_launch_status();
+}
 
 //! Checks and launches sglang_greedy_kernel on `stream` (the kernels API's
 //! sglang_verify_tree_greedy, for engines compiling this header).

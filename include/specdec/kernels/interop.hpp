@@ -7,6 +7,9 @@
 //!   tree_speculative_sampling_target_only with its coin rule and the
 //!   threshold_single / threshold_acc knobs (LOSSY below 1, see
 //!   interop/sglang.hpp);
+//! - sglang_build_tree: SGLang's build_tree_kernel_efficient (EAGLE's
+//!   parent_list / selected_index to mask, positions and linked lists, the
+//!   three mask modes; interop/sglang_build_tree.hpp);
 //! - sglang_verify_tree: specdec's lossless verification walk on SGLang's
 //!   linked lists and slot-ordered rows, SGLang's outputs and acceptance
 //!   per depth out (interop/sglang_verify.hpp).
@@ -32,6 +35,7 @@
 
 #include "specdec/core/status.hpp"
 #include "specdec/interop/sglang.hpp"
+#include "specdec/interop/sglang_build_tree.hpp"
 #include "specdec/interop/sglang_verify.hpp"
 
 namespace specdec::kernels {
@@ -75,12 +79,24 @@ struct sglang_verify_params {
   std::int32_t depth_counters = 0;                   //!< entries of accepted_per_depth
 };
 
+//! Parameters of sglang_build_tree (device memory).
+struct sglang_build_tree_params {
+  sglang_build_tree_inputs in{};           //!< parent_list, selected_index, verified_seq_len, shape, mask mode
+  sglang_build_tree_outputs out{};         //!< mask, positions, linked lists
+  std::int32_t* request_status = nullptr;  //!< batch_size status codes (required)
+};
+
+static_assert(std::is_trivially_copyable_v<sglang_build_tree_params>);
 static_assert(std::is_trivially_copyable_v<sglang_greedy_params<std::int64_t, std::int32_t>>);
 static_assert(std::is_trivially_copyable_v<sglang_sampling_params<std::int64_t, std::int32_t>>);
 static_assert(std::is_trivially_copyable_v<sglang_verify_params<std::int64_t, std::int32_t>>);
 
-namespace detail {
-inline status check_interop_common(std::int32_t batch_size, const std::int32_t* request_status,
+}  // namespace specdec::kernels
+
+// In specdec::detail, not specdec::kernels::detail: a kernels::detail
+// namespace would hide specdec::detail from the other kernels headers.
+namespace specdec::detail {
+inline status check_interop_launch(std::int32_t batch_size, const std::int32_t* request_status,
                                    const unsigned long long* per_depth, std::int32_t depth_counters) noexcept {
   if (batch_size > 0 && request_status == nullptr)
     return make_status(status_code::invalid_argument, "request_status must not be null");
@@ -88,7 +104,9 @@ inline status check_interop_common(std::int32_t batch_size, const std::int32_t* 
     return make_status(status_code::invalid_argument, "depth_counters must be positive with accepted_per_depth");
   return status::success();
 }
-}  // namespace detail
+}  // namespace specdec::detail
+
+namespace specdec::kernels {
 
 //! Device workspace of sglang_verify_tree_greedy: one slice of
 //! sglang_workspace_size(num_draft_tokens) per request.
@@ -103,7 +121,8 @@ std::size_t sglang_verify_tree_greedy_workspace_size(const sglang_greedy_params<
 template <std::integral I, std::integral P>
 status sglang_verify_tree_greedy_can_implement(const sglang_greedy_params<I, P>& p) noexcept {
   SPECDEC_TRY(specdec::detail::check_sglang_shapes(p.tree, p.num_speculative_tokens, p.out, p.target_predict.size()));
-  return detail::check_interop_common(p.tree.batch_size, p.request_status, p.accepted_per_depth, p.depth_counters);
+  return specdec::detail::check_interop_launch(p.tree.batch_size, p.request_status, p.accepted_per_depth,
+                                               p.depth_counters);
 }
 
 //! Device workspace of sglang_tree_sampling_target_only (as the greedy one).
@@ -122,7 +141,8 @@ status sglang_tree_sampling_target_only_can_implement(const sglang_sampling_para
       static_cast<std::size_t>(p.tree.batch_size) * static_cast<std::size_t>(p.tree.num_draft_tokens);
   SPECDEC_TRY(specdec::detail::check_sglang_sampling(slots, p.tree.batch_size, p.target_probs, p.coins.size(),
                                                      p.final_coins.size(), p.thresholds));
-  return detail::check_interop_common(p.tree.batch_size, p.request_status, p.accepted_per_depth, p.depth_counters);
+  return specdec::detail::check_interop_launch(p.tree.batch_size, p.request_status, p.accepted_per_depth,
+                                               p.depth_counters);
 }
 
 //! Device workspace of sglang_verify_tree: one slice of
@@ -138,8 +158,28 @@ std::size_t sglang_verify_tree_workspace_size(const sglang_verify_params<I, P>& 
 template <std::integral I, std::integral P>
 status sglang_verify_tree_can_implement(const sglang_verify_params<I, P>& p) noexcept {
   SPECDEC_TRY(specdec::detail::check_sglang_verify(p.in, p.out));
-  return detail::check_interop_common(p.in.tree.batch_size, p.request_status, p.accepted_per_depth, p.depth_counters);
+  return specdec::detail::check_interop_launch(p.in.tree.batch_size, p.request_status, p.accepted_per_depth,
+                                               p.depth_counters);
 }
+
+//! Device workspace of sglang_build_tree: one slice per request.
+inline std::size_t sglang_build_tree_workspace_size(const sglang_build_tree_params& p) noexcept {
+  if (p.in.batch_size <= 0) return 0;
+  return specdec::detail::sglang_build_tree_request_bytes(p.in.draft_token_num) *
+         static_cast<std::size_t>(p.in.batch_size);
+}
+
+//! Host checks of sglang_build_tree: the host twin's whole-call checks.
+inline status sglang_build_tree_can_implement(const sglang_build_tree_params& p) noexcept {
+  SPECDEC_TRY(specdec::detail::check_sglang_build_tree(p.in, p.out));
+  return specdec::detail::check_interop_launch(p.in.batch_size, p.request_status, nullptr, 0);
+}
+
+//! SGLang's build_tree_kernel_efficient on the device, one thread per
+//! request running the host twin's per-request code (asynchronous on
+//! `stream`). As below.
+status sglang_build_tree(const sglang_build_tree_params& params, void* workspace, std::size_t workspace_bytes,
+                         void* stream) noexcept;
 
 //! SGLang's verify_tree_greedy on the device, one thread per request
 //! (asynchronous on `stream`, a cudaStream_t; null = default stream).
