@@ -271,7 +271,7 @@ TEST_CASE("GPU sglang_verify_tree equals the host sglang_verify_tree, every supp
                     hin, {want.predicts, make_view(want.accept_index.data(), bs, num_spec), want.accept_num},
                     want_depth, codes, std::span<std::byte>(base, sglang_verify_tree_workspace_size(n, V)))
                     .ok());
-        std::vector<std::int32_t> want_status(codes.begin(), codes.end());
+        std::vector<std::int32_t> want_status(codes.size());
         for (std::size_t r = 0; r < codes.size(); ++r) want_status[r] = static_cast<std::int32_t>(codes[r]);
 
         const device_buffer<verify_params> dvp(vps);
