@@ -6,6 +6,11 @@
 
 namespace specdec::kernels {
 
+status chain_acceptance_counts_batch(const chain_counts_params& params, void* workspace, std::size_t workspace_bytes,
+                                     void* stream) noexcept {
+  return cuda::chain_acceptance_counts_batch(params, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+}
+
 status sglang_build_tree(const sglang_build_tree_params& params, void* workspace, std::size_t workspace_bytes,
                          void* stream) noexcept {
   return cuda::sglang_build_tree(params, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));

@@ -359,3 +359,55 @@ TEST_CASE("GPU sglang_build_tree equals the host twin, every mask mode, malforme
     }
   }
 }
+
+TEST_CASE("GPU chain_acceptance_counts_batch equals the host twin (FlashInfer accepted_num / emitted)") {
+  for (std::uint64_t seed = 1; seed <= 10; ++seed) {
+    std::mt19937_64 g(seed + 7000);
+    std::uniform_real_distribution<float> U(0.0f, 1.0f);
+    const int bs = 1 + static_cast<int>(g() % 300), gamma = static_cast<int>(g() % 8),
+              V = 1 + static_cast<int>(g() % 5000);
+    std::vector<float> p(static_cast<std::size_t>(bs) * static_cast<std::size_t>((gamma + 1) * V)),
+        q(static_cast<std::size_t>(bs) * static_cast<std::size_t>(gamma * V));
+    for (auto& x : p) x = U(g);
+    for (auto& x : q) x = U(g);
+    std::vector<token_id> drafts(static_cast<std::size_t>(bs * gamma));
+    for (auto& x : drafts) x = static_cast<token_id>(g() % static_cast<std::uint64_t>(V));
+    for (int r = 5; r < bs && gamma > 0; r += 11) drafts[static_cast<std::size_t>(r * gamma)] = -1;  // bad requests
+    std::vector<float> coins(static_cast<std::size_t>(bs * (gamma + 1)));
+    for (auto& x : coins) x = U(g);
+    std::vector<std::int32_t> acc(static_cast<std::size_t>(bs), -1), emit(acc);
+    std::vector<status_code> codes(static_cast<std::size_t>(bs));
+    chain_counts_batch hb{bs,
+                          gamma,
+                          drafts.data(),
+                          make_view<const float>(p.data(), bs, gamma + 1, V),
+                          make_view<const float>(q.data(), bs, gamma, V),
+                          coins.data(),
+                          gamma + 1,
+                          acc.data(),
+                          emit.data()};
+    REQUIRE(chain_acceptance_counts_batch(hb, codes).ok());
+    std::vector<std::int32_t> want_status(codes.size());
+    for (std::size_t r = 0; r < codes.size(); ++r) want_status[r] = static_cast<std::int32_t>(codes[r]);
+
+    const device_buffer<float> dp(p), dq(q), dc(coins);
+    const device_buffer<token_id> dd(drafts);
+    const std::vector<std::int32_t> fill(static_cast<std::size_t>(bs), -1);
+    device_buffer<std::int32_t> dacc(fill), demit(fill), dstatus(fill);
+    kernels::chain_counts_params kp{};
+    kp.batch = hb;
+    kp.batch.draft_token_ids = dd.data();
+    kp.batch.target_probs = make_view<const float>(dp.data(), bs, gamma + 1, V);
+    kp.batch.draft_probs = make_view<const float>(dq.data(), bs, gamma, V);
+    kp.batch.coins = dc.data();
+    kp.batch.accepted_num = dacc.data();
+    kp.batch.emitted_num = demit.data();
+    kp.request_status = dstatus.data();
+    REQUIRE(kernels::chain_acceptance_counts_batch(kp, nullptr, 0, nullptr).ok());
+    specdec_test::cuda_check(cudaDeviceSynchronize(), "sync");
+    INFO("seed " << seed << " bs " << bs << " gamma " << gamma << " V " << V);
+    CHECK(dstatus.download() == want_status);
+    CHECK(dacc.download() == acc);
+    CHECK(demit.download() == emit);
+  }
+}

@@ -18,6 +18,7 @@
 #include "specdec/core/workspace.hpp"
 #include "specdec/cuda/check.cuh"
 #include "specdec/cuda/verify.cuh"
+#include "specdec/interop/results.hpp"
 #include "specdec/interop/sglang.hpp"
 #include "specdec/interop/sglang_build_tree.hpp"
 #include "specdec/interop/sglang_verify.hpp"
@@ -55,6 +56,16 @@ SPECDEC_KERNEL void __launch_bounds__(Threads)
   const std::size_t slice = specdec::detail::sglang_build_tree_request_bytes(p.in.draft_token_num);
   const status st = specdec::detail::sglang_build_tree_request(p.in, static_cast<std::int32_t>(r), p.out,
                                                                workspace + slice * static_cast<std::size_t>(r));
+  p.request_status[r] = static_cast<std::int32_t>(st.code());
+}
+
+//! FlashInfer's chain counters: thread r runs
+//! specdec::detail::chain_counts_request (the host twin's code).
+template <int Threads>
+SPECDEC_KERNEL void __launch_bounds__(Threads) chain_counts_kernel(const kernels::chain_counts_params p) {
+  const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= p.batch.batch_size) return;
+  const status st = specdec::detail::chain_counts_request(p.batch, static_cast<std::int32_t>(r));
   p.request_status[r] = static_cast<std::int32_t>(st.code());
 }
 
@@ -148,6 +159,17 @@ inline unsigned request_blocks(std::int32_t requests) noexcept {
   return static_cast<unsigned>((requests + sglang_request_threads - 1) / sglang_request_threads);
 }
 }  // namespace detail
+
+//! Checks and launches chain_counts_kernel on `stream` (the kernels API's
+//! chain_acceptance_counts_batch, for engines compiling this header).
+inline status chain_acceptance_counts_batch(const kernels::chain_counts_params& p, void* /*workspace*/,
+                                            std::size_t /*workspace_bytes*/, cudaStream_t stream) noexcept {
+  SPECDEC_TRY(kernels::chain_acceptance_counts_batch_can_implement(p));
+  if (p.batch.batch_size == 0) return status::success();
+  chain_counts_kernel<sglang_request_threads>
+      <<<detail::request_blocks(p.batch.batch_size), sglang_request_threads, 0, stream>>>(p);
+  return last_launch_status();
+}
 
 //! Checks and launches sglang_build_tree_kernel on `stream` (the kernels
 //! API's sglang_build_tree, for engines compiling this header).

@@ -10,6 +10,8 @@
 //! - sglang_build_tree: SGLang's build_tree_kernel_efficient (EAGLE's
 //!   parent_list / selected_index to mask, positions and linked lists, the
 //!   three mask modes; interop/sglang_build_tree.hpp);
+//! - chain_acceptance_counts_batch: FlashInfer's accepted_num (acceptances
+//!   counted past the first rejection) next to the emitted count, per chain;
 //! - sglang_verify_tree: specdec's lossless verification walk on SGLang's
 //!   linked lists and slot-ordered rows, SGLang's outputs and acceptance
 //!   per depth out (interop/sglang_verify.hpp).
@@ -34,6 +36,7 @@
 #include <type_traits>
 
 #include "specdec/core/status.hpp"
+#include "specdec/interop/results.hpp"
 #include "specdec/interop/sglang.hpp"
 #include "specdec/interop/sglang_build_tree.hpp"
 #include "specdec/interop/sglang_verify.hpp"
@@ -161,6 +164,29 @@ status sglang_verify_tree_can_implement(const sglang_verify_params<I, P>& p) noe
   return specdec::detail::check_interop_launch(p.in.tree.batch_size, p.request_status, p.accepted_per_depth,
                                                p.depth_counters);
 }
+
+//! Parameters of chain_acceptance_counts_batch (device memory).
+struct chain_counts_params {
+  chain_counts_batch batch{};              //!< drafts, rows, coins, outputs
+  std::int32_t* request_status = nullptr;  //!< batch_size status codes (required)
+};
+
+static_assert(std::is_trivially_copyable_v<chain_counts_params>);
+
+//! Device workspace of chain_acceptance_counts_batch: none.
+inline std::size_t chain_acceptance_counts_batch_workspace_size(const chain_counts_params&) noexcept { return 0; }
+
+//! Host checks of chain_acceptance_counts_batch: the host twin's whole-call checks.
+inline status chain_acceptance_counts_batch_can_implement(const chain_counts_params& p) noexcept {
+  SPECDEC_TRY(specdec::detail::check_chain_counts(p.batch));
+  return specdec::detail::check_interop_launch(p.batch.batch_size, p.request_status, nullptr, 0);
+}
+
+//! FlashInfer's accepted_num next to the emitted count for a batch of
+//! chains, one thread per request running the host twin's per-request code
+//! (chain_acceptance_counts_batch, interop/results.hpp). Needs no workspace.
+status chain_acceptance_counts_batch(const chain_counts_params& params, void* workspace, std::size_t workspace_bytes,
+                                     void* stream) noexcept;
 
 //! Device workspace of sglang_build_tree: one slice per request.
 inline std::size_t sglang_build_tree_workspace_size(const sglang_build_tree_params& p) noexcept {
