@@ -45,7 +45,7 @@ if ! printf '%s\n' "${tus[@]}" | xargs -P "$jobs" -n 8 clang-tidy -p build/ci --
 fi
 echo "clang-tidy: ${#tus[@]} headers clean"
 
-step "python package: pip install . and pytest (host-only build)"
+step "python package: pip install . and pytest (with the CUDA kernels when nvcc is found)"
 # A venv of its own; numpy, pytest, nanobind and scikit-build-core from PyPI.
 # No build isolation, so the wheel build reuses build/python between runs.
 py=build/venv-python/bin/python

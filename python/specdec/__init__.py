@@ -9,13 +9,20 @@ omitted. Every function validates its inputs before writing: on error it
 raises :class:`specdec.Error` (a ``ValueError``) with specdec's status name
 and message, and outputs are left untouched.
 
-This build is host-only: arrays must live in CPU memory. CUDA tensors are
-refused with a clear error (see ``python/README.md``).
+Devices: each function dispatches on where its arrays live. All in host
+memory: the host templates. All in CUDA memory on one device (a build with
+the CUDA kernels, see :func:`build_info`): the ``specdec::kernels`` entry
+point, enqueued on the caller's stream (``stream=``: an int
+``cudaStream_t`` handle or any object with ``.cuda_stream``, e.g. a
+``torch.cuda.Stream``; default: torch's current stream when torch is
+imported, else the legacy default stream 0). Mixed host and CUDA arrays
+raise. Functions without a kernel raise on CUDA arrays.
 """
 from __future__ import annotations
 
 import enum
 import math
+import sys
 from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -29,18 +36,36 @@ except ImportError:  # running from a source tree without a build
     _DOCS = {}
 
 __all__ = [
-    "Error", "Mode", "DraftMode", "has_cuda",
+    "Error", "Mode", "DraftMode", "has_cuda", "cuda_available", "build_info",
     "relabel_topological", "from_choices", "from_paths", "validate_parents",
     "dfs_order", "bfs_order", "packed_mask", "dense_mask", "additive_mask", "depths", "positions",
     "tree_masks_batched",
     "VerifyResult", "verify_tree", "verify_chain", "verify_batch",
-    "keep_indices", "keep_indices_batch", "commit_kv",
-    "tree_scan", "ssm_commit_path",
-    "topk_tree", "beam_tree", "DraftedTree", "prune_to_budget",
+    "keep_indices", "keep_indices_batch", "commit_kv", "kv_commit_check",
+    "tree_scan", "ssm_commit_path", "ssm_replay_masked", "tree_conv1d", "tree_conv1d_commit_state", "prune_batch",
+    "topk_tree", "beam_tree", "sampled_tree", "static_tree", "DraftedTree", "prune_to_budget",
     "sequoia_tree", "fit_linear_cost", "fit_quadratic_cost", "best_tree_size",
+    "tree_from_linked_list", "linked_list_from_tree", "verify_greedy_ids", "choice_buffers",
+    "sglang_verify_tree_greedy", "sglang_tree_sampling_target_only", "chain_acceptance_counts",
+    "medusa_typical_select", "expected_accepted_length", "AcceptanceCounts", "MemoryConfig", "MemoryPlan",
+    "memory_total_bytes", "plan_memory",
 ]
 
 has_cuda: bool = bool(_core.has_cuda)
+
+
+def cuda_available() -> bool:
+    """Whether CUDA arrays can be used: this build has the CUDA kernels and
+    the driver sees at least one device."""
+    return has_cuda and int(_core.cuda_device_count()) > 0
+
+
+def build_info() -> dict:
+    """How this module was built: ``build`` (the line CMake printed, e.g.
+    "with CUDA kernels (archs 80;90)" or "host-only (no nvcc found)"),
+    ``cuda`` (bool), ``cuda_archs`` and ``cuda_devices`` (visible now)."""
+    return {"build": str(_core.build), "cuda": has_cuda, "cuda_archs": str(_core.cuda_archs),
+            "cuda_devices": int(_core.cuda_device_count()) if has_cuda else 0}
 
 
 class Mode(enum.IntEnum):
@@ -78,13 +103,134 @@ def _is_torch(x: Any) -> bool:
     return type(x).__module__.split(".")[0] == "torch"
 
 
-def _check_host(x: Any, name: str) -> None:
-    if type(x) is np.ndarray:  # fast path: numpy arrays are host memory
-        return
+def _device_of(x: Any) -> Optional[int]:
+    """None for host memory (numpy, lists, CPU tensors), else the CUDA device index."""
+    if x is None or type(x) is np.ndarray:
+        return None
     dev = getattr(x, "__dlpack_device__", None)
-    if dev is not None and dev()[0] not in (1, 3):  # kDLCPU, kDLCUDAHost
-        raise Error(f"unsupported: {name} is not in host memory; this specdec build is host-only "
-                    "(CUDA tensors need the kernels build, see python/README.md)")
+    if dev is None:
+        return None
+    kind, index = dev()
+    if kind in (1, 3):  # kDLCPU, kDLCUDAHost
+        return None
+    if kind == 2:  # kDLCUDA
+        return int(index)
+    raise Error(f"unsupported: an array lives on DLPack device type {kind}; specdec takes host or CUDA memory")
+
+
+def _check_host(x: Any, name: str) -> None:
+    if _device_of(x) is not None:
+        raise Error(f"unsupported: {name} is in CUDA memory, and this function has no CUDA kernel "
+                    "(pass host arrays)" if has_cuda else
+                    f"unsupported: {name} is in CUDA memory; this specdec build is host-only "
+                    "(CUDA arrays need the build with the kernels, see python/README.md)")
+
+
+def _where(names: str, *arrays: Any) -> Optional[int]:
+    """The device of a call: None when every array is in host memory, the CUDA
+    device index when every array is on that device; raises otherwise.
+    `names` (space separated, one per array) only serve the error message."""
+    device = None
+    for a in arrays:  # fast path: numpy arrays and host objects
+        if a is None or type(a) is np.ndarray:
+            continue
+        d = _device_of(a)
+        if d is not None:
+            device = d
+            break
+    if device is None:
+        return None
+    label = names.split()
+    host, cuda = [], {}
+    for i, a in enumerate(arrays):
+        if a is None:
+            continue
+        name = label[i] if i < len(label) else f"argument {i}"
+        d = _device_of(a)
+        if d is None:
+            host.append(name)
+        else:
+            cuda.setdefault(d, []).append(name)
+    if host or len(cuda) > 1:
+        where = ", ".join([f"{n} on the host" for n in host] +
+                          [f"{n} on cuda:{d}" for d, ns in cuda.items() for n in ns])
+        raise Error(f"invalid_argument: arrays of one call must all be in host memory or all on one CUDA "
+                    f"device ({where})")
+    if not has_cuda:
+        raise Error("unsupported: CUDA arrays passed, but this specdec build is host-only "
+                    "(build with nvcc for the kernels, see python/README.md)")
+    return device
+
+
+def _stream_handle(stream: Any, device: int) -> int:
+    """The cudaStream_t of `stream` (int, or .cuda_stream / .ptr); None means
+    torch's current stream when torch is imported, else the legacy default."""
+    if stream is None:
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            return int(torch.cuda.current_stream(device).cuda_stream)
+        return 0
+    if isinstance(stream, int):
+        return stream
+    for attr in ("cuda_stream", "ptr"):
+        h = getattr(stream, attr, None)
+        if h is not None:
+            return int(h)
+    raise Error("invalid_argument: stream must be an int cudaStream_t handle or have .cuda_stream")
+
+
+def _cuda_empty(like: Any, shape: tuple, dtype: Any, device: int, zero: bool = False) -> Any:
+    """A new CUDA array from the library of `like` (torch or cupy)."""
+    mod = type(like).__module__.split(".")[0]
+    if mod == "torch":
+        import torch
+        tdt = {np.int32: torch.int32, np.int64: torch.int64, np.float32: torch.float32, np.float64: torch.float64,
+               np.uint8: torch.uint8, np.uint32: getattr(torch, "uint32", None),
+               np.uint64: getattr(torch, "uint64", None)}[dtype]
+        if tdt is None:
+            raise Error(f"unsupported: this torch has no {np.dtype(dtype).name} tensors; pass the output")
+        f = torch.zeros if zero else torch.empty
+        return f(shape, dtype=tdt, device=torch.device("cuda", device))
+    if mod == "cupy":
+        import cupy
+        with cupy.cuda.Device(device):
+            return (cupy.zeros if zero else cupy.empty)(shape, dtype=dtype)
+    raise Error("invalid_argument: pass the output arrays (only torch and cupy outputs are allocated for you)")
+
+
+def _cuda_in(x: Any, dtype: Any, contiguous: bool = True) -> Any:
+    """A CUDA input in `dtype` (torch tensors are converted on the device,
+    without a copy when they already match; others must match)."""
+    if x is None or not _is_torch(x):
+        return x
+    import torch
+    tdt = {np.int32: torch.int32, np.int64: torch.int64, np.float32: torch.float32,
+           np.float64: torch.float64, np.uint8: torch.uint8}[dtype]
+    x = x if x.dtype == tdt else x.to(tdt)
+    return x.contiguous() if contiguous else x
+
+
+def _workspace(nbytes: int, like: Any, device: int, handle: int, workspace: Any) -> Any:
+    """The caller's workspace, or one from torch's caching allocator on the
+    call's stream (so it is reused, not malloc'ed, call after call); None
+    lets the binding take stream-ordered memory (cudaMallocAsync)."""
+    if workspace is not None or nbytes == 0 or not _is_torch(like):
+        return workspace
+    import torch
+    dev = torch.device("cuda", device)
+    if handle == torch.cuda.current_stream(dev).cuda_stream:
+        return torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    with torch.cuda.stream(torch.cuda.ExternalStream(handle, device=dev)):
+        return torch.empty(nbytes, dtype=torch.uint8, device=dev)
+
+
+def _to_host(x: Any) -> np.ndarray:
+    """A host copy of a CUDA array (after the caller synchronized)."""
+    if _is_torch(x):
+        return x.cpu().numpy()
+    if hasattr(x, "get"):
+        return np.asarray(x.get())
+    raise Error("invalid_argument: cannot read this CUDA array back (use torch or cupy)")
 
 
 def _np_dtype_of_torch(t: Any) -> Any:
@@ -272,11 +418,19 @@ def positions(parent: Any, cache_len: int = 0, *, out: Any = None, dtype: Any = 
 
 def tree_masks_batched(parents: Any, offsets: Any, cache_len: Any = None, *, max_nodes: Optional[int] = None,
                        word_bits: int = 64, masks: Any = None, positions: Any = None,
-                       tree_status: Any = None) -> tuple:
+                       tree_status: Any = None, stream: Any = None) -> tuple:
     """Packed masks and positions of a ragged batch of trees in one call
     (tree b owns rows offsets[b]..offsets[b+1], local parent ids). Returns
     (masks, positions, tree_status); a tree that fails gets its status code
-    (see C++ status_code) and its rows untouched."""
+    (see C++ status_code) and its rows untouched. CUDA arrays: the
+    build_tree_masks kernel on `stream` (asynchronous; tree_status is valid
+    once the stream gets there); positions are int64 and masks uint32/uint64
+    words (pass them, or use torch >= 2.3 for uint words)."""
+    dev = _where("parents offsets cache_len masks positions tree_status", parents, offsets, cache_len, masks, positions,
+                 tree_status)
+    if dev is not None:
+        return _tree_masks_cuda(dev, parents, offsets, cache_len, max_nodes, word_bits, masks, positions,
+                                tree_status, stream)
     p = _inp(parents, np.int32, "parents")
     off = _inp(offsets, np.int32, "offsets")
     cl = _inp(cache_len, np.int64, "cache_len")
@@ -292,6 +446,30 @@ def tree_masks_batched(parents: Any, offsets: Any, cache_len: Any = None, *, max
     _check_host(m, "masks")
     (_core.tree_masks_batched64 if w == 64 else _core.tree_masks_batched32)(p, off, cl, m, pos, st, mx)
     return m, pos, st
+
+
+def _tree_masks_cuda(dev: int, parents: Any, offsets: Any, cache_len: Any, max_nodes: Optional[int],
+                     word_bits: int, masks: Any, positions: Any, tree_status: Any, stream: Any) -> tuple:
+    if word_bits not in (32, 64):
+        raise Error("invalid_argument: word_bits must be 32 or 64")
+    p = _cuda_in(parents, np.int32)
+    off = _cuda_in(offsets, np.int32)
+    cl = _cuda_in(cache_len, np.int64)
+    n, R = int(p.shape[0]), max(int(off.shape[0]) - 1, 0)
+    if max_nodes is None:  # reads the offsets back (a sync); pass max_nodes to avoid it
+        h = _to_host(off).astype(np.int64)
+        max_nodes = int(max(np.diff(h).max(initial=0), 1)) if len(h) > 1 else 1
+    w = word_bits
+    if masks is None:
+        masks = _cuda_empty(p, (n, (int(max_nodes) + w - 1) // w), np.uint64 if w == 64 else np.uint32, dev,
+                            zero=True)
+    if positions is None:
+        positions = _cuda_empty(p, (n,), np.int64, dev)
+    if tree_status is None:
+        tree_status = _cuda_empty(p, (R,), np.int32, dev)
+    f = _core.cuda_tree_masks_batched64 if w == 64 else _core.cuda_tree_masks_batched32
+    f(p, off, cl, masks, positions, tree_status, int(max_nodes), _stream_handle(stream, dev))
+    return masks, positions, tree_status
 
 
 # ---------------------------------------------------------------------------
@@ -322,14 +500,28 @@ def _max_depth_plus_one(p: np.ndarray) -> int:
 def verify_tree(parent: Any, tokens: Any, p: Any, q: Any = None, *, mode: int = Mode.SAMPLED_IID, seed: int = 0,
                 request: int = 0, round: int = 0, uniforms: Any = None, typical_epsilon: float = 0.09,
                 typical_delta: float = 0.3, normalization_tolerance: float = 1e-3, path: Any = None,
-                tokens_out: Any = None) -> VerifyResult:
+                tokens_out: Any = None, workspace: Any = None, stream: Any = None) -> VerifyResult:
     """Verifies one token tree against the target rows p (N x V, any strides;
     probabilities, or logits in greedy mode) and, for the sampled modes, the
     draft rows q (row u = the distribution that produced u's children).
     Randomness: the keyed Philox streams (seed, request, round), or the
     caller's `uniforms` (N x draws doubles in [0, 1); draw 0 = emission at a
     node, draw 1 + j = test of its j-th child). `path` and `tokens_out` (int32,
-    capacity >= depth + 1) receive the accepted path and emitted tokens."""
+    capacity >= depth + 1) receive the accepted path and emitted tokens.
+    CUDA arrays: the batched kernel with one request on `stream`, then a
+    wait for the stream to read the result (use verify_batch to stay
+    asynchronous); BLOCK and TRAVERSAL modes are host only."""
+    dev = _where("parent tokens p q uniforms path tokens_out workspace", parent, tokens, p, q, uniforms, path,
+                 tokens_out, workspace)
+    if dev is not None:
+        n = int(parent.shape[0])
+        if path is None:
+            path = _cuda_empty(parent, (n,), np.int32, dev)
+        if tokens_out is None:
+            tokens_out = _cuda_empty(parent, (n,), np.int32, dev)
+        return _verify_one_cuda(dev, n, parent, tokens, p, q, mode, seed, request, round, uniforms,
+                                typical_epsilon, typical_delta, normalization_tolerance, path, tokens_out,
+                                workspace, stream)
     par = _inp(parent, np.int32, "parent")
     tok = _inp(tokens, np.int32, "tokens")
     pp = _strided(p, np.float32, "p")
@@ -347,11 +539,26 @@ def verify_tree(parent: Any, tokens: Any, p: Any, q: Any = None, *, mode: int = 
 def verify_chain(drafts: Any, p: Any, q: Any = None, *, mode: int = Mode.SAMPLED_IID, seed: int = 0,
                  request: int = 0, round: int = 0, uniforms: Any = None, typical_epsilon: float = 0.09,
                  typical_delta: float = 0.3, normalization_tolerance: float = 1e-3,
-                 tokens_out: Any = None) -> VerifyResult:
+                 tokens_out: Any = None, workspace: Any = None, stream: Any = None) -> VerifyResult:
     """Verifies a chain of gamma drafts (Leviathan/Chen speculative sampling in
     SAMPLED_IID): p has gamma + 1 rows, q at least gamma. Node ids in the
     random keys are those of the same chain as a tree, so verify_chain and
-    verify_tree agree token for token. Returns path = arange(accepted + 1)."""
+    verify_tree agree token for token. Returns path = arange(accepted + 1).
+    CUDA arrays: as verify_tree (the chain is verified as a path tree; q,
+    when read, needs gamma + 1 rows there, the last one unread)."""
+    dev = _where("drafts p q uniforms tokens_out workspace", drafts, p, q, uniforms, tokens_out, workspace)
+    if dev is not None:
+        g = int(drafts.shape[0])
+        d = _cuda_in(drafts, np.int32)
+        parent = _on_device(np.arange(-1, g, dtype=np.int32), np.int32, d, dev)
+        tok = _cuda_empty(d, (g + 1,), np.int32, dev, zero=True)  # root token 0 (never read), then the drafts
+        tok[1:] = d
+        path = _cuda_empty(d, (g + 1,), np.int32, dev)
+        if tokens_out is None:
+            tokens_out = _cuda_empty(d, (g + 1,), np.int32, dev)
+        return _verify_one_cuda(dev, g + 1, parent, tok, p, q, mode, seed, request, round, uniforms,
+                                typical_epsilon, typical_delta, normalization_tolerance, path, tokens_out,
+                                workspace, stream)
     d = _inp(drafts, np.int32, "drafts")
     pp = _strided(p, np.float32, "p")
     qq = _strided(q, np.float32, "q")
@@ -367,13 +574,27 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
                  seeds: Any = 0, requests: Any = None, rounds: Any = 0, uniforms: Any = None,
                  typical_epsilon: float = 0.09, typical_delta: float = 0.3, normalization_tolerance: float = 1e-3,
                  paths: Any = None, tokens_out: Any = None, results: Any = None,
-                 accepted_per_depth: Any = None) -> tuple:
+                 accepted_per_depth: Any = None, workspace: Any = None, stream: Any = None) -> tuple:
     """Verifies R ragged requests (request r owns nodes and rows
     offsets[r]..offsets[r+1], local parent ids), each with its own mode and
     Philox key (scalars broadcast; requests default to 0..R-1). Returns
     (paths R x L, tokens R x L, results R x 4 = accepted, last_node,
     next_token, status code). A request with bad inputs gets its code in
-    results and its rows untouched; batch-level errors raise."""
+    results and its rows untouched; batch-level errors raise.
+    CUDA arrays: the verify_batch kernel on `stream`, asynchronous (results
+    are valid once the stream gets there). `offsets` may stay on the host
+    (they are uploaded with the per-request settings, no sync) or be on the
+    device (then they are read back first: one sync). `workspace`: a CUDA
+    uint8 array of cuda_verify_batch_workspace_size bytes, 256-aligned;
+    default: torch's caching allocator (torch inputs) or cudaMallocAsync.
+    accepted_per_depth: int64 counters (added to, not reset). BLOCK and
+    TRAVERSAL modes get `unsupported` in their result code."""
+    dev = _where("parent tokens p q uniforms paths tokens_out results accepted_per_depth workspace", parent, tokens, p,
+                 q, uniforms, paths, tokens_out, results, accepted_per_depth, workspace)
+    if dev is not None:
+        return _verify_batch_cuda(dev, offsets, parent, tokens, p, q, modes, seeds, requests, rounds, uniforms,
+                                  typical_epsilon, typical_delta, normalization_tolerance, paths, tokens_out,
+                                  results, accepted_per_depth, workspace, stream)
     off = _inp(offsets, np.int32, "offsets")
     R = max(len(off) - 1, 0)
 
@@ -403,6 +624,65 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
     _core.verify_batch(off, par, tok, pp, qq, m, s, rq, rd, float(typical_epsilon), float(typical_delta),
                        float(normalization_tolerance), u, paths, tokens_out, results, accepted_per_depth)
     return paths, tokens_out, results
+
+
+def _per_request(v: Any, R: int, dtype: Any) -> np.ndarray:
+    a = np.asarray(_to_host(v) if _device_of(v) is not None else v, dtype=dtype)
+    return np.ascontiguousarray(np.broadcast_to(a, (R,)) if a.ndim == 0 else a)
+
+
+def _verify_batch_cuda(dev: int, offsets: Any, parent: Any, tokens: Any, p: Any, q: Any, modes: Any, seeds: Any,
+                       requests: Any, rounds: Any, uniforms: Any, eps: float, delta: float, tol: float,
+                       paths: Any, tokens_out: Any, results: Any, accepted_per_depth: Any, workspace: Any,
+                       stream: Any) -> tuple:
+    on_dev = _device_of(offsets) is not None
+    if on_dev and _device_of(offsets) != dev:
+        raise Error("invalid_argument: offsets are on another CUDA device than the other arrays")
+    off = _cuda_in(offsets, np.int32) if on_dev else _inp(offsets, np.int32, "offsets")
+    R = max(int(off.shape[0]) - 1, 0)
+    par = _cuda_in(parent, np.int32)
+    # Sizes for what is allocated here: device offsets are read back for them.
+    need_sizes = paths is None or tokens_out is None or (workspace is None and _is_torch(par))
+    off_h = _np(off) if not on_dev else (_to_host(off) if need_sizes else None)
+    tok = _cuda_in(tokens, np.int32)
+    pp = _cuda_in(p, np.float32, contiguous=False)
+    qq = _cuda_in(q, np.float32, contiguous=False)
+    u = _cuda_in(uniforms, np.float64)
+    largest = 1
+    if off_h is not None and len(off_h) > 1:
+        largest = max(int(np.diff(off_h.astype(np.int64)).max()), 1)
+    if paths is None or tokens_out is None:
+        L = largest  # a request of n nodes is at most n - 1 deep
+        paths = _cuda_empty(par, (R, L), np.int32, dev) if paths is None else paths
+        tokens_out = _cuda_empty(par, (R, L), np.int32, dev) if tokens_out is None else tokens_out
+    if results is None:
+        results = _cuda_empty(par, (R, 4), np.int32, dev, zero=True)
+    handle = _stream_handle(stream, dev)
+    vocab = int(pp.shape[1])
+    if workspace is None and _is_torch(par):
+        nbytes = _core.cuda_verify_batch_workspace_size(R, vocab, largest, not on_dev)
+        workspace = _workspace(nbytes, par, dev, handle, None)
+    rq = np.arange(R) if requests is None else requests
+    _core.cuda_verify_batch(off, par, tok, pp, qq, _per_request(modes, R, np.int32), _per_request(seeds, R, np.uint64),
+                            _per_request(rq, R, np.uint32), _per_request(rounds, R, np.uint32), float(eps),
+                            float(delta), float(tol), u, paths, tokens_out, results, accepted_per_depth, workspace,
+                            handle)
+    return paths, tokens_out, results
+
+
+def _verify_one_cuda(dev: int, n: int, parent: Any, tokens: Any, p: Any, q: Any, mode: int, seed: int, request: int,
+                     round: int, uniforms: Any, eps: float, delta: float, tol: float, path: Any, tokens_out: Any,
+                     workspace: Any, stream: Any) -> VerifyResult:
+    off = np.array([0, n], dtype=np.int32)
+    res = _cuda_empty(path, (1, 4), np.int32, dev, zero=True)
+    _verify_batch_cuda(dev, off, parent, tokens, p, q, int(mode), int(seed), [int(request)], int(round), uniforms,
+                       eps, delta, tol, path[None, :], tokens_out[None, :], res, None, workspace, stream)
+    _core.cuda_synchronize(_stream_handle(stream, dev))
+    a, last, nxt, code = (int(v) for v in _to_host(res)[0])
+    if code != 0:
+        raise Error(f"{_core.status_code_name(code)}: verification failed on the device (the host path gives "
+                    "the detailed message)")
+    return VerifyResult(a, last, nxt, path[:a + 1], tokens_out[:a + 1])
 
 
 # ---------------------------------------------------------------------------
@@ -440,20 +720,33 @@ def keep_indices_batch(parent: Any, tree_offsets: Any, path: Any, path_offsets: 
 
 
 def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, keep_offsets: Any = None, *,
-              block_table: Any = None, blocks_used: Any = None) -> None:
+              block_table: Any = None, blocks_used: Any = None, status: Any = None, sync: bool = True,
+              workspace: Any = None, stream: Any = None) -> None:
     """In-place KV commit on the caller's cache tensors: request r's k-th kept
     position moves to cache_len[r] + k in every layer and head of every tensor.
     `layout` names each axis of the tensors: S (request row; physical page
     when `block_table` is given), L (layer, optional), H (kv head), T (position;
     slot within a page), D (head dim), e.g. "SLHTD", "SLTHD", paged "STHD".
     Elements move as raw bits (fp16/bf16/fp8 caches are fine). A single
-    request may pass cache_len as an int and keep as one list."""
+    request may pass cache_len as an int and keep as one list.
+    CUDA tensors: the kv_commit kernel on `stream` (cache_len, keep,
+    keep_offsets, block_table, blocks_used on the device too; a host int /
+    list is uploaded). It validates on the device and writes nothing unless
+    every check passed; with sync=True (default) the call waits for the
+    stream and raises on failure; with sync=False it returns at once and the
+    result lands in `status` (a 1-element int64 CUDA array, check it with
+    kv_commit_check after synchronizing)."""
     if isinstance(caches, (list, tuple)):
         cs = list(caches)
     else:
         cs = [caches]
-    for i, c in enumerate(cs):
-        _check_host(c, f"caches[{i}]")
+    dev = _where("status workspace caches[0] caches[1] caches[2] caches[3]", status, workspace, *cs)
+    if dev is not None:
+        return _commit_kv_cuda(dev, cs, layout, cache_len, keep, keep_offsets, block_table, blocks_used, status,
+                               sync, workspace, stream)
+    # Host caches: index arrays on a device are refused.
+    _where("cache_len keep keep_offsets block_table blocks_used caches", cache_len, keep, keep_offsets, block_table,
+           blocks_used, cs[0])
     if np.ndim(cache_len) == 0:
         cl = np.array([int(cache_len)], dtype=np.int64)
         kp = _inp(keep, np.int64, "keep")
@@ -470,6 +763,53 @@ def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, kee
     _core.commit_kv(cs, layout, cl, ko, kp, bt, bu)
 
 
+def _on_device(x: Any, dtype: Any, like: Any, dev: int) -> Any:
+    """A CUDA array of `dtype`: torch tensors converted on the device, host
+    values uploaded with `like`'s library."""
+    if _device_of(x) is not None:
+        return _cuda_in(x, dtype)
+    h = np.ascontiguousarray(np.asarray(_np(x) if _is_torch(x) else x, dtype=dtype).reshape(-1))
+    if _is_torch(like):
+        import torch
+        return torch.from_numpy(h).to(torch.device("cuda", dev))
+    if type(like).__module__.split(".")[0] != "cupy":
+        raise Error("invalid_argument: host index arrays are uploaded only next to torch or cupy tensors; "
+                    "pass them in CUDA memory")
+    import cupy
+    with cupy.cuda.Device(dev):
+        return cupy.asarray(h)
+
+
+def _commit_kv_cuda(dev: int, cs: list, layout: str, cache_len: Any, keep: Any, keep_offsets: Any,
+                    block_table: Any, blocks_used: Any, status: Any, sync: bool, workspace: Any,
+                    stream: Any) -> None:
+    like = cs[0]
+    if _device_of(cache_len) is None and np.ndim(cache_len) == 0:
+        cl = _on_device([int(cache_len)], np.int64, like, dev)
+        kp = _on_device(keep, np.int64, like, dev)
+        ko = (_on_device([0, int(kp.shape[0])], np.int32, like, dev) if keep_offsets is None
+              else _on_device(keep_offsets, np.int32, like, dev))
+    else:
+        if keep_offsets is None:
+            raise Error("invalid_argument: keep_offsets is required for a batch")
+        cl = _on_device(cache_len, np.int64, like, dev)
+        kp = _on_device(keep, np.int64, like, dev)
+        ko = _on_device(keep_offsets, np.int32, like, dev)
+    bt = None if block_table is None else _on_device(block_table, np.int32, like, dev).reshape(
+        tuple(block_table.shape))
+    bu = None if blocks_used is None else _on_device(blocks_used, np.int32, like, dev)
+    handle = _stream_handle(stream, dev)
+    workspace = _workspace(int(_core.cuda_commit_kv_workspace_size(len(cs))), like, dev, handle, workspace)
+    _core.cuda_commit_kv(cs, layout, cl, ko, kp, bt, bu, status, workspace, handle, bool(sync))
+
+
+def kv_commit_check(status: Any) -> None:
+    """Raises the error a CUDA commit_kv(sync=False) recorded in `status`
+    (read it after synchronizing the stream); returns if it succeeded."""
+    word = int(np.asarray(_to_host(status) if _device_of(status) is not None else status).reshape(-1)[0])
+    _core.kv_commit_check(word & 0xFFFFFFFFFFFFFFFF)
+
+
 # ---------------------------------------------------------------------------
 # SSM
 # ---------------------------------------------------------------------------
@@ -484,12 +824,35 @@ def _ssm_dtype(x: Any) -> Any:
 
 def tree_scan(parent: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, *, D: Any = None, dt_bias: Any = None,
               z: Any = None, h0: Any = None, dt_softplus: bool = True, dt_min: float = 0.0,
-              dt_max: float = math.inf, y: Any = None, states: Any = None, method: str = "automatic") -> Any:
+              dt_max: float = math.inf, y: Any = None, states: Any = None, method: str = "automatic",
+              status: Any = None, sync: bool = True, workspace: Any = None, stream: Any = None) -> Any:
     """Tree-masked selective scan (Mamba2 conventions): x [N, H, P], dt [N, H],
     A [H], B and C [N, G, S], optional D [H, P] or [H, 1], dt_bias [H], gate z
     [N, H, P], initial state h0 [H, P, S]. Writes y [N, H, P] and, when
     `states` [N, H, P, S] is given, every node's state (recurrent form).
-    float32 or float64 (the dtype of x). Returns y."""
+    float32 or float64 (the dtype of x). Returns y.
+    CUDA arrays: the recurrent tree_scan kernel on `stream` (`method` is
+    ignored; results equal the host's up to float rounding). The kernel
+    checks the parent links; with sync=True (default) the call waits and
+    raises on a bad tree, with sync=False the fault code (0 = ok) lands in
+    `status` (a 1-element int32 CUDA array). Input values (NaN, A > 0) are
+    not checked on the device."""
+    dev = _where("parent x dt A B C D dt_bias z h0 y states status workspace", parent, x, dt, A, B, C, D, dt_bias, z,
+                 h0, y, states, status, workspace)
+    if dev is not None:
+        dt_ = _ssm_dtype(x)
+        y = _cuda_empty(x, tuple(int(v) for v in x.shape), dt_, dev) if y is None else y
+        par = _cuda_in(parent, np.int32)
+        handle = _stream_handle(stream, dev)
+        sz = (_core.cuda_tree_scan_workspace_size_f64 if dt_ == np.float64 else
+              _core.cuda_tree_scan_workspace_size_f32)(int(x.shape[0]), int(x.shape[1]), int(x.shape[2]),
+                                                       int(B.shape[2]), states is not None)
+        workspace = _workspace(int(sz), x, dev, handle, workspace)
+        c = lambda a: _cuda_in(a, dt_, contiguous=False)  # noqa: E731
+        (_core.cuda_tree_scan_f64 if dt_ == np.float64 else _core.cuda_tree_scan_f32)(
+            par, c(x), c(dt), c(A), c(B), c(C), c(D), c(dt_bias), c(z), c(h0), bool(dt_softplus), float(dt_min),
+            float(dt_max), y, states, status, workspace, handle, bool(sync))
+        return y
     dt_ = _ssm_dtype(x)
     f = _core.tree_scan_f64 if dt_ == np.float64 else _core.tree_scan_f32
     xs = _strided(x, dt_, "x")
@@ -520,6 +883,66 @@ def ssm_commit_path(parent: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, path: 
       _strided(C, dt_, "C"), _strided(dt_bias, dt_, "dt_bias"), _strided(h0, dt_, "h0"), bool(dt_softplus),
       float(dt_min), float(dt_max), _inp(path, np.int32, "path"), o)
     return o
+
+
+def ssm_replay_masked(parent: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, mask: Any, *, dt_bias: Any = None,
+                      h0: Any = None, dt_softplus: bool = True, dt_min: float = 0.0, dt_max: float = math.inf,
+                      out: Any = None) -> Any:
+    """Activation replay: the SSM state after the nodes set in `mask` (one
+    packed uint64 row, e.g. the accepted node's row of packed_mask), visiting
+    the tree in storage order; the same state as ssm_commit_path on that
+    path. `out` [H, P, S] may be h0 itself. Returns the state."""
+    dt_ = _ssm_dtype(x)
+    f = _core.ssm_replay_masked_f64 if dt_ == np.float64 else _core.ssm_replay_masked_f32
+    xs = _strided(x, dt_, "x")
+    Bs = _strided(B, dt_, "B")
+    o = _out(out, x, (int(xs.shape[1]), int(xs.shape[2]), int(Bs.shape[2])), dt_, "out")
+    m = _np(mask) if _is_torch(mask) else np.asarray(mask)
+    f(_inp(parent, np.int32, "parent"), xs, _strided(dt, dt_, "dt"), _strided(A, dt_, "A"), Bs,
+      _strided(C, dt_, "C"), _strided(dt_bias, dt_, "dt_bias"), _strided(h0, dt_, "h0"), bool(dt_softplus),
+      float(dt_min), float(dt_max), np.ascontiguousarray(m.view(np.uint64) if m.dtype == np.int64 else m,
+                                                         dtype=np.uint64), o)
+    return o
+
+
+def tree_conv1d(parent: Any, x: Any, weight: Any, *, bias: Any = None, conv_state: Any = None, silu: bool = False,
+                out: Any = None, status: Any = None, sync: bool = True, workspace: Any = None,
+                stream: Any = None) -> Any:
+    """Tree causal conv1d (Mamba's short convolution along each root path):
+    x [N, channels], weight [channels, W] (column W - 1 multiplies the node
+    itself), optional bias [channels] and conv_state [channels, L >= W - 1]
+    (newest column last, read where a path runs out). float32 or float64.
+    Returns out [N, channels]. CUDA arrays: the tree_conv1d kernel on
+    `stream` (status / sync as in tree_scan)."""
+    dev = _where("parent x weight bias conv_state out status workspace", parent, x, weight, bias, conv_state, out,
+                 status, workspace)
+    dt_ = _ssm_dtype(x)
+    if dev is not None:
+        out = _cuda_empty(x, (int(x.shape[0]), int(x.shape[1])), dt_, dev) if out is None else out
+        handle = _stream_handle(stream, dev)
+        workspace = _workspace(int(_core.cuda_tree_conv1d_workspace_size()), x, dev, handle, workspace)
+        c = lambda a: _cuda_in(a, dt_, contiguous=False)  # noqa: E731
+        (_core.cuda_tree_conv1d_f64 if dt_ == np.float64 else _core.cuda_tree_conv1d_f32)(
+            _cuda_in(parent, np.int32), c(x), c(weight), c(bias), c(conv_state), bool(silu), out, status, workspace,
+            handle, bool(sync))
+        return out
+    xs = _strided(x, dt_, "x")
+    o = _out(out, x, (int(xs.shape[0]), int(xs.shape[1])), dt_, "out")
+    (_core.tree_conv1d_f64 if dt_ == np.float64 else _core.tree_conv1d_f32)(
+        _inp(parent, np.int32, "parent"), xs, _strided(weight, dt_, "weight"), _strided(bias, dt_, "bias"),
+        _strided(conv_state, dt_, "conv_state"), bool(silu), o)
+    return o
+
+
+def tree_conv1d_commit_state(parent: Any, x: Any, path: Any, state: Any) -> Any:
+    """Conv-state commit after accepting `path` (root first): `state`
+    [channels, L] then holds the newest L columns of its old columns followed
+    by x[path[0]], ..., x[path[-1]]. In place (host arrays). Returns state."""
+    dt_ = _ssm_dtype(x)
+    _check_host(state, "state")
+    (_core.tree_conv1d_commit_f64 if dt_ == np.float64 else _core.tree_conv1d_commit_f32)(
+        _inp(parent, np.int32, "parent"), _strided(x, dt_, "x"), _inp(path, np.int32, "path"), state)
+    return state
 
 
 # ---------------------------------------------------------------------------
@@ -565,6 +988,37 @@ def beam_tree(drafter: Any, root_token: int, *, k: int = 8, width: int = 8, dept
                                         int(budget), int(vocab_size), int(max_nodes)))
 
 
+def sampled_tree(drafter: Any, root_token: int, *, widths: Sequence[int], vocab_size: int,
+                 mode: int = DraftMode.IID, seed: int = 0, request: int = 0, round: int = 0,
+                 max_nodes: int = 1 << 20) -> tuple:
+    """A sampled tree: widths[d] children per node at depth d, drawn i.i.d.
+    (DraftMode.IID; verify with Mode.SAMPLED_IID) or without replacement by
+    Gumbel-top-k (DraftMode.WITHOUT_REPLACEMENT; verify with
+    Mode.SAMPLED_WITHOUT_REPLACEMENT), from the keyed Philox stream (seed,
+    request, round; the draft purpose, never the verifier's uniforms);
+    drafter as in topk_tree. Returns (DraftedTree, q): q (N x V float32) row
+    u is the normalized draft row that produced u's children, the rows the
+    sampled verifiers read (leaf rows 0)."""
+    if int(mode) not in (DraftMode.IID, DraftMode.WITHOUT_REPLACEMENT):
+        raise Error("invalid_argument: sampled trees are DraftMode.IID or DraftMode.WITHOUT_REPLACEMENT")
+    *arrays, q = _core.sampled_tree(_drafter(drafter), int(root_token), int(mode), [int(w) for w in widths],
+                                    int(vocab_size), int(max_nodes), int(seed), int(request), int(round))
+    return DraftedTree(*arrays), q
+
+
+def static_tree(drafter: Any, root_token: int, shape: Any, *, vocab_size: int, mode: int = DraftMode.DETERMINISTIC,
+                seed: int = 0, request: int = 0, round: int = 0) -> tuple:
+    """Drafts into a fixed shape (a parent array: a choice list through
+    from_choices, a Sequoia tree, any other): shape node s gets as many
+    children as nodes name it as parent, drawn top-k (DETERMINISTIC), i.i.d.
+    or without replacement. Returns (DraftedTree, q) as sampled_tree (q rows
+    are written for every expanded node)."""
+    sh = [int(v) for v in _np(_inp(shape, np.int32, "shape"))]
+    *arrays, q = _core.static_tree(_drafter(drafter), int(root_token), sh, int(mode), int(vocab_size), int(seed),
+                                   int(request), int(round))
+    return DraftedTree(*arrays), q
+
+
 def prune_to_budget(parent: Any, scores: Any, budget: int, *, out: Any = None) -> tuple:
     """Keeps the `budget` nodes of highest effective score (running minimum
     along the root path; ties by id), always ancestor-closed. Returns
@@ -573,6 +1027,45 @@ def prune_to_budget(parent: Any, scores: Any, budget: int, *, out: Any = None) -
     o = _out(out, parent, (len(par),), np.int32, "out")
     kept = _core.prune_to_budget(par, _inp(scores, np.float32, "scores"), int(budget), o)
     return o, kept
+
+
+def prune_batch(parent: Any, scores: Any, offsets: Any, budget: Any, *, new_index: Any = None, kept: Any = None,
+                request_status: Any = None, workspace: Any = None, stream: Any = None) -> tuple:
+    """prune_to_budget on a ragged batch (request r owns nodes
+    offsets[r]..offsets[r+1], local parent ids, at least one node each);
+    `budget` is one int for all or one per request. Returns (new_index,
+    kept, request_status): a request that fails gets its status code and its
+    new_index entries untouched. CUDA arrays: the batch_prune_to_budget
+    kernel on `stream`, asynchronous (offsets on the host are uploaded; on
+    the device they are read back first)."""
+    per = np.ndim(budget) > 0 or _device_of(budget) is not None
+    dev = _where("parent scores budget new_index kept request_status workspace", parent, scores,
+                 budget if per else None, new_index, kept, request_status, workspace)
+    if dev is not None:
+        on_dev = _device_of(offsets) is not None
+        off = _cuda_in(offsets, np.int32) if on_dev else _inp(offsets, np.int32, "offsets")
+        R = max(int(off.shape[0]) - 1, 0)
+        par = _cuda_in(parent, np.int32)
+        n = int(par.shape[0])
+        new_index = _cuda_empty(par, (n,), np.int32, dev) if new_index is None else new_index
+        kept = _cuda_empty(par, (R,), np.int32, dev) if kept is None else kept
+        request_status = _cuda_empty(par, (R,), np.int32, dev) if request_status is None else request_status
+        handle = _stream_handle(stream, dev)
+        workspace = _workspace(int(_core.cuda_prune_batch_workspace_size(R, n, not on_dev)), par, dev, handle,
+                               workspace)
+        _core.cuda_prune_batch(par, _cuda_in(scores, np.float32), off,
+                               _on_device(budget, np.int32, par, dev) if per else None, 0 if per else int(budget),
+                               new_index, kept, request_status, workspace, handle)
+        return new_index, kept, request_status
+    par = _inp(parent, np.int32, "parent")
+    off = _inp(offsets, np.int32, "offsets")
+    R = max(len(off) - 1, 0)
+    b = _inp(budget if per else [int(budget)], np.int32, "budget")
+    new_index = _out(new_index, parent, (len(par),), np.int32, "new_index")
+    kept = _out(kept, parent, (R,), np.int32, "kept")
+    request_status = _out(request_status, parent, (R,), np.int32, "request_status")
+    _core.prune_batch(par, _inp(scores, np.float32, "scores"), off, b, new_index, kept, request_status)
+    return new_index, kept, request_status
 
 
 def sequoia_tree(p: Any, budget: int, max_depth: int) -> tuple:
@@ -599,6 +1092,194 @@ def best_tree_size(cost: Sequence[float], tau: Any, draft_time: float = 0.0) -> 
     return _core.best_tree_size([float(c) for c in cost], _inp(tau, np.float64, "tau"), float(draft_time))
 
 
+# ---------------------------------------------------------------------------
+# peer formats (SGLang / EAGLE / Medusa) and planning models
+# ---------------------------------------------------------------------------
+
+AcceptanceCounts = _core.AcceptanceCounts
+MemoryConfig = _core.MemoryConfig
+
+
+def tree_from_linked_list(candidates: Any, next_token: Any, next_sibling: Any, *, unused_root: bool = False,
+                          root_token: int = 0, require_all: bool = False) -> tuple:
+    """A specdec tree from one request's SGLang / EAGLE linked-list arrays
+    (candidates, retrive_next_token, retrive_next_sibling; int64 or int32).
+    Nodes come in DFS preorder with siblings in list order, so both visit
+    orders coincide. Returns (parent, tokens, old_to_new, new_to_old):
+    old_to_new[slot] is the node of each slot (-1 when unreached)."""
+    c = _np(candidates) if _is_torch(candidates) else np.asarray(candidates)
+    dt_ = np.int32 if c.dtype == np.int32 else np.int64
+    f = _core.tree_from_linked_list_i32 if dt_ == np.int32 else _core.tree_from_linked_list_i64
+    c, nt, ns = (_inp(a, dt_, name) for a, name in ((candidates, "candidates"), (next_token, "next_token"),
+                                                    (next_sibling, "next_sibling")))
+    n = len(c)
+    parent, tokens = np.empty(n, np.int32), np.empty(n, np.int32)
+    o2n, n2o = np.empty(n, np.int32), np.empty(n, np.int32)
+    count = f(c, nt, ns, bool(unused_root), int(root_token), bool(require_all), parent, tokens, o2n, n2o)
+    return parent[:count], tokens[:count], o2n, n2o[:count]
+
+
+def linked_list_from_tree(parent: Any, tokens: Any) -> tuple:
+    """The other way: (next_token, next_sibling) int64 arrays over the same
+    node ids (slot = node; first child / next sibling or -1)."""
+    par = _inp(parent, np.int32, "parent")
+    nt, ns = np.empty(len(par), np.int64), np.empty(len(par), np.int64)
+    _core.linked_list_from_tree(par, _inp(tokens, np.int32, "tokens"), nt, ns)
+    return nt, ns
+
+
+def verify_greedy_ids(parent: Any, tokens: Any, target_ids: Any, *, vocab: int = 0, unused_root: bool = False,
+                      max_accept: Optional[int] = None, path: Any = None, tokens_out: Any = None) -> VerifyResult:
+    """Greedy verification from the target's argmax id after each node
+    (SGLang's target_predict) instead of probability rows; token-identical
+    to Mode.GREEDY on the rows those ids came from."""
+    par = _inp(parent, np.int32, "parent")
+    cap = _max_depth_plus_one(_np(par)) if (path is None or tokens_out is None) else 0
+    path = _out(path, parent, (cap,), np.int32, "path")
+    tokens_out = _out(tokens_out, parent, (cap,), np.int32, "tokens_out")
+    a, last, nxt = _core.verify_greedy_ids(par, _inp(tokens, np.int32, "tokens"),
+                                           _inp(target_ids, np.int32, "target_ids"), int(vocab), bool(unused_root),
+                                           2**31 - 1 if max_accept is None else int(max_accept), path, tokens_out)
+    return VerifyResult(a, last, nxt, path[:a + 1], tokens_out[:a + 1])
+
+
+def _sglang_outputs(candidates: Any, target_rows: int, num_speculative_tokens: int, predicts: Any,
+                    accept_index: Any, accept_token_num: Any) -> tuple:
+    B = int(np.shape(candidates)[0])
+    if predicts is None:
+        predicts = np.zeros(target_rows, np.int32)
+    if accept_index is None:
+        accept_index = np.full((B, int(num_speculative_tokens)), -1, np.int32)
+    if accept_token_num is None:
+        accept_token_num = np.zeros(B, np.int32)
+    for a, name in ((predicts, "predicts"), (accept_index, "accept_index"), (accept_token_num, "accept_token_num")):
+        _check_host(a, name)
+    return predicts, accept_index, accept_token_num
+
+
+def sglang_verify_tree_greedy(candidates: Any, retrive_index: Any, retrive_next_token: Any,
+                              retrive_next_sibling: Any, target_predict: Any, num_speculative_tokens: int, *,
+                              predicts: Any = None, accept_index: Any = None,
+                              accept_token_num: Any = None) -> tuple:
+    """SGLang's verify_tree_greedy on SGLang's own batch layout: int64
+    [batch][num_draft_tokens] candidates / retrive_index / retrive_next_token /
+    retrive_next_sibling, the target's argmax id of every row (indexed by
+    retrive_index), int32 outputs. Returns (predicts, accept_index,
+    accept_token_num). On error, requests before the failing one (its index
+    in the message) are written."""
+    c = [_inp(a, np.int64, n) for a, n in ((candidates, "candidates"), (retrive_index, "retrive_index"),
+                                           (retrive_next_token, "retrive_next_token"),
+                                           (retrive_next_sibling, "retrive_next_sibling"))]
+    tp = _inp(target_predict, np.int64, "target_predict")
+    outs = _sglang_outputs(c[0], len(tp), num_speculative_tokens, predicts, accept_index, accept_token_num)
+    _core.sglang_verify_tree_greedy(*c, tp, int(num_speculative_tokens), *outs)
+    return outs
+
+
+def sglang_tree_sampling_target_only(candidates: Any, retrive_index: Any, retrive_next_token: Any,
+                                     retrive_next_sibling: Any, target_probs: Any, coins: Any, final_coins: Any,
+                                     num_speculative_tokens: int, *, threshold_single: float = 1.0,
+                                     threshold_acc: float = 1.0, predicts: Any = None, accept_index: Any = None,
+                                     accept_token_num: Any = None) -> tuple:
+    """SGLang's tree_speculative_sampling_target_only (the coin rule) on
+    SGLang's batch layout: target_probs [batch * num_draft_tokens, V] by
+    slot, coins [batch * num_draft_tokens], final_coins [batch]. Exact with
+    both thresholds 1; any threshold below 1 is LOSSY. Returns (predicts,
+    accept_index, accept_token_num)."""
+    c = [_inp(a, np.int64, n) for a, n in ((candidates, "candidates"), (retrive_index, "retrive_index"),
+                                           (retrive_next_token, "retrive_next_token"),
+                                           (retrive_next_sibling, "retrive_next_sibling"))]
+    tp = _strided(target_probs, np.float32, "target_probs")
+    outs = _sglang_outputs(c[0], int(tp.shape[0]), num_speculative_tokens, predicts, accept_index,
+                           accept_token_num)
+    _core.sglang_tree_sampling_target_only(*c, tp, _inp(coins, np.float32, "coins"),
+                                           _inp(final_coins, np.float32, "final_coins"), int(num_speculative_tokens),
+                                           float(threshold_single), float(threshold_acc), *outs)
+    return outs
+
+
+def chain_acceptance_counts(drafts: Any, p: Any, q: Any, coins: Any = None, *, seed: int = 0, request: int = 0,
+                            round: int = 0) -> tuple:
+    """FlashInfer's chain counters for gamma drafts: returns (accepted,
+    emitted). `emitted` = drafts accepted before the first rejection,
+    `accepted` also counts later positions whose own test passes
+    (coins[i] * q_i(x_i) < p_i(x_i)). Without `coins`, specdec's own coins
+    for (seed, request, round), so that `emitted` equals verify_chain's
+    accepted count on the same key."""
+    c = np.zeros(0, np.float32) if coins is None else _inp(coins, np.float32, "coins")
+    return _core.chain_acceptance_counts(_inp(drafts, np.int32, "drafts"), _strided(p, np.float32, "p"),
+                                         _strided(q, np.float32, "q"), c, int(seed), int(request), int(round))
+
+
+def choice_buffers(choices: Sequence[Sequence[int]], topk: int, layout: str = "medusa") -> tuple:
+    """Medusa's or EAGLE-1's static-tree buffers of a choice list: returns
+    (parent, tree_indices, retrieve_indices). tree_indices[i] is where node
+    i's token sits in the peer's flat candidate vector; retrieve_indices has
+    one root-to-leaf row per leaf (-1 padded) in the peer's row order.
+    `layout`: "medusa" or "eagle1". Nodes follow from_choices' order."""
+    ranks = np.fromiter((r for c in choices for r in c), dtype=np.int32)
+    offsets = np.zeros(len(choices) + 1, dtype=np.int32)
+    offsets[1:] = np.cumsum([len(c) for c in choices], dtype=np.int64)
+    parent, node_choice = from_choices(choices)
+    node_rank = np.empty(len(parent), np.int32)
+    _core.choice_node_ranks(ranks, offsets, node_choice, node_rank)
+    ti = np.empty(len(parent), np.int32)
+    _core.choice_tree_indices(parent, node_rank, int(topk), layout, ti)
+    rows, width = _core.retrieve_shape(parent)
+    ri = np.empty((rows, width), np.int32)
+    _core.retrieve_indices(parent, layout, ri)
+    return parent, ti, ri
+
+
+def medusa_typical_select(retrieve: Any, tokens: Any, p: Any, *, epsilon: float = 0.09, delta: float = 0.3,
+                          tie_break: str = "highest_likelihood") -> tuple:
+    """LOSSY: Medusa's typical acceptance over retrieve rows (R x L node ids,
+    -1 padded). Returns (best_row, accept_length); tie_break
+    "highest_likelihood" (Medusa) or "first_row"."""
+    if tie_break not in ("highest_likelihood", "first_row"):
+        raise Error("invalid_argument: tie_break must be highest_likelihood or first_row")
+    return _core.medusa_typical_select(_inp(retrieve, np.int32, "retrieve"), _inp(tokens, np.int32, "tokens"),
+                                       _strided(p, np.float32, "p"), float(epsilon), float(delta),
+                                       tie_break == "first_row")
+
+
+def expected_accepted_length(parent: Any, probs: Any) -> tuple:
+    """Expected accepted drafts of a tree under a per-depth, per-rank
+    acceptance model (probs: depths x ranks, row d - 1 for depth d; a 1-D
+    per-rank vector is Sequoia's positional model). Returns (value, reach)
+    with reach[v] the probability that node v is reached."""
+    pr = np.asarray(probs, dtype=np.float64)
+    pr = np.ascontiguousarray(pr.reshape(1, -1) if pr.ndim == 1 else pr)
+    par = _inp(parent, np.int32, "parent")
+    reach = np.empty(len(par), np.float64)
+    value = _core.expected_accepted_length(par, pr, reach)
+    return value, reach
+
+
+class MemoryPlan(NamedTuple):
+    """What plan_memory chose: decoding heads (= tree levels), tree nodes,
+    assumed leaves, the KV allocation in bytes and the total (eq. 6)."""
+
+    heads: int
+    nodes: int
+    leaves: int
+    kv_bytes: float
+    total: float
+
+
+def memory_total_bytes(config: Any, turns: float, nodes: float, leaves: float, heads: float) -> float:
+    """SpecMemo's eq. 6: model + heads + KV of `turns` turns + tree buffers, in bytes."""
+    return _core.memory_total_bytes(config, float(turns), float(nodes), float(leaves), float(heads))
+
+
+def plan_memory(config: Any, budget: float, *, turns: int = 20, max_heads: int = 5, min_heads: int = 2,
+                arity: int = 10, leaf_fraction: float = 0.86, max_nodes: int = 4096) -> MemoryPlan:
+    """SpecMemo budgeting: the most heads (then the largest tree) that fit
+    `budget` bytes next to the model and the KV of `turns` turns."""
+    return MemoryPlan(*_core.plan_memory(config, float(budget), int(turns), int(max_heads), int(min_heads),
+                                         int(arity), float(leaf_fraction), int(max_nodes)))
+
+
 for _name, _key in [
     ("validate_parents", "validate_topological_parents"), ("relabel_topological", "relabel_topological"),
     ("from_choices", "from_choices"), ("from_paths", "from_paths"), ("dfs_order", "dfs_order"),
@@ -607,8 +1288,17 @@ for _name, _key in [
     ("tree_masks_batched", "build_tree_masks_batched"), ("verify_tree", "verify_tree"),
     ("verify_chain", "verify_chain"), ("verify_batch", "verify_batch"), ("keep_indices", "keep_indices_from_path"),
     ("keep_indices_batch", "keep_indices_batch"), ("commit_kv", "commit_kv"), ("tree_scan", "tree_scan"),
-    ("ssm_commit_path", "tree_ssm_commit_path"), ("topk_tree", "topk_tree_builder"),
+    ("ssm_commit_path", "tree_ssm_commit_path"), ("ssm_replay_masked", "tree_ssm_replay_masked"),
+    ("tree_conv1d", "tree_conv1d"),
+    ("tree_conv1d_commit_state", "tree_conv1d_commit_state"), ("prune_batch", "batch_prune_to_budget"),
+    ("topk_tree", "topk_tree_builder"),
     ("beam_tree", "beam_tree_builder"), ("prune_to_budget", "prune_to_budget"), ("sequoia_tree", "sequoia_tree"),
+    ("tree_from_linked_list", "tree_from_linked_list"), ("linked_list_from_tree", "linked_list_from_tree"),
+    ("verify_greedy_ids", "verify_greedy_ids"), ("choice_buffers", "retrieve_indices"),
+    ("sglang_verify_tree_greedy", "sglang_verify_tree_greedy"), ("chain_acceptance_counts", "chain_acceptance_counts"),
+    ("sglang_tree_sampling_target_only", "sglang_tree_sampling_target_only"),
+    ("medusa_typical_select", "medusa_typical_select"), ("expected_accepted_length", "expected_accepted_length"),
+    ("plan_memory", "plan_memory"), ("sampled_tree", "sampled_tree_builder"), ("static_tree", "static_tree_builder"),
     ("fit_linear_cost", "fit_linear_cost"), ("fit_quadratic_cost", "fit_quadratic_cost"),
     ("best_tree_size", "best_tree_size"),
 ]:

@@ -34,35 +34,6 @@ void keep_batch(const in1<node_id>& parent, const in1<std::int32_t>& tree_offset
 
 using any_cpu = nb::ndarray<nb::device::cpu>;
 
-// Reads a cache tensor's axes through a layout string with one letter per
-// axis: S (request row, or physical page when paged), L (layer, optional),
-// H (kv head), T (token position, or slot in a page), D (head dim).
-template <class T>
-kv_tensor<T> describe(const any_cpu& a, const std::string& layout, std::int64_t& positions, std::int64_t& rows) {
-  require(layout.size() == a.ndim(), status_code::size_mismatch, "layout needs one letter per tensor axis");
-  std::int64_t ext[5] = {1, 1, 1, 1, 1}, str[5] = {0, 0, 0, 0, 0};
-  bool seen[5] = {false, false, false, false, false};
-  const std::string letters = "SLHTD";
-  for (std::size_t d = 0; d < layout.size(); ++d) {
-    const auto k = letters.find(layout[d]);
-    require(k != std::string::npos && !seen[k], status_code::invalid_argument,
-            "layout letters are S, L, H, T, D, each at most once");
-    seen[k] = true;
-    ext[k] = static_cast<std::int64_t>(a.shape(d));
-    str[k] = static_cast<std::int64_t>(a.stride(d));
-    require(str[k] >= 0, status_code::invalid_argument, "negative strides are not supported");
-  }
-  require(seen[0] && seen[2] && seen[3] && seen[4], status_code::invalid_argument, "layout needs S, H, T and D");
-  // Elements addressable from data: one past the largest offset.
-  std::int64_t span = 1;
-  for (int k = 0; k < 5; ++k) span += (ext[k] - 1) * str[k];
-  for (int k = 0; k < 5; ++k)
-    if (ext[k] == 0) span = 0;
-  positions = ext[3];
-  rows = ext[0];
-  return kv_tensor<T>{static_cast<T*>(a.data()), span, ext[1], ext[2], ext[4], str[0], str[1], str[2], str[3], str[4]};
-}
-
 template <class T>
 void commit_typed(const std::vector<any_cpu>& caches, const std::string& layout, const kv_position_map& base_map,
                   bool paged, std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
@@ -71,7 +42,7 @@ void commit_typed(const std::vector<any_cpu>& caches, const std::string& layout,
   kv_position_map map = base_map;
   for (std::size_t i = 0; i < caches.size(); ++i) {
     std::int64_t positions = 0, rows = 0;
-    ts.push_back(describe<T>(caches[i], layout, positions, rows));
+    ts.push_back(describe_kv<T>(caches[i], layout, positions, rows));
     // Every tensor must agree on the positions axis: the map is shared.
     if (i == 0) {
       if (paged) {

@@ -9,8 +9,11 @@
 #include <nanobind/stl/vector.h>
 
 #include "common.hpp"
+#include "specdec/draft/batch_prune.hpp"
 #include "specdec/draft/beam_tree.hpp"
 #include "specdec/draft/prune.hpp"
+#include "specdec/draft/sampled_tree.hpp"
+#include "specdec/draft/static_tree.hpp"
 #include "specdec/draft/topk_tree.hpp"
 #include "specdec/plan/cost_model.hpp"
 #include "specdec/plan/sequoia.hpp"
@@ -58,6 +61,59 @@ auto topk(const nb::callable& fn, token_id root_token, std::int32_t k, std::int3
   drafted_tree out;
   check(b.build(d, root_token, out));
   return drafted_arrays(out);
+}
+
+// The q rows a sampling build wrote (row u = the normalized draft
+// distribution of expanded node u, what the sampled verifiers read), as an
+// N x V numpy array; leaf rows are zero.
+nb::ndarray<nb::numpy, float, nb::ndim<2>> q_numpy(std::vector<float> q, std::size_t rows, std::size_t V) {
+  q.resize(rows * V);
+  auto* heap = new std::vector<float>(std::move(q));
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  const std::size_t shape[2] = {rows, V};
+  return nb::ndarray<nb::numpy, float, nb::ndim<2>>(heap->data(), 2, shape, owner);
+}
+
+template <class Builder>
+auto build_sampling(Builder& b, const nb::callable& fn, token_id root_token, std::int64_t vocab_size,
+                    std::uint64_t seed, std::uint32_t request, std::uint32_t round) {
+  require(vocab_size > 0, status_code::invalid_argument, "vocab_size is required (it sizes the q rows)");
+  const auto bound = static_cast<std::size_t>(b.node_bound());
+  const auto V = static_cast<std::size_t>(vocab_size);
+  std::vector<float> q(bound * V, 0.0f);
+  draft_round dr;
+  dr.root_token = root_token;
+  dr.rng = rng_stream{seed, request, round};
+  dr.q_rows = make_view<float>(q.data(), static_cast<std::int64_t>(bound), vocab_size);
+  py_drafter d{fn, {}};
+  drafted_tree out;
+  check(b.build(d, dr, out));
+  return std::tuple_cat(drafted_arrays(out),
+                        std::make_tuple(q_numpy(std::move(q), static_cast<std::size_t>(out.size()), V)));
+}
+
+auto sampled(const nb::callable& fn, token_id root_token, std::int32_t mode, const std::vector<std::int32_t>& widths,
+             std::int64_t vocab_size, std::int32_t max_nodes, std::uint64_t seed, std::uint32_t request,
+             std::uint32_t round) {
+  sampled_tree_options o;
+  o.mode = static_cast<draft_mode>(mode);
+  o.widths = widths;
+  o.vocab_size = vocab_size;
+  o.max_nodes = max_nodes;
+  sampled_tree_builder b(o);
+  require(static_cast<double>(b.node_bound()) * static_cast<double>(vocab_size) < 1e10, status_code::invalid_argument,
+          "tree x vocabulary too large for the q rows");
+  return build_sampling(b, fn, root_token, vocab_size, seed, request, round);
+}
+
+auto static_shape(const nb::callable& fn, token_id root_token, const std::vector<node_id>& shape, std::int32_t mode,
+                  std::int64_t vocab_size, std::uint64_t seed, std::uint32_t request, std::uint32_t round) {
+  static_tree_options o;
+  o.shape = shape;
+  o.mode = static_cast<draft_mode>(mode);
+  o.vocab_size = vocab_size;
+  static_tree_builder b(o);
+  return build_sampling(b, fn, root_token, vocab_size, seed, request, round);
 }
 
 auto beam(const nb::callable& fn, token_id root_token, std::int32_t k, std::int32_t width, std::int32_t depth,
@@ -117,6 +173,15 @@ std::tuple<std::int32_t, double> best_size(const std::vector<double>& cost, cons
   return {best, tpt};
 }
 
+// A ragged batch (request r owns nodes offsets[r]..offsets[r+1], local
+// parent ids); per-request failures land in request_status.
+void prune_many(const in1<node_id>& parent, const in1<float>& scores, const in1<std::int32_t>& offsets,
+                const in1<std::int32_t>& budgets, const out1<node_id>& new_index, const out1<std::int32_t>& kept,
+                const out1<std::int32_t>& request_status) {
+  check(batch_prune_to_budget(span_of(parent), span_of(scores), span_of(offsets), span_of(budgets), span_of(new_index),
+                              span_of(kept), span_of(request_status)));
+}
+
 }  // namespace
 
 void bind_plan(nb::module_& m) {
@@ -125,6 +190,12 @@ void bind_plan(nb::module_& m) {
         arg("max_nodes"));
   m.def("beam_tree", &beam, arg("drafter"), arg("root_token"), arg("k"), arg("width"), arg("depth"), arg("budget"),
         arg("vocab_size"), arg("max_nodes"));
+  m.def("sampled_tree", &sampled, arg("drafter"), arg("root_token"), arg("mode"), arg("widths"), arg("vocab_size"),
+        arg("max_nodes"), arg("seed"), arg("request"), arg("round"));
+  m.def("static_tree", &static_shape, arg("drafter"), arg("root_token"), arg("shape"), arg("mode"), arg("vocab_size"),
+        arg("seed"), arg("request"), arg("round"));
+  m.def("prune_batch", &prune_many, arg("parent"), arg("scores"), arg("offsets"), arg("budgets"),
+        arg("new_index").noconvert(), arg("kept").noconvert(), arg("request_status").noconvert());
   m.def("prune_to_budget", &prune, arg("parent"), arg("scores"), arg("budget"), arg("new_index").noconvert());
   m.def("sequoia_tree", &sequoia, arg("p"), arg("budget"), arg("max_depth"));
   m.def("fit_linear_cost", &fit_linear, arg("n"), arg("t"));

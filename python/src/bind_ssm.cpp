@@ -1,5 +1,5 @@
-// Tree-masked selective scan (Mamba2 conventions) and the state commit of an
-// accepted path, for float32 and float64 arrays of any strides.
+// Tree-masked selective scan (Mamba2 conventions), the state commit of an
+// accepted path, and the tree causal conv1d with its conv-state commit, for float32 and float64 arrays of any strides.
 #include <cstdint>
 #include <optional>
 
@@ -7,6 +7,7 @@
 
 #include "common.hpp"
 #include "specdec/ssm/state_commit.hpp"
+#include "specdec/ssm/tree_conv1d.hpp"
 #include "specdec/ssm/tree_scan.hpp"
 
 namespace specdec::python {
@@ -75,7 +76,37 @@ void commit_path(const in1<node_id>& parent, const in_nd<T, 3>& x, const in_nd<T
 }
 
 template <class T>
-void bind_typed(nb::module_& m, const char* scan_name, const char* commit_name) {
+void replay_masked(const in1<node_id>& parent, const in_nd<T, 3>& x, const in_nd<T, 2>& dt, const in_nd<T, 1>& A,
+                   const in_nd<T, 3>& B, const in_nd<T, 3>& C, const opt_in<T, 1>& dt_bias, const opt_in<T, 3>& h0,
+                   bool dt_softplus, double dt_min, double dt_max, const in1<std::uint64_t>& mask,
+                   const out_nd<T, 3>& h_out) {
+  const auto in = inputs<T>(x, dt, A, B, C, std::nullopt, dt_bias, std::nullopt, h0);
+  check(tree_ssm_replay_masked<T>(span_of(parent), in, options<T>(dt_softplus, dt_min, dt_max), span_of(mask),
+                                  view_of<3>(h_out)));
+}
+
+template <class T>
+void conv1d(const in1<node_id>& parent, const in_nd<T, 2>& x, const in_nd<T, 2>& weight, const opt_in<T, 1>& bias,
+            const opt_in<T, 2>& conv_state, bool silu, const out_nd<T, 2>& out) {
+  tree_conv1d_inputs<T> in;
+  in.x = view_of<2>(x);
+  in.weight = view_of<2>(weight);
+  in.bias = opt_view<T, 1>(bias);
+  in.conv_state = opt_view<T, 2>(conv_state);
+  in.silu = silu;
+  auto ws = scratch(tree_conv1d_workspace_size(in.weight.extent[1]));
+  check(tree_conv1d<T>(span_of(parent), in, view_of<2>(out), ws));
+}
+
+template <class T>
+void conv1d_commit(const in1<node_id>& parent, const in_nd<T, 2>& x, const in1<node_id>& path,
+                   const out_nd<T, 2>& state) {
+  check(tree_conv1d_commit_state<T>(span_of(parent), view_of<2>(x), span_of(path), view_of<2>(state)));
+}
+
+template <class T>
+void bind_typed(nb::module_& m, const char* scan_name, const char* commit_name, const char* replay_name,
+                const char* conv_name, const char* conv_commit_name) {
   using nb::arg;
   m.def(scan_name, &scan<T>, arg("parent"), arg("x"), arg("dt"), arg("A"), arg("B"), arg("C"), arg("D").none(),
         arg("dt_bias").none(), arg("z").none(), arg("h0").none(), arg("dt_softplus"), arg("dt_min"), arg("dt_max"),
@@ -83,13 +114,21 @@ void bind_typed(nb::module_& m, const char* scan_name, const char* commit_name) 
   m.def(commit_name, &commit_path<T>, arg("parent"), arg("x"), arg("dt"), arg("A"), arg("B"), arg("C"),
         arg("dt_bias").none(), arg("h0").none(), arg("dt_softplus"), arg("dt_min"), arg("dt_max"), arg("path"),
         arg("h_out").noconvert());
+  m.def(replay_name, &replay_masked<T>, arg("parent"), arg("x"), arg("dt"), arg("A"), arg("B"), arg("C"),
+        arg("dt_bias").none(), arg("h0").none(), arg("dt_softplus"), arg("dt_min"), arg("dt_max"), arg("mask"),
+        arg("h_out").noconvert());
+  m.def(conv_name, &conv1d<T>, arg("parent"), arg("x"), arg("weight"), arg("bias").none(), arg("conv_state").none(),
+        arg("silu"), arg("out").noconvert());
+  m.def(conv_commit_name, &conv1d_commit<T>, arg("parent"), arg("x"), arg("path"), arg("state").noconvert());
 }
 
 }  // namespace
 
 void bind_ssm(nb::module_& m) {
-  bind_typed<float>(m, "tree_scan_f32", "ssm_commit_path_f32");
-  bind_typed<double>(m, "tree_scan_f64", "ssm_commit_path_f64");
+  bind_typed<float>(m, "tree_scan_f32", "ssm_commit_path_f32", "ssm_replay_masked_f32", "tree_conv1d_f32",
+                    "tree_conv1d_commit_f32");
+  bind_typed<double>(m, "tree_scan_f64", "ssm_commit_path_f64", "ssm_replay_masked_f64", "tree_conv1d_f64",
+                     "tree_conv1d_commit_f64");
 }
 
 }  // namespace specdec::python

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "specdec/cache/kv_layout.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
 
@@ -70,6 +71,36 @@ auto view_of(const A& a) {
   return v;
 }
 
+//! A cache tensor's axes read through a layout string with one letter per
+//! axis: S (request row, or physical page when paged), L (layer, optional),
+//! H (kv head), T (token position, or slot in a page), D (head dim). Host
+//! and device arrays alike (only shapes and strides are read).
+template <class T, class A>
+kv_tensor<T> describe_kv(const A& a, const std::string& layout, std::int64_t& positions, std::int64_t& rows) {
+  require(layout.size() == a.ndim(), status_code::size_mismatch, "layout needs one letter per tensor axis");
+  std::int64_t ext[5] = {1, 1, 1, 1, 1}, str[5] = {0, 0, 0, 0, 0};
+  bool seen[5] = {false, false, false, false, false};
+  const std::string letters = "SLHTD";
+  for (std::size_t d = 0; d < layout.size(); ++d) {
+    const auto k = letters.find(layout[d]);
+    require(k != std::string::npos && !seen[k], status_code::invalid_argument,
+            "layout letters are S, L, H, T, D, each at most once");
+    seen[k] = true;
+    ext[k] = static_cast<std::int64_t>(a.shape(d));
+    str[k] = static_cast<std::int64_t>(a.stride(d));
+    require(str[k] >= 0, status_code::invalid_argument, "negative strides are not supported");
+  }
+  require(seen[0] && seen[2] && seen[3] && seen[4], status_code::invalid_argument, "layout needs S, H, T and D");
+  // Elements addressable from data: one past the largest offset.
+  std::int64_t span = 1;
+  for (int k = 0; k < 5; ++k) span += (ext[k] - 1) * str[k];
+  for (int k = 0; k < 5; ++k)
+    if (ext[k] == 0) span = 0;
+  positions = ext[3];
+  rows = ext[0];
+  return kv_tensor<T>{static_cast<T*>(a.data()), span, ext[1], ext[2], ext[4], str[0], str[1], str[2], str[3], str[4]};
+}
+
 //! Scratch kept between calls (per thread): the binding allocates only when
 //! a call needs more than any earlier one. 256-byte aligned like
 //! core/workspace.hpp asks.
@@ -88,5 +119,9 @@ void bind_verify(nb::module_& m);
 void bind_cache(nb::module_& m);
 void bind_ssm(nb::module_& m);
 void bind_plan(nb::module_& m);
+void bind_interop(nb::module_& m);
+#if defined(SPECDEC_PYTHON_HAS_CUDA)
+void bind_cuda(nb::module_& m);
+#endif
 
 }  // namespace specdec::python

@@ -1,17 +1,36 @@
 // specdec._core: the nanobind module. Low-level entry points that write
 // into caller arrays; the Python package (specdec/__init__.py) adds the
 // allocating conveniences and the docstrings.
+#include <cstdint>
+
+#include "build_info.hpp"
 #include "common.hpp"
 #include "specdec/core/config.hpp"
+#include "specdec/core/status.hpp"
 
 NB_MODULE(_core, m) {
   namespace nb = nanobind;
   using specdec::python::error;
   nb::exception<error>(m, "Error", PyExc_ValueError);
+#if defined(SPECDEC_PYTHON_HAS_CUDA)
+  m.attr("has_cuda") = true;
+  m.attr("cuda_archs") = SPECDEC_PYTHON_CUDA_ARCHS;
+#else
   m.attr("has_cuda") = false;
+  m.attr("cuda_archs") = "";
+#endif
+  m.attr("build") = SPECDEC_PYTHON_BUILD;
+  m.def(
+      "status_code_name",
+      [](std::int32_t code) { return specdec::status_code_name(static_cast<specdec::status_code>(code)); },
+      nb::arg("code"));
   specdec::python::bind_tree(m);
   specdec::python::bind_verify(m);
   specdec::python::bind_cache(m);
   specdec::python::bind_ssm(m);
   specdec::python::bind_plan(m);
+  specdec::python::bind_interop(m);
+#if defined(SPECDEC_PYTHON_HAS_CUDA)
+  specdec::python::bind_cuda(m);
+#endif
 }

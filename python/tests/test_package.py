@@ -22,12 +22,15 @@ class FakeCudaArray:
 
 
 def test_device_arrays_are_refused_with_a_clear_error():
-    assert specdec.has_cuda is False
-    with pytest.raises(specdec.Error, match="host-only"):
+    # Host-only build: any CUDA array is refused. CUDA build: mixing host and
+    # device arrays, or a function without a kernel, is refused. Either way
+    # before the array is read.
+    pattern = "host-only" if not specdec.has_cuda else "one CUDA device|CUDA memory|torch or cupy"
+    with pytest.raises(specdec.Error, match=pattern):
         specdec.verify_tree([-1], [0], FakeCudaArray())
-    with pytest.raises(specdec.Error, match="host-only"):
+    with pytest.raises(specdec.Error, match=pattern):
         specdec.positions([-1, 0], 0, out=FakeCudaArray())
-    with pytest.raises(specdec.Error, match="host-only"):
+    with pytest.raises(specdec.Error, match=pattern):
         specdec.commit_kv([FakeCudaArray()], "SHTD", 0, [0])
 
 
@@ -50,6 +53,10 @@ def test_docstrings_and_stubs():
     doc = specdec.verify_tree.__doc__
     assert "C++ specdec::verify_tree" in doc and "Deterministic for a" in doc
     assert "C++ specdec::commit_kv" in specdec.commit_kv.__doc__
+    for fn, cpp in ((specdec.tree_from_linked_list, "tree_from_linked_list"),
+                    (specdec.sampled_tree, "sampled_tree_builder"), (specdec.tree_conv1d, "tree_conv1d"),
+                    (specdec.plan_memory, "plan_memory"), (specdec.prune_batch, "batch_prune_to_budget")):
+        assert f"C++ specdec::{cpp}" in fn.__doc__, cpp
     pkg = Path(specdec.__file__).parent
     assert (pkg / "_core.pyi").is_file() and (pkg / "py.typed").is_file()
     assert "def verify_tree(" in (pkg / "_core.pyi").read_text()

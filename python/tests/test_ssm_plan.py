@@ -70,6 +70,12 @@ def test_tree_scan_matches_path_recurrence(rng, method, dtype, tol):
         specdec.ssm_commit_path(parent, a["x"], a["dt"], a["A"], a["B"], a["C"], np.array(path[::-1]),
                                 dt_bias=a["dt_bias"], h0=h, out=h)
         np.testing.assert_allclose(h, want_states[12], rtol=tol, atol=tol)
+        # activation replay from the node's packed mask row gives the same state
+        for node in range(13):
+            row = specdec.packed_mask(parent)[node]
+            hr = specdec.ssm_replay_masked(parent, a["x"], a["dt"], a["A"], a["B"], a["C"], row,
+                                           dt_bias=a["dt_bias"], h0=a["h0"])
+            np.testing.assert_allclose(hr, want_states[node], rtol=tol, atol=tol)
 
 
 def test_ssm_errors_write_nothing(rng):
@@ -89,6 +95,11 @@ def test_ssm_errors_write_nothing(rng):
     h = np.full((4, 3, 5), 2.0)
     with pytest.raises(specdec.Error):
         specdec.ssm_commit_path(parent, a["x"], a["dt"], a["A"], a["B"], a["C"], np.array([1]), out=h)
+    assert (h == 2.0).all()
+    # a mask that is not a root path (node 0 clear) is refused, h untouched
+    with pytest.raises(specdec.Error, match="invalid_argument"):
+        specdec.ssm_replay_masked(parent, a["x"], a["dt"], a["A"], a["B"], a["C"], np.array([0b10], np.uint64),
+                                  out=h)
     assert (h == 2.0).all()
 
 

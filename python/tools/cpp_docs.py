@@ -11,7 +11,14 @@ from pathlib import Path
 
 def comment_above(text: str, name: str) -> str:
     lines = text.splitlines()
-    pattern = re.compile(r"(^|[\s*&>:])" + re.escape(name) + r"\s*[({]")
+    # A class or struct is documented above its declaration, not above its
+    # constructors, so declarations are searched first.
+    declaration = re.compile(r"^\s*(class|struct)\s+" + re.escape(name) + r"\b(?!;)")
+    call = re.compile(r"(^|[\s*&>:])" + re.escape(name) + r"\s*[({]")
+    return _comment_above(lines, declaration) or _comment_above(lines, call)
+
+
+def _comment_above(lines: list, pattern: "re.Pattern") -> str:
     for i, line in enumerate(lines):
         if line.lstrip().startswith("//") or not pattern.search(line):
             continue

@@ -1,0 +1,326 @@
+// Peer formats (interop/: linked lists, SGLang's batch entry points) and the planning models (plan/acceptance.hpp,
+// plan/memory_model.hpp): SGLang / EAGLE linked-list trees both ways,
+// greedy verification from target argmax ids, Medusa / EAGLE-1 choice
+// buffers, Medusa's typical selection, acceptance estimation and SpecMemo's
+// memory budgeting. Host arrays only.
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "common.hpp"
+#include "specdec/interop/choice_buffers.hpp"
+#include "specdec/interop/greedy_ids.hpp"
+#include "specdec/interop/linked_tree.hpp"
+#include "specdec/interop/results.hpp"
+#include "specdec/interop/sglang.hpp"
+#include "specdec/interop/typical.hpp"
+#include "specdec/plan/acceptance.hpp"
+#include "specdec/plan/memory_model.hpp"
+
+namespace specdec::python {
+namespace {
+
+// ---- linked lists ----------------------------------------------------------
+
+template <class I>
+std::int32_t from_linked(const in1<I>& candidates, const in1<I>& next_token, const in1<I>& next_sibling,
+                         bool unused_root, token_id root_token, bool require_all, const out1<node_id>& parent,
+                         const out1<token_id>& tokens, const out1<std::int32_t>& old_to_new,
+                         const out1<std::int32_t>& new_to_old) {
+  require(candidates.size() == next_token.size() && candidates.size() == next_sibling.size(),
+          status_code::size_mismatch, "candidates, next_token and next_sibling need one entry per slot");
+  require(candidates.size() <= static_cast<std::size_t>(INT32_MAX), status_code::invalid_argument, "too many slots");
+  const linked_tree<I> t{candidates.data(), next_token.data(), next_sibling.data(),
+                         static_cast<std::int32_t>(candidates.size())};
+  linked_tree_options o;
+  o.unused_root = unused_root;
+  o.root_token = root_token;
+  o.require_all = require_all;
+  // Outputs are written only on success: the conversion writes as it goes.
+  const std::size_t n = candidates.size();
+  std::vector<node_id> p(n);
+  std::vector<token_id> tk(n);
+  std::vector<std::int32_t> o2n(n), n2o(n);
+  std::int32_t count = 0;
+  require(parent.size() >= n && tokens.size() >= n && old_to_new.size() >= n && new_to_old.size() >= n,
+          status_code::size_mismatch, "outputs need one entry per slot");
+  check(tree_from_linked_list<I>(t, o, p, tk, o2n, n2o, count));
+  std::copy(p.begin(), p.end(), parent.data());
+  std::copy(tk.begin(), tk.end(), tokens.data());
+  std::copy(o2n.begin(), o2n.end(), old_to_new.data());
+  std::copy(n2o.begin(), n2o.end(), new_to_old.data());
+  return count;
+}
+
+void to_linked(const in1<node_id>& parent, const in1<token_id>& tokens, const out1<std::int64_t>& next_token,
+               const out1<std::int64_t>& next_sibling) {
+  require(parent.size() == tokens.size(), status_code::size_mismatch, "parent and tokens differ in size");
+  const tree_view t{tokens.data(), parent.data(), nullptr, nullptr, static_cast<std::int32_t>(parent.size())};
+  check(validate_tree(t));
+  check(linked_list_from_tree<std::int64_t>(t, span_of(next_token), span_of(next_sibling)));
+}
+
+// ---- greedy ids, choice buffers, typical --------------------------------------
+
+std::tuple<std::int32_t, std::int32_t, std::int32_t> greedy_ids(const in1<node_id>& parent, const in1<token_id>& tokens,
+                                                                const in1<token_id>& target_ids, std::int64_t vocab,
+                                                                bool unused_root, std::int32_t max_accept,
+                                                                const out1<node_id>& path,
+                                                                const out1<token_id>& tokens_out) {
+  require(parent.size() == tokens.size(), status_code::size_mismatch, "parent and tokens differ in size");
+  const tree_view t{tokens.data(), parent.data(), nullptr, nullptr, static_cast<std::int32_t>(parent.size())};
+  greedy_ids_options o;
+  o.unused_root = unused_root;
+  o.max_accept = max_accept;
+  verify_result r{};
+  check(verify_greedy_ids(t, span_of(target_ids), vocab, o, span_of(path), span_of(tokens_out), r));
+  return {r.accepted, r.last_node, r.next_token};
+}
+
+void node_ranks(const in1<std::int32_t>& ranks, const in1<std::int32_t>& offsets, const in1<std::int32_t>& node_choice,
+                const out1<std::int32_t>& node_rank) {
+  check(choice_node_ranks(span_of(ranks), span_of(offsets), span_of(node_choice), span_of(node_rank)));
+}
+
+choice_layout layout_of(const std::string& s) {
+  if (s == "medusa") return choice_layout::medusa;
+  if (s == "eagle1") return choice_layout::eagle1;
+  check(make_status(status_code::invalid_argument, "layout must be \"medusa\" or \"eagle1\""));
+  return choice_layout::medusa;
+}
+
+void tree_indices(const in1<node_id>& parent, const in1<std::int32_t>& node_rank, std::int32_t topk,
+                  const std::string& layout, const out1<std::int32_t>& out) {
+  check(choice_tree_indices(span_of(parent), span_of(node_rank), topk, layout_of(layout), span_of(out)));
+}
+
+std::tuple<std::int32_t, std::int32_t> retrieve_dims(const in1<node_id>& parent) {
+  std::int32_t leaves = 0, width = 0;
+  check(retrieve_shape(span_of(parent), leaves, width));
+  return {leaves, width};
+}
+
+void retrieve(const in1<node_id>& parent, const std::string& layout, const out_nd<std::int32_t, 2>& out) {
+  check(retrieve_indices(span_of(parent), layout_of(layout), view_of<2>(out)));
+}
+
+std::tuple<std::int32_t, std::int32_t> typical_select(const in_nd<std::int32_t, 2>& retrieve_rows,
+                                                      const in1<token_id>& tokens, const in_nd<float, 2>& p,
+                                                      float epsilon, float delta, bool first_row) {
+  typical_params tp;
+  tp.epsilon = epsilon;
+  tp.delta = delta;
+  tp.tie_break = first_row ? typical_tie_break::first_row : typical_tie_break::highest_likelihood;
+  std::vector<float> sc(p.shape(0));
+  std::int32_t best = 0, length = 0;
+  check(medusa_typical_select(view_of<2>(retrieve_rows), span_of(tokens), view_of<2>(p), tp, sc, best, length));
+  return {best, length};
+}
+
+// ---- SGLang's batch entry points (int64 trees, int32 outputs as SGLang) ------
+
+using i64_2d = in_nd<std::int64_t, 2>;
+
+sglang_tree_batch<std::int64_t> sglang_batch(const i64_2d& candidates, const i64_2d& retrive_index,
+                                             const i64_2d& next_token, const i64_2d& next_sibling) {
+  const auto dense = [&](const i64_2d& a) {
+    return a.shape(0) == candidates.shape(0) && a.shape(1) == candidates.shape(1) &&
+           (a.shape(1) <= 1 || a.stride(1) == 1) &&
+           (a.shape(0) <= 1 || static_cast<std::size_t>(a.stride(0)) == a.shape(1));
+  };
+  require(dense(candidates) && dense(retrive_index) && dense(next_token) && dense(next_sibling),
+          status_code::size_mismatch,
+          "candidates, retrive_index, retrive_next_token and retrive_next_sibling must be dense "
+          "[batch_size][num_draft_tokens] arrays");
+  require(candidates.shape(0) <= static_cast<std::size_t>(INT32_MAX) &&
+              candidates.shape(1) <= static_cast<std::size_t>(INT32_MAX),
+          status_code::invalid_argument, "batch too large");
+  return {static_cast<std::int32_t>(candidates.shape(0)),
+          static_cast<std::int32_t>(candidates.shape(1)),
+          candidates.data(),
+          retrive_index.data(),
+          next_token.data(),
+          next_sibling.data()};
+}
+
+sglang_outputs<std::int32_t> sglang_out(const out1<std::int32_t>& predicts, const out_nd<std::int32_t, 2>& accept_index,
+                                        const out1<std::int32_t>& accept_token_num) {
+  return {span_of(predicts), view_of<2>(accept_index), span_of(accept_token_num)};
+}
+
+void sglang_greedy(const i64_2d& candidates, const i64_2d& retrive_index, const i64_2d& next_token,
+                   const i64_2d& next_sibling, const in1<std::int64_t>& target_predict,
+                   std::int32_t num_speculative_tokens, const out1<std::int32_t>& predicts,
+                   const out_nd<std::int32_t, 2>& accept_index, const out1<std::int32_t>& accept_token_num) {
+  const auto b = sglang_batch(candidates, retrive_index, next_token, next_sibling);
+  auto ws = scratch(sglang_workspace_size(b.num_draft_tokens));
+  check(sglang_verify_tree_greedy<std::int64_t, std::int32_t>(
+      b, span_of(target_predict), num_speculative_tokens, sglang_out(predicts, accept_index, accept_token_num), ws));
+}
+
+void sglang_sampling(const i64_2d& candidates, const i64_2d& retrive_index, const i64_2d& next_token,
+                     const i64_2d& next_sibling, const in_nd<float, 2>& target_probs, const in1<float>& coins,
+                     const in1<float>& final_coins, std::int32_t num_speculative_tokens, float threshold_single,
+                     float threshold_acc, const out1<std::int32_t>& predicts,
+                     const out_nd<std::int32_t, 2>& accept_index, const out1<std::int32_t>& accept_token_num) {
+  const auto b = sglang_batch(candidates, retrive_index, next_token, next_sibling);
+  auto ws = scratch(sglang_workspace_size(b.num_draft_tokens));
+  check(sglang_tree_sampling_target_only<std::int64_t, std::int32_t>(
+      b, view_of<2>(target_probs), span_of(coins), span_of(final_coins), num_speculative_tokens,
+      sglang_thresholds{threshold_single, threshold_acc}, sglang_out(predicts, accept_index, accept_token_num), ws));
+}
+
+// ---- FlashInfer's chain counters ---------------------------------------------
+
+// coins: the caller's, or (empty) specdec's own for (seed, request, round).
+std::tuple<std::int32_t, std::int32_t> chain_counts(const in1<token_id>& drafts, const in_nd<float, 2>& p,
+                                                    const in_nd<float, 2>& q, const in1<float>& coins,
+                                                    std::uint64_t seed, std::uint32_t request, std::uint32_t round) {
+  std::vector<float> own;
+  std::span<const float> c = span_of(coins);
+  if (coins.size() == 0) {
+    verify_params vp;
+    vp.seed = seed;
+    vp.request = request;
+    vp.round = round;
+    own.resize(drafts.size());
+    chain_coins(vp, own);
+    c = own;
+  }
+  std::int32_t accepted = 0, emitted = 0;
+  check(chain_acceptance_counts(span_of(drafts), view_of<2>(p), view_of<2>(q), c, accepted, emitted));
+  return {accepted, emitted};
+}
+
+// ---- planning ---------------------------------------------------------------
+
+acceptance_model model_of(const in_nd<double, 2>& probs) {
+  acceptance_model m;
+  m.depths = static_cast<std::int32_t>(probs.shape(0));
+  m.ranks = static_cast<std::int32_t>(probs.shape(1));
+  m.p.resize(probs.shape(0) * probs.shape(1));
+  for (std::size_t d = 0; d < probs.shape(0); ++d)
+    for (std::size_t r = 0; r < probs.shape(1); ++r)
+      m.p[d * probs.shape(1) + r] =
+          probs.data()[d * static_cast<std::size_t>(probs.stride(0)) + r * static_cast<std::size_t>(probs.stride(1))];
+  return m;
+}
+
+double expected_length(const in1<node_id>& parent, const in_nd<double, 2>& probs, const out1<double>& reach) {
+  const tree_view t{nullptr, parent.data(), nullptr, nullptr, static_cast<std::int32_t>(parent.size())};
+  std::vector<std::int32_t> sc(2 * parent.size());
+  double out = 0;
+  check(expected_accepted_length(t, model_of(probs), span_of(reach), sc, out));
+  return out;
+}
+
+void bind_acceptance_counts(nb::module_& m) {
+  using nb::arg;
+  nb::class_<acceptance_counts>(m, "AcceptanceCounts")
+      .def(nb::init<std::int32_t, std::int32_t>(), arg("depths"), arg("ranks"))
+      .def(
+          "record",
+          [](acceptance_counts& c, const in1<node_id>& parent, const in1<node_id>& path) {
+            const tree_view t{nullptr, parent.data(), nullptr, nullptr, static_cast<std::int32_t>(parent.size())};
+            check(c.record(t, span_of(path)));
+          },
+          arg("parent"), arg("path"))
+      .def(
+          "estimate",
+          [](const acceptance_counts& c, double alpha, double beta) {
+            const acceptance_model e = c.estimate(alpha, beta);
+            return std::make_tuple(e.depths, e.ranks, e.p);
+          },
+          arg("alpha") = 0.0, arg("beta") = 0.0)
+      .def("positional_estimate", &acceptance_counts::positional_estimate)
+      .def_ro("depths", &acceptance_counts::depths)
+      .def_ro("ranks", &acceptance_counts::ranks)
+      .def_ro("offered", &acceptance_counts::offered)
+      .def_ro("accepted", &acceptance_counts::accepted)
+      .def_ro("rounds", &acceptance_counts::rounds)
+      .def_ro("accepted_tokens", &acceptance_counts::accepted_tokens);
+}
+
+void bind_memory(nb::module_& m) {
+  using nb::arg;
+  nb::class_<memory_config>(m, "MemoryConfig")
+      .def(nb::init<>())
+      .def_rw("layers", &memory_config::layers)
+      .def_rw("batch", &memory_config::batch)
+      .def_rw("kv_heads", &memory_config::kv_heads)
+      .def_rw("head_dim", &memory_config::head_dim)
+      .def_rw("kv_bytes_per_element", &memory_config::kv_bytes_per_element)
+      .def_rw("tokens_per_turn", &memory_config::tokens_per_turn)
+      .def_rw("vocab_size", &memory_config::vocab_size)
+      .def_rw("buffer_bytes_per_element", &memory_config::buffer_bytes_per_element)
+      .def_rw("head_bytes", &memory_config::head_bytes)
+      .def_rw("model_parameters", &memory_config::model_parameters)
+      .def_rw("model_bytes_per_parameter", &memory_config::model_bytes_per_parameter);
+  m.def(
+      "memory_total_bytes",
+      [](const memory_config& c, double turns, double nodes, double leaves, double heads) {
+        check(c.validate());
+        return total_bytes(c, turns, nodes, leaves, heads);
+      },
+      arg("config"), arg("turns"), arg("nodes"), arg("leaves"), arg("heads"));
+  m.def(
+      "plan_memory",
+      [](const memory_config& c, double budget, std::int64_t turns, std::int64_t max_heads, std::int64_t min_heads,
+         std::int64_t arity, double leaf_fraction, std::int64_t max_nodes) {
+        memory_plan_options o;
+        o.turns = turns;
+        o.max_heads = max_heads;
+        o.min_heads = min_heads;
+        o.arity = arity;
+        o.leaf_fraction = leaf_fraction;
+        o.max_nodes = max_nodes;
+        memory_plan out;
+        check(plan_memory(c, budget, o, out));
+        return std::make_tuple(out.heads, out.nodes, out.leaves, out.kv_bytes, out.total);
+      },
+      arg("config"), arg("budget"), arg("turns"), arg("max_heads"), arg("min_heads"), arg("arity"),
+      arg("leaf_fraction"), arg("max_nodes"));
+}
+
+}  // namespace
+
+void bind_interop(nb::module_& m) {
+  using nb::arg;
+  m.def("tree_from_linked_list_i64", &from_linked<std::int64_t>, arg("candidates"), arg("next_token"),
+        arg("next_sibling"), arg("unused_root"), arg("root_token"), arg("require_all"), arg("parent").noconvert(),
+        arg("tokens").noconvert(), arg("old_to_new").noconvert(), arg("new_to_old").noconvert());
+  m.def("tree_from_linked_list_i32", &from_linked<std::int32_t>, arg("candidates"), arg("next_token"),
+        arg("next_sibling"), arg("unused_root"), arg("root_token"), arg("require_all"), arg("parent").noconvert(),
+        arg("tokens").noconvert(), arg("old_to_new").noconvert(), arg("new_to_old").noconvert());
+  m.def("linked_list_from_tree", &to_linked, arg("parent"), arg("tokens"), arg("next_token").noconvert(),
+        arg("next_sibling").noconvert());
+  m.def("verify_greedy_ids", &greedy_ids, arg("parent"), arg("tokens"), arg("target_ids"), arg("vocab"),
+        arg("unused_root"), arg("max_accept"), arg("path").noconvert(), arg("tokens_out").noconvert());
+  m.def("choice_node_ranks", &node_ranks, arg("ranks"), arg("offsets"), arg("node_choice"),
+        arg("node_rank").noconvert());
+  m.def("choice_tree_indices", &tree_indices, arg("parent"), arg("node_rank"), arg("topk"), arg("layout"),
+        arg("out").noconvert());
+  m.def("retrieve_shape", &retrieve_dims, arg("parent"));
+  m.def("retrieve_indices", &retrieve, arg("parent"), arg("layout"), arg("out").noconvert());
+  m.def("medusa_typical_select", &typical_select, arg("retrieve"), arg("tokens"), arg("p"), arg("epsilon"),
+        arg("delta"), arg("first_row"));
+  m.def("sglang_verify_tree_greedy", &sglang_greedy, arg("candidates"), arg("retrive_index"), arg("retrive_next_token"),
+        arg("retrive_next_sibling"), arg("target_predict"), arg("num_speculative_tokens"), arg("predicts").noconvert(),
+        arg("accept_index").noconvert(), arg("accept_token_num").noconvert());
+  m.def("sglang_tree_sampling_target_only", &sglang_sampling, arg("candidates"), arg("retrive_index"),
+        arg("retrive_next_token"), arg("retrive_next_sibling"), arg("target_probs"), arg("coins"), arg("final_coins"),
+        arg("num_speculative_tokens"), arg("threshold_single"), arg("threshold_acc"), arg("predicts").noconvert(),
+        arg("accept_index").noconvert(), arg("accept_token_num").noconvert());
+  m.def("chain_acceptance_counts", &chain_counts, arg("drafts"), arg("p"), arg("q"), arg("coins"), arg("seed"),
+        arg("request"), arg("round"));
+  m.def("expected_accepted_length", &expected_length, arg("parent"), arg("probs"), arg("reach").noconvert());
+  bind_acceptance_counts(m);
+  bind_memory(m);
+}
+
+}  // namespace specdec::python
