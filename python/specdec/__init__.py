@@ -1194,22 +1194,108 @@ def _sglang_outputs(candidates: Any, target_rows: int, num_speculative_tokens: i
     return predicts, accept_index, accept_token_num
 
 
+_CODE_OF_NAME: dict = {}
+
+
+def _code_of(e: Exception) -> int:
+    """The status code named at the start of a specdec.Error message."""
+    if not _CODE_OF_NAME:
+        _CODE_OF_NAME.update({_core.status_code_name(i): i for i in range(1, 128)})
+    return _CODE_OF_NAME.get(str(e).split(":", 1)[0], _CODE_OF_NAME.get("invalid_argument", 1))
+
+
+def _failed_request(e: Exception) -> Optional[int]:
+    """The request index of a per-request error ("... (index r)"), None for
+    a whole-call error."""
+    msg = str(e)
+    if not msg.endswith(")") or "(index " not in msg:
+        return None
+    return int(msg.rsplit("(index ", 1)[1][:-1])
+
+
+def _host_request_codes(B: int, request_status: Any, run: Any) -> None:
+    """Runs a host entry point that stops at its first failing request
+    (requests before it written, the failing one untouched) request by
+    request from there: run(r0) verifies requests r0.. and raises on the
+    first failure with its index relative to r0. Codes land in
+    request_status; whole-call errors raise."""
+    codes = _np(request_status)
+    r0 = 0
+    while r0 < B:
+        try:
+            run(r0)
+            codes[r0:B] = 0
+            return
+        except Error as e:
+            k = _failed_request(e)
+            if k is None:
+                raise
+            codes[r0:r0 + k] = 0
+            codes[r0 + k] = _code_of(e)
+            r0 += k + 1
+
+
+def _sglang_common(B: int, accept_token_num: Any, accepted_per_depth: Any, request_status: Any,
+                   launch_host: Any) -> None:
+    """Host side of SGLang's two entry points: the batch, or request by
+    request when the caller wants per-request codes; then the per-depth
+    counters of the requests that were verified."""
+    if request_status is None:
+        launch_host(0)
+        ok = slice(None)
+    else:
+        _check_host(request_status, "request_status")
+        _host_request_codes(B, request_status, launch_host)
+        ok = _np(request_status)[:B] == 0
+    if accepted_per_depth is not None:
+        _check_host(accepted_per_depth, "accepted_per_depth")
+        count_acceptance_per_depth(_np(accept_token_num)[:B][ok], accepted_per_depth)
+
+
 def sglang_verify_tree_greedy(candidates: Any, retrive_index: Any, retrive_next_token: Any,
                               retrive_next_sibling: Any, target_predict: Any, num_speculative_tokens: int, *,
-                              predicts: Any = None, accept_index: Any = None,
-                              accept_token_num: Any = None) -> tuple:
+                              predicts: Any = None, accept_index: Any = None, accept_token_num: Any = None,
+                              accepted_per_depth: Any = None, request_status: Any = None, workspace: Any = None,
+                              stream: Any = None) -> tuple:
     """SGLang's verify_tree_greedy on SGLang's own batch layout: int64
-    [batch][num_draft_tokens] candidates / retrive_index / retrive_next_token /
-    retrive_next_sibling, the target's argmax id of every row (indexed by
-    retrive_index), int32 outputs. Returns (predicts, accept_index,
-    accept_token_num). On error, requests before the failing one (its index
-    in the message) are written."""
+    [batch][num_draft_tokens] candidates / retrive_index /
+    retrive_next_token / retrive_next_sibling, the target's argmax id of
+    every row (indexed by retrive_index), int32 outputs. Returns
+    (predicts, accept_index, accept_token_num). Without request_status, the
+    first failing request raises (requests before it written); with it
+    (int32 [batch]) each request's code lands there and a failing request's
+    outputs stay untouched. accepted_per_depth: int64 counters, added to.
+    CUDA arrays: the kernel (one thread per request) on `stream`;
+    asynchronous when request_status is given, else the call waits and
+    raises on a failed request."""
+    dev = _where("candidates retrive_index retrive_next_token retrive_next_sibling target_predict predicts "
+                 "accept_index accept_token_num accepted_per_depth request_status workspace", candidates,
+                 retrive_index, retrive_next_token, retrive_next_sibling, target_predict, predicts, accept_index,
+                 accept_token_num, accepted_per_depth, request_status, workspace)
+    if dev is not None:
+        c = _sglang_tree_cuda((candidates, retrive_index, retrive_next_token, retrive_next_sibling))
+        B, tp = int(c[0].shape[0]), _cuda_in(target_predict, np.int64)
+        outs = _sglang_outputs_cuda(c[0], dev, B, int(tp.shape[0]), num_speculative_tokens, predicts, accept_index,
+                                    accept_token_num)
+
+        def launch(st: Any, handle: int) -> None:
+            ws = _workspace(int(_core.cuda_sglang_tree_workspace_size(B, int(c[0].shape[1]))), c[0], dev, handle,
+                            workspace)
+            _core.cuda_sglang_verify_tree_greedy(*c, tp, int(num_speculative_tokens), *outs, accepted_per_depth,
+                                                 st, ws, handle)
+        _sglang_launch(dev, c[0], B, request_status, stream, "sglang_verify_tree_greedy", launch)
+        return outs
     c = [_inp(a, np.int64, n) for a, n in ((candidates, "candidates"), (retrive_index, "retrive_index"),
                                            (retrive_next_token, "retrive_next_token"),
                                            (retrive_next_sibling, "retrive_next_sibling"))]
     tp = _inp(target_predict, np.int64, "target_predict")
     outs = _sglang_outputs(c[0], len(tp), num_speculative_tokens, predicts, accept_index, accept_token_num)
-    _core.sglang_verify_tree_greedy(*c, tp, int(num_speculative_tokens), *outs)
+    B = int(c[0].shape[0])
+
+    def run(r0: int) -> None:
+        _core.sglang_verify_tree_greedy(*(a[r0:] for a in c), tp, int(num_speculative_tokens), outs[0],
+                                        outs[1][r0:], outs[2][r0:])
+    _sglang_common(B, outs[2], accepted_per_depth, request_status, run)
     return outs
 
 
@@ -1217,21 +1303,51 @@ def sglang_tree_sampling_target_only(candidates: Any, retrive_index: Any, retriv
                                      retrive_next_sibling: Any, target_probs: Any, coins: Any, final_coins: Any,
                                      num_speculative_tokens: int, *, threshold_single: float = 1.0,
                                      threshold_acc: float = 1.0, predicts: Any = None, accept_index: Any = None,
-                                     accept_token_num: Any = None) -> tuple:
+                                     accept_token_num: Any = None, accepted_per_depth: Any = None,
+                                     request_status: Any = None, workspace: Any = None,
+                                     stream: Any = None) -> tuple:
     """SGLang's tree_speculative_sampling_target_only (the coin rule) on
     SGLang's batch layout: target_probs [batch * num_draft_tokens, V] by
     slot, coins [batch * num_draft_tokens], final_coins [batch]. Exact with
     both thresholds 1; any threshold below 1 is LOSSY. Returns (predicts,
-    accept_index, accept_token_num)."""
+    accept_index, accept_token_num); request_status, accepted_per_depth and
+    CUDA arrays as in sglang_verify_tree_greedy."""
+    dev = _where("candidates retrive_index retrive_next_token retrive_next_sibling target_probs coins final_coins "
+                 "predicts accept_index accept_token_num accepted_per_depth request_status workspace", candidates,
+                 retrive_index, retrive_next_token, retrive_next_sibling, target_probs, coins, final_coins, predicts,
+                 accept_index, accept_token_num, accepted_per_depth, request_status, workspace)
+    if dev is not None:
+        c = _sglang_tree_cuda((candidates, retrive_index, retrive_next_token, retrive_next_sibling))
+        B = int(c[0].shape[0])
+        tprobs = _cuda_in(target_probs, np.float32, contiguous=False)
+        outs = _sglang_outputs_cuda(c[0], dev, B, int(tprobs.shape[0]), num_speculative_tokens, predicts,
+                                    accept_index, accept_token_num)
+
+        def launch(st: Any, handle: int) -> None:
+            ws = _workspace(int(_core.cuda_sglang_tree_workspace_size(B, int(c[0].shape[1]))), c[0], dev, handle,
+                            workspace)
+            _core.cuda_sglang_tree_sampling_target_only(*c, tprobs, _cuda_in(coins, np.float32),
+                                                        _cuda_in(final_coins, np.float32),
+                                                        int(num_speculative_tokens), float(threshold_single),
+                                                        float(threshold_acc), *outs, accepted_per_depth, st, ws,
+                                                        handle)
+        _sglang_launch(dev, c[0], B, request_status, stream, "sglang_tree_sampling_target_only", launch)
+        return outs
     c = [_inp(a, np.int64, n) for a, n in ((candidates, "candidates"), (retrive_index, "retrive_index"),
                                            (retrive_next_token, "retrive_next_token"),
                                            (retrive_next_sibling, "retrive_next_sibling"))]
     tp = _strided(target_probs, np.float32, "target_probs")
     outs = _sglang_outputs(c[0], int(tp.shape[0]), num_speculative_tokens, predicts, accept_index,
                            accept_token_num)
-    _core.sglang_tree_sampling_target_only(*c, tp, _inp(coins, np.float32, "coins"),
-                                           _inp(final_coins, np.float32, "final_coins"), int(num_speculative_tokens),
-                                           float(threshold_single), float(threshold_acc), *outs)
+    B, n = int(c[0].shape[0]), int(c[0].shape[1])
+    co = _inp(coins, np.float32, "coins")
+    fc = _inp(final_coins, np.float32, "final_coins")
+
+    def run(r0: int) -> None:
+        _core.sglang_tree_sampling_target_only(*(a[r0:] for a in c), tp[r0 * n:], co[r0 * n:], fc[r0:],
+                                               int(num_speculative_tokens), float(threshold_single),
+                                               float(threshold_acc), outs[0], outs[1][r0:], outs[2][r0:])
+    _sglang_common(B, outs[2], accepted_per_depth, request_status, run)
     return outs
 
 
@@ -1256,7 +1372,7 @@ def _sglang_outputs_cuda(like: Any, dev: int, B: int, rows: int, num_speculative
         predicts = _cuda_empty(like, (rows,), np.int32, dev, zero=True)
     if accept_index is None:
         accept_index = _cuda_empty(like, (B, int(num_speculative_tokens)), np.int32, dev)
-        accept_index.fill(-1) if hasattr(accept_index, "fill") else None
+        (accept_index.fill_ if hasattr(accept_index, "fill_") else accept_index.fill)(-1)  # torch / cupy
     if accept_token_num is None:
         accept_token_num = _cuda_empty(like, (B,), np.int32, dev, zero=True)
     return predicts, accept_index, accept_token_num

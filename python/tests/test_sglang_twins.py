@@ -260,3 +260,42 @@ def test_chain_acceptance_counts_batch(rng):
     np.testing.assert_array_equal(np.delete(a, 3), np.delete(acc, 3))
     with pytest.raises(specdec.Error, match="size_mismatch"):
         specdec.chain_acceptance_counts_batch(drafts, target, draft, coins[:, :g - 1])
+
+
+def test_sglang_greedy_and_sampling_request_status_on_host(rng):
+    """SGLang's two original entry points stop at the first failing request;
+    with request_status they go on request by request: the same outputs as
+    the clean batch for the good requests, the bad one untouched, and the
+    per-depth counters of the verified requests."""
+    B, n, V, spec = 8, 7, 5, 7
+    cand, ri, nt, ns = sglang_batch(rng, B, n, V)
+    target_predict = rng.integers(0, V, size=B * n).astype(np.int64)
+    probs = rows_of(rng, B * n, V)
+    coins = rng.random(B * n).astype(np.float32)
+    final = rng.random(B).astype(np.float32)
+    bad = nt.copy()
+    bad[[2, 5], 0] = n  # a link out of range in requests 2 and 5
+    for name, extra in (("greedy", (target_predict,)), ("sampling", (probs, coins, final))):
+        f = (specdec.sglang_verify_tree_greedy if name == "greedy" else specdec.sglang_tree_sampling_target_only)
+        clean = f(cand, ri, nt, ns, *extra, spec)
+        with pytest.raises(specdec.Error, match="index 2"):
+            f(cand, ri, bad, ns, *extra, spec)
+        pred = np.full(B * n, -4, np.int32)
+        acc = np.full((B, spec), -1, np.int32)
+        num = np.full(B, -4, np.int32)
+        st = np.full(B, 99, np.int32)
+        apd = np.zeros(spec, np.int64)
+        f(cand, ri, bad, ns, *extra, spec, predicts=pred, accept_index=acc, accept_token_num=num,
+          request_status=st, accepted_per_depth=apd)
+        good = np.array([b not in (2, 5) for b in range(B)])
+        assert (st[good] == 0).all() and (st[~good] != 0).all()
+        np.testing.assert_array_equal(num[good], clean[2][good])
+        np.testing.assert_array_equal(acc[good], clean[1][good])
+        assert (num[~good] == -4).all() and (acc[~good] == -1).all()
+        rows = ri[good].reshape(-1)
+        np.testing.assert_array_equal(pred[rows][pred[rows] != -4], clean[0][rows][pred[rows] != -4])
+        assert (pred[ri[~good].reshape(-1)] == -4).all()
+        np.testing.assert_array_equal(apd, specdec.count_acceptance_per_depth(clean[2][good],
+                                                                              np.zeros(spec, np.int64)))
+        with pytest.raises(specdec.Error, match="size_mismatch"):  # whole-call errors still raise
+            f(cand[:, :-1], ri, nt, ns, *extra, spec, request_status=st)
