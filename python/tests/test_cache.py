@@ -167,3 +167,25 @@ def test_commit_threads_argument_checked():
     for t in (-1, 5000):
         with pytest.raises(specdec.Error, match="invalid_argument"):
             specdec.commit_kv([cache], "SHTD", 0, [1], threads=t)
+
+
+def test_commits_from_python_threads_at_once(rng):
+    """commit_kv releases the Python lock while bytes move: commits of
+    separate caches from several Python threads at once (each with its own
+    pool) give the serial result."""
+    from concurrent.futures import ThreadPoolExecutor
+    R, T = 4, 64
+    jobs = []
+    for _ in range(6):
+        caches = [rng.standard_normal((R, 2, 2, T, 16)).astype(np.float32) for _ in range(2)]
+        cache_len = rng.integers(0, 20, size=R).astype(np.int64)
+        keep_lists = [np.sort(rng.choice(np.arange(c, T), size=10, replace=False)) for c in cache_len]
+        ko = np.arange(R + 1, dtype=np.int32) * 10
+        want = [c.copy() for c in caches]
+        specdec.commit_kv(want, "SLHTD", cache_len, np.concatenate(keep_lists), ko)
+        jobs.append((caches, cache_len, np.concatenate(keep_lists), ko, want))
+    with ThreadPoolExecutor(max_workers=3) as ex:
+        list(ex.map(lambda j: specdec.commit_kv(j[0], "SLHTD", j[1], j[2], j[3], threads=2), jobs))
+    for caches, _, _, _, want in jobs:
+        for a, b in zip(caches, want):
+            np.testing.assert_array_equal(a, b)
