@@ -8,6 +8,7 @@
 
 #include "specdec/kernels/cache.hpp"
 #include "specdec/kernels/draft.hpp"
+#include "specdec/kernels/interop.hpp"
 #include "specdec/kernels/runtime.hpp"
 #include "specdec/kernels/ssm.hpp"
 #include "specdec/kernels/tree.hpp"

@@ -77,6 +77,8 @@
 #include "specdec/interop/linked_tree.hpp"
 #include "specdec/interop/results.hpp"
 #include "specdec/interop/sglang.hpp"
+#include "specdec/interop/sglang_build_tree.hpp"
+#include "specdec/interop/sglang_verify.hpp"
 #include "specdec/interop/typical.hpp"
 
 #include "specdec/loop/batch_session.hpp"

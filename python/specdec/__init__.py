@@ -40,13 +40,15 @@ __all__ = [
     "relabel_topological", "from_choices", "from_paths", "validate_parents",
     "dfs_order", "bfs_order", "packed_mask", "dense_mask", "additive_mask", "depths", "positions",
     "tree_masks_batched",
-    "VerifyResult", "verify_tree", "verify_chain", "verify_batch",
+    "VerifyResult", "verify_tree", "verify_chain", "verify_batch", "philox_uniforms",
     "keep_indices", "keep_indices_batch", "commit_kv", "kv_commit_check",
     "tree_scan", "ssm_commit_path", "ssm_replay_masked", "tree_conv1d", "tree_conv1d_commit_state", "prune_batch",
     "topk_tree", "beam_tree", "sampled_tree", "static_tree", "DraftedTree", "prune_to_budget",
     "sequoia_tree", "fit_linear_cost", "fit_quadratic_cost", "best_tree_size",
     "tree_from_linked_list", "linked_list_from_tree", "verify_greedy_ids", "choice_buffers",
     "sglang_verify_tree_greedy", "sglang_tree_sampling_target_only", "chain_acceptance_counts",
+    "sglang_build_tree", "sglang_verify_tree", "chain_acceptance_counts_batch",
+    "chain_coins", "write_sglang_results", "gather_candidate_tokens", "count_acceptance_per_depth",
     "medusa_typical_select", "expected_accepted_length", "AcceptanceCounts", "MemoryConfig", "MemoryPlan",
     "memory_total_bytes", "plan_memory",
 ]
@@ -140,6 +142,9 @@ def _where(names: str, *arrays: Any) -> Optional[int]:
             break
     if device is None:
         return None
+    if not has_cuda:  # any CUDA array is refused here, mixed with host arrays or not
+        raise Error("unsupported: CUDA arrays passed, but this specdec build is host-only "
+                    "(build with nvcc for the kernels, see python/README.md)")
     label = names.split()
     host, cuda = [], {}
     for i, a in enumerate(arrays):
@@ -156,9 +161,6 @@ def _where(names: str, *arrays: Any) -> Optional[int]:
                           [f"{n} on cuda:{d}" for d, ns in cuda.items() for n in ns])
         raise Error(f"invalid_argument: arrays of one call must all be in host memory or all on one CUDA "
                     f"device ({where})")
-    if not has_cuda:
-        raise Error("unsupported: CUDA arrays passed, but this specdec build is host-only "
-                    "(build with nvcc for the kernels, see python/README.md)")
     return device
 
 
@@ -570,6 +572,26 @@ def verify_chain(drafts: Any, p: Any, q: Any = None, *, mode: int = Mode.SAMPLED
     return VerifyResult(a, last, nxt, np.arange(a + 1, dtype=np.int32), tokens_out[:a + 1])
 
 
+def philox_uniforms(nodes: int, draws: int, *, seed: int = 0, request: int = 0, round: int = 0,
+                    purpose: str = "verify", out: Any = None) -> Any:
+    """The keyed Philox stream's uniforms in the caller-uniforms layout
+    (nodes x draws float64, out[node, draw]): what verification (purpose
+    "verify": draw 0 the 53-bit emission uniform, draw d >= 1 the 24-bit
+    acceptance uniform) or a sampling tree builder (purpose "draft")
+    reads for (seed, request, round) when no `uniforms` are given. Passing
+    them back as `uniforms=` reproduces the seeded run exactly; an engine
+    that owns its randomness passes its own numbers in the same layout."""
+    if purpose not in ("verify", "draft"):
+        raise Error('invalid_argument: purpose must be "verify" or "draft"')
+    if int(nodes) < 0 or int(draws) < 0:
+        raise Error("invalid_argument: nodes and draws must be >= 0")
+    o = _out(out, None, (int(nodes), int(draws)), np.float64, "out")
+    if tuple(o.shape) != (int(nodes), int(draws)):
+        raise Error("size_mismatch: out must be nodes x draws")
+    _core.philox_uniforms(int(seed), int(request), int(round), purpose == "draft", o)
+    return o
+
+
 def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, *, modes: Any = Mode.SAMPLED_IID,
                  seeds: Any = 0, requests: Any = None, rounds: Any = 0, uniforms: Any = None,
                  typical_epsilon: float = 0.09, typical_delta: float = 0.3, normalization_tolerance: float = 1e-3,
@@ -721,7 +743,7 @@ def keep_indices_batch(parent: Any, tree_offsets: Any, path: Any, path_offsets: 
 
 def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, keep_offsets: Any = None, *,
               block_table: Any = None, blocks_used: Any = None, status: Any = None, sync: bool = True,
-              workspace: Any = None, stream: Any = None) -> None:
+              workspace: Any = None, stream: Any = None, threads: int = 1) -> None:
     """In-place KV commit on the caller's cache tensors: request r's k-th kept
     position moves to cache_len[r] + k in every layer and head of every tensor.
     `layout` names each axis of the tensors: S (request row; physical page
@@ -735,13 +757,19 @@ def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, kee
     every check passed; with sync=True (default) the call waits for the
     stream and raises on failure; with sync=False it returns at once and the
     result lands in `status` (a 1-element int64 CUDA array, check it with
-    kv_commit_check after synchronizing)."""
+    kv_commit_check after synchronizing).
+    Host caches: the Python lock is released while bytes move; `threads`
+    > 1 runs the (tensor, request) items on that many threads (a pool owned
+    by this call; 0 = one per hardware thread). Same bytes for any count;
+    it pays off only with many large items and idle cores."""
     if isinstance(caches, (list, tuple)):
         cs = list(caches)
     else:
         cs = [caches]
     dev = _where("status workspace caches[0] caches[1] caches[2] caches[3]", status, workspace, *cs)
     if dev is not None:
+        if int(threads) != 1:
+            raise Error("invalid_argument: threads applies to host caches (CUDA commits run on the stream)")
         return _commit_kv_cuda(dev, cs, layout, cache_len, keep, keep_offsets, block_table, blocks_used, status,
                                sync, workspace, stream)
     # Host caches: index arrays on a device are refused.
@@ -760,7 +788,7 @@ def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, kee
         ko = _inp(keep_offsets, np.int32, "keep_offsets")
     bt = None if block_table is None else _inp(block_table, np.int32, "block_table")
     bu = None if blocks_used is None else _inp(blocks_used, np.int32, "blocks_used")
-    _core.commit_kv(cs, layout, cl, ko, kp, bt, bu)
+    _core.commit_kv(cs, layout, cl, ko, kp, bt, bu, int(threads))
 
 
 def _on_device(x: Any, dtype: Any, like: Any, dev: int) -> Any:
@@ -990,7 +1018,7 @@ def beam_tree(drafter: Any, root_token: int, *, k: int = 8, width: int = 8, dept
 
 def sampled_tree(drafter: Any, root_token: int, *, widths: Sequence[int], vocab_size: int,
                  mode: int = DraftMode.IID, seed: int = 0, request: int = 0, round: int = 0,
-                 max_nodes: int = 1 << 20) -> tuple:
+                 max_nodes: int = 1 << 20, uniforms: Any = None) -> tuple:
     """A sampled tree: widths[d] children per node at depth d, drawn i.i.d.
     (DraftMode.IID; verify with Mode.SAMPLED_IID) or without replacement by
     Gumbel-top-k (DraftMode.WITHOUT_REPLACEMENT; verify with
@@ -998,24 +1026,33 @@ def sampled_tree(drafter: Any, root_token: int, *, widths: Sequence[int], vocab_
     request, round; the draft purpose, never the verifier's uniforms);
     drafter as in topk_tree. Returns (DraftedTree, q): q (N x V float32) row
     u is the normalized draft row that produced u's children, the rows the
-    sampled verifiers read (leaf rows 0)."""
+    sampled verifiers read (leaf rows 0).
+    `uniforms`: the caller's drafting uniforms instead of the Philox stream,
+    a host float64 array nodes x draws in [0, 1), u[node, draw] for the node
+    whose children are drawn: draw j = child j's inverse-CDF uniform (IID,
+    draws >= max(widths)), or draw t = token t's Gumbel uniform
+    (WITHOUT_REPLACEMENT, draws >= vocab_size). philox_uniforms(...,
+    purpose="draft") gives the stream's own values. Never share them with
+    the verifier's uniforms."""
     if int(mode) not in (DraftMode.IID, DraftMode.WITHOUT_REPLACEMENT):
         raise Error("invalid_argument: sampled trees are DraftMode.IID or DraftMode.WITHOUT_REPLACEMENT")
     *arrays, q = _core.sampled_tree(_drafter(drafter), int(root_token), int(mode), [int(w) for w in widths],
-                                    int(vocab_size), int(max_nodes), int(seed), int(request), int(round))
+                                    int(vocab_size), int(max_nodes), int(seed), int(request), int(round),
+                                    _inp(uniforms, np.float64, "uniforms"))
     return DraftedTree(*arrays), q
 
 
 def static_tree(drafter: Any, root_token: int, shape: Any, *, vocab_size: int, mode: int = DraftMode.DETERMINISTIC,
-                seed: int = 0, request: int = 0, round: int = 0) -> tuple:
+                seed: int = 0, request: int = 0, round: int = 0, uniforms: Any = None) -> tuple:
     """Drafts into a fixed shape (a parent array: a choice list through
     from_choices, a Sequoia tree, any other): shape node s gets as many
     children as nodes name it as parent, drawn top-k (DETERMINISTIC), i.i.d.
     or without replacement. Returns (DraftedTree, q) as sampled_tree (q rows
-    are written for every expanded node)."""
+    are written for every expanded node). `uniforms`: the caller's drafting
+    uniforms, as in sampled_tree (node = the shape node being expanded)."""
     sh = [int(v) for v in _np(_inp(shape, np.int32, "shape"))]
     *arrays, q = _core.static_tree(_drafter(drafter), int(root_token), sh, int(mode), int(vocab_size), int(seed),
-                                   int(request), int(round))
+                                   int(request), int(round), _inp(uniforms, np.float64, "uniforms"))
     return DraftedTree(*arrays), q
 
 
@@ -1157,22 +1194,108 @@ def _sglang_outputs(candidates: Any, target_rows: int, num_speculative_tokens: i
     return predicts, accept_index, accept_token_num
 
 
+_CODE_OF_NAME: dict = {}
+
+
+def _code_of(e: Exception) -> int:
+    """The status code named at the start of a specdec.Error message."""
+    if not _CODE_OF_NAME:
+        _CODE_OF_NAME.update({_core.status_code_name(i): i for i in range(1, 128)})
+    return _CODE_OF_NAME.get(str(e).split(":", 1)[0], _CODE_OF_NAME.get("invalid_argument", 1))
+
+
+def _failed_request(e: Exception) -> Optional[int]:
+    """The request index of a per-request error ("... (index r)"), None for
+    a whole-call error."""
+    msg = str(e)
+    if not msg.endswith(")") or "(index " not in msg:
+        return None
+    return int(msg.rsplit("(index ", 1)[1][:-1])
+
+
+def _host_request_codes(B: int, request_status: Any, run: Any) -> None:
+    """Runs a host entry point that stops at its first failing request
+    (requests before it written, the failing one untouched) request by
+    request from there: run(r0) verifies requests r0.. and raises on the
+    first failure with its index relative to r0. Codes land in
+    request_status; whole-call errors raise."""
+    codes = _np(request_status)
+    r0 = 0
+    while r0 < B:
+        try:
+            run(r0)
+            codes[r0:B] = 0
+            return
+        except Error as e:
+            k = _failed_request(e)
+            if k is None:
+                raise
+            codes[r0:r0 + k] = 0
+            codes[r0 + k] = _code_of(e)
+            r0 += k + 1
+
+
+def _sglang_common(B: int, accept_token_num: Any, accepted_per_depth: Any, request_status: Any,
+                   launch_host: Any) -> None:
+    """Host side of SGLang's two entry points: the batch, or request by
+    request when the caller wants per-request codes; then the per-depth
+    counters of the requests that were verified."""
+    if request_status is None:
+        launch_host(0)
+        ok = slice(None)
+    else:
+        _check_host(request_status, "request_status")
+        _host_request_codes(B, request_status, launch_host)
+        ok = _np(request_status)[:B] == 0
+    if accepted_per_depth is not None:
+        _check_host(accepted_per_depth, "accepted_per_depth")
+        count_acceptance_per_depth(_np(accept_token_num)[:B][ok], accepted_per_depth)
+
+
 def sglang_verify_tree_greedy(candidates: Any, retrive_index: Any, retrive_next_token: Any,
                               retrive_next_sibling: Any, target_predict: Any, num_speculative_tokens: int, *,
-                              predicts: Any = None, accept_index: Any = None,
-                              accept_token_num: Any = None) -> tuple:
+                              predicts: Any = None, accept_index: Any = None, accept_token_num: Any = None,
+                              accepted_per_depth: Any = None, request_status: Any = None, workspace: Any = None,
+                              stream: Any = None) -> tuple:
     """SGLang's verify_tree_greedy on SGLang's own batch layout: int64
-    [batch][num_draft_tokens] candidates / retrive_index / retrive_next_token /
-    retrive_next_sibling, the target's argmax id of every row (indexed by
-    retrive_index), int32 outputs. Returns (predicts, accept_index,
-    accept_token_num). On error, requests before the failing one (its index
-    in the message) are written."""
+    [batch][num_draft_tokens] candidates / retrive_index /
+    retrive_next_token / retrive_next_sibling, the target's argmax id of
+    every row (indexed by retrive_index), int32 outputs. Returns
+    (predicts, accept_index, accept_token_num). Without request_status, the
+    first failing request raises (requests before it written); with it
+    (int32 [batch]) each request's code lands there and a failing request's
+    outputs stay untouched. accepted_per_depth: int64 counters, added to.
+    CUDA arrays: the kernel (one thread per request) on `stream`;
+    asynchronous when request_status is given, else the call waits and
+    raises on a failed request."""
+    dev = _where("candidates retrive_index retrive_next_token retrive_next_sibling target_predict predicts "
+                 "accept_index accept_token_num accepted_per_depth request_status workspace", candidates,
+                 retrive_index, retrive_next_token, retrive_next_sibling, target_predict, predicts, accept_index,
+                 accept_token_num, accepted_per_depth, request_status, workspace)
+    if dev is not None:
+        c = _sglang_tree_cuda((candidates, retrive_index, retrive_next_token, retrive_next_sibling))
+        B, tp = int(c[0].shape[0]), _cuda_in(target_predict, np.int64)
+        outs = _sglang_outputs_cuda(c[0], dev, B, int(tp.shape[0]), num_speculative_tokens, predicts, accept_index,
+                                    accept_token_num)
+
+        def launch(st: Any, handle: int) -> None:
+            ws = _workspace(int(_core.cuda_sglang_tree_workspace_size(B, int(c[0].shape[1]))), c[0], dev, handle,
+                            workspace)
+            _core.cuda_sglang_verify_tree_greedy(*c, tp, int(num_speculative_tokens), *outs, accepted_per_depth,
+                                                 st, ws, handle)
+        _sglang_launch(dev, c[0], B, request_status, stream, "sglang_verify_tree_greedy", launch)
+        return outs
     c = [_inp(a, np.int64, n) for a, n in ((candidates, "candidates"), (retrive_index, "retrive_index"),
                                            (retrive_next_token, "retrive_next_token"),
                                            (retrive_next_sibling, "retrive_next_sibling"))]
     tp = _inp(target_predict, np.int64, "target_predict")
     outs = _sglang_outputs(c[0], len(tp), num_speculative_tokens, predicts, accept_index, accept_token_num)
-    _core.sglang_verify_tree_greedy(*c, tp, int(num_speculative_tokens), *outs)
+    B = int(c[0].shape[0])
+
+    def run(r0: int) -> None:
+        _core.sglang_verify_tree_greedy(*(a[r0:] for a in c), tp, int(num_speculative_tokens), outs[0],
+                                        outs[1][r0:], outs[2][r0:])
+    _sglang_common(B, outs[2], accepted_per_depth, request_status, run)
     return outs
 
 
@@ -1180,22 +1303,271 @@ def sglang_tree_sampling_target_only(candidates: Any, retrive_index: Any, retriv
                                      retrive_next_sibling: Any, target_probs: Any, coins: Any, final_coins: Any,
                                      num_speculative_tokens: int, *, threshold_single: float = 1.0,
                                      threshold_acc: float = 1.0, predicts: Any = None, accept_index: Any = None,
-                                     accept_token_num: Any = None) -> tuple:
+                                     accept_token_num: Any = None, accepted_per_depth: Any = None,
+                                     request_status: Any = None, workspace: Any = None,
+                                     stream: Any = None) -> tuple:
     """SGLang's tree_speculative_sampling_target_only (the coin rule) on
     SGLang's batch layout: target_probs [batch * num_draft_tokens, V] by
     slot, coins [batch * num_draft_tokens], final_coins [batch]. Exact with
     both thresholds 1; any threshold below 1 is LOSSY. Returns (predicts,
-    accept_index, accept_token_num)."""
+    accept_index, accept_token_num); request_status, accepted_per_depth and
+    CUDA arrays as in sglang_verify_tree_greedy."""
+    dev = _where("candidates retrive_index retrive_next_token retrive_next_sibling target_probs coins final_coins "
+                 "predicts accept_index accept_token_num accepted_per_depth request_status workspace", candidates,
+                 retrive_index, retrive_next_token, retrive_next_sibling, target_probs, coins, final_coins, predicts,
+                 accept_index, accept_token_num, accepted_per_depth, request_status, workspace)
+    if dev is not None:
+        c = _sglang_tree_cuda((candidates, retrive_index, retrive_next_token, retrive_next_sibling))
+        B = int(c[0].shape[0])
+        tprobs = _cuda_in(target_probs, np.float32, contiguous=False)
+        outs = _sglang_outputs_cuda(c[0], dev, B, int(tprobs.shape[0]), num_speculative_tokens, predicts,
+                                    accept_index, accept_token_num)
+
+        def launch(st: Any, handle: int) -> None:
+            ws = _workspace(int(_core.cuda_sglang_tree_workspace_size(B, int(c[0].shape[1]))), c[0], dev, handle,
+                            workspace)
+            _core.cuda_sglang_tree_sampling_target_only(*c, tprobs, _cuda_in(coins, np.float32),
+                                                        _cuda_in(final_coins, np.float32),
+                                                        int(num_speculative_tokens), float(threshold_single),
+                                                        float(threshold_acc), *outs, accepted_per_depth, st, ws,
+                                                        handle)
+        _sglang_launch(dev, c[0], B, request_status, stream, "sglang_tree_sampling_target_only", launch)
+        return outs
     c = [_inp(a, np.int64, n) for a, n in ((candidates, "candidates"), (retrive_index, "retrive_index"),
                                            (retrive_next_token, "retrive_next_token"),
                                            (retrive_next_sibling, "retrive_next_sibling"))]
     tp = _strided(target_probs, np.float32, "target_probs")
     outs = _sglang_outputs(c[0], int(tp.shape[0]), num_speculative_tokens, predicts, accept_index,
                            accept_token_num)
-    _core.sglang_tree_sampling_target_only(*c, tp, _inp(coins, np.float32, "coins"),
-                                           _inp(final_coins, np.float32, "final_coins"), int(num_speculative_tokens),
-                                           float(threshold_single), float(threshold_acc), *outs)
+    B, n = int(c[0].shape[0]), int(c[0].shape[1])
+    co = _inp(coins, np.float32, "coins")
+    fc = _inp(final_coins, np.float32, "final_coins")
+
+    def run(r0: int) -> None:
+        _core.sglang_tree_sampling_target_only(*(a[r0:] for a in c), tp[r0 * n:], co[r0 * n:], fc[r0:],
+                                               int(num_speculative_tokens), float(threshold_single),
+                                               float(threshold_acc), outs[0], outs[1][r0:], outs[2][r0:])
+    _sglang_common(B, outs[2], accepted_per_depth, request_status, run)
     return outs
+
+
+def _request_codes_or_raise(status: Any, handle: int, what: str) -> None:
+    """Waits for the stream and raises on the first request whose code is not ok."""
+    _core.cuda_synchronize(handle)
+    codes = _to_host(status)
+    bad = np.flatnonzero(codes)
+    if len(bad):
+        r = int(bad[0])
+        raise Error(f"{_core.status_code_name(int(codes[r]))}: {what} failed on the device for request {r} "
+                    "(the host path gives the detailed message)")
+
+
+def _sglang_tree_cuda(arrays: Sequence[Any]) -> list:
+    return [_cuda_in(a, np.int64) for a in arrays]
+
+
+def _sglang_outputs_cuda(like: Any, dev: int, B: int, rows: int, num_speculative_tokens: int, predicts: Any,
+                         accept_index: Any, accept_token_num: Any) -> tuple:
+    if predicts is None:
+        predicts = _cuda_empty(like, (rows,), np.int32, dev, zero=True)
+    if accept_index is None:
+        accept_index = _cuda_empty(like, (B, int(num_speculative_tokens)), np.int32, dev)
+        (accept_index.fill_ if hasattr(accept_index, "fill_") else accept_index.fill)(-1)  # torch / cupy
+    if accept_token_num is None:
+        accept_token_num = _cuda_empty(like, (B,), np.int32, dev, zero=True)
+    return predicts, accept_index, accept_token_num
+
+
+def _sglang_launch(dev: int, like: Any, B: int, request_status: Any, stream: Any, what: str, launch: Any) -> Any:
+    """Runs a CUDA interop launch with request codes: the caller's array
+    (asynchronous), or a new one waited for and checked (raises)."""
+    handle = _stream_handle(stream, dev)
+    given = request_status is not None
+    if not given:
+        request_status = _cuda_empty(like, (B,), np.int32, dev, zero=True)
+    launch(request_status, handle)
+    if not given:
+        _request_codes_or_raise(request_status, handle, what)
+    return request_status
+
+
+_SGLANG_MASK_MODES = {"full_mask": 0, "qlen_only": 1, "qlen_only_bitpacking": 2}
+
+
+def _mask_bytes(x: Any, name: str) -> Any:
+    """A flat uint8 view of a contiguous bool / uint8 mask buffer (no copy)."""
+    if _is_torch(x):
+        import torch
+        if not x.is_contiguous() or x.dtype not in (torch.bool, torch.uint8):
+            raise Error(f"invalid_argument: {name} must be a contiguous bool or uint8 tensor")
+        return x.view(torch.uint8).reshape(-1)
+    if not isinstance(x, np.ndarray) or not x.flags.c_contiguous or x.dtype not in (np.bool_, np.uint8):
+        raise Error(f"invalid_argument: {name} must be a contiguous bool or uint8 array")
+    return x.view(np.uint8).reshape(-1)
+
+
+def sglang_build_tree(parent_list: Any, selected_index: Any, verified_seq_len: Any, *, topk: int, depth: int,
+                      draft_token_num: int, mode: str = "full_mask", tree_mask: Any = None, positions: Any = None,
+                      retrive_index: Any = None, retrive_next_token: Any = None, retrive_next_sibling: Any = None,
+                      request_status: Any = None, workspace: Any = None, stream: Any = None) -> tuple:
+    """SGLang's build_tree_kernel_efficient: from EAGLE's parent_list
+    [batch][topk * (depth - 1) + 1] and selected_index [batch][n - 1]
+    (int64; n = draft_token_num) and verified_seq_len [batch] to the tree
+    mask, positions and linked lists SGLang's verification reads. `mode`:
+    "full_mask" (prefix + tree columns, one byte per entry), "qlen_only" or
+    "qlen_only_bitpacking" (n <= 32). Returns (tree_mask, positions,
+    retrive_index, retrive_next_token, retrive_next_sibling,
+    request_status); outputs are int64 [batch * n] except the mask (bool or
+    uint8, contiguous; allocated zeroed when omitted, bool for the byte
+    modes). request_status omitted: the first failing request raises (host)
+    or the call waits and raises (CUDA); given (int32 [batch]): each
+    request's code lands there, a failing request's outputs untouched (CUDA:
+    asynchronous on `stream`)."""
+    if mode not in _SGLANG_MASK_MODES:
+        raise Error("invalid_argument: mode must be full_mask, qlen_only or qlen_only_bitpacking")
+    n = int(draft_token_num)
+    dev = _where("parent_list selected_index verified_seq_len tree_mask positions retrive_index retrive_next_token "
+                 "retrive_next_sibling request_status workspace", parent_list, selected_index, verified_seq_len,
+                 tree_mask, positions, retrive_index, retrive_next_token, retrive_next_sibling, request_status,
+                 workspace)
+    if dev is None:
+        sl = _inp(verified_seq_len, np.int64, "verified_seq_len")
+        B = len(sl)
+        new = lambda shape, dt: np.zeros(shape, dt)  # noqa: E731
+        conv = lambda x, dt, nm: _inp(x, dt, nm)  # noqa: E731
+    else:
+        sl = _cuda_in(verified_seq_len, np.int64)
+        B = int(sl.shape[0])
+        new = lambda shape, dt: _cuda_empty(sl, shape, dt, dev, zero=True)  # noqa: E731
+        conv = lambda x, dt, nm: _cuda_in(x, dt)  # noqa: E731
+    if tree_mask is None:
+        if mode == "full_mask":
+            total = n * n * B + n * int(_to_host(sl).sum() if dev is not None else sl.sum())
+        elif mode == "qlen_only":
+            total = B * n * n
+        else:
+            total = B * n * (4 if n > 16 else 2 if n > 8 else 1)
+        if dev is None:
+            tree_mask = np.zeros(total, np.uint8 if mode == "qlen_only_bitpacking" else np.bool_)
+        else:
+            tree_mask = new((total,), np.uint8)
+            if mode != "qlen_only_bitpacking" and _is_torch(tree_mask):
+                import torch
+                tree_mask = tree_mask.to(torch.bool)
+    outs = [positions, retrive_index, retrive_next_token, retrive_next_sibling]
+    outs = [new((B * n,), np.int64) if o is None else o for o in outs]
+    pl = conv(parent_list, np.int64, "parent_list")
+    si = conv(selected_index, np.int64, "selected_index")
+    if np.ndim(si) == 1 or (hasattr(si, "dim") and si.dim() == 1):
+        si = si.reshape(B, max(n - 1, 0))
+    if dev is None:
+        if n == 1 and np.size(si) == 0:
+            si = np.zeros((B, 0), np.int64)
+        if request_status is not None:
+            _check_host(request_status, "request_status")
+        _core.sglang_build_tree(pl, si, sl, int(topk), int(depth), n, _SGLANG_MASK_MODES[mode],
+                                _mask_bytes(tree_mask, "tree_mask"), *outs, request_status)
+        return (tree_mask, *outs, request_status)
+
+    def launch(st: Any, handle: int) -> None:
+        ws = _workspace(int(_core.cuda_sglang_build_tree_workspace_size(B, n)), sl, dev, handle, workspace)
+        _core.cuda_sglang_build_tree(pl, si, sl, int(topk), int(depth), n, _SGLANG_MASK_MODES[mode],
+                                     _mask_bytes(tree_mask, "tree_mask"), *outs, st, ws, handle)
+    request_status = _sglang_launch(dev, sl, B, request_status, stream, "sglang_build_tree", launch)
+    return (tree_mask, *outs, request_status)
+
+
+def sglang_verify_tree(candidates: Any, retrive_index: Any, retrive_next_token: Any, retrive_next_sibling: Any,
+                       p: Any, q: Any = None, *, num_speculative_tokens: int, modes: Any = Mode.SAMPLED_IID,
+                       seeds: Any = 0, requests: Any = None, rounds: Any = 0, uniforms: Any = None,
+                       typical_epsilon: float = 0.09, typical_delta: float = 0.3,
+                       normalization_tolerance: float = 1e-3, predicts: Any = None, accept_index: Any = None,
+                       accept_token_num: Any = None, accepted_per_depth: Any = None, request_status: Any = None,
+                       workspace: Any = None, stream: Any = None) -> tuple:
+    """specdec's lossless verification on SGLang's own batch layout: the
+    linked-list trees (int64 [batch][num_draft_tokens]), target rows p and
+    draft rows q by slot ([batch * num_draft_tokens][V]), each request with
+    its own mode and Philox key (scalars broadcast; requests default to
+    0..batch-1) or the caller's uniforms ([batch * num_draft_tokens][draws],
+    slot-major). Writes SGLang's int32 predicts / accept_index /
+    accept_token_num; returns (predicts, accept_index, accept_token_num,
+    request_status). accepted_per_depth: int64 counters, added to.
+    request_status as in sglang_build_tree. CUDA arrays: a thread block
+    per request on `stream`."""
+    dev = _where("candidates retrive_index retrive_next_token retrive_next_sibling p q uniforms predicts "
+                 "accept_index accept_token_num accepted_per_depth request_status workspace", candidates,
+                 retrive_index, retrive_next_token, retrive_next_sibling, p, q, uniforms, predicts, accept_index,
+                 accept_token_num, accepted_per_depth, request_status, workspace)
+    B = int(np.shape(candidates)[0]) if dev is None else int(candidates.shape[0])
+    n = int(np.shape(candidates)[1]) if dev is None else int(candidates.shape[1])
+    settings = (_per_request(modes, B, np.int32), _per_request(seeds, B, np.uint64),
+                _per_request(np.arange(B) if requests is None else requests, B, np.uint32),
+                _per_request(rounds, B, np.uint32), float(typical_epsilon), float(typical_delta),
+                float(normalization_tolerance))
+    if dev is None:
+        c = [_inp(a, np.int64, nm) for a, nm in ((candidates, "candidates"), (retrive_index, "retrive_index"),
+                                                 (retrive_next_token, "retrive_next_token"),
+                                                 (retrive_next_sibling, "retrive_next_sibling"))]
+        outs = _sglang_outputs(c[0], B * n, num_speculative_tokens, predicts, accept_index, accept_token_num)
+        if request_status is not None:
+            _check_host(request_status, "request_status")
+        _core.sglang_verify_tree(*c, _strided(p, np.float32, "p"), _strided(q, np.float32, "q"), *settings,
+                                 _inp(uniforms, np.float64, "uniforms"), int(num_speculative_tokens), *outs,
+                                 accepted_per_depth, request_status)
+        return (*outs, request_status)
+    c = _sglang_tree_cuda((candidates, retrive_index, retrive_next_token, retrive_next_sibling))
+    pp = _cuda_in(p, np.float32, contiguous=False)
+    outs = _sglang_outputs_cuda(c[0], dev, B, B * n, num_speculative_tokens, predicts, accept_index,
+                                accept_token_num)
+
+    def launch(st: Any, handle: int) -> None:
+        ws = _workspace(int(_core.cuda_sglang_verify_tree_workspace_size(B, n, int(pp.shape[1]))), c[0], dev,
+                        handle, workspace)
+        _core.cuda_sglang_verify_tree(*c, pp, _cuda_in(q, np.float32, contiguous=False), *settings,
+                                      _cuda_in(uniforms, np.float64), int(num_speculative_tokens), *outs,
+                                      accepted_per_depth, st, ws, handle)
+    request_status = _sglang_launch(dev, c[0], B, request_status, stream, "sglang_verify_tree", launch)
+    return (*outs, request_status)
+
+
+def chain_acceptance_counts_batch(draft_token_ids: Any, target_probs: Any, draft_probs: Any, coins: Any, *,
+                                  accepted_num: Any = None, emitted_num: Any = None, request_status: Any = None,
+                                  stream: Any = None) -> tuple:
+    """FlashInfer's chain counters over a batch: draft_token_ids
+    [batch][gamma] (int32), target_probs and draft_probs [batch][>= gamma][V]
+    (float32, any strides; FlashInfer's target rows have gamma + 1), coins
+    [batch][>= gamma] (FlashInfer's uniform_samples). Returns (accepted_num,
+    emitted_num, request_status), int32 [batch] each: accepted counts every
+    position whose own test passes, emitted those before the first
+    rejection. request_status as in sglang_build_tree."""
+    dev = _where("draft_token_ids target_probs draft_probs coins accepted_num emitted_num request_status",
+                 draft_token_ids, target_probs, draft_probs, coins, accepted_num, emitted_num, request_status)
+    if dev is None:
+        d = _inp(draft_token_ids, np.int32, "draft_token_ids")
+        if d.ndim != 2:
+            raise Error("invalid_argument: draft_token_ids must be [batch][gamma]")
+        B = int(d.shape[0])
+        accepted_num = _out(accepted_num, draft_token_ids, (B,), np.int32, "accepted_num")
+        emitted_num = _out(emitted_num, draft_token_ids, (B,), np.int32, "emitted_num")
+        if request_status is not None:
+            _check_host(request_status, "request_status")
+        _core.chain_acceptance_counts_batch(d, _strided(target_probs, np.float32, "target_probs"),
+                                            _strided(draft_probs, np.float32, "draft_probs"),
+                                            _strided(coins, np.float32, "coins"), accepted_num, emitted_num,
+                                            request_status)
+        return accepted_num, emitted_num, request_status
+    d = _cuda_in(draft_token_ids, np.int32)
+    B = int(d.shape[0])
+    accepted_num = _cuda_empty(d, (B,), np.int32, dev, zero=True) if accepted_num is None else accepted_num
+    emitted_num = _cuda_empty(d, (B,), np.int32, dev, zero=True) if emitted_num is None else emitted_num
+
+    def launch(st: Any, handle: int) -> None:
+        _core.cuda_chain_acceptance_counts_batch(d, _cuda_in(target_probs, np.float32, contiguous=False),
+                                                 _cuda_in(draft_probs, np.float32, contiguous=False),
+                                                 _cuda_in(coins, np.float32, contiguous=False), accepted_num,
+                                                 emitted_num, st, handle)
+    request_status = _sglang_launch(dev, d, B, request_status, stream, "chain_acceptance_counts_batch", launch)
+    return accepted_num, emitted_num, request_status
 
 
 def chain_acceptance_counts(drafts: Any, p: Any, q: Any, coins: Any = None, *, seed: int = 0, request: int = 0,
@@ -1209,6 +1581,73 @@ def chain_acceptance_counts(drafts: Any, p: Any, q: Any, coins: Any = None, *, s
     c = np.zeros(0, np.float32) if coins is None else _inp(coins, np.float32, "coins")
     return _core.chain_acceptance_counts(_inp(drafts, np.int32, "drafts"), _strided(p, np.float32, "p"),
                                          _strided(q, np.float32, "q"), c, int(seed), int(request), int(round))
+
+
+def chain_coins(gamma: int, *, seed: int = 0, request: int = 0, round: int = 0, out: Any = None) -> Any:
+    """The gamma coins specdec's chain verification draws for the acceptance
+    tests on the key (seed, request, round): coins[i] decides draft i. Hand
+    them to chain_acceptance_counts (or a peer's kernel) to reproduce a
+    specdec run. Returns `out` (float32, gamma entries) or a new array."""
+    if int(gamma) < 0:
+        raise Error("invalid_argument: gamma must be >= 0")
+    o = _out(out, None, (int(gamma),), np.float32, "out")
+    if len(o) != int(gamma):
+        raise Error("size_mismatch: out needs gamma entries")
+    _core.chain_coins(int(seed), int(request), int(round), o)
+    return o
+
+
+def write_sglang_results(path: Any, tokens: Any, accepted: int, *, node_slot: Any = None, slot_row: Any = None,
+                         accept_index: Any = None, predicts: Any = None) -> tuple:
+    """One request's verification result (path and emitted tokens, root
+    first, accepted + 1 entries each, e.g. a VerifyResult's path and
+    tokens) written in SGLang's layout: accept_index[k] = row of path[k],
+    predicts[row of path[k]] = tokens[k] (skipped when `predicts` is None).
+    node_slot (node -> slot, e.g. tree_from_linked_list's new_to_old) and
+    slot_row (slot -> row, e.g. the request's retrive_index row, int64 or
+    int32) translate nodes to rows; None is the identity. Returns
+    (accept_index, accept_token_num, predicts); int32 outputs, written in
+    place when given (accept_index then needs >= accepted + 1 entries);
+    nothing is written on error."""
+    pa = _inp(path, np.int32, "path")
+    tk = _inp(tokens, np.int32, "tokens")
+    ns = _EMPTY_I32 if node_slot is None else _inp(node_slot, np.int32, "node_slot")
+    if slot_row is None:
+        sr, f = _EMPTY_I32, _core.write_sglang_results_i32
+    else:
+        _check_host(slot_row, "slot_row")
+        is32 = _np(slot_row).dtype == np.int32
+        sr = _inp(slot_row, np.int32 if is32 else np.int64, "slot_row")
+        f = _core.write_sglang_results_i32 if is32 else _core.write_sglang_results_i64
+    if accept_index is None:
+        accept_index = np.full(max(int(accepted) + 1, 0), -1, np.int32)
+    _check_host(accept_index, "accept_index")
+    pr = _EMPTY_I32 if predicts is None else predicts
+    _check_host(pr, "predicts")
+    num = f(pa, tk, int(accepted), ns, sr, accept_index, pr)
+    return accept_index, num, predicts
+
+
+def gather_candidate_tokens(tree_indices: Any, flat: Any, *, out: Any = None) -> Any:
+    """Node tokens from a peer's flat candidate vector (Medusa / EAGLE-1,
+    see choice_buffers): out[i] = flat[tree_indices[i]]. Returns `out`
+    (int32, one entry per node) or a new array."""
+    ti = _inp(tree_indices, np.int32, "tree_indices")
+    o = _out(out, tree_indices, (len(ti),), np.int32, "out")
+    _core.gather_candidate_tokens(ti, _inp(flat, np.int32, "flat"), o)
+    return o
+
+
+def count_acceptance_per_depth(accepted: Any, per_depth: Any) -> Any:
+    """Adds requests' acceptance to per-depth counters in place:
+    per_depth[d - 1] (int64) counts the requests whose accepted path reaches
+    depth d; deeper ones are not counted. `accepted`: one count or an array
+    of counts (e.g. verify_batch's results[:, 0]). Returns per_depth."""
+    _check_host(per_depth, "per_depth")
+    _check_host(accepted, "accepted")
+    a = np.ascontiguousarray(np.atleast_1d(_np(accepted)), dtype=np.int32)
+    _core.count_acceptance_per_depth(a, per_depth)
+    return per_depth
 
 
 def choice_buffers(choices: Sequence[Sequence[int]], topk: int, layout: str = "medusa") -> tuple:
@@ -1286,7 +1725,8 @@ for _name, _key in [
     ("bfs_order", "bfs_order"), ("packed_mask", "build_packed_mask"), ("dense_mask", "build_dense_mask"),
     ("additive_mask", "build_additive_mask"), ("depths", "build_depths"), ("positions", "build_positions"),
     ("tree_masks_batched", "build_tree_masks_batched"), ("verify_tree", "verify_tree"),
-    ("verify_chain", "verify_chain"), ("verify_batch", "verify_batch"), ("keep_indices", "keep_indices_from_path"),
+    ("verify_chain", "verify_chain"), ("philox_uniforms", "philox_uniforms"),
+    ("verify_batch", "verify_batch"), ("keep_indices", "keep_indices_from_path"),
     ("keep_indices_batch", "keep_indices_batch"), ("commit_kv", "commit_kv"), ("tree_scan", "tree_scan"),
     ("ssm_commit_path", "tree_ssm_commit_path"), ("ssm_replay_masked", "tree_ssm_replay_masked"),
     ("tree_conv1d", "tree_conv1d"),
@@ -1296,6 +1736,10 @@ for _name, _key in [
     ("tree_from_linked_list", "tree_from_linked_list"), ("linked_list_from_tree", "linked_list_from_tree"),
     ("verify_greedy_ids", "verify_greedy_ids"), ("choice_buffers", "retrieve_indices"),
     ("sglang_verify_tree_greedy", "sglang_verify_tree_greedy"), ("chain_acceptance_counts", "chain_acceptance_counts"),
+    ("sglang_build_tree", "sglang_build_tree"), ("sglang_verify_tree", "sglang_verify_tree"),
+    ("chain_acceptance_counts_batch", "chain_acceptance_counts_batch"), ("chain_coins", "chain_coins"),
+    ("write_sglang_results", "write_sglang_results"), ("gather_candidate_tokens", "gather_candidate_tokens"),
+    ("count_acceptance_per_depth", "count_acceptance_per_depth"),
     ("sglang_tree_sampling_target_only", "sglang_tree_sampling_target_only"),
     ("medusa_typical_select", "medusa_typical_select"), ("expected_accepted_length", "expected_accepted_length"),
     ("plan_memory", "plan_memory"), ("sampled_tree", "sampled_tree_builder"), ("static_tree", "static_tree_builder"),

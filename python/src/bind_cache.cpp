@@ -1,9 +1,13 @@
 // KV cache: keep indices of an accepted path (one request or a batch) and the
 // in-place KV commit on the caller's cache tensors, contiguous or paged, of
 // any element type (moved as raw bits).
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include <nanobind/stl/optional.h>
@@ -34,10 +38,42 @@ void keep_batch(const in1<node_id>& parent, const in1<std::int32_t>& tree_offset
 
 using any_cpu = nb::ndarray<nb::device::cpu>;
 
+// A thread pool owned by one commit_kv call (kv_commit_executor): threads - 1
+// workers and the calling thread take (tensor, request) items from a shared
+// counter and are joined before the call returns. Items write disjoint
+// memory, so the bytes written do not depend on the schedule.
+struct call_pool {
+  std::int32_t threads = 1;
+
+  static void parallel_for(void* self, std::int64_t n, kv_commit_executor::body_fn body, void* body_context) {
+    const auto& pool = *static_cast<const call_pool*>(self);
+    std::atomic<std::int64_t> next{0};
+    const auto work = [&]() noexcept {
+      for (std::int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n;
+           i = next.fetch_add(1, std::memory_order_relaxed))
+        body(body_context, i);
+    };
+    std::vector<std::thread> workers;
+    const std::int64_t extra = std::min<std::int64_t>(pool.threads, n) - 1;
+    workers.reserve(static_cast<std::size_t>(std::max<std::int64_t>(extra, 0)));
+    for (std::int64_t k = 0; k < extra; ++k) {
+      // commit_kv is noexcept: a thread that cannot start leaves its share
+      // to the others (the counter hands every item out exactly once).
+      try {
+        workers.emplace_back(work);
+      } catch (const std::system_error&) {
+        break;
+      }
+    }
+    work();
+    for (auto& t : workers) t.join();
+  }
+};
+
 template <class T>
 void commit_typed(const std::vector<any_cpu>& caches, const std::string& layout, const kv_position_map& base_map,
                   bool paged, std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
-                  std::span<const position_id> keep) {
+                  std::span<const position_id> keep, std::int32_t threads) {
   std::vector<kv_tensor<T>> ts;
   kv_position_map map = base_map;
   for (std::size_t i = 0; i < caches.size(); ++i) {
@@ -56,14 +92,26 @@ void commit_typed(const std::vector<any_cpu>& caches, const std::string& layout,
     require(positions == want_pos && (!paged || rows == map.num_pages), status_code::size_mismatch,
             "every cache tensor needs the same positions (and pages)");
   }
-  check(commit_kv<T>(std::span<const kv_tensor<T>>(ts), map, cache_len, keep_offsets, keep));
+  call_pool pool{threads};
+  kv_commit_executor exec;
+  if (threads > 1) exec = {&call_pool::parallel_for, &pool};
+  status s;
+  {
+    // The caller's arrays stay referenced by the call's arguments; other
+    // Python threads may run while the bytes move.
+    nb::gil_scoped_release unlocked;
+    s = commit_kv<T>(std::span<const kv_tensor<T>>(ts), map, cache_len, keep_offsets, keep, exec);
+  }
+  check(s);
 }
 
 void commit(const std::vector<any_cpu>& caches, const std::string& layout, const in1<position_id>& cache_len,
             const in1<std::int32_t>& keep_offsets, const in1<position_id>& keep,
             const std::optional<in_nd<std::int32_t, 2>>& block_table,
-            const std::optional<in1<std::int32_t>>& blocks_used) {
+            const std::optional<in1<std::int32_t>>& blocks_used, std::int32_t threads) {
   require(!caches.empty(), status_code::empty_input, "no cache tensors");
+  if (threads == 0) threads = static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  require(threads >= 1 && threads <= 1024, status_code::invalid_argument, "threads must be in [0, 1024]");
   const std::size_t bytes = caches[0].itemsize();
   for (const auto& c : caches)
     require(c.itemsize() == bytes, status_code::invalid_argument, "cache tensors must share one element size");
@@ -85,13 +133,13 @@ void commit(const std::vector<any_cpu>& caches, const std::string& layout, const
   const auto kp = span_of(keep);
   switch (bytes) {
     case 1:
-      return commit_typed<std::uint8_t>(caches, layout, map, paged, cl, ko, kp);
+      return commit_typed<std::uint8_t>(caches, layout, map, paged, cl, ko, kp, threads);
     case 2:
-      return commit_typed<std::uint16_t>(caches, layout, map, paged, cl, ko, kp);
+      return commit_typed<std::uint16_t>(caches, layout, map, paged, cl, ko, kp, threads);
     case 4:
-      return commit_typed<std::uint32_t>(caches, layout, map, paged, cl, ko, kp);
+      return commit_typed<std::uint32_t>(caches, layout, map, paged, cl, ko, kp, threads);
     case 8:
-      return commit_typed<std::uint64_t>(caches, layout, map, paged, cl, ko, kp);
+      return commit_typed<std::uint64_t>(caches, layout, map, paged, cl, ko, kp, threads);
     default:
       check(make_status(status_code::unsupported, "cache element size must be 1, 2, 4 or 8 bytes"));
   }
@@ -106,7 +154,7 @@ void bind_cache(nb::module_& m) {
   m.def("keep_indices_batch", &keep_batch, arg("parent"), arg("tree_offsets"), arg("slot_of_node"), arg("path"),
         arg("path_offsets"), arg("cache_len"), arg("keep").noconvert(), arg("keep_offsets").noconvert());
   m.def("commit_kv", &commit, arg("caches").noconvert(), arg("layout"), arg("cache_len"), arg("keep_offsets"),
-        arg("keep"), arg("block_table").none(), arg("blocks_used").none());
+        arg("keep"), arg("block_table").none(), arg("blocks_used").none(), arg("threads"));
 }
 
 }  // namespace specdec::python

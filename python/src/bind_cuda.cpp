@@ -22,6 +22,7 @@
 #include "specdec/core/workspace.hpp"
 #include "specdec/kernels/cache.hpp"
 #include "specdec/kernels/draft.hpp"
+#include "specdec/kernels/interop.hpp"
 #include "specdec/kernels/runtime.hpp"
 #include "specdec/kernels/ssm.hpp"
 #include "specdec/kernels/tree.hpp"
@@ -636,6 +637,303 @@ void bind_ssm_typed(nb::module_& m, const char* scan_name, const char* conv_name
         arg("stream"), arg("sync"));
 }
 
+// ---------------------------------------------------------------------------
+// the peers' batch entry points (kernels/interop.hpp): SGLang's layouts,
+// int64 trees and ids, int32 outputs; per-request codes in request_status
+// ---------------------------------------------------------------------------
+
+using dev_i64_2d = dev_nd<const std::int64_t, 2>;
+
+bool dense_rows(const dev_i64_2d& a, std::size_t rows, std::size_t cols) {
+  return a.shape(0) == rows && a.shape(1) == cols && (cols <= 1 || a.stride(1) == 1) &&
+         (rows <= 1 || static_cast<std::size_t>(a.stride(0)) == cols);
+}
+
+sglang_tree_batch<std::int64_t> dev_sglang_batch(device_guard& g, const dev_i64_2d& candidates,
+                                                 const dev_i64_2d& retrive_index, const dev_i64_2d& next_token,
+                                                 const dev_i64_2d& next_sibling) {
+  g.add(candidates, "candidates");
+  g.add(retrive_index, "retrive_index");
+  g.add(next_token, "retrive_next_token");
+  g.add(next_sibling, "retrive_next_sibling");
+  const std::size_t B = candidates.shape(0), n = candidates.shape(1);
+  require(dense_rows(candidates, B, n) && dense_rows(retrive_index, B, n) && dense_rows(next_token, B, n) &&
+              dense_rows(next_sibling, B, n),
+          status_code::size_mismatch,
+          "candidates, retrive_index, retrive_next_token and retrive_next_sibling must be dense "
+          "[batch_size][num_draft_tokens] arrays");
+  require(B <= static_cast<std::size_t>(INT32_MAX) && n <= static_cast<std::size_t>(INT32_MAX),
+          status_code::invalid_argument, "batch too large");
+  return {static_cast<std::int32_t>(B),
+          static_cast<std::int32_t>(n),
+          candidates.data(),
+          retrive_index.data(),
+          next_token.data(),
+          next_sibling.data()};
+}
+
+sglang_outputs<std::int32_t> dev_sglang_out(device_guard& g, const dev1<std::int32_t>& predicts,
+                                            const dev_nd<std::int32_t, 2>& accept_index,
+                                            const dev1<std::int32_t>& accept_token_num) {
+  g.add(predicts, "predicts");
+  g.add(accept_index, "accept_index");
+  g.add(accept_token_num, "accept_token_num");
+  return {span_of(predicts), view_of<2>(accept_index), span_of(accept_token_num)};
+}
+
+// Request codes (int32, one per request) and optional int64 per-depth
+// counters (added to atomically; int64 and unsigned long long share bits).
+struct dev_codes {
+  std::int32_t* status = nullptr;
+  unsigned long long* per_depth = nullptr;
+  std::int32_t depth_counters = 0;
+};
+
+dev_codes codes_of(device_guard& g, std::size_t B, const dev1<std::int32_t>& request_status,
+                   const std::optional<dev1<std::int64_t>>& accepted_per_depth) {
+  g.add(request_status, "request_status");
+  g.add(accepted_per_depth, "accepted_per_depth");
+  require(request_status.size() >= B, status_code::size_mismatch, "request_status needs one entry per request");
+  require(!accepted_per_depth ||
+              (accepted_per_depth->size() >= 1 && accepted_per_depth->size() <= static_cast<std::size_t>(INT32_MAX)),
+          status_code::invalid_argument, "accepted_per_depth needs at least one counter");
+  dev_codes c;
+  c.status = request_status.data();
+  if (accepted_per_depth) {
+    c.per_depth = reinterpret_cast<unsigned long long*>(accepted_per_depth->data());
+    c.depth_counters = static_cast<std::int32_t>(accepted_per_depth->size());
+  }
+  return c;
+}
+
+std::size_t sglang_tree_ws_size(std::int64_t B, std::int64_t n) {
+  kernels::sglang_greedy_params<std::int64_t, std::int32_t> P;
+  P.tree.batch_size = static_cast<std::int32_t>(B);
+  P.tree.num_draft_tokens = static_cast<std::int32_t>(n);
+  return device_scratch::bytes(kernels::sglang_verify_tree_greedy_workspace_size(P), 0);
+}
+
+void sglang_greedy(const dev_i64_2d& candidates, const dev_i64_2d& retrive_index, const dev_i64_2d& next_token,
+                   const dev_i64_2d& next_sibling, const dev1<const std::int64_t>& target_predict,
+                   std::int32_t num_speculative_tokens, const dev1<std::int32_t>& predicts,
+                   const dev_nd<std::int32_t, 2>& accept_index, const dev1<std::int32_t>& accept_token_num,
+                   const std::optional<dev1<std::int64_t>>& accepted_per_depth,
+                   const dev1<std::int32_t>& request_status, const std::optional<dev_bytes>& workspace,
+                   std::uintptr_t stream) {
+  device_guard g;
+  kernels::sglang_greedy_params<std::int64_t, std::int32_t> P;
+  P.tree = dev_sglang_batch(g, candidates, retrive_index, next_token, next_sibling);
+  g.add(target_predict, "target_predict");
+  g.add(workspace, "workspace");
+  P.target_predict = span_of(target_predict);
+  P.num_speculative_tokens = num_speculative_tokens;
+  P.out = dev_sglang_out(g, predicts, accept_index, accept_token_num);
+  const dev_codes c = codes_of(g, candidates.shape(0), request_status, accepted_per_depth);
+  P.request_status = c.status;
+  P.accepted_per_depth = c.per_depth;
+  P.depth_counters = c.depth_counters;
+  check(kernels::sglang_verify_tree_greedy_can_implement(P));
+  const cudaStream_t s = stream_of(stream);
+  device_scratch ws(kernels::sglang_verify_tree_greedy_workspace_size(P), 0, workspace, s);
+  check(kernels::sglang_verify_tree_greedy(P, ws.kernel(), ws.kernel_bytes(), s));
+}
+
+void sglang_sampling(const dev_i64_2d& candidates, const dev_i64_2d& retrive_index, const dev_i64_2d& next_token,
+                     const dev_i64_2d& next_sibling, const dev_nd<const float, 2>& target_probs,
+                     const dev1<const float>& coins, const dev1<const float>& final_coins,
+                     std::int32_t num_speculative_tokens, float threshold_single, float threshold_acc,
+                     const dev1<std::int32_t>& predicts, const dev_nd<std::int32_t, 2>& accept_index,
+                     const dev1<std::int32_t>& accept_token_num,
+                     const std::optional<dev1<std::int64_t>>& accepted_per_depth,
+                     const dev1<std::int32_t>& request_status, const std::optional<dev_bytes>& workspace,
+                     std::uintptr_t stream) {
+  device_guard g;
+  kernels::sglang_sampling_params<std::int64_t, std::int32_t> P;
+  P.tree = dev_sglang_batch(g, candidates, retrive_index, next_token, next_sibling);
+  g.add(target_probs, "target_probs");
+  g.add(coins, "coins");
+  g.add(final_coins, "final_coins");
+  g.add(workspace, "workspace");
+  P.target_probs = view_of<2>(target_probs);
+  P.coins = span_of(coins);
+  P.final_coins = span_of(final_coins);
+  P.num_speculative_tokens = num_speculative_tokens;
+  P.thresholds = sglang_thresholds{threshold_single, threshold_acc};
+  P.out = dev_sglang_out(g, predicts, accept_index, accept_token_num);
+  const dev_codes c = codes_of(g, candidates.shape(0), request_status, accepted_per_depth);
+  P.request_status = c.status;
+  P.accepted_per_depth = c.per_depth;
+  P.depth_counters = c.depth_counters;
+  check(kernels::sglang_tree_sampling_target_only_can_implement(P));
+  const cudaStream_t s = stream_of(stream);
+  device_scratch ws(kernels::sglang_tree_sampling_target_only_workspace_size(P), 0, workspace, s);
+  check(kernels::sglang_tree_sampling_target_only(P, ws.kernel(), ws.kernel_bytes(), s));
+}
+
+std::size_t sglang_verify_ws_size(std::int64_t B, std::int64_t n, std::int64_t vocab) {
+  kernels::sglang_verify_params<std::int64_t, std::int32_t> P;
+  P.in.tree.batch_size = static_cast<std::int32_t>(B);
+  P.in.tree.num_draft_tokens = static_cast<std::int32_t>(n);
+  P.in.p.extent[1] = vocab;
+  return device_scratch::bytes(kernels::sglang_verify_tree_workspace_size(P),
+                               static_cast<std::size_t>(std::max<std::int64_t>(B, 0)) * sizeof(verify_params));
+}
+
+void sglang_verify(const dev_i64_2d& candidates, const dev_i64_2d& retrive_index, const dev_i64_2d& next_token,
+                   const dev_i64_2d& next_sibling, const dev_nd<const float, 2>& p,
+                   const std::optional<dev_nd<const float, 2>>& q, const in1<std::int32_t>& modes,
+                   const in1<std::uint64_t>& seeds, const in1<std::uint32_t>& requests,
+                   const in1<std::uint32_t>& rounds, float eps, float delta, float tol,
+                   const std::optional<dev_nd<const double, 2>>& uniforms, std::int32_t num_speculative_tokens,
+                   const dev1<std::int32_t>& predicts, const dev_nd<std::int32_t, 2>& accept_index,
+                   const dev1<std::int32_t>& accept_token_num,
+                   const std::optional<dev1<std::int64_t>>& accepted_per_depth,
+                   const dev1<std::int32_t>& request_status, const std::optional<dev_bytes>& workspace,
+                   std::uintptr_t stream) {
+  device_guard g;
+  kernels::sglang_verify_params<std::int64_t, std::int32_t> P;
+  P.in.tree = dev_sglang_batch(g, candidates, retrive_index, next_token, next_sibling);
+  g.add(p, "p");
+  g.add(q, "q");
+  g.add(uniforms, "uniforms");
+  g.add(workspace, "workspace");
+  const std::size_t B = candidates.shape(0), slots = B * candidates.shape(1);
+  require(modes.size() == B && seeds.size() == B && requests.size() == B && rounds.size() == B,
+          status_code::size_mismatch, "modes, seeds, requests and rounds need one entry per request");
+  P.in.p = view_of<2>(p);
+  if (q) P.in.q = view_of<2>(*q);
+  if (uniforms) {
+    require(uniforms->shape(0) >= slots && uniforms->shape(1) > 0 &&
+                uniforms->shape(1) <= static_cast<std::size_t>(INT32_MAX) && uniforms->stride(1) == 1 &&
+                (uniforms->shape(0) <= 1 || static_cast<std::size_t>(uniforms->stride(0)) == uniforms->shape(1)),
+            status_code::invalid_argument, "uniforms must be a dense [batch_size * num_draft_tokens][draws] array");
+    P.in.uniforms = uniforms->data();
+    P.in.draws_per_node = static_cast<std::int32_t>(uniforms->shape(1));
+  }
+  P.in.num_speculative_tokens = num_speculative_tokens;
+  P.out = dev_sglang_out(g, predicts, accept_index, accept_token_num);
+  const dev_codes c = codes_of(g, B, request_status, accepted_per_depth);
+  P.request_status = c.status;
+  P.accepted_per_depth = c.per_depth;
+  P.depth_counters = c.depth_counters;
+  std::vector<verify_params> vps(B);
+  for (std::size_t r = 0; r < B; ++r) {
+    vps[r].mode = static_cast<verify_mode>(modes.data()[r]);
+    vps[r].seed = seeds.data()[r];
+    vps[r].request = requests.data()[r];
+    vps[r].round = rounds.data()[r];
+    vps[r].typical_epsilon = eps;
+    vps[r].typical_delta = delta;
+    vps[r].normalization_tolerance = tol;
+  }
+  verify_params placeholder{};
+  P.in.params = &placeholder;  // host address for the host checks only; the staged copy is launched
+  check(kernels::sglang_verify_tree_can_implement(P));
+  if (B == 0) return;
+  const cudaStream_t s = stream_of(stream);
+  device_scratch ws(kernels::sglang_verify_tree_workspace_size(P), B * sizeof(verify_params), workspace, s);
+  P.in.params = ws.stage(0, vps.data(), B);
+  ws.upload();
+  check(kernels::sglang_verify_tree(P, ws.kernel(), ws.kernel_bytes(), s));
+}
+
+std::size_t build_tree_ws_size(std::int64_t B, std::int64_t n) {
+  kernels::sglang_build_tree_params P;
+  P.in.batch_size = static_cast<std::int32_t>(B);
+  P.in.draft_token_num = static_cast<std::int32_t>(n);
+  return device_scratch::bytes(kernels::sglang_build_tree_workspace_size(P), 0);
+}
+
+void build_tree(const dev_i64_2d& parent_list, const dev_i64_2d& selected_index,
+                const dev1<const std::int64_t>& verified_seq_len, std::int32_t topk, std::int32_t depth,
+                std::int32_t draft_token_num, std::int32_t mode, const dev1<std::uint8_t>& tree_mask,
+                const dev1<std::int64_t>& positions, const dev1<std::int64_t>& retrive_index,
+                const dev1<std::int64_t>& retrive_next_token, const dev1<std::int64_t>& retrive_next_sibling,
+                const dev1<std::int32_t>& request_status, const std::optional<dev_bytes>& workspace,
+                std::uintptr_t stream) {
+  device_guard g;
+  g.add(parent_list, "parent_list");
+  g.add(selected_index, "selected_index");
+  g.add(verified_seq_len, "verified_seq_len");
+  g.add(tree_mask, "tree_mask");
+  g.add(positions, "positions");
+  g.add(retrive_index, "retrive_index");
+  g.add(retrive_next_token, "retrive_next_token");
+  g.add(retrive_next_sibling, "retrive_next_sibling");
+  g.add(workspace, "workspace");
+  const std::size_t B = verified_seq_len.size();
+  require(topk >= 1 && depth >= 1 && draft_token_num >= 1, status_code::invalid_argument,
+          "topk, depth and draft_token_num must be >= 1");
+  require(B <= static_cast<std::size_t>(INT32_MAX), status_code::invalid_argument, "batch too large");
+  const auto n = static_cast<std::size_t>(draft_token_num);
+  require(dense_rows(parent_list, B, static_cast<std::size_t>(topk) * static_cast<std::size_t>(depth - 1) + 1),
+          status_code::size_mismatch, "parent_list must be a dense [batch][topk * (depth - 1) + 1] array");
+  require(dense_rows(selected_index, B, n - 1), status_code::size_mismatch,
+          "selected_index must be a dense [batch][draft_token_num - 1] array");
+  for (const std::size_t sz :
+       {positions.size(), retrive_index.size(), retrive_next_token.size(), retrive_next_sibling.size()})
+    require(sz >= B * n, status_code::size_mismatch,
+            "positions and the retrive_* outputs need batch * draft_token_num entries");
+  const dev_codes c = codes_of(g, B, request_status, std::nullopt);
+  kernels::sglang_build_tree_params P;
+  P.in.batch_size = static_cast<std::int32_t>(B);
+  P.in.topk = topk;
+  P.in.depth = depth;
+  P.in.draft_token_num = draft_token_num;
+  P.in.parent_list = parent_list.data();
+  P.in.selected_index = selected_index.data();
+  P.in.verified_seq_len = verified_seq_len.data();
+  P.in.mode = static_cast<sglang_tree_mask_mode>(mode);
+  P.out.tree_mask = tree_mask.data();
+  P.out.tree_mask_bytes = static_cast<std::int64_t>(tree_mask.size());
+  P.out.positions = positions.data();
+  P.out.retrive_index = retrive_index.data();
+  P.out.retrive_next_token = retrive_next_token.data();
+  P.out.retrive_next_sibling = retrive_next_sibling.data();
+  P.request_status = c.status;
+  check(kernels::sglang_build_tree_can_implement(P));
+  const cudaStream_t s = stream_of(stream);
+  device_scratch ws(kernels::sglang_build_tree_workspace_size(P), 0, workspace, s);
+  check(kernels::sglang_build_tree(P, ws.kernel(), ws.kernel_bytes(), s));
+}
+
+void chain_counts(const dev_nd<const token_id, 2>& drafts, const dev_nd<const float, 3>& target_probs,
+                  const dev_nd<const float, 3>& draft_probs, const dev_nd<const float, 2>& coins,
+                  const dev1<std::int32_t>& accepted_num, const dev1<std::int32_t>& emitted_num,
+                  const dev1<std::int32_t>& request_status, std::uintptr_t stream) {
+  device_guard g;
+  g.add(drafts, "draft_token_ids");
+  g.add(target_probs, "target_probs");
+  g.add(draft_probs, "draft_probs");
+  g.add(coins, "coins");
+  g.add(accepted_num, "accepted_num");
+  g.add(emitted_num, "emitted_num");
+  const std::size_t B = drafts.shape(0), gamma = drafts.shape(1);
+  require(B <= static_cast<std::size_t>(INT32_MAX) && gamma <= static_cast<std::size_t>(INT32_MAX),
+          status_code::invalid_argument, "batch too large");
+  require((gamma <= 1 || drafts.stride(1) == 1) && (B <= 1 || static_cast<std::size_t>(drafts.stride(0)) == gamma),
+          status_code::size_mismatch, "draft_token_ids must be a dense [batch][gamma] array");
+  require(coins.shape(0) >= B && coins.shape(1) >= gamma && (coins.shape(1) <= 1 || coins.stride(1) == 1),
+          status_code::size_mismatch, "coins must be [batch][>= gamma] with contiguous rows");
+  require(accepted_num.size() >= B && emitted_num.size() >= B, status_code::size_mismatch,
+          "accepted_num and emitted_num need one entry per request");
+  const dev_codes c = codes_of(g, B, request_status, std::nullopt);
+  kernels::chain_counts_params P;
+  P.batch.batch_size = static_cast<std::int32_t>(B);
+  P.batch.num_speculative_tokens = static_cast<std::int32_t>(gamma);
+  P.batch.draft_token_ids = drafts.data();
+  P.batch.target_probs = view_of<3>(target_probs);
+  P.batch.draft_probs = view_of<3>(draft_probs);
+  P.batch.coins = coins.data();
+  P.batch.coins_stride =
+      B <= 1 ? static_cast<std::int64_t>(coins.shape(1)) : static_cast<std::int64_t>(coins.stride(0));
+  P.batch.accepted_num = accepted_num.data();
+  P.batch.emitted_num = emitted_num.data();
+  P.request_status = c.status;
+  check(kernels::chain_acceptance_counts_batch_can_implement(P));
+  check(kernels::chain_acceptance_counts_batch(P, nullptr, 0, stream_of(stream)));
+}
+
 void synchronize(std::uintptr_t stream) { check(kernels::synchronize(stream_of(stream))); }
 
 }  // namespace
@@ -667,6 +965,37 @@ void bind_cuda(nb::module_& m) {
         arg("keep"), arg("block_table").none(), arg("blocks_used").none(), arg("status").noconvert().none(),
         arg("workspace").noconvert().none(), arg("stream"), arg("sync"));
   m.def("kv_commit_check", &kv_commit_check, arg("status_word"));
+  m.def("cuda_sglang_tree_workspace_size", &sglang_tree_ws_size, arg("batch_size"), arg("num_draft_tokens"));
+  m.def("cuda_sglang_verify_tree_greedy", &sglang_greedy, arg("candidates"), arg("retrive_index"),
+        arg("retrive_next_token"), arg("retrive_next_sibling"), arg("target_predict"), arg("num_speculative_tokens"),
+        arg("predicts").noconvert(), arg("accept_index").noconvert(), arg("accept_token_num").noconvert(),
+        arg("accepted_per_depth").noconvert().none(), arg("request_status").noconvert(),
+        arg("workspace").noconvert().none(), arg("stream"));
+  m.def("cuda_sglang_tree_sampling_target_only", &sglang_sampling, arg("candidates"), arg("retrive_index"),
+        arg("retrive_next_token"), arg("retrive_next_sibling"), arg("target_probs"), arg("coins"), arg("final_coins"),
+        arg("num_speculative_tokens"), arg("threshold_single"), arg("threshold_acc"), arg("predicts").noconvert(),
+        arg("accept_index").noconvert(), arg("accept_token_num").noconvert(),
+        arg("accepted_per_depth").noconvert().none(), arg("request_status").noconvert(),
+        arg("workspace").noconvert().none(), arg("stream"));
+  m.def("cuda_sglang_verify_tree_workspace_size", &sglang_verify_ws_size, arg("batch_size"), arg("num_draft_tokens"),
+        arg("vocab"));
+  m.def("cuda_sglang_verify_tree", &sglang_verify, arg("candidates"), arg("retrive_index"), arg("retrive_next_token"),
+        arg("retrive_next_sibling"), arg("p"), arg("q").none(), arg("modes"), arg("seeds"), arg("requests"),
+        arg("rounds"), arg("typical_epsilon"), arg("typical_delta"), arg("normalization_tolerance"),
+        arg("uniforms").none(), arg("num_speculative_tokens"), arg("predicts").noconvert(),
+        arg("accept_index").noconvert(), arg("accept_token_num").noconvert(),
+        arg("accepted_per_depth").noconvert().none(), arg("request_status").noconvert(),
+        arg("workspace").noconvert().none(), arg("stream"));
+  m.def("cuda_sglang_build_tree_workspace_size", &build_tree_ws_size, arg("batch_size"), arg("draft_token_num"));
+  m.def("cuda_sglang_build_tree", &build_tree, arg("parent_list"), arg("selected_index"), arg("verified_seq_len"),
+        arg("topk"), arg("depth"), arg("draft_token_num"), arg("mode"), arg("tree_mask").noconvert(),
+        arg("positions").noconvert(), arg("retrive_index").noconvert(), arg("retrive_next_token").noconvert(),
+        arg("retrive_next_sibling").noconvert(), arg("request_status").noconvert(), arg("workspace").noconvert().none(),
+        arg("stream"));
+  m.def("cuda_chain_acceptance_counts_batch", &chain_counts, arg("draft_token_ids"), arg("target_probs"),
+        arg("draft_probs"), arg("coins"), arg("accepted_num").noconvert(), arg("emitted_num").noconvert(),
+        arg("request_status").noconvert(), arg("stream"));
+
   m.def("cuda_tree_scan_workspace_size_f32", &scan_ws_size<float>, arg("nodes"), arg("heads"), arg("headdim"),
         arg("dstate"), arg("with_states"));
   m.def("cuda_tree_scan_workspace_size_f64", &scan_ws_size<double>, arg("nodes"), arg("heads"), arg("headdim"),

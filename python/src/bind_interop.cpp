@@ -197,6 +197,37 @@ std::tuple<std::int32_t, std::int32_t> chain_counts(const in1<token_id>& drafts,
   return {accepted, emitted};
 }
 
+// ---- results in the caller's index space --------------------------------------
+
+// One request's SGLang outputs (int32, as SGLang) from a specdec path; slot_row
+// in int64 (SGLang's retrive_index row) or int32. Returns accept_token_num.
+template <class I>
+std::int32_t sglang_results(const in1<node_id>& path, const in1<token_id>& tokens, std::int32_t accepted,
+                            const in1<std::int32_t>& node_slot, const in1<I>& slot_row,
+                            const out1<std::int32_t>& accept_index, const out1<std::int32_t>& predicts) {
+  std::int32_t num = 0;
+  check(write_sglang_results<I, std::int32_t>(span_of(path), span_of(tokens), accepted, span_of(node_slot),
+                                              span_of(slot_row), span_of(accept_index), num, span_of(predicts)));
+  return num;
+}
+
+void gather_tokens(const in1<std::int32_t>& tree_indices, const in1<token_id>& flat, const out1<token_id>& token) {
+  check(gather_candidate_tokens(span_of(tree_indices), span_of(flat), span_of(token)));
+}
+
+// Every request's accepted count, added one after the other.
+void count_per_depth(const in1<std::int32_t>& accepted, const out1<std::int64_t>& per_depth) {
+  for (const std::int32_t a : span_of(accepted)) count_acceptance_per_depth(a, span_of(per_depth));
+}
+
+void coins_of(std::uint64_t seed, std::uint32_t request, std::uint32_t round, const out1<float>& coins) {
+  verify_params vp;
+  vp.seed = seed;
+  vp.request = request;
+  vp.round = round;
+  chain_coins(vp, span_of(coins));
+}
+
 // ---- planning ---------------------------------------------------------------
 
 acceptance_model model_of(const in_nd<double, 2>& probs) {
@@ -318,6 +349,13 @@ void bind_interop(nb::module_& m) {
         arg("accept_index").noconvert(), arg("accept_token_num").noconvert());
   m.def("chain_acceptance_counts", &chain_counts, arg("drafts"), arg("p"), arg("q"), arg("coins"), arg("seed"),
         arg("request"), arg("round"));
+  m.def("write_sglang_results_i64", &sglang_results<std::int64_t>, arg("path"), arg("tokens"), arg("accepted"),
+        arg("node_slot"), arg("slot_row"), arg("accept_index").noconvert(), arg("predicts").noconvert());
+  m.def("write_sglang_results_i32", &sglang_results<std::int32_t>, arg("path"), arg("tokens"), arg("accepted"),
+        arg("node_slot"), arg("slot_row"), arg("accept_index").noconvert(), arg("predicts").noconvert());
+  m.def("gather_candidate_tokens", &gather_tokens, arg("tree_indices"), arg("flat"), arg("token").noconvert());
+  m.def("count_acceptance_per_depth", &count_per_depth, arg("accepted"), arg("per_depth").noconvert());
+  m.def("chain_coins", &coins_of, arg("seed"), arg("request"), arg("round"), arg("coins").noconvert());
   m.def("expected_accepted_length", &expected_length, arg("parent"), arg("probs"), arg("reach").noconvert());
   bind_acceptance_counts(m);
   bind_memory(m);

@@ -2,9 +2,11 @@
 // a node budget, Sequoia's tree DP, and the STree cost model fits and
 // tree-size choice.
 #include <cstdint>
+#include <optional>
 #include <tuple>
 #include <vector>
 
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
@@ -76,7 +78,8 @@ nb::ndarray<nb::numpy, float, nb::ndim<2>> q_numpy(std::vector<float> q, std::si
 
 template <class Builder>
 auto build_sampling(Builder& b, const nb::callable& fn, token_id root_token, std::int64_t vocab_size,
-                    std::uint64_t seed, std::uint32_t request, std::uint32_t round) {
+                    std::uint64_t seed, std::uint32_t request, std::uint32_t round,
+                    const std::optional<in_nd<double, 2>>& uniforms) {
   require(vocab_size > 0, status_code::invalid_argument, "vocab_size is required (it sizes the q rows)");
   const auto bound = static_cast<std::size_t>(b.node_bound());
   const auto V = static_cast<std::size_t>(vocab_size);
@@ -85,6 +88,7 @@ auto build_sampling(Builder& b, const nb::callable& fn, token_id root_token, std
   dr.root_token = root_token;
   dr.rng = rng_stream{seed, request, round};
   dr.q_rows = make_view<float>(q.data(), static_cast<std::int64_t>(bound), vocab_size);
+  if (const auto u = uniforms_of(uniforms)) dr.uniforms = *u;
   py_drafter d{fn, {}};
   drafted_tree out;
   check(b.build(d, dr, out));
@@ -94,7 +98,7 @@ auto build_sampling(Builder& b, const nb::callable& fn, token_id root_token, std
 
 auto sampled(const nb::callable& fn, token_id root_token, std::int32_t mode, const std::vector<std::int32_t>& widths,
              std::int64_t vocab_size, std::int32_t max_nodes, std::uint64_t seed, std::uint32_t request,
-             std::uint32_t round) {
+             std::uint32_t round, const std::optional<in_nd<double, 2>>& uniforms) {
   sampled_tree_options o;
   o.mode = static_cast<draft_mode>(mode);
   o.widths = widths;
@@ -103,17 +107,18 @@ auto sampled(const nb::callable& fn, token_id root_token, std::int32_t mode, con
   sampled_tree_builder b(o);
   require(static_cast<double>(b.node_bound()) * static_cast<double>(vocab_size) < 1e10, status_code::invalid_argument,
           "tree x vocabulary too large for the q rows");
-  return build_sampling(b, fn, root_token, vocab_size, seed, request, round);
+  return build_sampling(b, fn, root_token, vocab_size, seed, request, round, uniforms);
 }
 
 auto static_shape(const nb::callable& fn, token_id root_token, const std::vector<node_id>& shape, std::int32_t mode,
-                  std::int64_t vocab_size, std::uint64_t seed, std::uint32_t request, std::uint32_t round) {
+                  std::int64_t vocab_size, std::uint64_t seed, std::uint32_t request, std::uint32_t round,
+                  const std::optional<in_nd<double, 2>>& uniforms) {
   static_tree_options o;
   o.shape = shape;
   o.mode = static_cast<draft_mode>(mode);
   o.vocab_size = vocab_size;
   static_tree_builder b(o);
-  return build_sampling(b, fn, root_token, vocab_size, seed, request, round);
+  return build_sampling(b, fn, root_token, vocab_size, seed, request, round, uniforms);
 }
 
 auto beam(const nb::callable& fn, token_id root_token, std::int32_t k, std::int32_t width, std::int32_t depth,
@@ -191,9 +196,9 @@ void bind_plan(nb::module_& m) {
   m.def("beam_tree", &beam, arg("drafter"), arg("root_token"), arg("k"), arg("width"), arg("depth"), arg("budget"),
         arg("vocab_size"), arg("max_nodes"));
   m.def("sampled_tree", &sampled, arg("drafter"), arg("root_token"), arg("mode"), arg("widths"), arg("vocab_size"),
-        arg("max_nodes"), arg("seed"), arg("request"), arg("round"));
+        arg("max_nodes"), arg("seed"), arg("request"), arg("round"), arg("uniforms").none());
   m.def("static_tree", &static_shape, arg("drafter"), arg("root_token"), arg("shape"), arg("mode"), arg("vocab_size"),
-        arg("seed"), arg("request"), arg("round"));
+        arg("seed"), arg("request"), arg("round"), arg("uniforms").none());
   m.def("prune_batch", &prune_many, arg("parent"), arg("scores"), arg("offsets"), arg("budgets"),
         arg("new_index").noconvert(), arg("kept").noconvert(), arg("request_status").noconvert());
   m.def("prune_to_budget", &prune, arg("parent"), arg("scores"), arg("budget"), arg("new_index").noconvert());

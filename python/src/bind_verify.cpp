@@ -34,14 +34,6 @@ view2d<const float> q_view(const std::optional<in_nd<float, 2>>& q) {
   return q ? view_of<2>(*q) : view2d<const float>{};
 }
 
-std::optional<caller_uniforms> uniforms_of(const std::optional<in_nd<double, 2>>& u) {
-  if (!u) return std::nullopt;
-  require(u->shape(1) == 0 || u->stride(1) == 1, status_code::invalid_argument, "uniforms rows must be contiguous");
-  require(u->shape(0) <= 1 || static_cast<std::size_t>(u->stride(0)) == u->shape(1), status_code::invalid_argument,
-          "uniforms must be a dense nodes x draws array");
-  return caller_uniforms{u->data(), static_cast<std::int32_t>(u->shape(0)), static_cast<std::int32_t>(u->shape(1))};
-}
-
 result_tuple tree(const in1<node_id>& parent, const in1<token_id>& tokens, const in_nd<float, 2>& p,
                   const std::optional<in_nd<float, 2>>& q, std::int32_t mode, std::uint64_t seed, std::uint32_t request,
                   std::uint32_t round, float eps, float delta, float tol,
@@ -134,6 +126,25 @@ void batch(const in1<std::int32_t>& offsets, const in1<node_id>& parent, const i
   }
 }
 
+// The keyed Philox draws in the caller-uniforms layout u[node][draw]: what
+// verification (purpose verify: philox_uniforms) or a sampling tree builder
+// (purpose draft: for_purpose(rng, draft).uniform_double) reads when no
+// uniforms are given, so an engine can hand the same numbers back.
+void philox_table(std::uint64_t seed, std::uint32_t request, std::uint32_t round, bool draft,
+                  const out_nd<double, 2>& out) {
+  require(out.shape(0) <= static_cast<std::size_t>(INT32_MAX) && out.shape(1) <= static_cast<std::size_t>(INT32_MAX),
+          status_code::invalid_argument, "too many nodes or draws");
+  const rng_stream rng{seed, request, round};
+  const philox_uniforms verify{rng};
+  const rng_stream drafting = for_purpose(rng, rng_purpose::draft);
+  auto v = view_of<2>(out);
+  for (std::int64_t u = 0; u < v.extent[0]; ++u)
+    for (std::int64_t d = 0; d < v.extent[1]; ++d) {
+      const auto node = static_cast<std::uint32_t>(u), draw = static_cast<std::uint32_t>(d);
+      v(u, d) = draft ? drafting.uniform_double(node, draw) : verify(node, draw);
+    }
+}
+
 }  // namespace
 
 void bind_verify(nb::module_& m) {
@@ -148,6 +159,8 @@ void bind_verify(nb::module_& m) {
         arg("seeds"), arg("requests"), arg("rounds"), arg("typical_epsilon"), arg("typical_delta"),
         arg("normalization_tolerance"), arg("uniforms").none(), arg("paths").noconvert(), arg("tokens_out").noconvert(),
         arg("results").noconvert(), arg("accepted_per_depth").noconvert().none());
+  m.def("philox_uniforms", &philox_table, arg("seed"), arg("request"), arg("round"), arg("draft"),
+        arg("out").noconvert());
   m.def("verify_workspace_size", &verify_workspace_size, arg("vocab"), arg("nodes"));
 }
 

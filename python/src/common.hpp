@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -15,6 +16,7 @@
 #include "specdec/cache/kv_layout.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
+#include "specdec/verify/policy.hpp"
 
 namespace specdec::python {
 
@@ -101,6 +103,19 @@ kv_tensor<T> describe_kv(const A& a, const std::string& layout, std::int64_t& po
   return kv_tensor<T>{static_cast<T*>(a.data()), span, ext[1], ext[2], ext[4], str[0], str[1], str[2], str[3], str[4]};
 }
 
+//! The caller's uniforms (a dense nodes x draws float64 array, layout
+//! u[node * draws + draw]) as verification and drafting read them; none
+//! when not given.
+inline std::optional<caller_uniforms> uniforms_of(const std::optional<in_nd<double, 2>>& u) {
+  if (!u) return std::nullopt;
+  require(u->shape(1) == 0 || u->stride(1) == 1, status_code::invalid_argument, "uniforms rows must be contiguous");
+  require(u->shape(0) <= 1 || static_cast<std::size_t>(u->stride(0)) == u->shape(1), status_code::invalid_argument,
+          "uniforms must be a dense nodes x draws array");
+  require(u->shape(0) <= static_cast<std::size_t>(INT32_MAX) && u->shape(1) <= static_cast<std::size_t>(INT32_MAX),
+          status_code::invalid_argument, "uniforms too large");
+  return caller_uniforms{u->data(), static_cast<std::int32_t>(u->shape(0)), static_cast<std::int32_t>(u->shape(1))};
+}
+
 //! Scratch kept between calls (per thread): the binding allocates only when
 //! a call needs more than any earlier one. 256-byte aligned like
 //! core/workspace.hpp asks.
@@ -120,6 +135,7 @@ void bind_cache(nb::module_& m);
 void bind_ssm(nb::module_& m);
 void bind_plan(nb::module_& m);
 void bind_interop(nb::module_& m);
+void bind_sglang(nb::module_& m);
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
 void bind_cuda(nb::module_& m);
 #endif

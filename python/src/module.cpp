@@ -30,6 +30,7 @@ NB_MODULE(_core, m) {
   specdec::python::bind_ssm(m);
   specdec::python::bind_plan(m);
   specdec::python::bind_interop(m);
+  specdec::python::bind_sglang(m);
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
   specdec::python::bind_cuda(m);
 #endif

@@ -125,3 +125,67 @@ def test_torch_fp16_cache_commit_in_place():
     ref[0, :, 2:4] = ref[0, :, [3, 5]]
     ref[1, :, 0:2] = ref[1, :, [1, 2]]
     assert torch.equal(cache, ref)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 8, 0])
+def test_threaded_commit_equals_serial(rng, threads):
+    """The call-owned pool moves the same bytes as the serial commit, for
+    contiguous and paged caches, many tensors and requests; a bad batch
+    still writes nothing."""
+    R, T = 7, 32
+    caches = [rng.standard_normal((R, 2, 3, T, 8)).astype(np.float16) for _ in range(5)]
+    cache_len = rng.integers(0, 12, size=R).astype(np.int64)
+    keep_lists = [np.sort(rng.choice(np.arange(c, T), size=int(rng.integers(0, 9)), replace=False))
+                  for c in cache_len]
+    keep = np.concatenate(keep_lists).astype(np.int64)
+    ko = np.cumsum([0] + [len(k) for k in keep_lists]).astype(np.int32)
+    serial = [c.copy() for c in caches]
+    specdec.commit_kv(serial, "SLHTD", cache_len, keep, ko)
+    specdec.commit_kv(caches, "SLHTD", cache_len, keep, ko, threads=threads)
+    for a, b in zip(caches, serial):
+        np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
+    # Paged: pages shuffled over the requests.
+    P, per = 4, 8
+    pools = [rng.standard_normal((R * per, 2, P, 3, 8)).astype(np.float32) for _ in range(3)]
+    block_table = rng.permutation(R * per).reshape(R, per).astype(np.int32)
+    serial = [p.copy() for p in pools]
+    specdec.commit_kv(serial, "SLTHD", cache_len, keep, ko, block_table=block_table)
+    specdec.commit_kv(pools, "SLTHD", cache_len, keep, ko, block_table=block_table, threads=threads)
+    for a, b in zip(pools, serial):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+    bad = keep.copy()
+    bad[-1] = T  # past capacity
+    before = [c.copy() for c in caches]
+    with pytest.raises(specdec.Error, match="out_of_range"):
+        specdec.commit_kv(caches, "SLHTD", cache_len, bad, ko, threads=threads)
+    for a, b in zip(caches, before):
+        np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+def test_commit_threads_argument_checked():
+    cache = np.zeros((1, 1, 4, 2), np.float32)
+    for t in (-1, 5000):
+        with pytest.raises(specdec.Error, match="invalid_argument"):
+            specdec.commit_kv([cache], "SHTD", 0, [1], threads=t)
+
+
+def test_commits_from_python_threads_at_once(rng):
+    """commit_kv releases the Python lock while bytes move: commits of
+    separate caches from several Python threads at once (each with its own
+    pool) give the serial result."""
+    from concurrent.futures import ThreadPoolExecutor
+    R, T = 4, 64
+    jobs = []
+    for _ in range(6):
+        caches = [rng.standard_normal((R, 2, 2, T, 16)).astype(np.float32) for _ in range(2)]
+        cache_len = rng.integers(0, 20, size=R).astype(np.int64)
+        keep_lists = [np.sort(rng.choice(np.arange(c, T), size=10, replace=False)) for c in cache_len]
+        ko = np.arange(R + 1, dtype=np.int32) * 10
+        want = [c.copy() for c in caches]
+        specdec.commit_kv(want, "SLHTD", cache_len, np.concatenate(keep_lists), ko)
+        jobs.append((caches, cache_len, np.concatenate(keep_lists), ko, want))
+    with ThreadPoolExecutor(max_workers=3) as ex:
+        list(ex.map(lambda j: specdec.commit_kv(j[0], "SLHTD", j[1], j[2], j[3], threads=2), jobs))
+    for caches, _, _, _, want in jobs:
+        for a, b in zip(caches, want):
+            np.testing.assert_array_equal(a, b)

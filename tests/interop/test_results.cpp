@@ -119,3 +119,56 @@ TEST_CASE("FlashInfer accepted_num next to the emitted count; emitted equals ver
   CHECK(chain_acceptance_counts(bad, make_view<const float>(one.data(), 1, 4), make_view<const float>(one.data(), 1, 4),
                                 c1, a, e) == status_code::token_out_of_range);
 }
+
+TEST_CASE("chain_acceptance_counts_batch equals per-chain calls; a bad request gets its code and writes nothing") {
+  std::mt19937_64 g(29);
+  std::uniform_real_distribution<float> U(0.0f, 1.0f);
+  for (int t = 0; t < 50; ++t) {
+    const int bs = 1 + t % 7, gamma = t % 5, V = 4 + t % 9;
+    std::vector<float> p(static_cast<std::size_t>(bs * (gamma + 1) * V)), q(static_cast<std::size_t>(bs * gamma * V));
+    for (auto& x : p) x = U(g);
+    for (auto& x : q) x = U(g);
+    std::vector<token_id> drafts(static_cast<std::size_t>(bs * gamma));
+    for (auto& x : drafts) x = static_cast<token_id>(g() % static_cast<std::uint64_t>(V));
+    if (bs > 2 && gamma > 0) drafts[static_cast<std::size_t>(2 * gamma)] = V;  // request 2: token out of range
+    std::vector<float> coins(static_cast<std::size_t>(bs * (gamma + 1)));      // FlashInfer: gamma + 1 per request
+    for (auto& x : coins) x = U(g);
+    std::vector<std::int32_t> acc(static_cast<std::size_t>(bs), -1), emit(acc);
+    std::vector<status_code> codes(static_cast<std::size_t>(bs));
+    const chain_counts_batch b{bs,
+                               gamma,
+                               drafts.data(),
+                               make_view<const float>(p.data(), bs, gamma + 1, V),
+                               make_view<const float>(q.data(), bs, gamma, V),
+                               coins.data(),
+                               gamma + 1,
+                               acc.data(),
+                               emit.data()};
+    REQUIRE(chain_acceptance_counts_batch(b, codes).ok());
+    INFO("trial " << t << " bs " << bs << " gamma " << gamma);
+    for (int r = 0; r < bs; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      std::int32_t a = -1, e = -1;
+      const status st = chain_acceptance_counts(
+          std::span<const token_id>(drafts.data() + ur * static_cast<std::size_t>(gamma),
+                                    static_cast<std::size_t>(gamma)),
+          make_view<const float>(p.data() + ur * static_cast<std::size_t>((gamma + 1) * V), gamma + 1, V),
+          make_view<const float>(q.data() + ur * static_cast<std::size_t>(gamma * V), gamma, V),
+          std::span<const float>(coins.data() + ur * static_cast<std::size_t>(gamma + 1),
+                                 static_cast<std::size_t>(gamma)),
+          a, e);
+      CHECK(codes[ur] == st.code());
+      CHECK(acc[ur] == (st.ok() ? a : -1));
+      CHECK(emit[ur] == (st.ok() ? e : -1));
+    }
+    if (bs > 2 && gamma > 0) {
+      CHECK(codes[2] == status_code::token_out_of_range);
+      const status first = chain_acceptance_counts_batch(b, {});
+      CHECK(first.code() == status_code::token_out_of_range);
+      CHECK(first.index() == 2);
+    }
+  }
+  chain_counts_batch bad{};
+  bad.batch_size = 1;
+  CHECK(chain_acceptance_counts_batch(bad, {}) == status_code::invalid_argument);
+}

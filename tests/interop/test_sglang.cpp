@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "interop/sglang_reference.hpp"
 #include "specdec/interop/greedy_ids.hpp"
 #include "specdec/interop/linked_tree.hpp"
 #include "specdec/interop/results.hpp"
@@ -18,156 +19,9 @@
 #include "verify/exactness_harness.hpp"
 
 using namespace specdec;
+using namespace sglang_ref;
 
 namespace {
-
-// A random SGLang batch: per request a random tree over n slots whose slot
-// numbering is a random permutation of a topological order (so slots are
-// not topological), linked lists built the way SGLang's build kernel does
-// (each child pushed at the head, walking slots downwards: ascending lists).
-struct batch {
-  int bs = 0, n = 0, V = 0;
-  std::vector<std::int64_t> cand, ridx, next, sib;
-  std::vector<int> parent_slot;  // brute-force truth
-};
-
-batch make_batch(int bs, int n, int V, std::uint64_t seed, bool distinct_siblings, bool shuffle = true) {
-  std::mt19937_64 g(seed);
-  batch b{bs, n, V, {}, {}, {}, {}, {}};
-  const auto total = static_cast<std::size_t>(bs * n);
-  b.cand.assign(total, 0);
-  b.ridx.assign(total, 0);
-  b.next.assign(total, -1);
-  b.sib.assign(total, -1);
-  b.parent_slot.assign(total, -1);
-  for (int r = 0; r < bs; ++r) {
-    std::vector<int> par(static_cast<std::size_t>(n), -1);  // topological ids
-    for (int i = 1; i < n; ++i)
-      par[static_cast<std::size_t>(i)] = static_cast<int>(g() % static_cast<std::uint64_t>(i));
-    std::vector<int> slot(static_cast<std::size_t>(n));  // topological id -> slot (root stays 0)
-    std::iota(slot.begin(), slot.end(), 0);
-    if (shuffle) std::shuffle(slot.begin() + 1, slot.end(), g);
-    std::vector<int> tok(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) {
-      for (int attempt = 0;; ++attempt) {
-        tok[static_cast<std::size_t>(i)] = static_cast<int>(g() % static_cast<std::uint64_t>(V));
-        if (!distinct_siblings || i == 0 || attempt == 64) break;  // more siblings than tokens: give up
-        bool clash = false;
-        for (int j = 1; j < i; ++j)
-          clash = clash || (par[static_cast<std::size_t>(j)] == par[static_cast<std::size_t>(i)] &&
-                            tok[static_cast<std::size_t>(j)] == tok[static_cast<std::size_t>(i)]);
-        if (!clash) break;
-      }
-    }
-    const std::size_t o = static_cast<std::size_t>(r * n);
-    for (int i = 0; i < n; ++i) {
-      const auto s = static_cast<std::size_t>(slot[static_cast<std::size_t>(i)]);
-      b.cand[o + s] = i == 0 ? -7 : tok[static_cast<std::size_t>(i)];  // unused root token
-      b.ridx[o + s] = static_cast<std::int64_t>(o + s);
-      b.parent_slot[o + s] = i == 0 ? -1 : slot[static_cast<std::size_t>(par[static_cast<std::size_t>(i)])];
-    }
-    // Children lists in topological-id order (SGLang: ascending index).
-    for (int i = n - 1; i >= 1; --i) {
-      const auto s = static_cast<std::size_t>(slot[static_cast<std::size_t>(i)]);
-      const auto ps = static_cast<std::size_t>(slot[static_cast<std::size_t>(par[static_cast<std::size_t>(i)])]);
-      b.sib[o + s] = b.next[o + ps];
-      b.next[o + ps] = static_cast<std::int64_t>(s);
-    }
-  }
-  return b;
-}
-
-// Transcription of SGLang's VerifyTreeGreedy loop (one request per block,
-// one thread): walk the linked lists, compare with target_predict.
-void reference_greedy(const batch& b, const std::vector<std::int64_t>& target_predict, int num_spec,
-                      std::vector<int>& predicts, std::vector<int>& accept_index, std::vector<int>& accept_num) {
-  for (int bx = 0; bx < b.bs; ++bx) {
-    const auto base = static_cast<std::size_t>(bx * b.n);
-    std::int64_t last = b.ridx[base];
-    accept_index[static_cast<std::size_t>(bx * num_spec)] = static_cast<int>(last);
-    int accepted = 0;
-    std::int64_t cur = 0;
-    for (int j = 1; j < num_spec; ++j) {
-      cur = b.next[base + static_cast<std::size_t>(cur)];
-      while (cur != -1) {
-        const std::int64_t di = b.ridx[base + static_cast<std::size_t>(cur)];
-        const std::int64_t tok = b.cand[base + static_cast<std::size_t>(cur)];
-        const std::int64_t want = target_predict[static_cast<std::size_t>(last)];
-        if (tok == want) {
-          predicts[static_cast<std::size_t>(last)] = static_cast<int>(want);
-          ++accepted;
-          accept_index[static_cast<std::size_t>(bx * num_spec + accepted)] = static_cast<int>(di);
-          last = di;
-          break;
-        }
-        cur = b.sib[base + static_cast<std::size_t>(cur)];
-      }
-      if (cur == -1) break;
-    }
-    accept_num[static_cast<std::size_t>(bx)] = accepted;
-    predicts[static_cast<std::size_t>(last)] = static_cast<int>(target_predict[static_cast<std::size_t>(last)]);
-  }
-}
-
-// Transcription of SGLang's TreeSpeculativeSamplingTargetOnly on one thread
-// (the block-parallel final sampling becomes a sequential inverse CDF).
-void reference_sampling(const batch& b, const std::vector<float>& probs, const std::vector<float>& coins,
-                        const std::vector<float>& final_coins, int num_spec, float th_single, float th_acc,
-                        std::vector<int>& predicts, std::vector<int>& accept_index, std::vector<int>& accept_num) {
-  const auto d = static_cast<std::size_t>(b.V);
-  std::vector<float> draft(probs.size(), 0.0f);  // SGLang passes zeros
-  for (int bx = 0; bx < b.bs; ++bx) {
-    const auto base = static_cast<std::size_t>(bx * b.n);
-    float prob_acc = 0.0f;
-    std::size_t off = base * d;
-    float coin = coins[base];
-    std::int64_t last = b.ridx[base];
-    accept_index[static_cast<std::size_t>(bx * num_spec)] = static_cast<int>(last);
-    int accepted = 0;
-    std::int64_t cur = 0;
-    for (int j = 1; j < num_spec; ++j) {
-      cur = b.next[base + static_cast<std::size_t>(cur)];
-      while (cur != -1) {
-        const std::int64_t di = b.ridx[base + static_cast<std::size_t>(cur)];
-        const auto tok = static_cast<std::size_t>(b.cand[base + static_cast<std::size_t>(cur)]);
-        const float single = probs[off + tok];
-        prob_acc += single;
-        if (coin <= prob_acc / std::max(th_acc, 1e-9f) || single >= th_single) {
-          prob_acc = 0.0f;
-          off = (base + static_cast<std::size_t>(cur)) * d;
-          coin = coins[base + static_cast<std::size_t>(cur)];
-          predicts[static_cast<std::size_t>(last)] = static_cast<int>(tok);
-          ++accepted;
-          accept_index[static_cast<std::size_t>(bx * num_spec + accepted)] = static_cast<int>(di);
-          last = di;
-          break;
-        }
-        draft[off + tok] = probs[off + tok];
-        cur = b.sib[base + static_cast<std::size_t>(cur)];
-      }
-      if (cur == -1) break;
-    }
-    accept_num[static_cast<std::size_t>(bx)] = accepted;
-    float sum = 0.0f;
-    std::vector<float> relu(d);
-    for (std::size_t x = 0; x < d; ++x) {
-      const float dp = accepted != num_spec - 1 ? draft[off + x] : 0.0f;
-      relu[x] = std::max(probs[off + x] - dp, 0.0f);
-      sum += relu[x];
-    }
-    const float u = final_coins[static_cast<std::size_t>(bx)] * sum;
-    int sampled = static_cast<int>(d), last_valid = -1;
-    float run = 0.0f;
-    for (std::size_t x = 0; x < d && sampled == static_cast<int>(d); ++x) {
-      if (!(relu[x] > 0.0f)) continue;
-      last_valid = static_cast<int>(x);
-      run += relu[x];
-      if (run > u) sampled = static_cast<int>(x);
-    }
-    if (sampled == static_cast<int>(d)) sampled = last_valid == -1 ? static_cast<int>(d) - 1 : last_valid;
-    predicts[static_cast<std::size_t>(last)] = sampled;
-  }
-}
 
 std::span<std::byte> align(std::vector<std::byte>& storage, std::size_t bytes) {
   storage.assign(bytes + workspace_alignment, std::byte{0});

@@ -45,7 +45,7 @@ SPECDEC_HD constexpr std::uint64_t encode_kv_status(std::uint32_t rank, status_c
   return (static_cast<std::uint64_t>(rank) << 32) | static_cast<std::uint32_t>(code);
 }
 
-//! Validation, one block (any size; 256 is a good default): thread 0
+//! Validation, one block of at most Threads threads: thread 0
 //! checks the header, then the threads stride over the items, rank r < R
 //! checking request r (its CSR range against total_keep first, then
 //! validate_kv_commit_request) and rank R + t checking tensor t
@@ -54,11 +54,14 @@ SPECDEC_HD constexpr std::uint64_t encode_kv_status(std::uint32_t rank, status_c
 //! lowest failing rank wins (atomicMin in shared memory, so the result does
 //! not depend on scheduling) and thread 0 writes the word: kv_status_ok or
 //! encode_kv_status(rank, code). One block also resets the word, so no
-//! separate memset is needed.
-SPECDEC_KERNEL void kv_commit_validate_kernel(const kv_tensor<void>* tensors, std::int32_t num_tensors,
-                                              std::int32_t max_layers, std::int32_t max_heads, kv_position_map map,
-                                              kv_commit_batch batch, std::int64_t total_keep,
-                                              std::uint64_t* status_word) {
+//! separate memset is needed. A template (on the block size) so that an
+//! engine including this header from several translation units gets one
+//! weak definition instead of duplicate strong symbols.
+template <int Threads>
+SPECDEC_KERNEL void __launch_bounds__(Threads)
+    kv_commit_validate_kernel(const kv_tensor<void>* tensors, std::int32_t num_tensors, std::int32_t max_layers,
+                              std::int32_t max_heads, kv_position_map map, kv_commit_batch batch,
+                              std::int64_t total_keep, std::uint64_t* status_word) {
   __shared__ unsigned long long worst;
   const std::int32_t R = batch.num_requests;
   if (threadIdx.x == 0) {
@@ -222,8 +225,8 @@ inline status kv_commit(const kernels::kv_commit_params& p, void* /*workspace*/,
       SPECDEC_TRY(from_cuda(cudaMemsetAsync(p.status_word, 0xff, sizeof(std::uint64_t), stream)));
     return status::success();
   }
-  kv_commit_validate_kernel<<<1, kv_validate_threads, 0, stream>>>(p.tensors, p.num_tensors, p.max_layers, p.max_heads,
-                                                                   p.map, p.batch, p.total_keep, p.status_word);
+  kv_commit_validate_kernel<kv_validate_threads><<<1, kv_validate_threads, 0, stream>>>(
+      p.tensors, p.num_tensors, p.max_layers, p.max_heads, p.map, p.batch, p.total_keep, p.status_word);
   SPECDEC_TRY(last_launch_status());
   const dim3 grid(static_cast<unsigned>(p.max_heads), static_cast<unsigned>(p.max_layers * p.num_tensors),
                   static_cast<unsigned>(p.batch.num_requests));

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 
+#include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/validate.hpp"
@@ -35,10 +36,11 @@ struct greedy_ids_options {
 //! - path, tokens: as verify_tree (capacity >= accepted depth + 1).
 //! Errors (outputs untouched): tree errors, size_mismatch (target_ids too
 //! short), token_out_of_range (index = node), invalid_argument
-//! (max_accept < 0), buffer_too_small. O(N * depth); no allocation.
-inline status verify_greedy_ids(const tree_view& tree, std::span<const token_id> target_ids, std::int64_t vocab,
-                                const greedy_ids_options& o, std::span<node_id> path, std::span<token_id> tokens,
-                                verify_result& result) noexcept {
+//! (max_accept < 0), buffer_too_small. O(N * depth); no allocation. Host
+//! and device (one thread).
+SPECDEC_HD status verify_greedy_ids(const tree_view& tree, std::span<const token_id> target_ids, std::int64_t vocab,
+                                    const greedy_ids_options& o, std::span<node_id> path, std::span<token_id> tokens,
+                                    verify_result& result) noexcept {
   const std::int32_t n = tree.size;
   if (n < 1) return make_status(status_code::empty_input, "the tree needs a root");
   if (tree.parent == nullptr || tree.token == nullptr)

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <span>
 
+#include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/tree/token_tree.hpp"
 
@@ -52,11 +53,12 @@ struct linked_tree_options {
 //! outside [-1, n), index = slot), cycle (a slot reached twice: shared
 //! child, loop or the root as a child), invalid_argument (the root has a
 //! sibling; unreached slots with require_all), token_out_of_range (negative
-//! candidate). O(n); no allocation.
+//! candidate). O(n); no allocation. Host and device (one thread).
 template <std::integral I>
-status tree_from_linked_list(const linked_tree<I>& t, const linked_tree_options& o, std::span<node_id> parent,
-                             std::span<token_id> token, std::span<std::int32_t> old_to_new,
-                             std::span<std::int32_t> new_to_old, std::int32_t& count) noexcept {
+SPECDEC_HD status tree_from_linked_list(const linked_tree<I>& t, const linked_tree_options& o,
+                                        std::span<node_id> parent, std::span<token_id> token,
+                                        std::span<std::int32_t> old_to_new, std::span<std::int32_t> new_to_old,
+                                        std::int32_t& count) noexcept {
   const std::int32_t n = t.n;
   if (n < 1) return make_status(status_code::empty_input, "a linked tree needs at least its root slot");
   const auto un = static_cast<std::size_t>(n);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <span>
 
+#include "specdec/core/config.hpp"
 #include "specdec/core/philox.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
@@ -22,8 +23,8 @@ namespace specdec {
 
 namespace detail {
 template <std::integral I>
-inline bool row_of_node(node_id u, std::span<const std::int32_t> node_slot, std::span<const I> slot_row,
-                        std::int64_t& row) noexcept {
+SPECDEC_HD bool row_of_node(node_id u, std::span<const std::int32_t> node_slot, std::span<const I> slot_row,
+                            std::int64_t& row) noexcept {
   std::int64_t s = u;
   if (!node_slot.empty()) {
     if (static_cast<std::size_t>(u) >= node_slot.size()) return false;
@@ -48,10 +49,12 @@ inline bool row_of_node(node_id u, std::span<const std::int32_t> node_slot, std:
 //! node_slot / slot_row mean identity. Errors (nothing written):
 //! buffer_too_small (accept_index shorter than accepted + 1), out_of_range
 //! (a node without a row, or a row outside predicts; index = k). O(accepted).
+//! Host and device (one thread).
 template <std::integral I, std::integral P>
-status write_sglang_results(std::span<const node_id> path, std::span<const token_id> tokens, std::int32_t accepted,
-                            std::span<const std::int32_t> node_slot, std::span<const I> slot_row,
-                            std::span<P> accept_index, P& accept_token_num, std::span<P> predicts) noexcept {
+SPECDEC_HD status write_sglang_results(std::span<const node_id> path, std::span<const token_id> tokens,
+                                       std::int32_t accepted, std::span<const std::int32_t> node_slot,
+                                       std::span<const I> slot_row, std::span<P> accept_index, P& accept_token_num,
+                                       std::span<P> predicts) noexcept {
   if (accepted < 0 || path.size() <= static_cast<std::size_t>(accepted) ||
       tokens.size() <= static_cast<std::size_t>(accepted))
     return make_status(status_code::size_mismatch, "path and tokens need accepted + 1 entries");
@@ -92,9 +95,10 @@ inline void count_acceptance_per_depth(std::int32_t accepted, std::span<std::int
 //! draft has q_i(x_i) > 0 (true for drafts sampled from q; specdec rejects a
 //! draft with q(x) = 0 outright, FlashInfer's test would accept it).
 //! Errors: size_mismatch, token_out_of_range (index = position). O(gamma).
-inline status chain_acceptance_counts(std::span<const token_id> drafts, view2d<const float> p, view2d<const float> q,
-                                      std::span<const float> coins, std::int32_t& accepted,
-                                      std::int32_t& emitted) noexcept {
+//! Host and device (one thread; see chain_acceptance_counts_batch).
+SPECDEC_HD status chain_acceptance_counts(std::span<const token_id> drafts, view2d<const float> p,
+                                          view2d<const float> q, std::span<const float> coins, std::int32_t& accepted,
+                                          std::int32_t& emitted) noexcept {
   const std::size_t g = drafts.size();
   if (static_cast<std::size_t>(p.extent[0]) < g || static_cast<std::size_t>(q.extent[0]) < g || coins.size() < g)
     return make_status(status_code::size_mismatch, "p, q and coins need one entry per draft");
@@ -110,6 +114,76 @@ inline status chain_acceptance_counts(std::span<const token_id> drafts, view2d<c
   }
   emitted = emit < 0 ? static_cast<std::int32_t>(g) : emit;
   accepted = acc;
+  return status::success();
+}
+
+//! A batch of FlashInfer chains (host memory; device memory for the CUDA
+//! twin kernels::chain_acceptance_counts_batch). Trivially copyable.
+struct chain_counts_batch {
+  std::int32_t batch_size = 0;                //!< requests
+  std::int32_t num_speculative_tokens = 0;    //!< gamma: drafts per request
+  const token_id* draft_token_ids = nullptr;  //!< [batch][gamma]
+  view3d<const float> target_probs{};         //!< [batch][>= gamma][V] (FlashInfer: gamma + 1 rows)
+  view3d<const float> draft_probs{};          //!< [batch][>= gamma][V]
+  const float* coins = nullptr;               //!< coins of request r at coins + r * coins_stride
+  std::int64_t coins_stride = 0;              //!< >= gamma (FlashInfer's uniform_samples: gamma + 1)
+  std::int32_t* accepted_num = nullptr;       //!< [batch] FlashInfer's accepted_num
+  std::int32_t* emitted_num = nullptr;        //!< [batch] drafts emitted (before the first rejection)
+};
+
+namespace detail {
+
+//! Whole-call checks of a chain_counts_batch (no element read).
+SPECDEC_HD constexpr status check_chain_counts(const chain_counts_batch& b) noexcept {
+  if (b.batch_size < 0 || b.num_speculative_tokens < 0)
+    return make_status(status_code::invalid_argument, "batch_size and num_speculative_tokens must be >= 0");
+  if (b.batch_size == 0) return status::success();
+  if (b.accepted_num == nullptr || b.emitted_num == nullptr)
+    return make_status(status_code::invalid_argument, "accepted_num and emitted_num must not be null");
+  if (b.num_speculative_tokens == 0) return status::success();
+  if (b.draft_token_ids == nullptr || b.coins == nullptr || b.target_probs.data == nullptr ||
+      b.draft_probs.data == nullptr)
+    return make_status(status_code::invalid_argument, "arrays must not be null");
+  if (b.target_probs.extent[0] < b.batch_size || b.draft_probs.extent[0] < b.batch_size ||
+      b.coins_stride < b.num_speculative_tokens)
+    return make_status(status_code::size_mismatch, "rows and coins need batch_size requests of gamma entries");
+  return status::success();
+}
+
+//! Request r of a chain_counts_batch (one thread; host and device). Writes
+//! accepted_num[r] and emitted_num[r] on success, nothing otherwise.
+SPECDEC_HD status chain_counts_request(const chain_counts_batch& b, std::int32_t r) noexcept {
+  const auto g = static_cast<std::size_t>(b.num_speculative_tokens);
+  std::int32_t a = 0, e = 0;
+  if (g > 0)
+    SPECDEC_TRY(chain_acceptance_counts(std::span<const token_id>(b.draft_token_ids + r * g, g),
+                                        b.target_probs.slice(r), b.draft_probs.slice(r),
+                                        std::span<const float>(b.coins + r * b.coins_stride, g), a, e));
+  b.accepted_num[r] = a;
+  b.emitted_num[r] = e;
+  return status::success();
+}
+
+}  // namespace detail
+
+//! chain_acceptance_counts over a batch (FlashInfer's output_accepted_token_num
+//! and output_emitted_draft_token_num). request_status: empty = stop at the
+//! first failing request and return its status (index = request); else
+//! batch_size entries receive each request's code and the call goes on (as
+//! the CUDA twin does). O(batch * gamma).
+inline status chain_acceptance_counts_batch(const chain_counts_batch& b,
+                                            std::span<status_code> request_status) noexcept {
+  SPECDEC_TRY(detail::check_chain_counts(b));
+  if (!request_status.empty() && request_status.size() < static_cast<std::size_t>(b.batch_size))
+    return make_status(status_code::size_mismatch, "request_status needs batch_size entries");
+  for (std::int32_t r = 0; r < b.batch_size; ++r) {
+    const status st = detail::chain_counts_request(b, r);
+    if (request_status.empty()) {
+      if (!st.ok()) return make_status(st.code(), st.message(), r);
+    } else {
+      request_status[static_cast<std::size_t>(r)] = st.code();
+    }
+  }
   return status::success();
 }
 

@@ -62,6 +62,7 @@ struct sglang_thresholds {
 
 namespace detail {
 
+//! One request's scratch of the SGLang entry points (n entries each).
 struct sglang_scratch {
   node_id* parent;
   token_id* token;
@@ -72,7 +73,7 @@ struct sglang_scratch {
   token_id* ids;  // per node: target id (greedy) or rejected token list (sampling)
 };
 
-inline sglang_scratch carve_sglang(workspace_carver& c, std::int32_t n) noexcept {
+SPECDEC_HD sglang_scratch carve_sglang(workspace_carver& c, std::int32_t n) noexcept {
   const auto un = static_cast<std::size_t>(n);
   sglang_scratch s{};
   s.parent = c.take<node_id>(un);
@@ -85,9 +86,19 @@ inline sglang_scratch carve_sglang(workspace_carver& c, std::int32_t n) noexcept
   return s;
 }
 
+//! Bytes of one request's sglang_scratch (a multiple of workspace_alignment).
+SPECDEC_HD std::size_t sglang_request_bytes(std::int32_t n) noexcept {
+  if (n < 1) return 0;
+  workspace_carver c;
+  (void)carve_sglang(c, n);
+  return c.bytes_used();
+}
+
+//! The whole-batch shape checks of both entry points (host and device
+//! launchers), without the workspace.
 template <std::integral I, std::integral P>
-status check_sglang(const sglang_tree_batch<I>& b, std::int32_t num_spec_steps, const sglang_outputs<P>& out,
-                    std::size_t rows, std::span<std::byte> workspace) noexcept {
+SPECDEC_HD status check_sglang_shapes(const sglang_tree_batch<I>& b, std::int32_t num_spec_steps,
+                                      const sglang_outputs<P>& out, std::size_t rows) noexcept {
   if (b.batch_size < 0 || b.num_draft_tokens < 1)
     return make_status(status_code::invalid_argument, "batch_size >= 0 and num_draft_tokens >= 1 required");
   if (b.batch_size > 0 && (b.candidates == nullptr || b.retrive_index == nullptr || b.retrive_next_token == nullptr ||
@@ -97,13 +108,181 @@ status check_sglang(const sglang_tree_batch<I>& b, std::int32_t num_spec_steps, 
   if (out.accept_index.extent[0] != b.batch_size || out.accept_index.extent[1] < num_spec_steps ||
       out.accept_token_num.size() < static_cast<std::size_t>(b.batch_size))
     return make_status(status_code::size_mismatch, "accept_index needs [batch][num_speculative_tokens]");
+  if (num_spec_steps > 1 && b.batch_size > 0 && out.accept_index.stride[1] != 1)
+    return make_status(status_code::invalid_argument, "accept_index rows must be contiguous");
   if (out.predicts.size() < rows) return make_status(status_code::size_mismatch, "predicts needs one entry per row");
-  workspace_carver size;
-  carve_sglang(size, b.num_draft_tokens);
-  if (workspace.size() < size.bytes_used())
+  return status::success();
+}
+
+template <std::integral I, std::integral P>
+status check_sglang(const sglang_tree_batch<I>& b, std::int32_t num_spec_steps, const sglang_outputs<P>& out,
+                    std::size_t rows, std::span<std::byte> workspace) noexcept {
+  SPECDEC_TRY(check_sglang_shapes(b, num_spec_steps, out, rows));
+  if (workspace.size() < sglang_request_bytes(b.num_draft_tokens))
     return make_status(status_code::buffer_too_small, "workspace smaller than the sglang workspace size");
   workspace_carver c(workspace.data(), workspace.size());
   if (!c.base_aligned()) return make_status(status_code::invalid_argument, "workspace must be 256-byte aligned");
+  return status::success();
+}
+
+//! Request r's linked lists as a specdec tree in s (SGLang's root is unused).
+template <std::integral I>
+SPECDEC_HD status sglang_convert(const sglang_tree_batch<I>& b, std::int32_t r, const sglang_scratch& s,
+                                 std::int32_t& count) noexcept {
+  const std::int32_t n = b.num_draft_tokens;
+  const auto un = static_cast<std::size_t>(n);
+  const std::size_t o = static_cast<std::size_t>(r) * un;
+  const linked_tree<I> lt{b.candidates + o, b.retrive_next_token + o, b.retrive_next_sibling + o, n};
+  return tree_from_linked_list(lt, linked_tree_options{.unused_root = true, .root_token = 0, .require_all = false},
+                               std::span<node_id>(s.parent, un), std::span<token_id>(s.token, un),
+                               std::span<std::int32_t>(s.old_to_new, un), std::span<std::int32_t>(s.new_to_old, un),
+                               count);
+}
+
+//! Writes request r's outputs from the path / tokens in s (nodes mapped to
+//! slots by new_to_old, slots to rows by retrive_index).
+template <std::integral I, std::integral P>
+SPECDEC_HD status sglang_write(const sglang_tree_batch<I>& b, std::int32_t r, std::int32_t num_spec,
+                               const sglang_outputs<P>& out, const sglang_scratch& s, std::int32_t accepted) noexcept {
+  const auto un = static_cast<std::size_t>(b.num_draft_tokens);
+  const std::size_t o = static_cast<std::size_t>(r) * un;
+  const view1d<P> ai = out.accept_index.slice(r);
+  return write_sglang_results<I, P>(std::span<const node_id>(s.path, un), std::span<const token_id>(s.tokens, un),
+                                    accepted, std::span<const std::int32_t>(s.new_to_old, un),
+                                    std::span<const I>(b.retrive_index + o, un),
+                                    std::span<P>(ai.data, static_cast<std::size_t>(num_spec)),
+                                    out.accept_token_num[static_cast<std::size_t>(r)], out.predicts);
+}
+
+//! Request r of sglang_verify_tree_greedy (shapes already checked); the
+//! CUDA kernel runs this very function, one thread per request. Returns
+//! the request's status (without the request index) and its accepted count.
+template <std::integral I, std::integral P>
+SPECDEC_HD status sglang_greedy_request(const sglang_tree_batch<I>& b, std::int32_t r,
+                                        std::span<const I> target_predict, std::int32_t num_speculative_tokens,
+                                        const sglang_outputs<P>& out, const sglang_scratch& s,
+                                        std::int32_t& accepted) noexcept {
+  const std::int32_t n = b.num_draft_tokens;
+  const auto un = static_cast<std::size_t>(n);
+  const std::size_t o = static_cast<std::size_t>(r) * un;
+  std::int32_t count = 0;
+  SPECDEC_TRY(sglang_convert(b, r, s, count));
+  for (std::int32_t u = 0; u < count; ++u) {
+    const I row = b.retrive_index[o + static_cast<std::size_t>(s.new_to_old[u])];
+    if (row < 0 || static_cast<std::size_t>(row) >= target_predict.size())
+      return make_status(status_code::out_of_range, "retrive_index outside target_predict");
+    const I id = target_predict[static_cast<std::size_t>(row)];
+    s.ids[u] = id < 0 || id > static_cast<I>(INT32_MAX) ? -1 : static_cast<token_id>(id);
+  }
+  verify_result res{};
+  SPECDEC_TRY(verify_greedy_ids(tree_view{s.token, s.parent, nullptr, nullptr, count},
+                                std::span<const token_id>(s.ids, un), 0,
+                                greedy_ids_options{.unused_root = true, .max_accept = num_speculative_tokens - 1},
+                                std::span<node_id>(s.path, un), std::span<token_id>(s.tokens, un), res));
+  SPECDEC_TRY(sglang_write(b, r, num_speculative_tokens, out, s, res.accepted));
+  accepted = res.accepted;
+  return status::success();
+}
+
+//! Request r of sglang_tree_sampling_target_only (shapes, sizes and
+//! thresholds already checked, `acc` = threshold_acc floored at 1e-9); the
+//! CUDA kernel runs this very function, one thread per request.
+template <std::integral I, std::integral P>
+SPECDEC_HD status sglang_sampling_request(const sglang_tree_batch<I>& b, std::int32_t r,
+                                          view2d<const float> target_probs, const float* coins, float final_coin,
+                                          std::int32_t num_speculative_tokens, float threshold_single, float acc,
+                                          const sglang_outputs<P>& out, const sglang_scratch& s,
+                                          std::int32_t& accepted_out) noexcept {
+  const std::int32_t n = b.num_draft_tokens;
+  const auto un = static_cast<std::size_t>(n);
+  const std::size_t o = static_cast<std::size_t>(r) * un;
+  const std::int64_t V = target_probs.extent[1];
+  std::int32_t count = 0;
+  SPECDEC_TRY(sglang_convert(b, r, s, count));
+  for (std::int32_t u = 1; u < count; ++u)
+    if (s.token[u] >= V) return make_status(status_code::token_out_of_range, "candidate token >= V");
+  auto prob = [&](node_id u, token_id x, float& v) -> status {
+    v = target_probs(static_cast<std::int64_t>(o) + s.new_to_old[u], x);
+    if (v != v) return make_status(status_code::non_finite, "target probability is NaN");
+    if (v < 0.0f) return make_status(status_code::negative_probability, "target probability < 0");
+    return status::success();
+  };
+  // The walk: one coin per expanded node, a running float sum over siblings.
+  node_id u = 0;
+  std::int32_t accepted = 0, rejected = 0;
+  while (accepted < num_speculative_tokens - 1) {
+    const float coin = coins[o + static_cast<std::size_t>(s.new_to_old[u])];
+    float sum = 0.0f;
+    node_id next = -1;
+    rejected = 0;
+    for (node_id ch = u + 1; ch < count; ++ch) {
+      if (s.parent[ch] != u) continue;
+      float pt = 0.0f;
+      SPECDEC_TRY(prob(u, s.token[ch], pt));
+      sum += pt;
+      if (coin <= sum / acc || pt >= threshold_single) {
+        next = ch;
+        break;
+      }
+      s.ids[rejected++] = s.token[ch];
+    }
+    if (next < 0) break;
+    u = next;
+    ++accepted;
+    rejected = 0;
+  }
+  // Final sample: u's row without the children rejected at u.
+  const auto row = static_cast<std::int64_t>(o) + s.new_to_old[u];
+  auto value = [&](token_id x) {
+    for (std::int32_t k = 0; k < rejected; ++k)
+      if (s.ids[k] == x) return 0.0f;
+    const float v = target_probs(row, x);
+    return v > 0.0f ? v : 0.0f;
+  };
+  float total = 0.0f;
+  for (token_id x = 0; x < V; ++x) {
+    const float v = target_probs(row, x);
+    if (v != v) return make_status(status_code::non_finite, "target probability is NaN");
+    if (v < 0.0f) return make_status(status_code::negative_probability, "target probability < 0");
+    total += value(x);
+  }
+  const float target = final_coin * total;
+  token_id pick = -1, last_valid = -1;
+  float run = 0.0f;
+  for (token_id x = 0; x < V && pick < 0; ++x) {
+    const float v = value(x);
+    if (!(v > 0.0f)) continue;
+    last_valid = x;
+    run += v;
+    if (run > target) pick = x;
+  }
+  if (pick < 0) pick = last_valid >= 0 ? last_valid : static_cast<token_id>(V - 1);
+  // Path and emitted tokens, then SGLang's outputs.
+  node_id v = u;
+  for (std::int32_t k = accepted; k >= 1; --k) {
+    s.path[k] = v;
+    s.tokens[k - 1] = s.token[v];
+    v = s.parent[v];
+  }
+  s.path[0] = 0;
+  s.tokens[accepted] = pick;
+  SPECDEC_TRY(sglang_write(b, r, num_speculative_tokens, out, s, accepted));
+  accepted_out = accepted;
+  return status::success();
+}
+
+//! The whole-call checks of sglang_tree_sampling_target_only beyond the
+//! shapes (sizes of rows and coins, thresholds, V).
+SPECDEC_HD status check_sglang_sampling(std::size_t slots, std::int32_t batch_size, view2d<const float> target_probs,
+                                        std::size_t coins, std::size_t final_coins,
+                                        const sglang_thresholds& th) noexcept {
+  if (static_cast<std::size_t>(target_probs.extent[0]) < slots || coins < slots ||
+      final_coins < static_cast<std::size_t>(batch_size))
+    return make_status(status_code::size_mismatch, "target_probs and coins need one entry per slot");
+  if (!(th.threshold_single > 0.0f && th.threshold_single <= 1.0f) ||
+      !(th.threshold_acc > 0.0f && th.threshold_acc <= 1.0f))
+    return make_status(status_code::invalid_argument, "thresholds must be in (0, 1]");
+  if (target_probs.extent[1] < 1) return make_status(status_code::empty_input, "target rows are empty");
   return status::success();
 }
 
@@ -112,10 +291,7 @@ status check_sglang(const sglang_tree_batch<I>& b, std::int32_t num_spec_steps, 
 //! Bytes of workspace both SGLang entry points need for trees of
 //! `num_draft_tokens` slots (reused by every request; 256-byte aligned).
 inline std::size_t sglang_workspace_size(std::int32_t num_draft_tokens) noexcept {
-  if (num_draft_tokens < 1) return 0;
-  workspace_carver c;
-  detail::carve_sglang(c, num_draft_tokens);
-  return c.bytes_used();
+  return detail::sglang_request_bytes(num_draft_tokens);
 }
 
 //! SGLang's verify_tree_greedy: target_predict holds the target's argmax id
@@ -124,6 +300,7 @@ inline std::size_t sglang_workspace_size(std::int32_t num_draft_tokens) noexcept
 //! Errors: shape errors, the conversion errors of tree_from_linked_list and
 //! the range errors of verify_greedy_ids / write_sglang_results, each with
 //! the request as index; requests before it are written. O(sum N * depth).
+//! The CUDA twin is kernels::sglang_verify_tree_greedy (same per-request code).
 template <std::integral I, std::integral P>
 status sglang_verify_tree_greedy(const sglang_tree_batch<I>& b, std::span<const I> target_predict,
                                  std::int32_t num_speculative_tokens, const sglang_outputs<P>& out,
@@ -131,39 +308,10 @@ status sglang_verify_tree_greedy(const sglang_tree_batch<I>& b, std::span<const 
   SPECDEC_TRY(detail::check_sglang(b, num_speculative_tokens, out, target_predict.size(), workspace));
   workspace_carver c(workspace.data(), workspace.size());
   const detail::sglang_scratch s = detail::carve_sglang(c, b.num_draft_tokens);
-  const std::int32_t n = b.num_draft_tokens;
   for (std::int32_t r = 0; r < b.batch_size; ++r) {
-    const std::size_t o = static_cast<std::size_t>(r) * static_cast<std::size_t>(n);
-    auto fail = [r](const status& st) { return make_status(st.code(), st.message(), r); };
-    const linked_tree<I> lt{b.candidates + o, b.retrive_next_token + o, b.retrive_next_sibling + o, n};
-    std::int32_t count = 0;
-    const auto un = static_cast<std::size_t>(n);
-    status st = tree_from_linked_list(
-        lt, linked_tree_options{.unused_root = true, .root_token = 0, .require_all = false},
-        std::span<node_id>(s.parent, un), std::span<token_id>(s.token, un), std::span<std::int32_t>(s.old_to_new, un),
-        std::span<std::int32_t>(s.new_to_old, un), count);
-    if (!st.ok()) return fail(st);
-    const std::span<const I> rows(b.retrive_index + o, un);
-    for (std::int32_t u = 0; u < count; ++u) {
-      const I row = rows[static_cast<std::size_t>(s.new_to_old[u])];
-      if (row < 0 || static_cast<std::size_t>(row) >= target_predict.size())
-        return fail(make_status(status_code::out_of_range, "retrive_index outside target_predict"));
-      const I id = target_predict[static_cast<std::size_t>(row)];
-      s.ids[u] = id < 0 || id > static_cast<I>(INT32_MAX) ? -1 : static_cast<token_id>(id);
-    }
-    verify_result res{};
-    st = verify_greedy_ids(tree_view{s.token, s.parent, nullptr, nullptr, count}, std::span<const token_id>(s.ids, un),
-                           0, greedy_ids_options{.unused_root = true, .max_accept = num_speculative_tokens - 1},
-                           std::span<node_id>(s.path, un), std::span<token_id>(s.tokens, un), res);
-    if (!st.ok()) return fail(st);
-    const view1d<P> ai = out.accept_index.slice(r);
-    if (ai.stride[0] != 1 && num_speculative_tokens > 1)
-      return fail(make_status(status_code::invalid_argument, "accept_index rows must be contiguous"));
-    st = write_sglang_results<I, P>(std::span<const node_id>(s.path, un), std::span<const token_id>(s.tokens, un),
-                                    res.accepted, std::span<const std::int32_t>(s.new_to_old, un), rows,
-                                    std::span<P>(ai.data, static_cast<std::size_t>(num_speculative_tokens)),
-                                    out.accept_token_num[static_cast<std::size_t>(r)], out.predicts);
-    if (!st.ok()) return fail(st);
+    std::int32_t accepted = 0;
+    const status st = detail::sglang_greedy_request(b, r, target_predict, num_speculative_tokens, out, s, accepted);
+    if (!st.ok()) return make_status(st.code(), st.message(), r);
   }
   return status::success();
 }
@@ -176,6 +324,8 @@ status sglang_verify_tree_greedy(const sglang_tree_batch<I>& b, std::span<const 
 //! Rows are read as given (not renormalized); a NaN or negative entry that
 //! is read gives non_finite / negative_probability. The thresholds must be
 //! in (0, 1] (threshold_acc is floored at 1e-9 as SGLang does).
+//! The CUDA twin is kernels::sglang_tree_sampling_target_only (same
+//! per-request code).
 template <std::integral I, std::integral P>
 status sglang_tree_sampling_target_only(const sglang_tree_batch<I>& b, view2d<const float> target_probs,
                                         std::span<const float> coins, std::span<const float> final_coins,
@@ -183,106 +333,16 @@ status sglang_tree_sampling_target_only(const sglang_tree_batch<I>& b, view2d<co
                                         const sglang_outputs<P>& out, std::span<std::byte> workspace) noexcept {
   const std::size_t slots = static_cast<std::size_t>(b.batch_size) * static_cast<std::size_t>(b.num_draft_tokens);
   SPECDEC_TRY(detail::check_sglang(b, num_speculative_tokens, out, 0, workspace));
-  if (static_cast<std::size_t>(target_probs.extent[0]) < slots || coins.size() < slots ||
-      final_coins.size() < static_cast<std::size_t>(b.batch_size))
-    return make_status(status_code::size_mismatch, "target_probs and coins need one entry per slot");
-  if (!(th.threshold_single > 0.0f && th.threshold_single <= 1.0f) ||
-      !(th.threshold_acc > 0.0f && th.threshold_acc <= 1.0f))
-    return make_status(status_code::invalid_argument, "thresholds must be in (0, 1]");
+  SPECDEC_TRY(detail::check_sglang_sampling(slots, b.batch_size, target_probs, coins.size(), final_coins.size(), th));
   const float acc = th.threshold_acc > 1e-9f ? th.threshold_acc : 1e-9f;
-  const std::int64_t V = target_probs.extent[1];
-  if (V < 1) return make_status(status_code::empty_input, "target rows are empty");
   workspace_carver c(workspace.data(), workspace.size());
   const detail::sglang_scratch s = detail::carve_sglang(c, b.num_draft_tokens);
-  const std::int32_t n = b.num_draft_tokens;
-  const auto un = static_cast<std::size_t>(n);
   for (std::int32_t r = 0; r < b.batch_size; ++r) {
-    const std::size_t o = static_cast<std::size_t>(r) * un;
-    auto fail = [r](const status& st) { return make_status(st.code(), st.message(), r); };
-    const linked_tree<I> lt{b.candidates + o, b.retrive_next_token + o, b.retrive_next_sibling + o, n};
-    std::int32_t count = 0;
-    status st = tree_from_linked_list(
-        lt, linked_tree_options{.unused_root = true, .root_token = 0, .require_all = false},
-        std::span<node_id>(s.parent, un), std::span<token_id>(s.token, un), std::span<std::int32_t>(s.old_to_new, un),
-        std::span<std::int32_t>(s.new_to_old, un), count);
-    if (!st.ok()) return fail(st);
-    for (std::int32_t u = 1; u < count; ++u)
-      if (s.token[u] >= V) return fail(make_status(status_code::token_out_of_range, "candidate token >= V"));
-    auto prob = [&](node_id u, token_id x, float& v) -> status {
-      v = target_probs(static_cast<std::int64_t>(o) + s.new_to_old[u], x);
-      if (v != v) return make_status(status_code::non_finite, "target probability is NaN");
-      if (v < 0.0f) return make_status(status_code::negative_probability, "target probability < 0");
-      return status::success();
-    };
-    // The walk: one coin per expanded node, a running float sum over siblings.
-    node_id u = 0;
-    std::int32_t accepted = 0, rejected = 0;
-    while (accepted < num_speculative_tokens - 1) {
-      const float coin = coins[o + static_cast<std::size_t>(s.new_to_old[u])];
-      float sum = 0.0f;
-      node_id next = -1;
-      rejected = 0;
-      for (node_id ch = u + 1; ch < count; ++ch) {
-        if (s.parent[ch] != u) continue;
-        float pt = 0.0f;
-        st = prob(u, s.token[ch], pt);
-        if (!st.ok()) return fail(st);
-        sum += pt;
-        if (coin <= sum / acc || pt >= th.threshold_single) {
-          next = ch;
-          break;
-        }
-        s.ids[rejected++] = s.token[ch];
-      }
-      if (next < 0) break;
-      u = next;
-      ++accepted;
-      rejected = 0;
-    }
-    // Final sample: u's row without the children rejected at u.
-    const auto row = static_cast<std::int64_t>(o) + s.new_to_old[u];
-    auto value = [&](token_id x) {
-      for (std::int32_t k = 0; k < rejected; ++k)
-        if (s.ids[k] == x) return 0.0f;
-      const float v = target_probs(row, x);
-      return v > 0.0f ? v : 0.0f;
-    };
-    float total = 0.0f;
-    for (token_id x = 0; x < V; ++x) {
-      const float v = target_probs(row, x);
-      if (v != v) return fail(make_status(status_code::non_finite, "target probability is NaN", r));
-      if (v < 0.0f) return fail(make_status(status_code::negative_probability, "target probability < 0", r));
-      total += value(x);
-    }
-    const float target = final_coins[static_cast<std::size_t>(r)] * total;
-    token_id pick = -1, last_valid = -1;
-    float run = 0.0f;
-    for (token_id x = 0; x < V && pick < 0; ++x) {
-      const float v = value(x);
-      if (!(v > 0.0f)) continue;
-      last_valid = x;
-      run += v;
-      if (run > target) pick = x;
-    }
-    if (pick < 0) pick = last_valid >= 0 ? last_valid : static_cast<token_id>(V - 1);
-    // Path and emitted tokens, then SGLang's outputs.
-    node_id v = u;
-    for (std::int32_t k = accepted; k >= 1; --k) {
-      s.path[k] = v;
-      s.tokens[k - 1] = s.token[v];
-      v = s.parent[v];
-    }
-    s.path[0] = 0;
-    s.tokens[accepted] = pick;
-    const view1d<P> ai = out.accept_index.slice(r);
-    if (ai.stride[0] != 1 && num_speculative_tokens > 1)
-      return fail(make_status(status_code::invalid_argument, "accept_index rows must be contiguous"));
-    st = write_sglang_results<I, P>(std::span<const node_id>(s.path, un), std::span<const token_id>(s.tokens, un),
-                                    accepted, std::span<const std::int32_t>(s.new_to_old, un),
-                                    std::span<const I>(b.retrive_index + o, un),
-                                    std::span<P>(ai.data, static_cast<std::size_t>(num_speculative_tokens)),
-                                    out.accept_token_num[static_cast<std::size_t>(r)], out.predicts);
-    if (!st.ok()) return fail(st);
+    std::int32_t accepted = 0;
+    const status st =
+        detail::sglang_sampling_request(b, r, target_probs, coins.data(), final_coins[static_cast<std::size_t>(r)],
+                                        num_speculative_tokens, th.threshold_single, acc, out, s, accepted);
+    if (!st.ok()) return make_status(st.code(), st.message(), r);
   }
   return status::success();
 }
