@@ -6,7 +6,8 @@
 // the same status on every rank. The level-batched sharded top-k of
 // drafting runs on the same executor: every rank's candidates, counts and
 // masses must equal the host executor's (threads) bit for bit, and a NaN
-// in one rank's rows must give the same status everywhere. Prints which
+// in one rank's rows must give the same status everywhere; caller uniforms
+// copied from Philox must reproduce the seeded result. Prints which
 // configuration ran. Exits 77 (CTest: skipped) without a CUDA device.
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -41,7 +42,8 @@ view2d<const float> device_matrix(const float* d, std::int32_t N, std::int64_t W
 
 // Rank r's verification of case c with its shard copied to device r.
 outcome run_device_rank(ncclComm_t comm, int dev, int r, int P, const tree_case& c,
-                        std::span<const std::int64_t> bounds, const verify_params& vp, std::int64_t nan_at) {
+                        std::span<const std::int64_t> bounds, const verify_params& vp, std::int64_t nan_at,
+                        const caller_uniforms* cu = nullptr) {
   GPU_OK(cudaSetDevice(dev));
   const std::int64_t b0 = bounds[static_cast<std::size_t>(r)], b1 = bounds[static_cast<std::size_t>(r) + 1];
   auto ps = shard_of(c.p, c.V, c.N, b0, b1);
@@ -69,11 +71,15 @@ outcome run_device_rank(ncclComm_t comm, int dev, int r, int P, const tree_case&
   outcome o;
   {
     executor ex(comm, stream, scratch, executor::scratch_bytes(P), staging, executor::staging_bytes(P));
-    const status s =
-        verify_tree_sharded_on(ex, bounds, c.view(), device_matrix(ps.empty() ? nullptr : dp, c.N, b1 - b0),
-                               device_matrix(qs.empty() ? nullptr : dq, c.N, b1 - b0), vp,
-                               std::span<std::byte>(static_cast<std::byte*>(ws), ex_bytes),
-                               std::span<std::byte>(host).first(host_bytes), path, tokens, res);
+    const auto pd = device_matrix(ps.empty() ? nullptr : dp, c.N, b1 - b0);
+    const auto qd = device_matrix(qs.empty() ? nullptr : dq, c.N, b1 - b0);
+    const std::span<std::byte> ew(static_cast<std::byte*>(ws), ex_bytes);
+    const std::span<std::byte> hw = std::span<std::byte>(host).first(host_bytes);
+    status s = status::success();
+    if (cu != nullptr)
+      s = verify_tree_sharded_on(ex, bounds, c.view(), pd, qd, vp, *cu, ew, hw, path, tokens, res);
+    else
+      s = verify_tree_sharded_on(ex, bounds, c.view(), pd, qd, vp, ew, hw, path, tokens, res);
     o = record(s, res, path, tokens);
   }
   cudaFree(dp);
@@ -189,13 +195,13 @@ int main() {
   std::printf("device-resident sharded verification: %d rank(s), one per visible GPU\n", P);
   int failures = 0, runs = 0;
   auto run_all = [&](const tree_case& c, std::span<const std::int64_t> bounds, const verify_params& vp,
-                     std::int64_t nan_at) {
+                     std::int64_t nan_at, const caller_uniforms* cu = nullptr) {
     std::vector<outcome> got(static_cast<std::size_t>(P));
     std::vector<std::thread> ts;
     for (int r = 0; r < P; ++r)
       ts.emplace_back([&, r] {
         got[static_cast<std::size_t>(r)] =
-            run_device_rank(comms[static_cast<std::size_t>(r)], r, r, P, c, bounds, vp, nan_at);
+            run_device_rank(comms[static_cast<std::size_t>(r)], r, r, P, c, bounds, vp, nan_at, cu);
       });
     for (auto& t : ts) t.join();
     return got;
@@ -228,6 +234,32 @@ int main() {
     for (const outcome& o : got) {
       ++runs;
       if (o.code != status_code::non_finite || !(o == got[0])) ++failures;
+    }
+  }
+  // Caller uniforms copied from Philox: the seeded result on the device executor.
+  {
+    const std::int64_t V = 3001;
+    const auto bounds = uneven_bounds(V, P);
+    const auto c = make_tree_case(21, V, 16);
+    for (const verify_mode m : all_modes) {
+      verify_params vp{};
+      vp.mode = m;
+      vp.seed = 9;
+      const philox_uniforms pu{rng_stream{vp.seed, vp.request, vp.round}};
+      std::vector<double> u(static_cast<std::size_t>(c.N) * static_cast<std::size_t>(c.N + 1));
+      for (std::int32_t a = 0; a < c.N; ++a)
+        for (std::int32_t d = 0; d <= c.N; ++d)
+          u[static_cast<std::size_t>(a * (c.N + 1) + d)] =
+              pu(static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(d));
+      const caller_uniforms cu{u.data(), c.N, c.N + 1};
+      const outcome want = run_partitioned(c, bounds, vp);
+      for (const outcome& o : run_all(c, bounds, vp, -1, &cu)) {
+        ++runs;
+        if (!(o == want)) {
+          ++failures;
+          std::printf("CALLER-UNIFORMS MISMATCH mode %s\n", verify_mode_name(m));
+        }
+      }
     }
   }
   // Level-batched sharded top-k: device == host executor, bit for bit.
