@@ -459,8 +459,10 @@ TEST_CASE("the executor entry point with separate pass and host workspaces equal
         const std::int64_t b0 = bounds[static_cast<std::size_t>(r)], b1 = bounds[static_cast<std::size_t>(r) + 1];
         const auto ps = shard_of(c.p, c.V, c.N, b0, b1), qs = shard_of(c.q, c.V, c.N, b0, b1);
         std::size_t eb = 0, hb = 0;
-        REQUIRE(sharded_verify_workspace_parts(bounds, r, P, c.N, eb, hb));
-        CHECK(eb + hb == sharded_verify_workspace_size(bounds, r, P, c.N));
+        // Catch assertions stay on the main thread: a wrong size shows as a mismatch.
+        if (!sharded_verify_workspace_parts(bounds, r, P, c.N, eb, hb) ||
+            eb + hb != sharded_verify_workspace_size(bounds, r, P, c.N))
+          return outcome{status_code::internal_error, -1, -1, -1, {}, {}};
         std::vector<std::byte> ew(eb), hw(hb);
         std::vector<node_id> path(static_cast<std::size_t>(c.N));
         std::vector<token_id> tokens(static_cast<std::size_t>(c.N));
