@@ -32,8 +32,9 @@ namespace specdec {
 //! the same n) except rank() and size(). `n` is small (at most a few times
 //! the rank count), except all_reduce_max in the sharded top-k: k * size
 //! keys for one row, and size() blocks of a whole level's keys when the
-//! collective has no all_gather (nccl_collective carries at most 64 and
-//! reports unsupported beyond; mpi_collective has no limit). Members:
+//! collective has no all_gather (nccl_collective carries what its scratch
+//! holds and reports buffer_too_small beyond; mpi_collective has no
+//! limit). Members:
 //! - rank(), size(): this rank in [0, size), size >= 1;
 //! - all_reduce_sum(double* v, n): v[i] = the rank-order fold of v[i];
 //! - all_reduce_max(std::int64_t* v, n): v[i] = max over ranks;
