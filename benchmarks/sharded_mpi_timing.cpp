@@ -28,6 +28,61 @@
 
 using namespace specdec;
 
+namespace {
+
+// What every rank reports of one sharded workload: the slowest rank's
+// median time and the most bytes and calls any rank put into collectives.
+struct sharded_figures {
+  double median_s = 0.0;
+  std::int64_t bytes = 0, calls = 0;
+};
+
+// Runs `call` (returns a status) `reps` times between barriers on every
+// rank, with the counting collective reset before each run; aborts on an
+// error. Collective: every rank calls it; rank 0's result holds the maxima.
+template <class Counting, class Call>
+sharded_figures time_sharded(Counting& coll, int reps, Call&& call) {
+  std::vector<double> t;
+  collective_traffic tr{};
+  for (int i = 0; i < reps; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    coll.reset();
+    const double t0 = MPI_Wtime();
+    const status s = call();
+    const double t1 = MPI_Wtime();
+    if (!s.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", coll.rank(), s.message());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    t.push_back(t1 - t0);
+    tr = coll.traffic();
+  }
+  std::sort(t.begin(), t.end());
+  sharded_figures out;
+  double med = t[t.size() / 2];
+  MPI_Reduce(&med, &out.median_s, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  std::int64_t mine[2] = {tr.bytes, tr.calls}, most[2] = {0, 0};
+  MPI_Reduce(mine, most, 2, MPI_INT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
+  out.bytes = most[0];
+  out.calls = most[1];
+  return out;
+}
+
+// Median seconds of `reps` runs of `call` in this process alone.
+template <class Call>
+double time_local(int reps, Call&& call) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = MPI_Wtime();
+    call();
+    t.push_back(MPI_Wtime() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   mpi_collective mpi(MPI_COMM_WORLD);
@@ -57,44 +112,22 @@ int main(int argc, char** argv) {
     vp.mode = m;
     vp.seed = 1;
     verify_result res{};
-    std::vector<double> t_sh, t_one;
-    collective_traffic tr{};
-    for (int i = 0; i < reps; ++i) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      coll.reset();
-      const double t0 = MPI_Wtime();
-      const status s = verify_tree_sharded(coll, bounds, c.view(), sharded_test::matrix(ps, N, b1 - b0),
-                                           sharded_test::matrix(qs, N, b1 - b0), vp, ws, path, tokens, res);
-      const double t1 = MPI_Wtime();
-      if (!s.ok()) {
-        std::fprintf(stderr, "rank %d: %s\n", r, s.message());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-      }
-      t_sh.push_back(t1 - t0);
-      tr = coll.traffic();
-    }
-    if (r == 0)
-      for (int i = 0; i < reps; ++i) {
-        const double t0 = MPI_Wtime();
+    const sharded_figures f = time_sharded(coll, reps, [&] {
+      return verify_tree_sharded(coll, bounds, c.view(), sharded_test::matrix(ps, N, b1 - b0),
+                                 sharded_test::matrix(qs, N, b1 - b0), vp, ws, path, tokens, res);
+    });
+    if (r == 0) {
+      const double one = time_local(reps, [&] {
         (void)verify_tree(c.view(), sharded_test::matrix(c.p, N, V), sharded_test::matrix(c.q, N, V), vp, ws1, path,
                           tokens, res);
-        t_one.push_back(MPI_Wtime() - t0);
-      }
-    std::sort(t_sh.begin(), t_sh.end());
-    // Medians over ranks: the slowest rank's median is the step time.
-    double med = t_sh[t_sh.size() / 2], worst = 0.0;
-    MPI_Reduce(&med, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    std::int64_t mine[2] = {tr.bytes, tr.calls}, most[2] = {0, 0};
-    MPI_Reduce(mine, most, 2, MPI_INT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
-    if (r == 0) {
-      std::sort(t_one.begin(), t_one.end());
+      });
       const double rows = uses_draft_probs(m) ? 2.0 : 1.0;
       const double gather = rows * static_cast<double>(N) * static_cast<double>((V + P - 1) / P) * 4.0;
       std::printf(
           "%-28s accepted %2d | max per rank: %6lld B in %4lld collectives | gathering rows: %10.0f B per rank "
           "(%.0fx) | sharded median %8.3f ms (slowest rank) | one process, full rows %8.3f ms\n",
-          verify_mode_name(m), res.accepted, static_cast<long long>(most[0]), static_cast<long long>(most[1]), gather,
-          gather / static_cast<double>(most[0] > 0 ? most[0] : 1), worst * 1e3, t_one[t_one.size() / 2] * 1e3);
+          verify_mode_name(m), res.accepted, static_cast<long long>(f.bytes), static_cast<long long>(f.calls), gather,
+          gather / static_cast<double>(f.bytes > 0 ? f.bytes : 1), f.median_s * 1e3, one * 1e3);
     }
   }
   // Drafting: the level-batched sharded top-k of n frontier rows (k = 8),
@@ -116,45 +149,24 @@ int main(int argc, char** argv) {
     std::vector<token_id> tok(static_cast<std::size_t>(n * k));
     std::vector<float> val(tok.size());
     std::vector<std::int32_t> counts(static_cast<std::size_t>(n));
-    std::vector<double> t_sh, t_one;
-    collective_traffic tr{};
-    for (int i = 0; i < reps; ++i) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      coll.reset();
-      const double t0 = MPI_Wtime();
-      const status s = sharded_topk_rows(coll, b0, V, sharded_test::matrix(mine, n, b1 - b0), k, tws,
-                                         make_view(tok.data(), n, k), make_view(val.data(), n, k), counts);
-      const double t1 = MPI_Wtime();
-      if (!s.ok()) {
-        std::fprintf(stderr, "rank %d: %s\n", r, s.message());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-      }
-      t_sh.push_back(t1 - t0);
-      tr = coll.traffic();
-    }
-    if (r == 0)
-      for (int i = 0; i < reps; ++i) {
-        const double t0 = MPI_Wtime();
+    const sharded_figures f = time_sharded(coll, reps, [&] {
+      return sharded_topk_rows(coll, b0, V, sharded_test::matrix(mine, n, b1 - b0), k, tws, make_view(tok.data(), n, k),
+                               make_view(val.data(), n, k), counts);
+    });
+    if (r == 0) {
+      const double one = time_local(reps, [&] {
         for (std::int32_t j = 0; j < n; ++j) {
           std::int32_t cnt = 0;
           (void)detail::topk_probabilities(std::span<const float>(rows.data() + j * V, static_cast<std::size_t>(V)), k,
                                            tok.data(), val.data(), cnt);
         }
-        t_one.push_back(MPI_Wtime() - t0);
-      }
-    std::sort(t_sh.begin(), t_sh.end());
-    double med = t_sh[t_sh.size() / 2], worst = 0.0;
-    MPI_Reduce(&med, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    std::int64_t mine_t[2] = {tr.bytes, tr.calls}, most[2] = {0, 0};
-    MPI_Reduce(mine_t, most, 2, MPI_INT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
-    if (r == 0) {
-      std::sort(t_one.begin(), t_one.end());
+      });
       const double gather = static_cast<double>(n) * static_cast<double>((V + P - 1) / P) * 4.0;
       std::printf(
           "n %3d rows | max per rank: %6lld B in %lld collectives | gathering rows: %10.0f B per rank (%.0fx) | "
           "sharded median %8.3f ms (slowest rank) | one process, full rows %8.3f ms\n",
-          n, static_cast<long long>(most[0]), static_cast<long long>(most[1]), gather,
-          gather / static_cast<double>(most[0] > 0 ? most[0] : 1), worst * 1e3, t_one[t_one.size() / 2] * 1e3);
+          n, static_cast<long long>(f.bytes), static_cast<long long>(f.calls), gather,
+          gather / static_cast<double>(f.bytes > 0 ? f.bytes : 1), f.median_s * 1e3, one * 1e3);
     }
   }
   MPI_Finalize();
