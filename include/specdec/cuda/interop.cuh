@@ -147,14 +147,6 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
 }
 
 namespace detail {
-inline status check_workspace(void* workspace, std::size_t bytes, std::size_t need) noexcept {
-  if (need == 0) return status::success();
-  if (workspace == nullptr || bytes < need)
-    return make_status(status_code::buffer_too_small, "workspace smaller than the entry point's workspace size");
-  if (reinterpret_cast<std::uintptr_t>(workspace) % workspace_alignment != 0)
-    return make_status(status_code::invalid_argument, "workspace must be 256-byte aligned");
-  return status::success();
-}
 inline unsigned request_blocks(std::int32_t requests) noexcept {
   return static_cast<unsigned>((requests + sglang_request_threads - 1) / sglang_request_threads);
 }
@@ -177,7 +169,8 @@ inline status sglang_build_tree(const kernels::sglang_build_tree_params& p, void
                                 std::size_t workspace_bytes, cudaStream_t stream) noexcept {
   SPECDEC_TRY(kernels::sglang_build_tree_can_implement(p));
   if (p.in.batch_size == 0) return status::success();
-  SPECDEC_TRY(detail::check_workspace(workspace, workspace_bytes, kernels::sglang_build_tree_workspace_size(p)));
+  SPECDEC_TRY(check_workspace(workspace, workspace_bytes, kernels::sglang_build_tree_workspace_size(p),
+                              "workspace smaller than sglang_build_tree_workspace_size"));
   sglang_build_tree_kernel<sglang_request_threads>
       <<<detail::request_blocks(p.in.batch_size), sglang_request_threads, 0, stream>>>(
           p, static_cast<unsigned char*>(workspace));
@@ -191,8 +184,8 @@ status sglang_verify_tree_greedy(const kernels::sglang_greedy_params<I, P>& p, v
                                  std::size_t workspace_bytes, cudaStream_t stream) noexcept {
   SPECDEC_TRY(kernels::sglang_verify_tree_greedy_can_implement(p));
   if (p.tree.batch_size == 0) return status::success();
-  SPECDEC_TRY(
-      detail::check_workspace(workspace, workspace_bytes, kernels::sglang_verify_tree_greedy_workspace_size(p)));
+  SPECDEC_TRY(check_workspace(workspace, workspace_bytes, kernels::sglang_verify_tree_greedy_workspace_size(p),
+                              "workspace smaller than sglang_verify_tree_greedy_workspace_size"));
   sglang_greedy_kernel<I, P><<<detail::request_blocks(p.tree.batch_size), sglang_request_threads, 0, stream>>>(
       p, static_cast<unsigned char*>(workspace));
   return last_launch_status();
@@ -205,8 +198,8 @@ status sglang_tree_sampling_target_only(const kernels::sglang_sampling_params<I,
                                         std::size_t workspace_bytes, cudaStream_t stream) noexcept {
   SPECDEC_TRY(kernels::sglang_tree_sampling_target_only_can_implement(p));
   if (p.tree.batch_size == 0) return status::success();
-  SPECDEC_TRY(
-      detail::check_workspace(workspace, workspace_bytes, kernels::sglang_tree_sampling_target_only_workspace_size(p)));
+  SPECDEC_TRY(check_workspace(workspace, workspace_bytes, kernels::sglang_tree_sampling_target_only_workspace_size(p),
+                              "workspace smaller than sglang_tree_sampling_target_only_workspace_size"));
   sglang_sampling_kernel<I, P><<<detail::request_blocks(p.tree.batch_size), sglang_request_threads, 0, stream>>>(
       p, static_cast<unsigned char*>(workspace));
   return last_launch_status();
@@ -220,7 +213,8 @@ status sglang_verify_tree(const kernels::sglang_verify_params<I, P>& p, void* wo
                           cudaStream_t stream) noexcept {
   SPECDEC_TRY(kernels::sglang_verify_tree_can_implement(p));
   if (p.in.tree.batch_size == 0) return status::success();
-  SPECDEC_TRY(detail::check_workspace(workspace, workspace_bytes, kernels::sglang_verify_tree_workspace_size(p)));
+  SPECDEC_TRY(check_workspace(workspace, workspace_bytes, kernels::sglang_verify_tree_workspace_size(p),
+                              "workspace smaller than sglang_verify_tree_workspace_size"));
   sglang_verify_kernel<verify_block_threads, I, P>
       <<<static_cast<unsigned>(p.in.tree.batch_size), verify_block_threads, 0, stream>>>(
           p, static_cast<unsigned char*>(workspace));

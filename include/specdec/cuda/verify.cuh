@@ -377,10 +377,8 @@ inline status verify_batch(const kernels::verify_batch_params& P, void* workspac
                            cudaStream_t stream) noexcept {
   SPECDEC_TRY(kernels::verify_batch_can_implement(P));
   if (P.num_requests == 0) return status::success();
-  if (workspace == nullptr || workspace_bytes < kernels::verify_batch_workspace_size(P))
-    return make_status(status_code::buffer_too_small, "workspace smaller than verify_batch_workspace_size");
-  if (reinterpret_cast<std::uintptr_t>(workspace) % workspace_alignment != 0)
-    return make_status(status_code::invalid_argument, "workspace must be 256-byte aligned");
+  SPECDEC_TRY(check_workspace(workspace, workspace_bytes, kernels::verify_batch_workspace_size(P),
+                              "workspace smaller than verify_batch_workspace_size"));
   verify_batch_kernel<verify_block_threads><<<static_cast<unsigned>(P.num_requests), verify_block_threads, 0, stream>>>(
       P, static_cast<unsigned char*>(workspace));
   return last_launch_status();
