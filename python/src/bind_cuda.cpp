@@ -527,11 +527,22 @@ std::size_t scan_ws_size(std::int64_t N, std::int64_t H, std::int64_t P, std::in
   return device_scratch::bytes(kernel, ssm_staging());
 }
 
-//! Runs after a launch that reports tree faults through an int32 status
-//! word: with `sync`, waits for the stream and raises on a fault.
-void finish_ssm(const std::int32_t* word, cudaStream_t s, bool sync) {
+//! The launch both SSM kernels share: one scratch for the kernel's
+//! workspace (`size(P)` bytes) and the staged status word, the caller's
+//! status array or that word in P.status_word, `launch(P, workspace, bytes,
+//! stream)`, and with `sync` a wait that raises on a tree fault.
+template <class Params, class Size, class Launch>
+void launch_ssm(Params& P, Size size, Launch launch, const std::optional<dev1<std::int32_t>>& status_out,
+                const std::optional<dev_bytes>& workspace, std::uintptr_t stream, bool sync) {
+  const cudaStream_t s = stream_of(stream);
+  device_scratch ws(size(P), ssm_staging(), workspace, s);
+  const std::int32_t zero = 0;
+  std::int32_t* word = ws.stage(0, &zero, 1);
+  P.status_word = status_out ? status_out->data() : word;
+  ws.upload();
+  check(launch(P, ws.kernel(), ws.kernel_bytes(), s));
   if (!sync) return;
-  const std::int32_t code = read_back(word, s);
+  const std::int32_t code = read_back(P.status_word, s);
   if (code != 0) check(make_status(static_cast<status_code>(code), "parent links are not a topological tree"));
 }
 
@@ -577,14 +588,9 @@ void scan(const dev1<const node_id>& parent, const dev_nd<const T, 3>& x, const 
   require(static_cast<std::int64_t>(parent.size()) == P.in.x.extent[0], status_code::size_mismatch,
           "parent must have one entry per node");
   check(kernels::tree_scan_can_implement(P));
-  const cudaStream_t s = stream_of(stream);
-  device_scratch ws(kernels::tree_scan_workspace_size(P), ssm_staging(), workspace, s);
-  const std::int32_t zero = 0;
-  std::int32_t* word = ws.stage(0, &zero, 1);
-  P.status_word = status_out ? status_out->data() : word;
-  ws.upload();
-  check(kernels::tree_scan(P, ws.kernel(), ws.kernel_bytes(), s));
-  finish_ssm(P.status_word, s, sync);
+  launch_ssm(
+      P, [](const auto& q) { return kernels::tree_scan_workspace_size(q); },
+      [](const auto&... a) { return kernels::tree_scan(a...); }, status_out, workspace, stream, sync);
 }
 
 template <class T>
@@ -613,14 +619,9 @@ void conv1d(const dev1<const node_id>& parent, const dev_nd<const T, 2>& x, cons
   require(static_cast<std::int64_t>(parent.size()) == P.in.x.extent[0], status_code::size_mismatch,
           "parent must have one entry per node");
   check(kernels::tree_conv1d_can_implement(P));
-  const cudaStream_t s = stream_of(stream);
-  device_scratch ws(kernels::tree_conv1d_workspace_size(P), ssm_staging(), workspace, s);
-  const std::int32_t zero = 0;
-  std::int32_t* word = ws.stage(0, &zero, 1);
-  P.status_word = status_out ? status_out->data() : word;
-  ws.upload();
-  check(kernels::tree_conv1d(P, ws.kernel(), ws.kernel_bytes(), s));
-  finish_ssm(P.status_word, s, sync);
+  launch_ssm(
+      P, [](const auto& q) { return kernels::tree_conv1d_workspace_size(q); },
+      [](const auto&... a) { return kernels::tree_conv1d(a...); }, status_out, workspace, stream, sync);
 }
 
 std::size_t conv1d_ws_size() { return device_scratch::bytes(0, ssm_staging()); }
