@@ -15,6 +15,7 @@
 #include "specdec/draft/batch_prune.hpp"
 #include "specdec/draft/beam_tree.hpp"
 #include "specdec/draft/prune.hpp"
+#include "specdec/draft/static_tree.hpp"
 #include "specdec/draft/token_info.hpp"
 
 namespace {
@@ -59,6 +60,46 @@ void BM_eagle2_tree_60(benchmark::State& st) {
   st.counters["nodes"] = t.size();
 }
 BENCHMARK(BM_eagle2_tree_60)->Arg(32000)->Arg(128256)->Unit(benchmark::kMicrosecond);
+
+// A static shape (any parent array: here the full 4-3-2 tree, 41 nodes, 17
+// of them expanded) in each draft mode; bytes = the drafter rows read.
+void BM_static_tree_41(benchmark::State& st) {
+  const std::int64_t V = st.range(0);
+  const auto mode = static_cast<specdec::draft_mode>(st.range(1));
+  pooled_drafter d(V);
+  std::vector<specdec::node_id> shape = {-1};
+  std::vector<specdec::node_id> level = {0};
+  for (const int w : {4, 3, 2}) {
+    std::vector<specdec::node_id> next;
+    for (const auto u : level)
+      for (int j = 0; j < w; ++j) {
+        next.push_back(static_cast<specdec::node_id>(shape.size()));
+        shape.push_back(u);
+      }
+    level = next;
+  }
+  specdec::static_tree_builder b({.shape = shape, .mode = mode, .vocab_size = V});
+  std::vector<float> q(shape.size() * static_cast<std::size_t>(V));
+  specdec::drafted_tree t;
+  specdec::draft_round r;
+  r.root_token = 1;
+  r.q_rows = specdec::make_view(q.data(), static_cast<std::int64_t>(shape.size()), V);
+  std::uint32_t round = 0;
+  for (auto _ : st) {
+    r.rng = specdec::rng_stream{7, 0, round++};
+    if (!b.build(d, r, t).ok()) st.SkipWithError("build failed");
+    benchmark::DoNotOptimize(t.tree.tokens().data());
+  }
+  st.SetItemsProcessed(st.iterations());  // trees
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations()) * 17 * V * static_cast<std::int64_t>(sizeof(float)));
+  st.counters["nodes"] = t.size();
+}
+BENCHMARK(BM_static_tree_41)
+    ->ArgsProduct({{32000, 128256},
+                   {static_cast<int>(specdec::draft_mode::deterministic), static_cast<int>(specdec::draft_mode::iid),
+                    static_cast<int>(specdec::draft_mode::without_replacement)}})
+    ->ArgNames({"V", "mode"})
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_token_info_tree_60(benchmark::State& st) {
   const std::int64_t V = st.range(0);
