@@ -240,7 +240,13 @@ TEST_CASE("planned greedy sessions equal plain greedy decoding; same seed and in
     o.max_tokens = 120;
     o.sampling.temperature = 0.0f;
     looptest::target tgt{tm};
-    speculative_session s(planned_tree_builder({.planner = {.max_nodes = 16}, .vocab_size = 50}), o);
+    // Flat injected pass cost: the plans do not depend on this machine's timing.
+    planned_tree_builder b({.planner = {.max_nodes = 16}, .vocab_size = 50});
+    const double n[] = {1, 16}, t[] = {1.0, 1.2};
+    REQUIRE(b.planner().set_target_cost(n, t).ok());
+    REQUIRE(b.planner().set_drafter_cost(0.0, 0.05, 0.0).ok());
+    REQUIRE(b.planner().set_loop_cost(0.0, 0.0).ok());
+    speculative_session s(std::move(b), o);
     const auto out = s.generate(*d, tgt, prompt);
     CHECK(std::vector<token_id>(out.begin(), out.end()) == ref);
     CHECK(s.last_round().plan.kind != plan_kind::none);
