@@ -160,9 +160,10 @@ TEST_CASE("planner: plain decoding where speculation cannot pay, large trees whe
     std::printf("planner linear t(N) = N: ");
     for (const auto& [k, v] : s.shapes) std::printf("(n %d, depth %d) x%d ", k.first, k.second, v);
     std::printf("\n");
-    REQUIRE(s.shapes.size() == 1);
-    CHECK(s.shapes.begin()->first == std::pair<int, int>{1, 0});
-    CHECK(p.plan().summary.kind == plan_kind::autoregressive);
+    // Plain steps, but for one speculative probe every probe_every (64) of them.
+    const int plain = s.shapes[{1, 0}];
+    CHECK(plain >= 200 - 200 / 64 - 1);
+    CHECK(plain < 200);
   }
   SECTION("flat pass to 64 nodes, cheap drafter: a deep, wide tree") {
     round_planner p(planner_options{.max_nodes = 64, .max_depth = 10});

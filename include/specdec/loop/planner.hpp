@@ -47,6 +47,7 @@ struct planner_options {
   std::int32_t cost_window = 8;   //!< pass times kept per tree size; their median is the estimate (>= 1)
   double explore = 0.15;          //!< optimism for rarely measured sizes: time x (1 - explore / sqrt(1 + seen))
   double prior_node_cost = 0.25;  //!< before two sizes are measured, each further node costs this share of one
+  std::int32_t probe_every = 64;  //!< after this many root-only rounds, one speculative round (0 = never)
   bool prune = true;              //!< per-depth early-stop thresholds (draft probability below marginal cost)
 };
 
@@ -138,6 +139,7 @@ class round_planner {
     if (!(o.explore >= 0.0 && o.explore < 1.0)) return make_status(status_code::invalid_argument, "explore in [0, 1)");
     if (!(o.prior_node_cost >= 0.0) || !std::isfinite(o.prior_node_cost))
       return make_status(status_code::invalid_argument, "prior_node_cost must be >= 0");
+    if (o.probe_every < 0) return make_status(status_code::invalid_argument, "probe_every must be >= 0");
     opt_ = o;
     const std::int32_t D = std::min(o.max_depth, o.max_nodes - 1);
     depth_cap_ = std::max(D, 0);
@@ -150,6 +152,8 @@ class round_planner {
     draft_fixed_ = loop_fixed_ = false;
     fixed_.clear();
     rounds_ = 0;
+    drafted_rounds_ = 0;
+    since_draft_ = 0;
     since_solve_ = o.replan_every;  // solve on the first plan
     has_plan_ = false;
     return status::success();
@@ -226,14 +230,21 @@ class round_planner {
       set_plan(c, predict_seconds(c));
       return plan();
     }
+    // Before any pass is measured, and every probe_every plain steps, try
+    // the best small speculative shape: costs and acceptance stay measured
+    // where speculation was switched off.
+    const bool unmeasured = injected_n_.empty() && cost_.empty();
+    const bool probe = opt_.probe_every > 0 && since_draft_ >= opt_.probe_every;
     std::size_t best = 0;
     double best_rate = -1.0, best_t = 0.0;
     for (std::size_t i = 0; i < cands_.size(); ++i) {
+      if ((unmeasured && cands_[i].nodes > 3) || (probe && cands_[i].nodes == 1)) continue;
       const double t = predict_seconds(cands_[i]);
       const double optimistic = t * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(cands_[i].nodes)));
       const double rate = (1.0 + cands_[i].value) / optimistic;
       if (rate > best_rate) best_rate = rate, best = i, best_t = t;
     }
+    if (best_rate < 0.0) best_t = predict_seconds(cands_[best]);  // nothing but the root to choose
     choose(best, best_t);
     return plan();
   }
@@ -259,13 +270,21 @@ class round_planner {
     ++rounds_;
     ++since_solve_;
     cost_.add(f.forward_nodes, f.forward_seconds);
-    if (f.drafter_calls > 0) {
+    // The drafter's first round also fills its cache with the whole prompt:
+    // not a per-round cost, so it is left out of the fit.
+    if (f.drafter_calls > 0 && drafted_rounds_++ > 0) {
       const double x[3] = {1.0, static_cast<double>(f.drafter_calls), static_cast<double>(f.drafted_nodes)};
       draft_.add(x, f.drafter_seconds, opt_.forget);
     }
     const double y[2] = {1.0, static_cast<double>(f.forward_nodes)};
     loop_.add(y, f.other_seconds, opt_.forget);
-    if (f.tree.size > 1) acc_.record(f.tree, f.path, f.draft_prob, opt_.forget, nchild_, rank_);
+    acc_.decay(opt_.forget);
+    if (f.tree.size > 1) {
+      acc_.record(f.tree, f.path, f.draft_prob, nchild_, rank_);
+      since_draft_ = 0;
+    } else {
+      ++since_draft_;
+    }
     return status::success();
   }
 
@@ -480,8 +499,8 @@ class round_planner {
   std::vector<candidate> cands_;
   std::vector<double> thresholds_, reach_;
   std::vector<std::int32_t> width_, depth_, nchild_, rank_;
-  std::int64_t rounds_ = 0;
-  std::int32_t since_solve_ = 0;
+  std::int64_t rounds_ = 0, drafted_rounds_ = 0;
+  std::int32_t since_solve_ = 0, since_draft_ = 0;
   bool has_plan_ = false;
   plan_summary summary_{};
 };

@@ -57,6 +57,7 @@ class pass_cost_table {
     fresh_ = true;
     xs_.clear();
     ys_.clear();
+    ws_.clear();
     for (std::int32_t n = 1; n <= max_n_; ++n) {
       const auto i = static_cast<std::size_t>(n - 1);
       const auto k = static_cast<std::size_t>(std::min<std::int64_t>(count_[i], window_));
@@ -67,7 +68,12 @@ class pass_cost_table {
       median_[i] = k % 2 == 1 ? sorted_[k / 2] : 0.5 * (sorted_[k / 2 - 1] + sorted_[k / 2]);
       xs_.push_back(n);
       ys_.push_back(median_[i]);
+      ws_.push_back(static_cast<double>(k));
     }
+    // A pass over more nodes never costs less on real hardware: pool
+    // adjacent violators (weighted by samples), so one slow outlier at a
+    // small size cannot make it look dearer than larger ones for long.
+    isotonic();
     slope_ = 0.0;
     if (xs_.size() >= 2) {
       double mx = 0, my = 0;
@@ -99,13 +105,39 @@ class pass_cost_table {
     return ys_[hi - 1] + w * (ys_[hi] - ys_[hi - 1]);
   }
 
-  //! Sizes with at least one sample and their medians (after refresh()).
+  //! Sizes with at least one sample and their (monotone) medians (after refresh()).
   [[nodiscard]] std::span<const double> sizes() const noexcept { return xs_; }
   [[nodiscard]] std::span<const double> medians() const noexcept { return ys_; }
 
  private:
+  void isotonic() {
+    // Blocks of (value, weight, count); merge while a block is below its predecessor.
+    blk_v_.clear();
+    blk_w_.clear();
+    blk_n_.clear();
+    for (std::size_t j = 0; j < ys_.size(); ++j) {
+      blk_v_.push_back(ys_[j]);
+      blk_w_.push_back(ws_[j]);
+      blk_n_.push_back(1);
+      while (blk_v_.size() > 1 && blk_v_[blk_v_.size() - 2] > blk_v_.back()) {
+        const std::size_t b = blk_v_.size() - 1;
+        const double w = blk_w_[b - 1] + blk_w_[b];
+        blk_v_[b - 1] = (blk_v_[b - 1] * blk_w_[b - 1] + blk_v_[b] * blk_w_[b]) / w;
+        blk_w_[b - 1] = w;
+        blk_n_[b - 1] += blk_n_[b];
+        blk_v_.pop_back();
+        blk_w_.pop_back();
+        blk_n_.pop_back();
+      }
+    }
+    std::size_t j = 0;
+    for (std::size_t b = 0; b < blk_v_.size(); ++b)
+      for (std::size_t k = 0; k < blk_n_[b]; ++k) ys_[j++] = blk_v_[b];
+  }
+
   std::int32_t max_n_ = 1, window_ = 1;
-  std::vector<double> ring_, seen_, median_, sorted_, xs_, ys_;
+  std::vector<double> ring_, seen_, median_, sorted_, xs_, ys_, ws_, blk_v_, blk_w_;
+  std::vector<std::size_t> blk_n_;
   std::vector<std::int64_t> count_;
   double slope_ = 0.0;
   bool fresh_ = false;
@@ -185,12 +217,17 @@ class acceptance_estimator {
 
   //! One verified tree: `path` the accepted root-to-node path, `prob` each
   //! node's draft probability (may be empty). `nchild`, `rank` scratch.
-  void record(const tree_view& t, std::span<const node_id> path, std::span<const float> prob, double forget,
-              std::vector<std::int32_t>& nchild, std::vector<std::int32_t>& rank) {
+  //! Decays every count by `forget` (once per round, drafted or not).
+  void decay(double forget) {
     for (double& x : off_) x *= forget;
     for (double& x : acc_) x *= forget;
     q_sum_ *= forget;
     acc_sum_ *= forget;
+    refresh();
+  }
+
+  void record(const tree_view& t, std::span<const node_id> path, std::span<const float> prob,
+              std::vector<std::int32_t>& nchild, std::vector<std::int32_t>& rank) {
     const auto n = static_cast<std::size_t>(t.size);
     nchild.assign(n, 0);
     rank.assign(n, -1);
