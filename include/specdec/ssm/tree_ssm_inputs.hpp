@@ -13,6 +13,7 @@
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
+#include "specdec/ssm/detail/ssm_simd.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/validate.hpp"
 
@@ -103,24 +104,37 @@ SPECDEC_HD T ssm_log_decay(T dt_eff, T a) noexcept {
   return v < floor ? floor : v;
 }
 
+//! True when every entry of the view is finite (absent views are). Rows
+//! with a unit innermost stride are tested as integers on vectors
+//! (ssm_row_finite, no early exit: one cheap read pass); other layouts
+//! entry by entry.
 template <class V>
 inline bool ssm_view_finite(const V& v) noexcept {
   if (v.data == nullptr) return true;
+  constexpr int r = V::rank;
+  for (int d = 0; d < r; ++d)
+    if (v.extent[d] == 0) return true;
+  const std::int64_t inner = v.extent[r - 1];
+  const bool unit = v.stride[r - 1] == 1;
+  auto row_ok = [&](const auto* p) {
+    if (unit) return ssm_row_finite(p, inner);
+    bool ok = true;
+    for (std::int64_t k = 0; k < inner; ++k) ok &= static_cast<bool>(std::isfinite(p[k * v.stride[r - 1]]));
+    return ok;
+  };
   bool ok = true;
-  if constexpr (V::rank == 1) {
-    for (std::int64_t a = 0; a < v.extent[0]; ++a) ok = ok && std::isfinite(v(a));
-  } else if constexpr (V::rank == 2) {
+  if constexpr (r == 1) {
+    ok = row_ok(v.data);
+  } else if constexpr (r == 2) {
+    for (std::int64_t a = 0; a < v.extent[0]; ++a) ok &= row_ok(v.data + a * v.stride[0]);
+  } else if constexpr (r == 3) {
     for (std::int64_t a = 0; a < v.extent[0]; ++a)
-      for (std::int64_t b = 0; b < v.extent[1]; ++b) ok = ok && std::isfinite(v(a, b));
-  } else if constexpr (V::rank == 3) {
-    for (std::int64_t a = 0; a < v.extent[0]; ++a)
-      for (std::int64_t b = 0; b < v.extent[1]; ++b)
-        for (std::int64_t c = 0; c < v.extent[2]; ++c) ok = ok && std::isfinite(v(a, b, c));
+      for (std::int64_t b = 0; b < v.extent[1]; ++b) ok &= row_ok(v.data + a * v.stride[0] + b * v.stride[1]);
   } else {
     for (std::int64_t a = 0; a < v.extent[0]; ++a)
       for (std::int64_t b = 0; b < v.extent[1]; ++b)
         for (std::int64_t c = 0; c < v.extent[2]; ++c)
-          for (std::int64_t d = 0; d < v.extent[3]; ++d) ok = ok && std::isfinite(v(a, b, c, d));
+          ok &= row_ok(v.data + a * v.stride[0] + b * v.stride[1] + c * v.stride[2]);
   }
   return ok;
 }
