@@ -19,6 +19,15 @@
 #define SPECDEC_SSM_SIMD 0
 #endif
 
+#if defined(__GNUC__) || defined(__clang__)
+//! Fully unrolls the next short fixed-count loop (register tiles; GCC's -O2
+//! keeps small arrays of vectors in memory otherwise).
+#define SPECDEC_SSM_UNROLL _Pragma("GCC unroll 8")
+#else
+//! Other compilers: no hint.
+#define SPECDEC_SSM_UNROLL
+#endif
+
 namespace specdec::detail {
 
 //! Bit layout of a scalar type.
