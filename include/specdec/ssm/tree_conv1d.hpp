@@ -90,15 +90,15 @@ inline constexpr std::int64_t tree_conv1d_tile = 64;
 //! once into contiguous stack rows; then every node sums W contiguous rows
 //! and applies SiLU on vectors. Inputs already validated.
 template <class T>
-void tree_conv1d_tiles(std::span<const node_id> parent, const tree_conv1d_inputs<T>& in, view2d<T> out,
-                       node_id* window) noexcept {
+void tree_conv1d_tiles(std::span<const node_id> parent, const tree_conv1d_inputs<T>& in, view2d<T> out) noexcept {
   using S = ssm_simd<T>;
   constexpr std::int64_t tile = tree_conv1d_tile;
   const std::int64_t n = in.x.extent[0], ch = in.x.extent[1], w = in.weight.extent[1];
   const std::int64_t len = in.conv_state.data != nullptr ? in.conv_state.extent[1] : 0;
   T wt[tree_conv1d_fast_width][tile];
   T st[tree_conv1d_fast_width][tile];
-  T acc[tile];
+  T bt[tile];
+  const T* src[tree_conv1d_fast_width];
   for (std::int64_t c0 = 0; c0 < ch; c0 += tile) {
     const std::int64_t nc = ch - c0 < tile ? ch - c0 : tile;
     const std::int64_t full = nc - nc % S::lanes;
@@ -107,27 +107,25 @@ void tree_conv1d_tiles(std::span<const node_id> parent, const tree_conv1d_inputs
       for (std::int64_t c = 0; c < nc; ++c) wt[m][c] = in.weight(c0 + c, w - 1 - m);
     for (std::int64_t r = 0; r + 1 < w; ++r)
       for (std::int64_t c = 0; c < nc; ++c) st[r][c] = in.conv_state(c0 + c, len - 1 - r);
+    for (std::int64_t c = 0; c < nc; ++c) bt[c] = in.bias.data != nullptr ? in.bias(c0 + c) : T(0);
     for (std::int64_t i = 0; i < n; ++i) {
+      // The W source rows of node i: its ancestors, then the newest state columns.
       node_id u = static_cast<node_id>(i);
-      for (std::int64_t m = 0; m < w; ++m) {
-        window[m] = u;
-        if (u >= 0) u = parent[static_cast<std::size_t>(u)];
-      }
-      for (std::int64_t c = 0; c < nc; ++c) acc[c] = in.bias.data != nullptr ? in.bias(c0 + c) : T(0);
       std::int64_t r = 0;
       for (std::int64_t m = 0; m < w; ++m) {
-        const T* src = window[m] >= 0 ? in.x.data + window[m] * in.x.stride[0] + c0 : st[r++];
-        const T* wm = wt[m];
-        for (std::int64_t c = 0; c < full; c += S::lanes)
-          S::store(acc + c, S::load(acc + c) + S::load(wm + c) * S::load(src + c));
-        for (std::int64_t c = full; c < nc; ++c) acc[c] += wm[c] * src[c];
+        src[m] = u >= 0 ? in.x.data + u * in.x.stride[0] + c0 : st[r++];
+        if (u >= 0) u = parent[static_cast<std::size_t>(u)];
       }
       T* dst = out.data + i * out.stride[0] + c0;
-      if (in.silu) {
-        for (std::int64_t c = 0; c < full; c += S::lanes) S::store(dst + c, S::silu(S::load(acc + c)));
-        for (std::int64_t c = full; c < nc; ++c) dst[c] = ssm_simd<T, false>::silu(acc[c]);
-      } else {
-        for (std::int64_t c = 0; c < nc; ++c) dst[c] = acc[c];
+      for (std::int64_t c = 0; c < full; c += S::lanes) {
+        auto acc = S::load(bt + c);
+        for (std::int64_t m = 0; m < w; ++m) acc += S::load(wt[m] + c) * S::load(src[m] + c);
+        S::store(dst + c, in.silu ? S::silu(acc) : acc);
+      }
+      for (std::int64_t c = full; c < nc; ++c) {
+        T acc = bt[c];
+        for (std::int64_t m = 0; m < w; ++m) acc += wt[m][c] * src[m][c];
+        dst[c] = in.silu ? ssm_simd<T, false>::silu(acc) : acc;
       }
     }
   }
@@ -166,7 +164,7 @@ status tree_conv1d(std::span<const node_id> parent, const tree_conv1d_inputs<T>&
   if (workspace.data() == nullptr || carver.overflowed())
     return make_status(status_code::buffer_too_small, "tree_conv1d: workspace too small");
   if (in.x.stride[1] == 1 && out.stride[1] == 1 && w <= detail::tree_conv1d_fast_width) {
-    detail::tree_conv1d_tiles(parent, in, out, window);
+    detail::tree_conv1d_tiles(parent, in, out);
     return status::success();
   }
   const std::int64_t len = in.conv_state.data != nullptr ? in.conv_state.extent[1] : 0;

@@ -114,13 +114,23 @@ inline bool ssm_view_finite(const V& v) noexcept {
   constexpr int r = V::rank;
   for (int d = 0; d < r; ++d)
     if (v.extent[d] == 0) return true;
+  // A packed (row-major, no gaps) view is one row.
+  std::int64_t packed = 1;
+  bool is_packed = true;
+  for (int d = r - 1; d >= 0; --d) {
+    is_packed = is_packed && (v.extent[d] == 1 || v.stride[d] == packed);
+    packed *= v.extent[d];
+  }
+  if (is_packed) return ssm_row_finite(v.data, packed);
   const std::int64_t inner = v.extent[r - 1];
-  const bool unit = v.stride[r - 1] == 1;
+  // Short rows (e.g. [channels, W] weights seen through a gap): entry by
+  // entry, which beats a vector pass per row.
+  const bool unit = v.stride[r - 1] == 1 && inner >= 16;
   auto row_ok = [&](const auto* p) {
     if (unit) return ssm_row_finite(p, inner);
-    bool ok = true;
-    for (std::int64_t k = 0; k < inner; ++k) ok &= static_cast<bool>(std::isfinite(p[k * v.stride[r - 1]]));
-    return ok;
+    bool fine = true;
+    for (std::int64_t k = 0; k < inner; ++k) fine &= ssm_row_finite(p + k * v.stride[r - 1], 1);
+    return fine;
   };
   bool ok = true;
   if constexpr (r == 1) {
