@@ -37,7 +37,7 @@ struct tree_scan_recurrent_scratch {
   std::int32_t* stack = nullptr;    // DFS stack (N)
   std::int32_t* depth = nullptr;    // node depths (N)
   T* bcopy = nullptr;               // contiguous B then C, [N, groups, dstate] each (strided B/C only)
-  T* rows = nullptr;                // 5 rows of headdim: x, dt' x, D, z, output accumulator
+  T* rows = nullptr;                // 5 rows of headdim (x, dt' x, D, z, output), then dt' and decay (2 N)
   T* slots = nullptr;               // (max_depth + 2) state rows of one head
 };
 
@@ -51,7 +51,7 @@ tree_scan_recurrent_scratch<T> carve_tree_scan_recurrent_walk(workspace_carver& 
   r.stack = c.take<std::int32_t>(n);
   r.depth = c.take<std::int32_t>(n);
   r.bcopy = c.take<T>(2 * static_cast<std::size_t>(s.nodes * s.groups * s.dstate));
-  r.rows = c.take<T>(5 * static_cast<std::size_t>(s.headdim));
+  r.rows = c.take<T>(5 * static_cast<std::size_t>(s.headdim) + 2 * n);
   return r;
 }
 
@@ -66,7 +66,8 @@ T* carve_tree_scan_recurrent_slots(workspace_carver& c, std::int64_t max_depth, 
 //! Bytes of workspace `tree_scan_recurrent` needs for this tree and shape:
 //! (max_depth + 2) * headdim * dstate scalars (one head's state per depth
 //! level: the O(depth x state) memory of the walk), contiguous copies of B
-//! and C (2 N groups dstate scalars) and 5 N + 1 ints (depths, DFS order and its scratch),
+//! and C (2 N groups dstate scalars, used for strided B or C), 5 headdim +
+//! 2 N scalars of rows and 5 N + 1 ints (depths, DFS order and its scratch),
 //! plus unaligned_workspace_slack. `parent`
 //! must be a valid topological parent array (validate first; an invalid one
 //! gives a bound that the scan will reject anyway). O(N * depth).
@@ -146,6 +147,8 @@ status tree_scan_recurrent(std::span<const node_id> parent, const tree_ssm_input
   T* drow = xdt + P;
   T* zrow = drow + P;
   T* acc = zrow + P;
+  T* dtcol = acc + P;
+  T* decaycol = dtcol + s.nodes;
 
   const std::int64_t hpg = s.heads_per_group();
   for (std::int64_t h = 0; h < s.heads; ++h) {
@@ -153,6 +156,10 @@ status tree_scan_recurrent(std::span<const node_id> parent, const tree_ssm_input
     const T bias = in.dt_bias.data != nullptr ? in.dt_bias(h) : T(0);
     const T a = in.A(h);
     for (std::int64_t p = 0; p < P; ++p) drow[p] = tree_ssm_d(in, h, p);
+    // dt' and the decay exp(dt' A) of every node of this head, on vectors.
+    detail::ssm_dt_column(in.dt.data + h * in.dt.stride[1], in.dt.stride[0], bias, opt, dtcol, s.nodes);
+    for (std::int64_t i = 0; i < s.nodes; ++i) decaycol[i] = detail::ssm_log_decay(dtcol[i], a);
+    detail::ssm_exp_inplace(decaycol, s.nodes);
     // The state before the root: h0 in place, a contiguous copy of a strided h0, or none (zeros).
     const T* h0p = nullptr;
     std::int64_t h0ld = S;
@@ -182,8 +189,8 @@ status tree_scan_recurrent(std::span<const node_id> parent, const tree_ssm_input
         h_out = states.data + i * states.stride[0] + h * states.stride[1];
         out_ld = states.stride[2];
       }
-      const T dt = detail::ssm_dt_effective(in.dt(i, h), bias, opt);
-      const T decay = std::exp(detail::ssm_log_decay(dt, a));
+      const T dt = dtcol[i];
+      const T decay = decaycol[i];
       for (std::int64_t p = 0; p < P; ++p) {
         xrow[p] = in.x(i, h, p);
         xdt[p] = dt * xrow[p];

@@ -104,6 +104,34 @@ SPECDEC_HD T ssm_log_decay(T dt_eff, T a) noexcept {
   return v < floor ? floor : v;
 }
 
+//! dt' on vectors of ssm_simd type S: softplus (when enabled), then the
+//! clamp to [dt_min, dt_max]; the host twin of ssm_dt_effective.
+template <class S, class T>
+typename S::vec ssm_dt_transform(typename S::vec v, const tree_ssm_options<T>& opt) noexcept {
+  if (opt.dt_softplus) v = S::softplus(v);
+  const auto lo = S::splat(opt.dt_min), hi = S::splat(opt.dt_max);
+  v = S::select(S::less(v, lo), lo, v);
+  return S::select(S::less(hi, v), hi, v);
+}
+
+//! dt' of one (node, head) on the host (the one-lane ssm_dt_transform).
+template <class T>
+T ssm_dt_host(T raw, T bias, const tree_ssm_options<T>& opt) noexcept {
+  return ssm_dt_transform<ssm_simd<T, false>>(raw + bias, opt);
+}
+
+//! dt' of one head for all n nodes into the contiguous `out`, from
+//! raw[i * stride] + bias: one gather, then softplus and clamp on vectors.
+template <class T>
+void ssm_dt_column(const T* raw, std::int64_t stride, T bias, const tree_ssm_options<T>& opt, T* out,
+                   std::int64_t n) noexcept {
+  using S = ssm_simd<T>;
+  for (std::int64_t i = 0; i < n; ++i) out[i] = raw[i * stride] + bias;
+  const std::int64_t full = n - n % S::lanes;
+  for (std::int64_t i = 0; i < full; i += S::lanes) S::store(out + i, ssm_dt_transform<S>(S::load(out + i), opt));
+  for (std::int64_t i = full; i < n; ++i) out[i] = ssm_dt_transform<ssm_simd<T, false>>(out[i], opt);
+}
+
 //! True when every entry of the view is finite (absent views are). Rows
 //! with a unit innermost stride are tested as integers on vectors
 //! (ssm_row_finite, no early exit: one cheap read pass); other layouts

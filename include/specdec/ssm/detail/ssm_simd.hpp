@@ -142,6 +142,26 @@ struct ssm_simd : ssm_vec_types<T, Wide> {
     const vec res = p * std::bit_cast<vec>(scale);
     return std::bit_cast<vec>(std::bit_cast<uvec>(res) & ~under);
   }
+  //! softplus(v) = max(v, 0) + log1p(exp(-|v|)) (no overflow for huge v).
+  //! log1p(e), e in (0, 1], as k ln2 + 2 atanh(w / (2 + w)) with w = e
+  //! (k = 0) or (e - 1) / 2 (k = 1, e > sqrt(2) - 1), so |atanh's argument|
+  //! <= 0.172 and an odd series (to s^13 for float, s^23 for double) is exact
+  //! to about an ulp, also for tiny e.
+  static vec softplus(vec v) noexcept {
+    const vec zero{};
+    const uvec neg = less(v, zero);
+    const vec pos = select(neg, zero, v);
+    const vec e = exp(select(neg, v, zero - v));  // exp(-|v|)
+    const uvec big = less(splat(T(0.41421356237309504880)), e);
+    const vec w = select(big, (e - splat(T(1))) * splat(T(0.5)), e);
+    const vec k = select(big, splat(T(0.69314718055994530942)), zero);
+    const vec sv = w / (splat(T(2)) + w);
+    const vec s2 = sv * sv;
+    constexpr int terms = sizeof(T) == 4 ? 6 : 11;  // 1/3, 1/5, ... 1/(2 terms + 1)
+    vec q = splat(T(1) / T(2 * terms + 1));
+    for (int t = terms - 1; t >= 1; --t) q = q * s2 + splat(T(1) / T(2 * t + 1));
+    return pos + (k + splat(T(2)) * (sv + sv * s2 * q));
+  }
   //! silu(v) = v / (1 + exp(-v)); finite for every finite v.
   static vec silu(vec v) noexcept { return v / (splat(T(1)) + exp(vec{} - v)); }
 };
