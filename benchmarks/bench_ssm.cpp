@@ -180,6 +180,21 @@ void BM_ssm_gemm(benchmark::State& st) {
 }
 #endif
 
+// The scans' input check alone (validate_tree_ssm: shapes, tree, every value
+// finite), the error contract's cost: one read pass over x, dt, B, C, z, h0.
+void BM_ssm_check(benchmark::State& st) {
+  bench_problem pb(st.range(0), st.range(1), st.range(2));
+  const auto in = pb.inputs();
+  for (auto _ : st) {
+    specdec::tree_ssm_shape shape;
+    const auto s = specdec::validate_tree_ssm<float>(pb.parent, in, {}, shape);
+    if (!s.ok()) st.SkipWithError(s.message());
+    benchmark::DoNotOptimize(shape);
+  }
+  st.counters["bytes"] = static_cast<double>(
+      sizeof(float) * (pb.x.size() + pb.z.size() + pb.dt.size() + pb.B.size() + pb.C.size() + pb.h0.size()));
+}
+
 // State commit of the deepest root path (depth + 1 recurrence steps, all heads).
 void BM_ssm_commit(benchmark::State& st) {
   bench_problem pb(st.range(0), st.range(1), st.range(2));
@@ -330,6 +345,7 @@ BENCHMARK(BM_ssm_recurrent_states)->Apply(form_args);
 BENCHMARK(BM_ssm_dual)->Apply(form_args);
 BENCHMARK(BM_ssm_auto)->Apply(form_args);
 BENCHMARK(BM_ssm_commit)->Apply(form_args);
+BENCHMARK(BM_ssm_check)->Apply(form_args);
 BENCHMARK(BM_ssm_conv1d)->Apply(form_args);
 BENCHMARK(BM_ssm_cross_recurrent)->Apply(cross_args);
 BENCHMARK(BM_ssm_cross_dual)->Apply(cross_args);

@@ -12,7 +12,7 @@ import json
 import re
 import sys
 
-FORMS = ["gemm", "recurrent", "recurrent_states", "dual", "auto", "dual_eigen", "commit", "conv1d"]
+FORMS = ["gemm", "recurrent", "recurrent_states", "dual", "auto", "dual_eigen", "commit", "conv1d", "check"]
 
 
 def load(path):
@@ -44,9 +44,10 @@ def table(data, label):
                 t, f = data[(form, shape, n)]
                 g = data.get(("gemm", shape, n), (0, 0))[1]
                 t1 = data.get((form, shape, 1), (0, 0))[0]
-                frac = f"{f / g:.2f}" if g else "-"
+                frac = f"{f / g:.2f}" if g and f else "-"
                 ratio = f"{t / t1:.1f}" if t1 else "-"
-                cells.append(f"{t:.1f} / {f * 1e-9:.1f} / {frac} / {ratio}")
+                gf = f"{f * 1e-9:.1f}" if f else "-"
+                cells.append(f"{t:.1f} / {gf} / {frac} / {ratio}")
             print(f"| {form} | " + " | ".join(cells) + " |")
 
 
