@@ -415,8 +415,8 @@ inline void attention(const weights& w, const layer_weights& L, state& s, const 
       }
     // Scores [M, T]: one product with each page's [dh x 16] transposed keys.
     for (std::int64_t lp = 0; lp < pages; ++lp)
-      kernel::rows_block<6, 1>(M, sc.q.data(), dh, s.k_page(L.cache_index, lp, kh), P, 0, dh, sc.scores.data() + lp * P,
-                               ldS, P, false);
+      kernel::panel_rows(M, sc.q.data(), dh, s.k_page(L.cache_index, lp, kh), P, dh, sc.scores.data() + lp * P, ldS, P,
+                         false);
     // Masked softmax per row: committed keys always, tree slot j if bit j of the node's row.
     for (std::int64_t m = 0; m < M; ++m) {
       float* sr = sc.scores.data() + m * ldS;
@@ -439,8 +439,7 @@ inline void attention(const weights& w, const layer_weights& L, state& s, const 
       const float* vp = s.v_page(L.cache_index, lp, kh);
       const std::int64_t keys = std::min(P, T - lp * P);
       for (std::int64_t p = 0; p < dh / P; ++p)
-        kernel::rows_block<6, 1>(M, sc.scores.data() + lp * P, ldS, vp + p * P, dh, 0, keys, sc.o.data() + p * P, dh, P,
-                                 true);
+        kernel::panel_rows(M, sc.scores.data() + lp * P, ldS, vp + p * P, dh, keys, sc.o.data() + p * P, dh, P, true);
     }
     for (std::int64_t r = 0; r < n; ++r)
       for (std::int64_t g = 0; g < group; ++g)
