@@ -36,7 +36,7 @@ inline constexpr int v8_per_panel = static_cast<int>(panel_width / 8);
 // which makes a 4-row block issue three loads per two multiply-adds and run
 // at half the speed of the 6-row block (measured: 44 vs 90 GFLOP/s).
 inline void pin([[maybe_unused]] v8& v) {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#if defined(__GNUC__) && defined(__AVX__)  // one ymm register; SSE-only builds split v8 in two
   asm("" : "+x"(v));
 #endif
 }
