@@ -304,12 +304,15 @@ inline void describe_planner(specdec::round_planner& p, decode_stats& st) {
     std::snprintf(buf, sizeof buf, " %g:%.2f", n[i], t[i] / t1);
     s += buf;
   }
-  // drafter_seconds(levels, nodes) = per_round + per_level x levels + per_node x nodes
-  const double per_level = p.drafter_seconds(2, 0) - p.drafter_seconds(1, 0);
-  const double per_round = p.drafter_seconds(1, 0) - per_level;
-  const double per_node = p.drafter_seconds(1, 1) - p.drafter_seconds(1, 0);
-  std::snprintf(buf, sizeof buf, " (t(1) = %.0f us); drafter %.0f us/round + %.0f us/level + %.1f us/node", t1 * 1e6,
-                per_round * 1e6, per_level * 1e6, per_node * 1e6);
+  // drafter_seconds(levels, nodes, tokens) = per_round + per_level x levels
+  //   + per_node x nodes + per_token x tokens (caught up since it last ran)
+  const double per_level = p.drafter_seconds(2, 0, 0) - p.drafter_seconds(1, 0, 0);
+  const double per_round = p.drafter_seconds(1, 0, 0) - per_level;
+  const double per_node = p.drafter_seconds(1, 1, 0) - p.drafter_seconds(1, 0, 0);
+  const double per_token = p.drafter_seconds(1, 0, 1) - p.drafter_seconds(1, 0, 0);
+  std::snprintf(buf, sizeof buf,
+                " (t(1) = %.0f us); drafter %.0f us/round + %.0f us/level + %.1f us/node + %.1f us/token caught up",
+                t1 * 1e6, per_round * 1e6, per_level * 1e6, per_node * 1e6, per_token * 1e6);
   s += buf;
   st.planner_estimates = s;
 }

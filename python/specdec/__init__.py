@@ -1157,7 +1157,7 @@ class RoundPlanner:
     :meth:`observe` after verification with its own step times, e.g. from
     ``torch.cuda.Event`` timers. Options are those of ``planner_options``
     (max_nodes, max_depth, max_children, forget, prior_weight, prior_accept,
-    replan_every, cost_window, explore, prior_node_cost, probe_every, prune). Lossless:
+    replan_every, cost_window, explore, prior_node_cost, probe_every, rescore_every, prune). Lossless:
     the plan never depends on the round's target rows (docs/loop.md).
     """
 
@@ -1202,9 +1202,9 @@ class RoundPlanner:
         """Estimated pass time over n nodes."""
         return self._p.target_seconds(n)
 
-    def drafter_seconds(self, levels: int, nodes: int) -> float:
-        """Estimated drafter time of a round."""
-        return self._p.drafter_seconds(levels, nodes)
+    def drafter_seconds(self, levels: int, nodes: int, tokens: float = 1.0) -> float:
+        """Estimated drafter time of a round (catching up on `tokens` committed since it last ran)."""
+        return self._p.drafter_seconds(levels, nodes, tokens)
 
     def acceptance(self, depth: int, rank: int) -> float:
         """Estimated acceptance of a rank-`rank` child at `depth`."""

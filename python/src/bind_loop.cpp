@@ -24,7 +24,7 @@ void bind_loop(nb::module_& m) {
           "__init__",
           [](round_planner* p, std::int32_t max_nodes, std::int32_t max_depth, std::int32_t max_children, double forget,
              double prior_weight, double prior_accept, std::int32_t replan_every, std::int32_t cost_window,
-             double explore, double prior_node_cost, std::int32_t probe_every, bool prune) {
+             double explore, double prior_node_cost, std::int32_t probe_every, std::int32_t rescore_every, bool prune) {
             new (p) round_planner();
             check(p->reset(planner_options{.max_nodes = max_nodes,
                                            .max_depth = max_depth,
@@ -37,11 +37,13 @@ void bind_loop(nb::module_& m) {
                                            .explore = explore,
                                            .prior_node_cost = prior_node_cost,
                                            .probe_every = probe_every,
+                                           .rescore_every = rescore_every,
                                            .prune = prune}));
           },
           arg("max_nodes") = 32, arg("max_depth") = 8, arg("max_children") = 4, arg("forget") = 0.97,
           arg("prior_weight") = 2.0, arg("prior_accept") = 0.5, arg("replan_every") = 32, arg("cost_window") = 8,
-          arg("explore") = 0.15, arg("prior_node_cost") = 0.25, arg("probe_every") = 64, arg("prune") = true)
+          arg("explore") = 0.05, arg("prior_node_cost") = 0.25, arg("probe_every") = 64, arg("rescore_every") = 4,
+          arg("prune") = true)
       .def("next",
            [](round_planner& p) {
              const round_plan r = p.next();
@@ -95,7 +97,7 @@ void bind_loop(nb::module_& m) {
           "fix_plan", [](round_planner& p, const in1<node_id>& shape) { check(p.fix_plan(span_of(shape))); },
           arg("shape"))
       .def("target_seconds", &round_planner::target_seconds, arg("n"))
-      .def("drafter_seconds", &round_planner::drafter_seconds, arg("levels"), arg("nodes"))
+      .def("drafter_seconds", &round_planner::drafter_seconds, arg("levels"), arg("nodes"), arg("tokens") = 1.0)
       .def("loop_seconds", &round_planner::loop_seconds, arg("n"))
       .def("acceptance", &round_planner::acceptance, arg("depth"), arg("rank"))
       .def_prop_ro("rounds", &round_planner::rounds);

@@ -92,6 +92,12 @@ class planned_tree_builder : public owning_build<planned_tree_builder> {
 //! planner its plan (pending until observe()). Requests keep their own
 //! depth. O(R x C x budget) for R requests with C candidates each.
 //! Errors: invalid_argument (null planner, budget below one node per request).
+namespace detail {
+inline double cur_draft_of(round_planner& p, const round_planner::candidate& c) {
+  return p.drafter_seconds(c.depth, c.expanded, 1.0 + c.value);
+}
+}  // namespace detail
+
 inline status plan_batch(std::span<round_planner* const> planners, std::int32_t node_budget) {
   const std::size_t R = planners.size();
   if (R == 0) return status::success();
@@ -124,11 +130,12 @@ inline status plan_batch(std::span<round_planner* const> planners, std::int32_t 
       round_planner& p = *planners[r];
       const auto cands = p.candidates();
       const auto& cur = cands[pick[r]];
-      const double cur_draft = p.drafter_seconds(cur.depth, cur.expanded);
+      const double cur_draft = p.drafter_seconds(cur.depth, cur.expanded, 1.0 + cur.value);
       for (std::size_t c = 0; c < cands.size(); ++c) {
         const auto& x = cands[c];
         if (x.nodes <= cur.nodes || nodes - cur.nodes + x.nodes > node_budget) continue;
-        const double v = rate(tokens - cur.value + x.value, draft - cur_draft + p.drafter_seconds(x.depth, x.expanded),
+        const double v = rate(tokens - cur.value + x.value,
+                              draft - cur_draft + p.drafter_seconds(x.depth, x.expanded, 1.0 + x.value),
                               nodes - cur.nodes + x.nodes);
         if (v > step_best) step_best = v, step_r = r, step_c = c;
       }
@@ -138,7 +145,7 @@ inline status plan_batch(std::span<round_planner* const> planners, std::int32_t 
     const auto& cur = p.candidates()[pick[step_r]];
     const auto& x = p.candidates()[step_c];
     tokens += x.value - cur.value;
-    draft += p.drafter_seconds(x.depth, x.expanded) - p.drafter_seconds(cur.depth, cur.expanded);
+    draft += p.drafter_seconds(x.depth, x.expanded, 1.0 + x.value) - detail::cur_draft_of(p, cur);
     nodes += x.nodes - cur.nodes;
     pick[step_r] = step_c;
     if (step_best > best) best = step_best, best_pick = pick;

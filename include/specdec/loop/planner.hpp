@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -45,10 +46,13 @@ struct planner_options {
   double prior_accept = 0.5;       //!< prior acceptance of a rank-0 child (rank r: halved r times), in [0, 1]
   std::int32_t replan_every = 32;  //!< rounds between re-solving the tree program (>= 1)
   std::int32_t cost_window = 8;    //!< pass times kept per tree size; their median is the estimate (>= 1)
-  double explore = 0.15;           //!< optimism for rarely measured sizes: time x (1 - explore / sqrt(1 + seen))
+  double explore = 0.05;           //!< optimism for rarely measured sizes: time x (1 - explore / sqrt(1 + seen))
   double prior_node_cost = 0.25;   //!< before two sizes are measured, each further node costs this share of one
-  std::int32_t probe_every = 64;   //!< after this many root-only rounds, one speculative round (0 = never)
-  bool prune = true;               //!< per-depth early-stop thresholds (draft probability below marginal cost)
+  std::int32_t probe_every = 64;
+  std::int32_t rescore_every =
+      4;  //!< rounds between full scorings of the candidates (>= 1); the last choice in between   //!< after this many
+          //!< root-only rounds, one speculative round (0 = never)
+  bool prune = true;  //!< per-depth early-stop thresholds (draft probability below marginal cost)
 };
 
 //! Where a round's shape came from.
@@ -140,6 +144,7 @@ class round_planner {
     if (!(o.prior_node_cost >= 0.0) || !std::isfinite(o.prior_node_cost))
       return make_status(status_code::invalid_argument, "prior_node_cost must be >= 0");
     if (o.probe_every < 0) return make_status(status_code::invalid_argument, "probe_every must be >= 0");
+    if (o.rescore_every < 1) return make_status(status_code::invalid_argument, "rescore_every must be >= 1");
     opt_ = o;
     const std::int32_t D = std::min(o.max_depth, o.max_nodes - 1);
     depth_cap_ = std::max(D, 0);
@@ -156,7 +161,12 @@ class round_planner {
     solved_table_.clear();
     forget_times();
     rounds_ = 0;
+    probe_gap_ = o.probe_every;
+    last_best_ = SIZE_MAX;
+    since_score_ = 0;
+    rescored_now_ = true;
     drafted_rounds_ = 0;
+    catch_up_ = 0;
     since_draft_ = 0;
     since_solve_ = o.replan_every;  // solve on the first plan
     has_plan_ = false;
@@ -195,6 +205,7 @@ class round_planner {
     drafter_w_[0] = per_round;
     drafter_w_[1] = per_level;
     drafter_w_[2] = per_node;
+    drafter_w_[3] = 0.0;
     draft_fixed_ = true;
     return status::success();
   }
@@ -239,17 +250,38 @@ class round_planner {
     // the best small speculative shape: costs and acceptance stay measured
     // where speculation was switched off.
     const bool unmeasured = injected_n_.empty() && cost_.empty();
-    const bool probe = opt_.probe_every > 0 && since_draft_ >= opt_.probe_every;
+    const bool probe = probe_gap_ > 0 && since_draft_ >= probe_gap_;
+    // Estimates move little from one round to the next: between full
+    // scorings the last choice is kept (its prediction refreshed).
+    if (!unmeasured && !probe && !rescored_now_ && last_best_ < cands_.size() && ++since_score_ < opt_.rescore_every) {
+      choose(last_best_, predict_seconds(cands_[last_best_]));
+      return plan();
+    }
+    since_score_ = 0;
+    rescored_now_ = false;
+    // Measured costs are extrapolated to larger sizes, but a size far above
+    // every measured one is not tried: trees grow about 1.5x per step.
+    const std::int32_t grow_to =
+        !injected_n_.empty() ? opt_.max_nodes : std::max(3, cost_.largest() + cost_.largest() / 2 + 1);
     std::size_t best = 0;
     double best_rate = -1.0, best_t = 0.0;
     for (std::size_t i = 0; i < cands_.size(); ++i) {
-      if ((unmeasured && cands_[i].nodes > 3) || (probe && cands_[i].nodes == 1)) continue;
+      if (cands_[i].nodes > grow_to || (probe && cands_[i].nodes == 1)) continue;
       const double t = predict_seconds(cands_[i]);
       const double optimistic = t * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(cands_[i].nodes)));
       const double rate = (1.0 + cands_[i].value) / optimistic;
       if (rate > best_rate) best_rate = rate, best = i, best_t = t;
     }
     if (best_rate < 0.0) best_t = predict_seconds(cands_[best]);  // nothing but the root to choose
+    last_best_ = best;
+    // Probes back off (x2) while plain steps keep winning; a speculative
+    // choice of the regular scoring restores the gap.
+    if (probe)
+      probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 1 << 16);
+    else if (cands_[best].nodes > 1)
+      probe_gap_ = opt_.probe_every;
+    // A probe, or a size not measured yet, holds for one round only.
+    if (unmeasured || probe || (injected_n_.empty() && cost_.kept(cands_[best].nodes) == 0)) rescored_now_ = true;
     choose(best, best_t);
     return plan();
   }
@@ -273,15 +305,22 @@ class round_planner {
     if (f.forward_nodes < 1) return make_status(status_code::invalid_argument, "forward_nodes must be >= 1");
     has_plan_ = false;
     ++rounds_;
-    ++since_solve_;
+    // Only rounds that drafted bring acceptance news: plain streaks do not
+    // re-solve the candidates (probes do, when due).
+    if (f.tree.size > 1) ++since_solve_;
     cost_.add(f.forward_nodes, f.forward_seconds);
     forget_times();
     // The drafter's first round also fills its cache with the whole prompt:
     // not a per-round cost, so it is left out of the fit.
+    // A drafter that skipped rounds first catches up on the tokens committed
+    // meanwhile: a cost per token (its own feature), paid once per switch.
     if (f.drafter_calls > 0 && drafted_rounds_++ > 0) {
-      const double x[3] = {1.0, static_cast<double>(f.drafter_calls), static_cast<double>(f.drafted_nodes)};
+      const double x[4] = {1.0, static_cast<double>(f.drafter_calls), static_cast<double>(f.drafted_nodes),
+                           static_cast<double>(catch_up_)};
       draft_.add(x, f.drafter_seconds, opt_.forget);
     }
+    catch_up_ = f.drafter_calls > 0 ? static_cast<std::int64_t>(f.path.size())
+                                    : catch_up_ + static_cast<std::int64_t>(f.path.size());
     const double y[2] = {1.0, static_cast<double>(f.forward_nodes)};
     loop_.add(y, f.other_seconds, opt_.forget);
     acc_.decay(opt_.forget);
@@ -300,11 +339,13 @@ class round_planner {
     cost_.refresh(opt_.prior_node_cost);
     return target_at(n);
   }
-  //! Estimated drafter seconds of a round with `levels` calls over `nodes` expanded nodes (0 when levels == 0).
-  [[nodiscard]] double drafter_seconds(std::int32_t levels, std::int32_t nodes) {
+  //! Estimated drafter seconds of a round with `levels` calls over `nodes`
+  //! expanded nodes (0 when levels == 0), catching up on `tokens` committed
+  //! since the drafter last ran (in steady speculation: the last round's).
+  [[nodiscard]] double drafter_seconds(std::int32_t levels, std::int32_t nodes, double tokens = 1.0) {
     if (levels == 0) return 0.0;
     const double* w = drafter_weights();
-    return w[0] + w[1] * levels + w[2] * nodes;
+    return w[0] + w[1] * levels + w[2] * nodes + w[3] * tokens;
   }
   //! Estimated loop (non-target, non-drafter) seconds of a round over n nodes.
   [[nodiscard]] double loop_seconds(std::int32_t n) {
@@ -347,7 +388,7 @@ class round_planner {
   void prepare() { refresh(); }
   //! Predicted seconds of candidate c run alone (target + drafter + loop).
   [[nodiscard]] double predict_seconds(const candidate& c) {
-    return target_at(c.nodes) + drafter_seconds(c.depth, c.expanded) + loop_seconds(c.nodes);
+    return target_at(c.nodes) + drafter_seconds(c.depth, c.expanded, 1.0 + c.value) + loop_seconds(c.nodes);
   }
   //! Hands out candidate i with the predicted round time `seconds` as the plan.
   void choose(std::size_t i, double seconds) {
@@ -405,7 +446,7 @@ class round_planner {
   const double* drafter_weights() {
     if (draft_fixed_ || draft_.samples() == 0.0) return drafter_w_;
     const double* w = draft_.weights();
-    std::copy_n(w, 3, drafter_w_);
+    std::copy_n(w, 4, drafter_w_);
     return drafter_w_;
   }
   const double* loop_weights() {
@@ -499,6 +540,7 @@ class round_planner {
   void refresh() {
     if (since_solve_ < opt_.replan_every && !cands_.empty()) return;
     since_solve_ = 0;
+    rescored_now_ = true;  // candidate indices changed: score them all next
     if (family_.empty()) build_families();
     cands_.clear();
     for (candidate c : family_) {
@@ -515,7 +557,7 @@ class round_planner {
     double moved = solved_table_.size() == table.size() ? 0.0 : 1.0;
     for (std::size_t i = 0; i < solved_table_.size() && i < table.size(); ++i)
       moved = std::max(moved, std::fabs(solved_table_[i] - table[i]));
-    if (moved > 0.02) {  // expected tokens barely move below this
+    if (moved > 0.05) {  // the optimal shapes barely change below this
       solved_table_.assign(table.begin(), table.end());
       programs_.resize(static_cast<std::size_t>(depth_cap_) + 1);
       for (std::int32_t L = 1; L <= depth_cap_; L = next_bound(L))
@@ -548,21 +590,23 @@ class round_planner {
   std::int32_t depth_cap_ = 0;
   detail::pass_cost_table cost_;
   detail::acceptance_estimator acc_;
-  detail::decayed_regression<3> draft_;
+  detail::decayed_regression<4> draft_;
   detail::decayed_regression<2> loop_;
   std::vector<detail::tree_program> programs_;
   std::vector<double> solved_table_;
   std::vector<candidate> family_;
-  double drafter_w_[3] = {0, 0, 0}, loop_w_[2] = {0, 0};
+  double drafter_w_[4] = {0, 0, 0, 0}, loop_w_[2] = {0, 0};
   bool draft_fixed_ = false, loop_fixed_ = false;
   std::vector<double> injected_n_, injected_t_, tmemo_;
   std::vector<node_id> fixed_, store_, shape_;
   std::vector<candidate> cands_;
   std::vector<double> thresholds_, reach_;
   std::vector<std::int32_t> width_, depth_, nchild_, rank_;
-  std::int64_t rounds_ = 0, drafted_rounds_ = 0;
+  std::int64_t rounds_ = 0, drafted_rounds_ = 0, catch_up_ = 0, probe_gap_ = 0;
   std::int32_t since_solve_ = 0, since_draft_ = 0;
-  bool has_plan_ = false;
+  bool has_plan_ = false, rescored_now_ = true;
+  std::size_t last_best_ = SIZE_MAX;
+  std::int32_t since_score_ = 0;
   plan_summary summary_{};
 };
 

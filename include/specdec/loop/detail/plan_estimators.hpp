@@ -37,15 +37,33 @@ class pass_cost_table {
   void add(std::int32_t n, double seconds) {
     if (n < 1 || n > max_n_ || !(seconds >= 0.0) || !std::isfinite(seconds)) return;
     const auto i = static_cast<std::size_t>(n - 1);
+    seen_[i] += 1.0;
+    // The first pass at a size often pays for growing the engine's buffers
+    // (allocation, page faults): not a cost of later passes, so it is dropped.
+    if (seen_[i] == 1.0) return;
     const std::int64_t c = count_[i]++;
     ring_[i * static_cast<std::size_t>(window_) + static_cast<std::size_t>(c % window_)] = seconds;
-    seen_[i] += 1.0;
+    // This size's median now (a window of a few entries), the curve on demand.
+    const auto k = static_cast<std::size_t>(std::min<std::int64_t>(count_[i], window_));
+    std::copy_n(ring_.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(window_)), k, sorted_.begin());
+    std::sort(sorted_.begin(), sorted_.begin() + static_cast<std::ptrdiff_t>(k));
+    median_[i] = k % 2 == 1 ? sorted_[k / 2] : 0.5 * (sorted_[k / 2 - 1] + sorted_[k / 2]);
     fresh_ = false;
   }
 
   //! Samples seen at size n (the exploration bonus shrinks with it).
   [[nodiscard]] double seen(std::int32_t n) const noexcept {
     return n >= 1 && n <= max_n_ ? seen_[static_cast<std::size_t>(n - 1)] : 0.0;
+  }
+  //! Passes kept at size n (0: not measured yet; its first pass is dropped).
+  [[nodiscard]] std::int64_t kept(std::int32_t n) const noexcept {
+    return n >= 1 && n <= max_n_ ? count_[static_cast<std::size_t>(n - 1)] : 0;
+  }
+  //! The largest measured size (0 before any).
+  [[nodiscard]] std::int32_t largest() const noexcept {
+    for (std::int32_t n = max_n_; n >= 1; --n)
+      if (count_[static_cast<std::size_t>(n - 1)] > 0) return n;
+    return 0;
   }
   [[nodiscard]] bool empty() const noexcept {
     return std::all_of(count_.begin(), count_.end(), [](std::int64_t c) { return c == 0; });
@@ -62,10 +80,6 @@ class pass_cost_table {
       const auto i = static_cast<std::size_t>(n - 1);
       const auto k = static_cast<std::size_t>(std::min<std::int64_t>(count_[i], window_));
       if (k == 0) continue;
-      std::copy_n(ring_.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(window_)), k,
-                  sorted_.begin());
-      std::sort(sorted_.begin(), sorted_.begin() + static_cast<std::ptrdiff_t>(k));
-      median_[i] = k % 2 == 1 ? sorted_[k / 2] : 0.5 * (sorted_[k / 2 - 1] + sorted_[k / 2]);
       xs_.push_back(n);
       ys_.push_back(median_[i]);
       ws_.push_back(static_cast<double>(k));
