@@ -225,6 +225,9 @@ struct spec_options {
   std::int32_t topk_k = 2, topk_depth = 4;
   std::int32_t beam_k = 4, beam_width = 4, beam_depth = 5, beam_budget = 32;
   specdec::planner_options planner{.max_nodes = 32, .max_depth = 8};  //!< planned runs
+  //! Planned runs: a planner state carried between requests (read at the
+  //! start when it has seen rounds, written back at the end); null = cold.
+  specdec::round_planner* carry = nullptr;
   std::uint64_t seed = 7;
   std::uint32_t request = 0;
   //! Rule for i.i.d.-drafted chains and trees at temperature > 0: sampled_iid
@@ -342,7 +345,10 @@ std::vector<token_id> run_session(Builder builder, const weights& target, const 
     if constexpr (specdec::round_observing_builder<Builder>) tally_plan(s.last_round().plan, st);
     if (on_round) on_round(static_cast<std::int64_t>(s.generated_tokens().size()));
   });
-  if constexpr (specdec::batch_plannable_builder<Builder>) describe_planner(s.builder().planner(), st);
+  if constexpr (specdec::batch_plannable_builder<Builder>) {
+    describe_planner(s.builder().planner(), st);
+    if (o.carry != nullptr) *o.carry = s.builder().planner();  // kept for the next request, as an engine would
+  }
   const specdec::session_stats& ss = s.stats();
   st.tokens += ss.tokens;
   st.rounds += ss.rounds;
@@ -379,13 +385,14 @@ inline std::vector<token_id> generate_speculative(const weights& target, const w
         o.kind == tree_kind::chain ? std::vector<std::int32_t>(static_cast<std::size_t>(o.chain_length), 1) : o.widths;
     return detail::run_session(specdec::sampled_tree_builder(so), target, draft, prompt, n_tokens, o, st, on_round);
   }
-  if (o.kind == tree_kind::planned)
-    return detail::run_session(
-        specdec::planned_tree_builder(
-            {.planner = o.planner,
-             .mode = o.temperature == 0.0f ? specdec::draft_mode::deterministic : specdec::draft_mode::iid,
-             .vocab_size = V}),
-        target, draft, prompt, n_tokens, o, st, on_round);
+  if (o.kind == tree_kind::planned) {
+    specdec::planned_tree_builder b(
+        {.planner = o.planner,
+         .mode = o.temperature == 0.0f ? specdec::draft_mode::deterministic : specdec::draft_mode::iid,
+         .vocab_size = V});
+    if (o.carry != nullptr && o.carry->rounds() > 0) b.planner() = *o.carry;  // what earlier requests measured
+    return detail::run_session(std::move(b), target, draft, prompt, n_tokens, o, st, on_round);
+  }
   if (o.kind == tree_kind::beam_tree)
     return detail::run_session(
         specdec::beam_tree_builder(
