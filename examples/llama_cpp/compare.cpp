@@ -33,6 +33,8 @@ struct cli {
   std::int32_t threads = 2;
   std::int32_t depth = 6;
   bool show_text = false;
+  bool repack = false;    // llama.cpp weight repacking (extra buffer types); off = safe on AMX Xeons
+  bool curve = true;      // print the pass cost curve t(n) / t(1)
   std::string plain_out;  // file for the plain decoding text
 };
 
@@ -40,11 +42,13 @@ struct cli {
   std::fprintf(code == 0 ? stdout : stderr,
                "usage: specdec_llama_compare [-m MODEL.gguf] [-md DRAFT.gguf] (-p PROMPT | -f FILE) [-n N]\n"
                "                             [--temp T] [--seed S] [-t THREADS] [--depth D] [--show-text]\n"
-               "                             [--plain-out FILE]\n"
+               "                             [--plain-out FILE] [--repack 0|1] [--no-curve]\n"
                "  -m      target model (default: the cached SmolLM2-135M-Instruct.Q4_1.gguf)\n"
                "  -md     draft model for the model drafter (default: the target itself)\n"
                "  --depth draft depth of every speculative method (default 6)\n"
-               "  --plain-out  write the plain decoding text to FILE\n");
+               "  --plain-out  write the plain decoding text to FILE\n"
+               "  --repack     llama.cpp weight repacking / extra buffer types (default 0: off, as run.sh's -nr)\n"
+               "  --no-curve   skip the pass cost curve (time of a pass over 1, 2, 4, ... tokens)\n");
   std::exit(code);
 }
 
@@ -82,6 +86,10 @@ cli parse(int argc, char** argv) {
       c.show_text = true;
     else if (a == "--plain-out")
       c.plain_out = val();
+    else if (a == "--repack")
+      c.repack = std::atoi(val().c_str()) != 0;
+    else if (a == "--no-curve")
+      c.curve = false;
     else if (a == "-h" || a == "--help")
       usage(0);
     else
@@ -103,32 +111,51 @@ int main(int argc, char** argv) {
   llama_backend_init();
   int rc = 0;
   try {
-    const model target(c.model);
+    const model_options mo{c.repack};
+    const model target(c.model, mo);
     const model* draft_model = &target;
     std::unique_ptr<model> owned_draft;
     if (!c.draft_model.empty()) {
-      owned_draft = std::make_unique<model>(c.draft_model);
+      owned_draft = std::make_unique<model>(c.draft_model, mo);
       draft_model = owned_draft.get();
     }
     const std::vector<llama_token> prompt = target.tokenize(c.prompt);
+    // Largest tree of any method: the model-free drafters' budget and the
+    // self-draft tree 2x2 (2 + 4 (depth - 1) nodes + root).
+    const std::int32_t kModelFreeNodes = 16;
+    const std::int32_t max_tree = std::max(kModelFreeNodes, 3 + 4 * c.depth);
     context_options co;
     co.threads = c.threads;
-    co.n_ctx = static_cast<std::int32_t>(prompt.size()) + c.n_predict + 64;
-    co.n_batch = std::max<std::int32_t>(64, static_cast<std::int32_t>(prompt.size()));
+    co.n_ctx = context_cells(prompt.size(), c.n_predict, max_tree, c.depth);
+    co.n_batch = std::max<std::int32_t>({64, max_tree, static_cast<std::int32_t>(prompt.size())});
     tree_target tgt(target, co);
     const gen_options go{c.n_predict, c.temperature, c.seed, true};
 
     std::vector<run_stats> runs;
     runs.push_back(plain_decode(target, tgt, prompt, go));
 
-    prompt_lookup_drafter chain{3, 1, c.depth, 1, 64};
-    prompt_lookup_drafter tree{3, 1, c.depth, 4, 64};
+    if (c.curve) {
+      // Pass cost curve on the committed text of plain decoding.
+      std::printf("\npass cost t(n) / t(1), median of 7 (target, after the prompt):");
+      const double t1 = tgt.time_pass(1, 7);
+      for (std::int32_t n : {1, 2, 4, 8, 16, 32})
+        std::printf(" n=%d: %.2f", n, n == 1 ? 1.0 : tgt.time_pass(n, 7) / t1);
+      std::printf("  (t(1) = %.2f ms)\n", t1 * 1e3);
+    }
+
+    lookup_drafter lookup{specdec::prompt_lookup_builder(
+        {.max_ngram = 4, .max_depth = c.depth, .max_nodes = kModelFreeNodes, .min_prob = 0.25f})};
     runs.push_back(speculate(
-        "specdec chain, prompt lookup", target, tgt,
-        [&](std::span<const llama_token> ctx, draft_output& d) { chain.draft(ctx, d); }, nullptr, prompt, go));
+        "specdec prompt lookup tree", target, tgt,
+        [&](std::span<const llama_token> ctx, draft_output& d) { lookup.draft(ctx, d); }, nullptr, prompt, go));
+    suffix_drafter suffix{
+        specdec::suffix_index({.depth = 32, .capacity = 1 << 18}),
+        specdec::suffix_tree_builder(
+            {.max_pattern = 8, .max_depth = c.depth, .max_nodes = kModelFreeNodes, .min_prob = 0.25f})};
+    suffix.start();
     runs.push_back(speculate(
-        "specdec tree, prompt lookup x4", target, tgt,
-        [&](std::span<const llama_token> ctx, draft_output& d) { tree.draft(ctx, d); }, nullptr, prompt, go));
+        "specdec suffix tree", target, tgt,
+        [&](std::span<const llama_token> ctx, draft_output& d) { suffix.draft(ctx, d); }, nullptr, prompt, go));
 
     const std::string who = owned_draft ? "draft model" : "self-draft";
     std::vector<std::int32_t> chain_w(static_cast<std::size_t>(c.depth), 1);
@@ -143,8 +170,9 @@ int main(int argc, char** argv) {
           &md.ctx(), prompt, go));
     }
 
-    std::printf("\nmodel %s, prompt %zu tokens, n_predict %d, temperature %g, threads %d, flash_attn off\n",
-                c.model.c_str(), prompt.size(), c.n_predict, static_cast<double>(c.temperature), c.threads);
+    std::printf("\nmodel %s, prompt %zu tokens, n_predict %d, temperature %g, threads %d, flash_attn off, repack %s\n",
+                c.model.c_str(), prompt.size(), c.n_predict, static_cast<double>(c.temperature), c.threads,
+                c.repack ? "on" : "off");
     std::printf(
         "| method | tokens | tokens/s | target calls | tokens/target call | accepted/target call | "
         "target calls/token | tree nodes/call | draft calls | text == plain greedy |\n");

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "llama_adapter.hpp"
@@ -37,6 +38,7 @@ struct run_stats {
   std::int64_t rounds = 0;
   std::int64_t drafted = 0;   //!< draft nodes proposed (root excluded)
   std::int64_t accepted = 0;  //!< draft tokens accepted
+  std::int64_t shrunk = 0;    //!< rounds whose tree was cut because llama_decode found no KV cells
   double seconds = 0.0;       //!< wall time of generation (prompt excluded)
   //! Plain decoding only: per token, the gap between the two largest
   //! logits (how close the greedy choice was to a tie).
@@ -56,6 +58,19 @@ struct run_stats {
 };
 
 namespace detail {
+
+//! Keeps the first k nodes of a drafted tree (ids are topological, so they
+//! are ancestor-closed): how a round shrinks when llama_decode finds no KV
+//! cells for the whole tree. A node whose children were all cut becomes a
+//! leaf; q rows (if any) of the kept nodes are unchanged.
+inline void keep_first(specdec::drafted_tree& t, std::int32_t k) {
+  specdec::drafted_tree cut;
+  cut.reset(t.tree.token(0));
+  for (specdec::node_id i = 1; i < k && i < t.size(); ++i)
+    cut.add(t.tree.parent(i), t.tree.token(i), t.prob[static_cast<std::size_t>(i)], t.tree.score(i),
+            t.child_mode[static_cast<std::size_t>(t.tree.parent(i))]);
+  t = std::move(cut);
+}
 
 //! Generated tokens after the prompt, cut at n_predict and after the first
 //! end-of-generation token.
@@ -133,9 +148,19 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
   const auto t0 = std::chrono::steady_clock::now();
   for (std::uint32_t round = 0; !detail::done(m, tgt.committed(), prompt.size(), o); ++round) {
     draft(std::span<const llama_token>(tgt.committed()), d);
+    specdec::view2d<const float> p;
+    for (;;) {  // a round that finds no KV cells is cut in half until it fits
+      try {
+        p = tgt.score_tree(d.tree.tree.view());
+        break;
+      } catch (const kv_full_error&) {
+        if (d.tree.size() <= 1) throw;
+        detail::keep_first(d.tree, (d.tree.size() + 1) / 2);
+        ++s.shrunk;
+      }
+    }
     const specdec::tree_view tree = d.tree.tree.view();
     const std::int32_t n = tree.size;
-    specdec::view2d<const float> p = tgt.score_tree(tree);
     specdec::view2d<const float> q{};
     specdec::verify_params vp;
     vp.seed = o.seed;

@@ -187,11 +187,26 @@ TEST_CASE("prompt-lookup speculation reproduces plain greedy text; commit leaves
   tree_target ref(m, opts());
   const gen_options go{40, 0.0f, 1, true};
   const run_stats plain = plain_decode(m, tgt, prompt, go);
-  for (std::int32_t branches : {1, 4}) {
-    prompt_lookup_drafter pl{3, 1, 6, branches, 64};
+  // The library's model-free drafters: prompt lookup as a chain (one match,
+  // no threshold) and as a tree, and the suffix tree.
+  lookup_drafter chain{specdec::prompt_lookup_builder({.max_matches = 1, .max_depth = 6, .max_nodes = 7})};
+  lookup_drafter tree{specdec::prompt_lookup_builder({.max_depth = 6, .max_nodes = 64})};
+  suffix_drafter suffix{specdec::suffix_index({.depth = 16, .capacity = 1 << 14}),
+                        specdec::suffix_tree_builder({.max_depth = 6, .max_nodes = 64})};
+  for (const int which : {0, 1, 2}) {
+    const char* name = which == 0 ? "lookup chain" : which == 1 ? "lookup tree" : "suffix tree";
+    suffix.start();
     const run_stats s = speculate(
-        "lookup", m, tgt, [&](std::span<const llama_token> ctx, draft_output& d) { pl.draft(ctx, d); }, nullptr, prompt,
-        go);
+        name, m, tgt,
+        [&](std::span<const llama_token> ctx, draft_output& d) {
+          if (which == 0) chain.draft(ctx, d);
+          if (which == 1) tree.draft(ctx, d);
+          if (which == 2) suffix.draft(ctx, d);
+          specdec::verify_mode vm = specdec::verify_mode::greedy;
+          check(specdec::matching_verify_mode(d.tree, vm), "matching_verify_mode");
+          CHECK(vm == specdec::verify_mode::deterministic);  // model-free drafts: the one-hot rule
+        },
+        nullptr, prompt, go);
     CHECK(same_greedy_text(s.tokens, plain));
     CHECK(s.target_calls == s.rounds);
     // The cache now holds the committed text but its newest token in
@@ -211,10 +226,9 @@ TEST_CASE("prompt-lookup speculation reproduces plain greedy text; commit leaves
     // Negative control: the same text without its newest token.
     ref.start(std::span(committed).first(committed.size() - 1));
     const diff wrong = compare_rows(got_row.data(), ref.plain_step(), V);
-    std::printf(
-        "lookup branches %d: %lld rounds, %lld accepted, next-token max |diff| %.3g TV %.3g (wrong context TV %.3g)\n",
-        branches, static_cast<long long>(s.rounds), static_cast<long long>(s.accepted), static_cast<double>(df.max_abs),
-        df.tv, wrong.tv);
+    std::printf("%s: %lld rounds, %lld accepted, next-token max |diff| %.3g TV %.3g (wrong context TV %.3g)\n", name,
+                static_cast<long long>(s.rounds), static_cast<long long>(s.accepted), static_cast<double>(df.max_abs),
+                df.tv, wrong.tv);
     CHECK(df.within());
     CHECK_FALSE(wrong.within());
   }
@@ -356,6 +370,68 @@ TEST_CASE("sampled drafts of the adapter verified losslessly follow the target l
   CHECK(det_p > 1e-3);
   CHECK(wrong_law_p < 1e-6);
   CHECK(iid_p < 1e-6);  // MSS without renormalizing q after a rejection is biased for these drafts
+}
+
+TEST_CASE("a long prompt decodes to the end with the largest tree of each method; a full cache shrinks the round") {
+  model& m = the_model();
+  std::string text;
+  for (int i = 0; i < 6; ++i) text += kPrompt;
+  const std::vector<llama_token> prompt = m.tokenize(text);
+  const std::int32_t depth = 8, n_predict = 160;
+  lookup_drafter lookup{specdec::prompt_lookup_builder({.max_depth = depth, .max_nodes = 64})};
+  suffix_drafter suffix{specdec::suffix_index({.depth = 24, .capacity = 1 << 15}),
+                        specdec::suffix_tree_builder({.max_depth = depth, .max_nodes = 64})};
+  const std::vector<std::int32_t> widths{2, 2, 1, 1, 1, 1, 1, 1};  // the self-draft tree: 2 + 4 * 7 nodes + root
+  context_options o = opts();
+  o.n_ctx = context_cells(prompt.size(), n_predict, 64, depth);
+  o.n_batch = std::max<std::int32_t>(128, static_cast<std::int32_t>(prompt.size()));
+  std::printf("long prompt: %zu tokens, n_predict %d, n_ctx %d\n", prompt.size(), n_predict, o.n_ctx);
+  const gen_options go{n_predict, 0.0f, 1, false};  // no stop at end-of-generation: run to n_predict
+  {
+    tree_target tgt(m, o);
+    const run_stats a = speculate(
+        "lookup", m, tgt, [&](std::span<const llama_token> c, draft_output& d) { lookup.draft(c, d); }, nullptr, prompt,
+        go);
+    CHECK(a.tokens.size() == static_cast<std::size_t>(n_predict));
+    CHECK(a.shrunk == 0);
+    suffix.start();
+    const run_stats b = speculate(
+        "suffix", m, tgt, [&](std::span<const llama_token> c, draft_output& d) { suffix.draft(c, d); }, nullptr, prompt,
+        go);
+    CHECK(b.tokens.size() == static_cast<std::size_t>(n_predict));
+    CHECK(b.shrunk == 0);
+    level_drafter self(m, o, widths, 0.0f);
+    self.start();
+    const run_stats c = speculate(
+        "self", m, tgt, [&](std::span<const llama_token> x, draft_output& d) { self.draft(x, d); }, &self.ctx(), prompt,
+        go);
+    CHECK(c.tokens.size() == static_cast<std::size_t>(n_predict));
+    CHECK(c.shrunk == 0);
+    std::printf("long prompt: lookup %lld rounds (%lld accepted), suffix %lld (%lld), self-draft tree %lld (%lld)\n",
+                static_cast<long long>(a.rounds), static_cast<long long>(a.accepted), static_cast<long long>(b.rounds),
+                static_cast<long long>(b.accepted), static_cast<long long>(c.rounds),
+                static_cast<long long>(c.accepted));
+  }
+  // A cache too small for the largest tree near its end (llama.cpp pads
+  // n_ctx to a multiple of 256): rounds that find no cells are cut in
+  // half and the generation still reaches n_predict.
+  const std::int32_t cells = (static_cast<std::int32_t>(prompt.size()) + n_predict + 255) / 256 * 256;
+  o.n_ctx = cells;
+  const std::int32_t tight = cells - static_cast<std::int32_t>(prompt.size()) - 4;
+  tree_target small(m, o);
+  const run_stats t = speculate(
+      "63-node chain", m, small,
+      [&](std::span<const llama_token> c, draft_output& d) {  // a 63-node chain of the newest token
+        d.q.clear();
+        d.tree.reset(c.back());
+        for (specdec::node_id u = 0; u < 62; ++u)
+          d.tree.add(u, c.back(), 1.0f, 0.0f, specdec::draft_mode::deterministic);
+      },
+      nullptr, prompt, gen_options{tight, 0.0f, 1, false});
+  std::printf("tight cache: %d cells, %d tokens generated, %lld rounds shrunk\n", cells,
+              static_cast<int>(t.tokens.size()), static_cast<long long>(t.shrunk));
+  CHECK(t.tokens.size() == static_cast<std::size_t>(tight));
+  CHECK(t.shrunk > 0);
 }
 
 TEST_CASE("bad trees are rejected before anything is decoded") {
