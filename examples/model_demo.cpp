@@ -23,6 +23,8 @@
 // shares are the session's wall-clock stage timers. Exits non-zero if a temperature-0 run is not token-identical to
 // autoregressive greedy decoding.
 // Usage: model_demo [models_dir] [tokens=160]
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -35,6 +37,41 @@
 #endif
 
 namespace {
+
+// Median wall time of one forward over a chain of n nodes after the prompt
+// (the pass is not committed, so every repetition sees the same cache).
+double forward_seconds(const models::weights& w, const std::vector<models::token_id>& prompt, std::int32_t n) {
+  models::state s(w.cfg, models::cache_capacity);
+  models::scratch sc;
+  models::prefill(w, s, std::span(prompt).first(prompt.size() - 1), sc);
+  std::vector<models::token_id> tok(static_cast<std::size_t>(n), prompt.back());
+  std::vector<std::int64_t> pos(static_cast<std::size_t>(n));
+  std::vector<models::node_id> parent(static_cast<std::size_t>(n));
+  const std::int64_t words = (n + 63) / 64;
+  std::vector<std::uint64_t> mask(static_cast<std::size_t>(n * words), 0);
+  for (std::int32_t i = 0; i < n; ++i) {
+    pos[static_cast<std::size_t>(i)] = s.cache_len + i;
+    parent[static_cast<std::size_t>(i)] = i - 1;
+    for (std::int32_t j = 0; j <= i; ++j)
+      mask[static_cast<std::size_t>(i * words + j / 64)] |= std::uint64_t{1} << (j % 64);
+  }
+  std::vector<float> logits(static_cast<std::size_t>(n * w.cfg.vocab));
+  std::vector<double> t;
+  for (int r = 0; r < 31; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    models::forward(w, s, models::batch{tok, pos, parent, mask, words, 0}, logits, sc);
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::nth_element(t.begin(), t.begin() + 15, t.end());
+  return t[15];
+}
+
+void print_curve(const char* name, const models::weights& w, const std::vector<models::token_id>& prompt) {
+  const double t1 = forward_seconds(w, prompt, 1);
+  std::printf("%-11s t(1) = %5.0f us, t(N)/t(1):", name, t1 * 1e6);
+  for (const std::int32_t n : {2, 4, 8, 16, 32}) std::printf("  N=%d %.2f", n, forward_seconds(w, prompt, n) / t1);
+  std::printf("\n");
+}
 
 struct row {
   std::string model, method;
@@ -88,7 +125,8 @@ int main(int argc, char** argv) {
       {"iid tree 3,2,2,1 (MSS)", true, models::tree_kind::iid_tree},
       {"iid tree 3,2,2,1, traversal", true, models::tree_kind::iid_tree, specdec::verify_mode::traversal, true},
       {"top-2 tree, depth 4", true, models::tree_kind::topk_tree},
-      {"beam 4x4, depth 5, 32 nodes", true, models::tree_kind::beam_tree}};
+      {"beam 4x4, depth 5, 32 nodes", true, models::tree_kind::beam_tree},
+      {"planned (cost-aware)", true, models::tree_kind::planned}};
   const std::pair<const char*, const models::weights*> targets[] = {{"transformer", &target}, {"hybrid", &hybrid}};
   std::vector<row> rows;
   int per_target = 0;
@@ -121,6 +159,12 @@ int main(int argc, char** argv) {
     }
   }
 
+  std::printf(
+      "\nForward time over a chain of N nodes (median of 31 passes; what each speculative row pays per round):\n");
+  print_curve("transformer", target, prompt);
+  print_curve("hybrid", hybrid, prompt);
+  print_curve("drafter", draft, prompt);
+
   std::printf("\n%-11s %3s %-28s %9s %10s %11s %12s %10s %9s\n", "target", "T", "decoding", "tok/CPU-s", "tokens/pass",
               "target/tok", "drafter/tok", "speedup", "T=0 == AR");
   double base = 0;
@@ -150,9 +194,18 @@ int main(int argc, char** argv) {
                 static_cast<double>(r.temperature), r.method.c_str(), s.draft / t, s.mask / t, s.forward / t,
                 s.verify / t, s.commit / t, (s.mask + s.verify + s.commit) / t);
   }
+  std::printf("\nPlanned rows: shapes the planner chose (rounds) and its estimates at the end of the run:\n");
+  for (const auto& r : rows) {
+    if (r.st.plans.empty()) continue;
+    std::printf("%-11s T=%.0f:", r.model.c_str(), static_cast<double>(r.temperature));
+    for (const auto& [shape, n] : r.st.plans) std::printf(" %s x%lld", shape.c_str(), static_cast<long long>(n));
+    std::printf("\n    %s\n", r.st.planner_estimates.c_str());
+  }
   std::printf("\nGreedy continuation (transformer): %s%s\n", prompt_text.c_str(), text(rows[0].out).c_str());
-  std::printf("Sampled continuation (transformer, iid tree, T=1): %s%s\n", prompt_text.c_str(),
-              text(rows[7].out).c_str());
+  for (const auto& r : rows)
+    if (r.model == "transformer" && r.temperature == 1.0f && r.method == "iid tree 3,2,2,1 (MSS)")
+      std::printf("Sampled continuation (transformer, iid tree, T=1): %s%s\n", prompt_text.c_str(),
+                  text(r.out).c_str());
   std::printf("\nAll temperature-0 speculative outputs token-identical to autoregressive: %s\n",
               all_identical ? "yes" : "NO");
   return all_identical ? 0 : 1;

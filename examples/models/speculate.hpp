@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <ctime>
 #include <functional>
+#include <map>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -173,10 +174,14 @@ struct decode_stats {
   std::int64_t tokens = 0, target_calls = 0, drafter_calls = 0, rounds = 0;
   double seconds = 0;  //!< CPU seconds
   stage_times stages;
+  //! Planned runs: rounds per chosen shape ("AR", "chain 3", "tree 7/3" =
+  //! 7 nodes, depth 3) and the planner's estimates at the end of the run.
+  std::map<std::string, std::int64_t> plans;
+  std::string planner_estimates;
 };
 
-//! Which tree a speculative run drafts.
-enum class tree_kind { chain, iid_tree, topk_tree, beam_tree };
+//! Which tree a speculative run drafts (planned: the round planner chooses every round).
+enum class tree_kind { chain, iid_tree, topk_tree, beam_tree, planned };
 
 struct spec_options {
   tree_kind kind = tree_kind::iid_tree;
@@ -185,6 +190,7 @@ struct spec_options {
   std::int32_t chain_length = 4;
   std::int32_t topk_k = 2, topk_depth = 4;
   std::int32_t beam_k = 4, beam_width = 4, beam_depth = 5, beam_budget = 32;
+  specdec::planner_options planner{.max_nodes = 32, .max_depth = 8};  //!< planned runs
   std::uint64_t seed = 7;
   std::uint32_t request = 0;
   //! Rule for i.i.d.-drafted chains and trees at temperature > 0: sampled_iid
@@ -245,6 +251,35 @@ inline std::vector<token_id> generate_autoregressive(const weights& target, std:
 }
 
 namespace detail {
+inline void tally_plan(const specdec::plan_summary& p, decode_stats& st) {
+  std::string k = p.nodes <= 1             ? "AR"
+                  : p.nodes == p.depth + 1 ? "chain " + std::to_string(p.depth)
+                                           : "tree " + std::to_string(p.nodes) + "/" + std::to_string(p.depth);
+  ++st.plans[k];
+}
+
+// The planner's view at the end of a run: pass time per size relative to
+// one node (measured medians), drafter and loop costs.
+inline void describe_planner(specdec::round_planner& p, decode_stats& st) {
+  char buf[160];
+  const double t1 = p.target_seconds(1);
+  std::string s = "t(N)/t(1) measured:";
+  const auto n = p.measured_sizes();
+  const auto t = p.measured_seconds();
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    std::snprintf(buf, sizeof buf, " %g:%.2f", n[i], t[i] / t1);
+    s += buf;
+  }
+  // drafter_seconds(levels, nodes) = per_round + per_level x levels + per_node x nodes
+  const double per_level = p.drafter_seconds(2, 0) - p.drafter_seconds(1, 0);
+  const double per_round = p.drafter_seconds(1, 0) - per_level;
+  const double per_node = p.drafter_seconds(1, 1) - p.drafter_seconds(1, 0);
+  std::snprintf(buf, sizeof buf, " (t(1) = %.0f us); drafter %.0f us/round + %.0f us/level + %.1f us/node", t1 * 1e6,
+                per_round * 1e6, per_level * 1e6, per_node * 1e6);
+  s += buf;
+  st.planner_estimates = s;
+}
+
 // One run of a speculative_session over the models.
 template <class Builder>
 std::vector<token_id> run_session(Builder builder, const weights& target, const weights& draft,
@@ -267,8 +302,10 @@ std::vector<token_id> run_session(Builder builder, const weights& target, const 
     so.rule = o.sampled_rule;
   specdec::speculative_session<Builder> s(std::move(builder), so);
   const auto out = s.generate(drafter, tgt, prompt, [&](std::span<const token_id>) {
+    if constexpr (specdec::round_observing_builder<Builder>) tally_plan(s.last_round().plan, st);
     if (on_round) on_round(static_cast<std::int64_t>(s.generated_tokens().size()));
   });
+  if constexpr (specdec::batch_plannable_builder<Builder>) describe_planner(s.builder().planner(), st);
   const specdec::session_stats& ss = s.stats();
   st.tokens += ss.tokens;
   st.rounds += ss.rounds;
@@ -305,6 +342,13 @@ inline std::vector<token_id> generate_speculative(const weights& target, const w
         o.kind == tree_kind::chain ? std::vector<std::int32_t>(static_cast<std::size_t>(o.chain_length), 1) : o.widths;
     return detail::run_session(specdec::sampled_tree_builder(so), target, draft, prompt, n_tokens, o, st, on_round);
   }
+  if (o.kind == tree_kind::planned)
+    return detail::run_session(
+        specdec::planned_tree_builder(
+            {.planner = o.planner,
+             .mode = o.temperature == 0.0f ? specdec::draft_mode::deterministic : specdec::draft_mode::iid,
+             .vocab_size = V}),
+        target, draft, prompt, n_tokens, o, st, on_round);
   if (o.kind == tree_kind::beam_tree)
     return detail::run_session(
         specdec::beam_tree_builder(

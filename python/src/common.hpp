@@ -134,6 +134,7 @@ void bind_verify(nb::module_& m);
 void bind_cache(nb::module_& m);
 void bind_ssm(nb::module_& m);
 void bind_plan(nb::module_& m);
+void bind_loop(nb::module_& m);
 void bind_interop(nb::module_& m);
 void bind_sglang(nb::module_& m);
 #if defined(SPECDEC_PYTHON_HAS_CUDA)

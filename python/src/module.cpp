@@ -29,6 +29,7 @@ NB_MODULE(_core, m) {
   specdec::python::bind_cache(m);
   specdec::python::bind_ssm(m);
   specdec::python::bind_plan(m);
+  specdec::python::bind_loop(m);
   specdec::python::bind_interop(m);
   specdec::python::bind_sglang(m);
 #if defined(SPECDEC_PYTHON_HAS_CUDA)

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <random>
 #include <span>
@@ -19,6 +20,7 @@
 #include "specdec/draft/token_info.hpp"
 #include "specdec/draft/topk_tree.hpp"
 #include "specdec/loop/concepts.hpp"
+#include "specdec/loop/planned_builder.hpp"
 #include "specdec/loop/session.hpp"
 #include "verify/exactness_harness.hpp"
 
@@ -194,7 +196,7 @@ std::vector<double> continuation_law(const table& m, const std::vector<token_id>
 // sequences. Returns the chi-square fit against the target's law.
 template <class Builder, class Source>
 vtest::fit loop_law(Builder builder, Source& source, session_options o, int rounds, int L, int trials,
-                    std::uint64_t seed) {
+                    std::uint64_t seed, const std::function<void(const round_stats&)>& on_round = {}) {
   looptest::target tgt{{.V = 3, .seed = 11}};
   const std::vector<token_id> prompt = {1, 2};
   speculative_session<Builder> s(std::move(builder), o);
@@ -206,6 +208,7 @@ vtest::fit loop_law(Builder builder, Source& source, session_options o, int roun
     for (int r = 0; r < rounds && !s.done(); ++r) {
       const status st = s.round(source, tgt);
       if (!st.ok()) FAIL(st.message());
+      if (on_round) on_round(s.last_round());
     }
     std::vector<token_id> seq(s.tokens().begin(), s.tokens().end());
     for (std::uint32_t k = 0; seq.size() < prompt.size() + static_cast<std::size_t>(L); ++k) {
@@ -320,6 +323,66 @@ TEST_CASE("loop law negative controls: a mismatched rule must fail the same test
   t.lossy = lossy_opt_in::typical_acceptance;
   const auto g = loop_law(topk_tree_builder({.k = 2, .depth = 2, .vocab_size = 3}), d, t, 1, 3, trials, seed + 1);
   report("NEGATIVE top-2 + typical acceptance", g);
+  CHECK(g.p_value < 1e-6);
+}
+
+namespace {
+// A planned builder whose planner must weigh many shapes (injected costs,
+// fast forgetting, a re-solve every round, early-stop thresholds on).
+planned_tree_builder law_planner(draft_mode mode) {
+  planned_tree_builder b(
+      {.planner = {.max_nodes = 8, .max_depth = 3, .max_children = 3, .forget = 0.9, .replan_every = 1},
+       .mode = mode,
+       .vocab_size = 3});
+  const double n[] = {1, 2, 4, 8}, t[] = {1.0, 1.08, 1.2, 1.5};
+  throw_if_error(b.planner().set_target_cost(n, t));
+  throw_if_error(b.planner().set_drafter_cost(0.01, 0.02, 0.01));
+  throw_if_error(b.planner().set_loop_cost(0.01, 0.0));
+  return b;
+}
+
+// Plans from this round's target rows (forbidden): after drafting the
+// planner's tree, keeps the root's children only when the target gives the
+// first child at least its draft probability, else drafts nothing.
+struct target_peeking_builder {
+  planned_tree_builder b;
+  table target;
+  std::vector<float> row = std::vector<float>(3);
+  status build(looptest::level_drafter& d, const draft_round& r, drafted_tree& out) {
+    SPECDEC_TRY(b.build(d, r, out));
+    if (out.size() < 2) return status::success();
+    const token_id path[1] = {r.root_token};
+    target.row(r.history, path, row.data());
+    if (row[static_cast<std::size_t>(out.tree.token(1))] < out.prob[1]) out.reset(r.root_token);
+    return status::success();
+  }
+  [[nodiscard]] std::int32_t node_bound() const noexcept { return b.node_bound(); }
+};
+}  // namespace
+
+TEST_CASE("planned rounds keep the target's law; planning from this round's target rows breaks it") {
+  constexpr int trials = 200000;
+  constexpr int L = 3;
+  const std::uint64_t seed = 20261125;
+  std::printf("planned loop law: trials %d, L %d, seed %llu\n", trials, L, static_cast<unsigned long long>(seed));
+  looptest::level_drafter ld{{.V = 3, .seed = 5}};
+  for (const draft_mode mode : {draft_mode::iid, draft_mode::deterministic, draft_mode::without_replacement}) {
+    std::map<std::pair<int, int>, int> shapes;
+    const auto f = loop_law(law_planner(mode), ld, options(3, 0, 64), 2, L, trials, seed, [&](const round_stats& st) {
+      ++shapes[{st.plan.nodes, st.plan.depth}];
+    });
+    const std::string name = std::string("planned ") + draft_mode_name(mode) + " 2 rounds";
+    report(name.c_str(), f);
+    std::printf("  shapes planned (nodes, depth) x rounds:");
+    for (const auto& [k, v] : shapes) std::printf(" (%d,%d)x%d", k.first, k.second, v);
+    std::printf("\n");
+    CHECK(shapes.size() >= 3);  // the plans did change from round to round
+    CHECK_FALSE(f.impossible);
+    CHECK(f.p_value > 1e-4);
+  }
+  const auto g = loop_law(target_peeking_builder{law_planner(draft_mode::iid), {.V = 3, .seed = 11}}, ld,
+                          options(3, 0, 64), 1, L, trials, seed + 1);
+  report("NEGATIVE plan from this round's target rows", g);
   CHECK(g.p_value < 1e-6);
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -36,6 +37,13 @@ struct static_tree_options {
   draft_mode mode = draft_mode::deterministic;
   //! > 0: drafter rows must have this length (and candidate tokens be below it).
   std::int64_t vocab_size = 0;
+  //! Early stop per depth (EAGLE-2's dynamic trees): a drafted node at depth
+  //! d < size() whose path draft probability (exp of its log joint score) is
+  //! below entry d is not expanded, so the shape below it is dropped. Empty:
+  //! every shape node is expanded. Lossless for every rule: whether a node
+  //! gets children is decided from draft rows of earlier levels, before its
+  //! children are drawn, and never from the target.
+  std::vector<double> min_path_probability{};
 };
 
 //! Grows the static shape level by level with one level-drafter call per
@@ -80,7 +88,7 @@ class static_tree_builder : public owning_build<static_tree_builder> {
           const node_id s = frontier_[i];
           const std::int32_t k =
               first_child_[static_cast<std::size_t>(s) + 1] - first_child_[static_cast<std::size_t>(s)];
-          if (k == 0) continue;
+          if (k == 0 || pruned(out, begin + static_cast<node_id>(i), depth)) continue;
           lv_.nodes.push_back(begin + static_cast<node_id>(i));
           shape_of_.push_back(s);
           wmax = std::max(wmax, k);
@@ -141,6 +149,9 @@ class static_tree_builder : public owning_build<static_tree_builder> {
   [[nodiscard]] std::int32_t node_bound() const noexcept { return static_cast<std::int32_t>(opt_.shape.size()); }
   //! The options given at construction.
   const static_tree_options& options() const noexcept { return opt_; }
+  //! The options, to change between builds (a planner's next shape); the
+  //! next build() checks them. Keeps the capacity of the shape vector.
+  static_tree_options& options() noexcept { return opt_; }
 
  private:
   // Validates the shape and builds its child lists (CSR, ascending ids).
@@ -148,6 +159,10 @@ class static_tree_builder : public owning_build<static_tree_builder> {
     const auto n = static_cast<std::int32_t>(opt_.shape.size());
     if (n < 1) return make_status(status_code::empty_input, "the shape needs a root");
     SPECDEC_TRY(validate_topological_parents(opt_.shape.data(), n));
+    for (std::size_t d = 0; d < opt_.min_path_probability.size(); ++d)
+      if (!(opt_.min_path_probability[d] >= 0.0 && opt_.min_path_probability[d] <= 1.0))
+        return make_status(status_code::invalid_argument, "min_path_probability entries must lie in [0, 1]",
+                           static_cast<std::int64_t>(d));
     first_child_.assign(static_cast<std::size_t>(n) + 1, 0);
     for (std::int32_t i = 1; i < n; ++i)
       ++first_child_[static_cast<std::size_t>(opt_.shape[static_cast<std::size_t>(i)]) + 1];
@@ -160,6 +175,12 @@ class static_tree_builder : public owning_build<static_tree_builder> {
       child_[static_cast<std::size_t>(fill_[p]++)] = i;
     }
     return status::success();
+  }
+
+  [[nodiscard]] bool pruned(const drafted_tree& out, node_id u, std::int32_t depth) const noexcept {
+    const auto d = static_cast<std::size_t>(depth);
+    if (depth == 0 || d >= opt_.min_path_probability.size()) return false;
+    return std::exp(static_cast<double>(out.tree.score(u))) < opt_.min_path_probability[d];
   }
 
   void add_children(drafted_tree& out, node_id u, node_id s, std::int32_t got) {

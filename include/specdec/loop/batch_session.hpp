@@ -147,8 +147,21 @@ class batched_session {
     if (B == 0) return status::success();
     last_ = {};
 
-    // 1. Draft every active request's tree, concatenated.
+    // 0. Planned builders: one plan per request for the shared pass.
     auto t0 = clock::now();
+    if constexpr (batch_plannable_builder<Builder>) {
+      planners_.clear();
+      std::int32_t budget = 0;
+      for (const auto r : active_) {
+        round_planner& p = builders_[static_cast<std::size_t>(r)].planner();
+        planners_.push_back(&p);
+        budget += p.options().max_nodes;
+      }
+      if (node_budget_ > 0) budget = std::min(budget, std::max(node_budget_, static_cast<std::int32_t>(B)));
+      SPECDEC_TRY(plan_batch(planners_, budget));
+    }
+
+    // 1. Draft every active request's tree, concatenated.
     std::size_t bound_total = 0;
     for (const auto r : active_)
       bound_total +=
@@ -182,6 +195,13 @@ class batched_session {
       last_.drafter_calls += st.drafter_calls;
       last_.drafted_nodes += st.drafted_nodes;
       last_.time.drafter += st.time.drafter;
+      if constexpr (round_observing_builder<Builder>) {
+        drafted_.resize(b + 1);
+        drafted_[b] = st;
+        tree_probs_.resize(static_cast<std::size_t>(offsets_.back()) + static_cast<std::size_t>(tree_.size()));
+        std::copy(tree_.prob.begin(), tree_.prob.end(),
+                  tree_probs_.begin() + static_cast<std::ptrdiff_t>(offsets_.back()));
+      }
       const std::int32_t n = tree_.size();
       if (static_cast<std::size_t>(n) > bound)
         return make_status(status_code::invalid_argument, "builder produced more nodes than its node_bound()",
@@ -334,6 +354,28 @@ class batched_session {
     last_.time.commit = detail::seconds_since(t0);
     last_.tree_nodes = total;
     last_.tree_depth = depth_max;
+    if constexpr (round_observing_builder<Builder>) {
+      // Every request's planner sees the shared pass and the batch's loop time.
+      const double other = std::max(last_.time.overhead() + last_.time.kv, 0.0);
+      for (std::size_t b = 0; b < B; ++b) {
+        Builder& bl = builders_[static_cast<std::size_t>(active_[b])];
+        const auto o = static_cast<std::size_t>(offsets_[b]);
+        const auto n = static_cast<std::size_t>(offsets_[b + 1]) - o;
+        round_feedback f;
+        f.tree = tree_view{tokens_.data() + o, parents_.data() + o, nullptr, nullptr, static_cast<std::int32_t>(n)};
+        f.draft_prob = std::span<const float>(tree_probs_.data() + o, n);
+        f.path = std::span<const node_id>(paths_.data() + b * L, static_cast<std::size_t>(results_[b].accepted) + 1);
+        f.forward_nodes = total;
+        f.forward_seconds = last_.time.forward;
+        f.drafter_calls = drafted_[b].drafter_calls;
+        f.drafted_nodes = drafted_[b].drafted_nodes;
+        f.drafter_seconds = drafted_[b].time.drafter;
+        f.other_seconds = other;
+        last_plans_.resize(B);
+        last_plans_[b] = bl.last_plan();
+        SPECDEC_TRY(indexed(bl.observe(f), static_cast<std::size_t>(active_[b])));
+      }
+    }
     return status::success();
   }
 
@@ -350,6 +392,15 @@ class batched_session {
   //! Batch-wide statistics of the last round (tree_nodes and accepted are
   //! summed over the batch, tree_depth is the deepest tree's).
   [[nodiscard]] const round_stats& last_round() const noexcept { return last_; }
+  //! With planned builders: the plan of each batch entry of the last round
+  //! (entry b is the b-th active request). Empty otherwise.
+  [[nodiscard]] std::span<const plan_summary> last_plans() const noexcept { return last_plans_; }
+  //! Caps the nodes of one shared target pass when the builders plan
+  //! (plan_batch); 0 (default) = the sum of the planners' max_nodes. At
+  //! least one node per active request is always planned.
+  void set_node_budget(std::int32_t nodes) noexcept { node_budget_ = nodes; }
+  //! Request r's builder (e.g. its planner).
+  [[nodiscard]] Builder& builder(std::size_t r) noexcept { return builders_[r]; }
 
  private:
   struct sequence {
@@ -383,6 +434,11 @@ class batched_session {
   std::vector<std::byte> filter_ws_, verify_ws_;
   std::vector<std::uint8_t> ready_;
   round_stats last_{};
+  std::vector<round_planner*> planners_;
+  std::vector<round_stats> drafted_;
+  std::vector<float> tree_probs_;
+  std::vector<plan_summary> last_plans_;
+  std::int32_t node_budget_ = 0;
 };
 
 }  // namespace specdec

@@ -25,6 +25,7 @@
 #include "specdec/draft/verify_mode.hpp"
 #include "specdec/loop/concepts.hpp"
 #include "specdec/loop/detail/lazy_probs.hpp"
+#include "specdec/loop/planned_builder.hpp"
 #include "specdec/tree/mask.hpp"
 #include "specdec/tree/positions.hpp"
 #include "specdec/verify/distribution.hpp"
@@ -154,6 +155,7 @@ struct round_stats {
   std::int32_t probs_rows = 0;             //!< target rows converted to probabilities (those the walk read)
   verify_mode mode = verify_mode::greedy;  //!< verification rule the round used
   stage_times time{};                      //!< per-stage seconds of the round
+  plan_summary plan{};                     //!< the planner's decision (kind none without a planner)
 };
 
 //! Statistics summed over the rounds since start().
@@ -208,6 +210,24 @@ class grow_buffer {
 
 inline double seconds_since(std::chrono::steady_clock::time_point t0) noexcept {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+//! A planner's view of one round (see round_feedback): the target pass ran
+//! `pass_nodes` nodes in `pass_seconds`; st holds the request's drafter
+//! counts and the round's stage times.
+inline round_feedback feedback_of(const drafted_tree& t, std::span<const node_id> path, std::int32_t pass_nodes,
+                                  double pass_seconds, const round_stats& st) noexcept {
+  round_feedback f;
+  f.tree = t.tree.view();
+  f.draft_prob = t.prob;
+  f.path = path;
+  f.forward_nodes = pass_nodes;
+  f.forward_seconds = pass_seconds;
+  f.drafter_calls = st.drafter_calls;
+  f.drafted_nodes = st.drafted_nodes;
+  f.drafter_seconds = st.time.drafter;
+  f.other_seconds = std::max(st.time.overhead() + st.time.kv, 0.0);
+  return f;
 }
 
 //! Presents any drafter as a level drafter and counts and times its calls.
@@ -451,6 +471,12 @@ class speculative_session {
     st.tree_depth = depth;
     st.accepted = res.accepted;
     st.emitted = static_cast<std::int32_t>(m);
+    if constexpr (round_observing_builder<Builder>) {
+      st.plan = builder_.last_plan();
+      SPECDEC_TRY(builder_.observe(
+          detail::feedback_of(tree_, std::span<const node_id>(path_).first(static_cast<std::size_t>(res.accepted) + 1),
+                              n, st.time.forward, st)));
+    }
     account(st);
     return status::success();
   }

@@ -1,0 +1,152 @@
+// The round planner (loop/planner.hpp): its own cost per round, and what it
+// chooses on other hardware.
+//
+// BM_planner_round/B/D: one next() + observe() per iteration on a stream of
+// simulated rounds (acceptance 0.7 / 0.15 / 0.05 for sibling ranks 0-2,
+// decaying 3% per depth), node budget B, depth bound D, measured pass times
+// fed back (t = 100 us + 20 us per node). Re-solves happen every
+// replan_every = 4 rounds and are included in the mean. Compare the time per
+// iteration with a round of the demo (bash scripts/demo.sh prints t(1) of the
+// target: a round costs at least that).
+//
+// BM_planner_curve/c: the planner fed one hardware curve (injected), run for
+// 4000 simulated rounds against the same acceptance; counters: the shape it
+// settles on (nodes, depth), its predicted tokens per round and speedup over
+// plain decoding (t(1) per token), and the simulated ones (the second half of
+// the run). Curves (relative to t(1)): 0 flat to 64 nodes (a GPU running a
+// 7B model); 1 STree's linear SSM fit t = k(N + 15) (Mamba2-2.7B: t(15)/t(5)
+// = 1.5); 2 a quadratic hybrid fit with t(15)/t(5) = 1.1 (MambaInLlama-8B);
+// 3 this repository's CPU demo before the engine rework (t(N) ~ N t(1));
+// drafter: 2% of t(1) per level.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "specdec/loop/planner.hpp"
+
+namespace {
+
+using specdec::node_id;
+
+double accept(std::int32_t d, std::int32_t r) {
+  static const double rank[3] = {0.7, 0.15, 0.05};
+  return r < 3 ? rank[r] * std::pow(0.97, d - 1) : 0.0;
+}
+
+// Verification's walk over `shape` under accept(): one uniform per reached node.
+void walk(std::span<const node_id> shape, std::mt19937_64& rng, std::vector<node_id>& path) {
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  path.assign(1, 0);
+  for (std::int32_t depth = 1;; ++depth) {
+    const double x = U(rng);
+    double cum = 0.0;
+    std::int32_t r = 0;
+    node_id next = -1;
+    for (std::size_t c = 1; c < shape.size() && next < 0; ++c)
+      if (shape[c] == path.back() && x < (cum += accept(depth, r++))) next = static_cast<node_id>(c);
+    if (next < 0) return;
+    path.push_back(next);
+  }
+}
+
+struct simulated {
+  double tokens = 0, seconds = 0, predicted_tokens = 0;
+};
+
+simulated run(specdec::round_planner& p, int rounds, std::uint64_t seed, bool measured_times) {
+  std::mt19937_64 rng(seed);
+  std::vector<node_id> shape, path;
+  std::vector<specdec::token_id> tok;
+  simulated s;
+  for (int i = 0; i < rounds; ++i) {
+    const specdec::round_plan plan = p.next();
+    shape.assign(plan.shape.begin(), plan.shape.end());
+    walk(shape, rng, path);
+    tok.assign(shape.size(), 0);
+    specdec::round_feedback f;
+    f.tree = specdec::tree_view{tok.data(), shape.data(), nullptr, nullptr, static_cast<std::int32_t>(shape.size())};
+    f.path = path;
+    f.forward_nodes = plan.summary.nodes;
+    f.forward_seconds = measured_times ? 1e-4 + 2e-5 * plan.summary.nodes : p.target_seconds(plan.summary.nodes);
+    f.drafter_calls = plan.summary.depth;
+    f.drafted_nodes = plan.summary.nodes - 1;
+    f.drafter_seconds = 5e-6 * plan.summary.depth;
+    if (!p.observe(f).ok()) std::abort();
+    if (i >= rounds / 2) {
+      s.tokens += static_cast<double>(path.size());
+      s.seconds += plan.summary.predicted_seconds;
+      s.predicted_tokens += plan.summary.expected_tokens;
+    }
+  }
+  return s;
+}
+
+void BM_planner_round(benchmark::State& state) {
+  specdec::round_planner p(specdec::planner_options{.max_nodes = static_cast<std::int32_t>(state.range(0)),
+                                                    .max_depth = static_cast<std::int32_t>(state.range(1))});
+  std::mt19937_64 rng(7);
+  std::vector<node_id> shape, path;
+  std::vector<specdec::token_id> tok;
+  for (auto _ : state) {
+    const specdec::round_plan plan = p.next();
+    shape.assign(plan.shape.begin(), plan.shape.end());
+    walk(shape, rng, path);
+    tok.assign(shape.size(), 0);
+    specdec::round_feedback f;
+    f.tree = specdec::tree_view{tok.data(), shape.data(), nullptr, nullptr, static_cast<std::int32_t>(shape.size())};
+    f.path = path;
+    f.forward_nodes = plan.summary.nodes;
+    f.forward_seconds = 1e-4 + 2e-5 * plan.summary.nodes;
+    f.drafter_calls = plan.summary.depth;
+    f.drafted_nodes = plan.summary.nodes - 1;
+    f.drafter_seconds = 5e-6 * plan.summary.depth;
+    benchmark::DoNotOptimize(p.observe(f));
+  }
+  state.counters["nodes"] = p.plan().summary.nodes;
+}
+BENCHMARK(BM_planner_round)->Args({16, 6})->Args({32, 8})->Args({64, 10})->Unit(benchmark::kMicrosecond);
+
+void BM_planner_curve(benchmark::State& state) {
+  const auto c = state.range(0);
+  std::vector<double> n, t;
+  for (int k = 1; k <= 128; ++k) {
+    n.push_back(k);
+    const double x = k;
+    switch (c) {
+      case 0:
+        t.push_back(k <= 64 ? 1.0 : x / 64.0);
+        break;
+      case 1:
+        t.push_back((x + 15.0) / 16.0);
+        break;
+      case 2:
+        t.push_back(1.0 + 0.004 * x + 0.0008 * x * x);
+        break;
+      default:
+        t.push_back(x);
+        break;
+    }
+  }
+  simulated s;
+  specdec::plan_summary last{};
+  for (auto _ : state) {
+    specdec::round_planner p(specdec::planner_options{.max_nodes = 64, .max_depth = 10, .forget = 0.995});
+    if (!p.set_target_cost(n, t).ok() || !p.set_drafter_cost(0.0, 0.02, 0.0).ok() || !p.set_loop_cost(0.0, 0.0).ok())
+      std::abort();
+    s = run(p, 4000, 11, false);
+    last = p.plan().summary;
+  }
+  state.counters["nodes"] = last.nodes;
+  state.counters["depth"] = last.depth;
+  state.counters["tokens_pred"] = s.predicted_tokens / 2000.0;
+  state.counters["tokens_sim"] = s.tokens / 2000.0;
+  // Speedup over plain decoding, which costs t(1) = 1 per token.
+  state.counters["speedup_pred"] = s.predicted_tokens / s.seconds;
+  state.counters["speedup_sim"] = s.tokens / s.seconds;
+}
+BENCHMARK(BM_planner_curve)->DenseRange(0, 3)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+}  // namespace

@@ -1,0 +1,367 @@
+//! \file
+//! The round planner's online estimators (loop/planner.hpp): pass cost per
+//! tree size (medians of recent times, interpolated), small decayed
+//! least-squares fits for the drafter and the loop's own time, acceptance
+//! per (depth, sibling rank) with hierarchical smoothing, and the tree
+//! program (Sequoia's dynamic program with depth-dependent acceptance).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "specdec/tree/token_tree.hpp"
+
+namespace specdec::detail {
+
+//! Pass times per tree size 1..max_n: a ring of the last `window` times per
+//! size; the estimate is the median (robust to a descheduled pass on a
+//! shared machine), sizes never seen are interpolated between seen ones and
+//! extrapolated with the least-squares slope over the seen medians.
+class pass_cost_table {
+ public:
+  void reset(std::int32_t max_n, std::int32_t window) {
+    max_n_ = std::max(max_n, 1);
+    window_ = std::max(window, 1);
+    ring_.assign(static_cast<std::size_t>(max_n_) * static_cast<std::size_t>(window_), 0.0);
+    count_.assign(static_cast<std::size_t>(max_n_), 0);
+    seen_.assign(static_cast<std::size_t>(max_n_), 0.0);
+    median_.assign(static_cast<std::size_t>(max_n_), 0.0);
+    sorted_.assign(static_cast<std::size_t>(window_), 0.0);
+    fresh_ = false;
+  }
+
+  void add(std::int32_t n, double seconds) {
+    if (n < 1 || n > max_n_ || !(seconds >= 0.0) || !std::isfinite(seconds)) return;
+    const auto i = static_cast<std::size_t>(n - 1);
+    const std::int64_t c = count_[i]++;
+    ring_[i * static_cast<std::size_t>(window_) + static_cast<std::size_t>(c % window_)] = seconds;
+    seen_[i] += 1.0;
+    fresh_ = false;
+  }
+
+  //! Samples seen at size n (the exploration bonus shrinks with it).
+  [[nodiscard]] double seen(std::int32_t n) const noexcept {
+    return n >= 1 && n <= max_n_ ? seen_[static_cast<std::size_t>(n - 1)] : 0.0;
+  }
+  [[nodiscard]] bool empty() const noexcept {
+    return std::all_of(count_.begin(), count_.end(), [](std::int64_t c) { return c == 0; });
+  }
+
+  //! Recomputes the medians and the extrapolation slope (after add()).
+  void refresh(double prior_slope_fraction) {
+    if (fresh_) return;
+    fresh_ = true;
+    xs_.clear();
+    ys_.clear();
+    ws_.clear();
+    for (std::int32_t n = 1; n <= max_n_; ++n) {
+      const auto i = static_cast<std::size_t>(n - 1);
+      const auto k = static_cast<std::size_t>(std::min<std::int64_t>(count_[i], window_));
+      if (k == 0) continue;
+      std::copy_n(ring_.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(window_)), k,
+                  sorted_.begin());
+      std::sort(sorted_.begin(), sorted_.begin() + static_cast<std::ptrdiff_t>(k));
+      median_[i] = k % 2 == 1 ? sorted_[k / 2] : 0.5 * (sorted_[k / 2 - 1] + sorted_[k / 2]);
+      xs_.push_back(n);
+      ys_.push_back(median_[i]);
+      ws_.push_back(static_cast<double>(k));
+    }
+    // A pass over more nodes never costs less on real hardware: pool
+    // adjacent violators (weighted by samples), so one slow outlier at a
+    // small size cannot make it look dearer than larger ones for long.
+    isotonic();
+    slope_ = 0.0;
+    if (xs_.size() >= 2) {
+      double mx = 0, my = 0;
+      for (std::size_t j = 0; j < xs_.size(); ++j) mx += xs_[j], my += ys_[j];
+      mx /= static_cast<double>(xs_.size());
+      my /= static_cast<double>(xs_.size());
+      double sxx = 0, sxy = 0;
+      for (std::size_t j = 0; j < xs_.size(); ++j) {
+        sxx += (xs_[j] - mx) * (xs_[j] - mx);
+        sxy += (xs_[j] - mx) * (ys_[j] - my);
+      }
+      slope_ = std::max(sxy / sxx, 0.0);
+    } else if (xs_.size() == 1) {
+      // One size seen: assume each further node costs this fraction of it
+      // (optimistic on purpose, so that the planner tries the next size).
+      slope_ = prior_slope_fraction * ys_[0] / xs_[0];
+    }
+  }
+
+  //! Estimated seconds of a pass over n nodes (NaN before any sample).
+  [[nodiscard]] double at(std::int32_t n) const noexcept {
+    if (xs_.empty()) return std::numeric_limits<double>::quiet_NaN();
+    const auto x = static_cast<double>(n);
+    if (x <= xs_.front()) return std::max(ys_.front() - slope_ * (xs_.front() - x), 0.5 * ys_.front());
+    if (x >= xs_.back()) return ys_.back() + slope_ * (x - xs_.back());
+    const auto hi = static_cast<std::size_t>(std::lower_bound(xs_.begin(), xs_.end(), x) - xs_.begin());
+    if (xs_[hi] == x) return ys_[hi];
+    const double w = (x - xs_[hi - 1]) / (xs_[hi] - xs_[hi - 1]);
+    return ys_[hi - 1] + w * (ys_[hi] - ys_[hi - 1]);
+  }
+
+  //! Sizes with at least one sample and their (monotone) medians (after refresh()).
+  [[nodiscard]] std::span<const double> sizes() const noexcept { return xs_; }
+  [[nodiscard]] std::span<const double> medians() const noexcept { return ys_; }
+
+ private:
+  void isotonic() {
+    // Blocks of (value, weight, count); merge while a block is below its predecessor.
+    blk_v_.clear();
+    blk_w_.clear();
+    blk_n_.clear();
+    for (std::size_t j = 0; j < ys_.size(); ++j) {
+      blk_v_.push_back(ys_[j]);
+      blk_w_.push_back(ws_[j]);
+      blk_n_.push_back(1);
+      while (blk_v_.size() > 1 && blk_v_[blk_v_.size() - 2] > blk_v_.back()) {
+        const std::size_t b = blk_v_.size() - 1;
+        const double w = blk_w_[b - 1] + blk_w_[b];
+        blk_v_[b - 1] = (blk_v_[b - 1] * blk_w_[b - 1] + blk_v_[b] * blk_w_[b]) / w;
+        blk_w_[b - 1] = w;
+        blk_n_[b - 1] += blk_n_[b];
+        blk_v_.pop_back();
+        blk_w_.pop_back();
+        blk_n_.pop_back();
+      }
+    }
+    std::size_t j = 0;
+    for (std::size_t b = 0; b < blk_v_.size(); ++b)
+      for (std::size_t k = 0; k < blk_n_[b]; ++k) ys_[j++] = blk_v_[b];
+  }
+
+  std::int32_t max_n_ = 1, window_ = 1;
+  std::vector<double> ring_, seen_, median_, sorted_, xs_, ys_, ws_, blk_v_, blk_w_;
+  std::vector<std::size_t> blk_n_;
+  std::vector<std::int64_t> count_;
+  double slope_ = 0.0;
+  bool fresh_ = false;
+};
+
+//! Least squares y ~ w . x over K features with exponential forgetting
+//! (normal equations decayed by `forget` per sample, a small ridge keeps
+//! collinear features solvable: a chain has as many levels as expanded nodes).
+template <int K>
+class decayed_regression {
+ public:
+  void add(const double (&x)[K], double y, double forget) {
+    for (int r = 0; r < K; ++r) {
+      for (int c = 0; c < K; ++c) xx_[r][c] = forget * xx_[r][c] + x[r] * x[c];
+      xy_[r] = forget * xy_[r] + x[r] * y;
+    }
+    n_ = forget * n_ + 1.0;
+    solved_ = false;
+  }
+  [[nodiscard]] double samples() const noexcept { return n_; }
+  //! The weights (zero before any sample); non-negative by clamping.
+  const double* weights() {
+    if (solved_) return w_;
+    solved_ = true;
+    double a[K][K + 1];
+    double scale = 0;
+    for (int r = 0; r < K; ++r) scale = std::max(scale, xx_[r][r]);
+    const double ridge = 1e-6 * (scale > 0 ? scale : 1.0);
+    for (int r = 0; r < K; ++r) {
+      for (int c = 0; c < K; ++c) a[r][c] = xx_[r][c] + (r == c ? ridge : 0.0);
+      a[r][K] = xy_[r];
+    }
+    for (int col = 0; col < K; ++col) {
+      int piv = col;
+      for (int r = col + 1; r < K; ++r)
+        if (std::fabs(a[r][col]) > std::fabs(a[piv][col])) piv = r;
+      for (int c = 0; c <= K; ++c) std::swap(a[col][c], a[piv][c]);
+      if (a[col][col] == 0.0) {
+        for (double& w : w_) w = 0.0;
+        return w_;
+      }
+      for (int r = 0; r < K; ++r) {
+        if (r == col) continue;
+        const double f = a[r][col] / a[col][col];
+        for (int c = col; c <= K; ++c) a[r][c] -= f * a[col][c];
+      }
+    }
+    for (int r = 0; r < K; ++r) w_[r] = std::max(a[r][K] / a[r][r], 0.0);
+    return w_;
+  }
+
+ private:
+  double xx_[K][K] = {};
+  double xy_[K] = {};
+  double w_[K] = {};
+  double n_ = 0.0;
+  bool solved_ = false;
+};
+
+//! Acceptance per (depth, sibling rank), decayed counts: p(d, r) is the
+//! probability that the rank-r child of a reached node at depth d - 1 is the
+//! accepted one. Estimate: the depth's counts shrunk toward the rank's pooled
+//! rate, itself shrunk toward a prior (prior_first * 0.5^r).
+class acceptance_estimator {
+ public:
+  void reset(std::int32_t depths, std::int32_t ranks, double prior_weight, double prior_first) {
+    D_ = std::max(depths, 1);
+    K_ = std::max(ranks, 1);
+    w_ = prior_weight;
+    prior_ = prior_first;
+    off_.assign(static_cast<std::size_t>(D_ * K_), 0.0);
+    acc_.assign(off_.size(), 0.0);
+    p_.assign(off_.size(), 0.0);
+    q_sum_ = acc_sum_ = 0.0;
+    refresh();
+  }
+
+  //! One verified tree: `path` the accepted root-to-node path, `prob` each
+  //! node's draft probability (may be empty). `nchild`, `rank` scratch.
+  //! Decays every count by `forget` (once per round, drafted or not).
+  void decay(double forget) {
+    for (double& x : off_) x *= forget;
+    for (double& x : acc_) x *= forget;
+    q_sum_ *= forget;
+    acc_sum_ *= forget;
+    refresh();
+  }
+
+  void record(const tree_view& t, std::span<const node_id> path, std::span<const float> prob,
+              std::vector<std::int32_t>& nchild, std::vector<std::int32_t>& rank) {
+    const auto n = static_cast<std::size_t>(t.size);
+    nchild.assign(n, 0);
+    rank.assign(n, -1);
+    for (std::int32_t i = 1; i < t.size; ++i)
+      rank[static_cast<std::size_t>(i)] = nchild[static_cast<std::size_t>(t.parent[i])]++;
+    for (std::size_t i = 0; i < path.size(); ++i) {
+      const auto u = static_cast<std::size_t>(path[i]);
+      const std::int32_t row = std::min(static_cast<std::int32_t>(i), D_ - 1);
+      const std::int32_t kids = std::min(nchild[u], K_);
+      const node_id next = i + 1 < path.size() ? path[i + 1] : -1;
+      for (std::int32_t r = 0; r < kids; ++r) off_[static_cast<std::size_t>(row * K_ + r)] += 1.0;
+      if (next >= 0 && rank[static_cast<std::size_t>(next)] < K_)
+        acc_[static_cast<std::size_t>(row * K_ + rank[static_cast<std::size_t>(next)])] += 1.0;
+      if (prob.size() >= n && nchild[u] > 0) {
+        // Calibration: draft probability of the offered children against
+        // how often one of them was accepted.
+        for (std::int32_t c = 1; c < t.size; ++c)
+          if (t.parent[c] == static_cast<node_id>(u)) q_sum_ += static_cast<double>(prob[static_cast<std::size_t>(c)]);
+        acc_sum_ += next >= 0 ? 1.0 : 0.0;
+      }
+    }
+    refresh();
+  }
+
+  [[nodiscard]] double at(std::int32_t depth, std::int32_t rank) const noexcept {
+    if (rank < 0 || rank >= K_ || depth < 1) return 0.0;
+    const std::int32_t d = std::min(depth, D_) - 1;
+    return p_[static_cast<std::size_t>(d * K_ + rank)];
+  }
+  [[nodiscard]] std::int32_t depths() const noexcept { return D_; }
+  [[nodiscard]] std::int32_t ranks() const noexcept { return K_; }
+  [[nodiscard]] std::span<const double> table() const noexcept { return p_; }
+  //! Accepted children per unit of offered draft probability (1 when unknown).
+  [[nodiscard]] double calibration() const noexcept { return q_sum_ > 0.5 ? acc_sum_ / q_sum_ : 1.0; }
+
+ private:
+  void refresh() {
+    for (std::int32_t r = 0; r < K_; ++r) {
+      double o = 0, a = 0;
+      for (std::int32_t d = 0; d < D_; ++d)
+        o += off_[static_cast<std::size_t>(d * K_ + r)], a += acc_[static_cast<std::size_t>(d * K_ + r)];
+      const double prior = prior_ * std::pow(0.5, r);
+      const double pooled = (a + w_ * prior) / (o + w_);
+      for (std::int32_t d = 0; d < D_; ++d) {
+        const auto i = static_cast<std::size_t>(d * K_ + r);
+        p_[i] = (acc_[i] + w_ * pooled) / (off_[i] + w_);
+      }
+    }
+    for (std::int32_t d = 0; d < D_; ++d) {
+      double s = 0;
+      for (std::int32_t r = 0; r < K_; ++r) s += p_[static_cast<std::size_t>(d * K_ + r)];
+      if (s > 1.0)
+        for (std::int32_t r = 0; r < K_; ++r) p_[static_cast<std::size_t>(d * K_ + r)] /= s;
+    }
+  }
+
+  std::int32_t D_ = 1, K_ = 1;
+  double w_ = 2.0, prior_ = 0.5, q_sum_ = 0.0, acc_sum_ = 0.0;
+  std::vector<double> off_, acc_, p_;
+};
+
+//! Sequoia's dynamic program with acceptance depending on depth: for a depth
+//! bound L and every node count n <= B, the tree of n nodes, depth <= L,
+//! children taking ranks 0, 1, ... < K, that maximises the expected accepted
+//! drafts sum_v prod_{path} p(depth, rank). c(k, n): best subtree of n nodes
+//! rooted at absolute depth k; g_k(j, m): best use of m nodes by the children
+//! of rank >= j of such a root. O(L K B^2) per bound.
+class tree_program {
+ public:
+  template <class P>
+  void solve(const P& p, std::int32_t L, std::int32_t K, std::int32_t B) {
+    L_ = L;
+    K_ = K;
+    B_ = B;
+    const double ninf = -std::numeric_limits<double>::infinity();
+    c_.assign(static_cast<std::size_t>(L + 1) * static_cast<std::size_t>(B + 1), ninf);
+    choice_.assign(static_cast<std::size_t>(L + 1) * static_cast<std::size_t>(K + 1) * static_cast<std::size_t>(B), 0);
+    g_.assign(static_cast<std::size_t>(K + 1) * static_cast<std::size_t>(B), ninf);
+    for (std::int32_t k = L; k >= 0; --k) {
+      c(k, 1) = 0.0;  // expected accepted drafts below a lone node
+      if (k == L) continue;
+      for (std::int32_t j = K; j >= 0; --j) {
+        g(j, 0) = 0.0;
+        if (j == K) continue;
+        const double pj = p.at(k + 1, j);
+        for (std::int32_t m = 1; m < B; ++m) {
+          double best = ninf;
+          std::int32_t arg = 0;
+          for (std::int32_t a = 1; a <= m; ++a) {
+            const double ca = c(k + 1, a), rest = g(j + 1, m - a);
+            if (ca == ninf || rest == ninf) continue;
+            const double v = pj * (1.0 + ca) + rest;
+            if (v > best) best = v, arg = a;
+          }
+          g(j, m) = best;
+          choice_[ci(k, j, m)] = arg;
+        }
+      }
+      for (std::int32_t n = 2; n <= B; ++n) c(k, n) = g(0, n - 1);
+    }
+  }
+
+  //! Expected accepted drafts of the best n-node tree (-inf when none fits).
+  [[nodiscard]] double value(std::int32_t n) const noexcept { return c_[static_cast<std::size_t>(n)]; }
+
+  //! Appends the best n-node tree's parent array (pre-order, children in rank order).
+  void emit(std::int32_t n, std::vector<node_id>& out) const { emit(0, n, -1, out.size(), out); }
+
+ private:
+  void emit(std::int32_t k, std::int32_t n, node_id parent, std::size_t base, std::vector<node_id>& out) const {
+    const auto self = static_cast<node_id>(out.size() - base);
+    out.push_back(parent);
+    std::int32_t m = n - 1;
+    for (std::int32_t j = 0; m > 0; ++j) {
+      const std::int32_t a = choice_[ci(k, j, m)];
+      emit(k + 1, a, self, base, out);
+      m -= a;
+    }
+  }
+  [[nodiscard]] std::size_t ci(std::int32_t k, std::int32_t j, std::int32_t m) const noexcept {
+    return (static_cast<std::size_t>(k) * static_cast<std::size_t>(K_ + 1) + static_cast<std::size_t>(j)) *
+               static_cast<std::size_t>(B_) +
+           static_cast<std::size_t>(m);
+  }
+  double& c(std::int32_t k, std::int32_t n) noexcept {
+    return c_[static_cast<std::size_t>(k) * static_cast<std::size_t>(B_ + 1) + static_cast<std::size_t>(n)];
+  }
+  double& g(std::int32_t j, std::int32_t m) noexcept {
+    return g_[static_cast<std::size_t>(j) * static_cast<std::size_t>(B_) + static_cast<std::size_t>(m)];
+  }
+
+  std::int32_t L_ = 0, K_ = 0, B_ = 0;
+  std::vector<double> c_, g_;
+  std::vector<std::int32_t> choice_;
+};
+
+}  // namespace specdec::detail

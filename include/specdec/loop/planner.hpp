@@ -1,0 +1,508 @@
+//! \file
+//! Planned rounds: `round_planner` sizes every speculative round from what
+//! the rounds so far measured, so that speculation runs where it pays and
+//! plain decoding (a root-only tree) where it does not. It keeps online
+//! estimates of the target's pass time per tree size, the drafter's time per
+//! round, level and node, the loop's own time, and the acceptance rate per
+//! (depth, sibling rank); each round it picks, among chains of every length
+//! (length 0 is an autoregressive step), width-per-level trees and the
+//! acceptance-optimal tree of every size and depth (Sequoia's program with
+//! depth-dependent acceptance), the shape with the most expected tokens per
+//! second, plus per-depth thresholds below which a drafted branch is not
+//! expanded (EAGLE-2's dynamic trees, priced by the marginal node cost).
+//!
+//! Lossless by construction: the plan depends on past rounds and, through
+//! the thresholds, on this round's drafter rows, never on this round's target
+//! rows or verification randomness (docs/loop.md, "Planned rounds").
+//!
+//! Usable alone (an engine's own loop calls next() and observe() each round)
+//! or through `planned_tree_builder` (loop/planned_builder.hpp) inside
+//! speculative_session and batched_session.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "specdec/core/status.hpp"
+#include "specdec/loop/detail/plan_estimators.hpp"
+#include "specdec/plan/cost_model.hpp"
+#include "specdec/tree/token_tree.hpp"
+#include "specdec/tree/validate.hpp"
+
+namespace specdec {
+
+//! Options of a round_planner (checked by round_planner::reset).
+struct planner_options {
+  std::int32_t max_nodes = 32;    //!< node budget of one round, root included (1 .. 1024)
+  std::int32_t max_depth = 8;     //!< deepest drafted level (0 .. 64; 0 = never speculate)
+  std::int32_t max_children = 4;  //!< children per node, i.e. sibling ranks planned (1 .. 16)
+  double forget = 0.97;           //!< per-round decay of acceptance counts and time fits, in (0, 1]
+  double prior_weight = 2.0;      //!< pseudo-observations behind the acceptance prior (> 0)
+  double prior_accept = 0.5;      //!< prior acceptance of a rank-0 child (rank r: halved r times), in [0, 1]
+  std::int32_t replan_every = 4;  //!< rounds between re-solving the tree program (>= 1)
+  std::int32_t cost_window = 8;   //!< pass times kept per tree size; their median is the estimate (>= 1)
+  double explore = 0.15;          //!< optimism for rarely measured sizes: time x (1 - explore / sqrt(1 + seen))
+  double prior_node_cost = 0.25;  //!< before two sizes are measured, each further node costs this share of one
+  std::int32_t probe_every = 64;  //!< after this many root-only rounds, one speculative round (0 = never)
+  bool prune = true;              //!< per-depth early-stop thresholds (draft probability below marginal cost)
+};
+
+//! Where a round's shape came from.
+enum class plan_kind : std::uint8_t {
+  none = 0,            //!< no planner (fixed builder)
+  autoregressive = 1,  //!< root only: one target step, no drafting
+  chain = 2,           //!< one child per level
+  widths = 3,          //!< the same number of children for every node of a level
+  optimal = 4,         //!< the acceptance-optimal tree for its size and depth
+  fixed = 5,           //!< the caller's fixed shape (round_planner::fix_plan)
+};
+
+//! Short stable name of a plan kind.
+constexpr const char* plan_kind_name(plan_kind k) noexcept {
+  switch (k) {
+    case plan_kind::autoregressive:
+      return "autoregressive";
+    case plan_kind::chain:
+      return "chain";
+    case plan_kind::widths:
+      return "widths";
+    case plan_kind::optimal:
+      return "optimal";
+    case plan_kind::fixed:
+      return "fixed";
+    default:
+      return "none";
+  }
+}
+
+//! What a plan decided and predicted (copied into round_stats::plan).
+struct plan_summary {
+  plan_kind kind = plan_kind::none;  //!< where the shape came from
+  std::int32_t nodes = 0;            //!< planned nodes, root included (pruning may draft fewer)
+  std::int32_t depth = 0;            //!< planned depth
+  double expected_tokens = 0;        //!< predicted tokens of the round (accepted drafts + 1)
+  double predicted_seconds = 0;      //!< predicted round time (target + drafter + loop)
+};
+
+//! One round's plan: the shape to draft and per-depth early-stop thresholds.
+//! Spans point into the planner and stay valid until its next non-const call.
+struct round_plan {
+  std::span<const node_id> shape{};                //!< parent array, root first (-1)
+  std::span<const double> min_path_probability{};  //!< static_tree_options::min_path_probability
+  plan_summary summary{};                          //!< decision and prediction
+};
+
+//! What the caller measured in one round, for round_planner::observe.
+struct round_feedback {
+  tree_view tree{};                     //!< the drafted tree (parents; tokens unused)
+  std::span<const float> draft_prob{};  //!< q_parent(token) per node (drafted_tree::prob), may be empty
+  std::span<const node_id> path{};      //!< accepted path from the root, accepted drafts + 1 entries
+  std::int32_t forward_nodes = 0;       //!< nodes the target pass ran (a batch's total)
+  double forward_seconds = 0;           //!< target pass time
+  std::int32_t drafter_calls = 0;       //!< drafter (level) calls this round
+  std::int32_t drafted_nodes = 0;       //!< nodes the drafter expanded
+  double drafter_seconds = 0;           //!< time inside the drafter
+  double other_seconds = 0;             //!< the rest of the round (masks, verification, commit)
+};
+
+//! Per-round planner of tree shapes from measured cost and acceptance.
+//! Deterministic: the same feedback sequence gives the same plans, so the
+//! same seed with injected costs (set_target_cost, set_drafter_cost,
+//! set_loop_cost) or a fixed plan gives the same output. Planning allocates
+//! only while its buffers grow to the option sizes. Cost of next(): O(number
+//! of candidates) per round, plus O(D^2 K B^2) every replan_every rounds.
+class round_planner {
+ public:
+  //! A planner with default options.
+  round_planner() { (void)reset(planner_options{}); }
+  //! A planner with options `o`; throws specdec::error when they are invalid.
+  explicit round_planner(const planner_options& o) { throw_if_error(reset(o)); }
+
+  //! Forgets everything and takes options `o`. Errors: invalid_argument.
+  status reset(const planner_options& o) {
+    if (o.max_nodes < 1 || o.max_nodes > 1024)
+      return make_status(status_code::invalid_argument, "max_nodes in 1..1024");
+    if (o.max_depth < 0 || o.max_depth > 64) return make_status(status_code::invalid_argument, "max_depth in 0..64");
+    if (o.max_children < 1 || o.max_children > 16)
+      return make_status(status_code::invalid_argument, "max_children in 1..16");
+    if (!(o.forget > 0.0 && o.forget <= 1.0)) return make_status(status_code::invalid_argument, "forget in (0, 1]");
+    if (!(o.prior_weight > 0.0) || !std::isfinite(o.prior_weight))
+      return make_status(status_code::invalid_argument, "prior_weight must be > 0");
+    if (!(o.prior_accept >= 0.0 && o.prior_accept <= 1.0))
+      return make_status(status_code::invalid_argument, "prior_accept in [0, 1]");
+    if (o.replan_every < 1 || o.cost_window < 1)
+      return make_status(status_code::invalid_argument, "replan_every and cost_window must be >= 1");
+    if (!(o.explore >= 0.0 && o.explore < 1.0)) return make_status(status_code::invalid_argument, "explore in [0, 1)");
+    if (!(o.prior_node_cost >= 0.0) || !std::isfinite(o.prior_node_cost))
+      return make_status(status_code::invalid_argument, "prior_node_cost must be >= 0");
+    if (o.probe_every < 0) return make_status(status_code::invalid_argument, "probe_every must be >= 0");
+    opt_ = o;
+    const std::int32_t D = std::min(o.max_depth, o.max_nodes - 1);
+    depth_cap_ = std::max(D, 0);
+    cost_.reset(o.max_nodes, o.cost_window);
+    acc_.reset(std::max(depth_cap_, 1), o.max_children, o.prior_weight, o.prior_accept);
+    draft_ = {};
+    loop_ = {};
+    injected_n_.clear();
+    injected_t_.clear();
+    draft_fixed_ = loop_fixed_ = false;
+    fixed_.clear();
+    rounds_ = 0;
+    drafted_rounds_ = 0;
+    since_draft_ = 0;
+    since_solve_ = o.replan_every;  // solve on the first plan
+    has_plan_ = false;
+    return status::success();
+  }
+
+  //! The options in use.
+  [[nodiscard]] const planner_options& options() const noexcept { return opt_; }
+
+  //! Hands the planner the target's pass time as a curve (e.g. a GPU's t(N)
+  //! measured offline): seconds[i] for n[i] nodes, n strictly increasing
+  //! from >= 1, times finite and > 0; linear between points and beyond the
+  //! last two. Measured pass times are then recorded but not used. Empty
+  //! spans go back to measuring. Errors: size_mismatch, invalid_argument.
+  status set_target_cost(std::span<const double> n, std::span<const double> seconds) {
+    if (n.size() != seconds.size()) return make_status(status_code::size_mismatch, "one time per node count");
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      if (!(n[i] >= 1.0) || !std::isfinite(n[i]) || (i > 0 && !(n[i] > n[i - 1])))
+        return make_status(status_code::invalid_argument, "node counts must increase from 1",
+                           static_cast<std::int64_t>(i));
+      if (!(seconds[i] > 0.0) || !std::isfinite(seconds[i]))
+        return make_status(status_code::invalid_argument, "times must be finite and > 0", static_cast<std::int64_t>(i));
+    }
+    injected_n_.assign(n.begin(), n.end());
+    injected_t_.assign(seconds.begin(), seconds.end());
+    return status::success();
+  }
+
+  //! Fixes the drafter's time: per_round (once per round that drafts), per
+  //! level call and per expanded node. Errors: invalid_argument (negative or
+  //! not finite).
+  status set_drafter_cost(double per_round, double per_level, double per_node) {
+    for (const double v : {per_round, per_level, per_node})
+      if (!(v >= 0.0) || !std::isfinite(v)) return make_status(status_code::invalid_argument, "costs must be >= 0");
+    drafter_w_[0] = per_round;
+    drafter_w_[1] = per_level;
+    drafter_w_[2] = per_node;
+    draft_fixed_ = true;
+    return status::success();
+  }
+
+  //! Fixes the loop's own time per round: per_round + per_node x nodes.
+  //! Errors: invalid_argument.
+  status set_loop_cost(double per_round, double per_node) {
+    if (!(per_round >= 0.0) || !(per_node >= 0.0) || !std::isfinite(per_round) || !std::isfinite(per_node))
+      return make_status(status_code::invalid_argument, "costs must be >= 0");
+    loop_w_[0] = per_round;
+    loop_w_[1] = per_node;
+    loop_fixed_ = true;
+    return status::success();
+  }
+
+  //! Every round drafts `shape` (a topological parent array, root -1; at
+  //! most max_nodes nodes); an empty span lets the planner choose again.
+  //! Errors: invalid_argument (malformed or too large shape).
+  status fix_plan(std::span<const node_id> shape) {
+    if (shape.empty()) {
+      fixed_.clear();
+      return status::success();
+    }
+    SPECDEC_TRY(validate_topological_parents(shape.data(), static_cast<std::int32_t>(shape.size())));
+    if (static_cast<std::int64_t>(shape.size()) > opt_.max_nodes)
+      return make_status(status_code::invalid_argument, "fixed shape larger than max_nodes");
+    fixed_.assign(shape.begin(), shape.end());
+    return status::success();
+  }
+
+  //! The plan of the next round (also what plan() returns until observe()).
+  round_plan next() {
+    refresh();
+    if (!fixed_.empty()) {
+      shape_.assign(fixed_.begin(), fixed_.end());
+      thresholds_.clear();
+      const candidate c = describe(fixed_, plan_kind::fixed);
+      set_plan(c, predict_seconds(c));
+      return plan();
+    }
+    // Before any pass is measured, and every probe_every plain steps, try
+    // the best small speculative shape: costs and acceptance stay measured
+    // where speculation was switched off.
+    const bool unmeasured = injected_n_.empty() && cost_.empty();
+    const bool probe = opt_.probe_every > 0 && since_draft_ >= opt_.probe_every;
+    std::size_t best = 0;
+    double best_rate = -1.0, best_t = 0.0;
+    for (std::size_t i = 0; i < cands_.size(); ++i) {
+      if ((unmeasured && cands_[i].nodes > 3) || (probe && cands_[i].nodes == 1)) continue;
+      const double t = predict_seconds(cands_[i]);
+      const double optimistic = t * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(cands_[i].nodes)));
+      const double rate = (1.0 + cands_[i].value) / optimistic;
+      if (rate > best_rate) best_rate = rate, best = i, best_t = t;
+    }
+    if (best_rate < 0.0) best_t = predict_seconds(cands_[best]);  // nothing but the root to choose
+    choose(best, best_t);
+    return plan();
+  }
+
+  //! The last plan handed out by next() or plan_batch().
+  [[nodiscard]] round_plan plan() const noexcept { return {shape_, thresholds_, summary_}; }
+  //! Whether a plan was handed out and not yet observed.
+  [[nodiscard]] bool pending() const noexcept { return has_plan_; }
+
+  //! Records one round. Errors: invalid_argument (malformed tree or path).
+  status observe(const round_feedback& f) {
+    SPECDEC_TRY(validate_topological_parents(f.tree.parent, f.tree.size));
+    if (f.path.empty() || f.path[0] != 0)
+      return make_status(status_code::invalid_argument, "path must start at the root");
+    for (std::size_t i = 1; i < f.path.size(); ++i)
+      if (f.path[i] <= 0 || f.path[i] >= f.tree.size || f.tree.parent[f.path[i]] != f.path[i - 1])
+        return make_status(status_code::invalid_argument, "path entries must be parent-linked node ids",
+                           static_cast<std::int64_t>(i));
+    for (const double v : {f.forward_seconds, f.drafter_seconds, f.other_seconds})
+      if (!(v >= 0.0) || !std::isfinite(v)) return make_status(status_code::invalid_argument, "times must be >= 0");
+    if (f.forward_nodes < 1) return make_status(status_code::invalid_argument, "forward_nodes must be >= 1");
+    has_plan_ = false;
+    ++rounds_;
+    ++since_solve_;
+    cost_.add(f.forward_nodes, f.forward_seconds);
+    // The drafter's first round also fills its cache with the whole prompt:
+    // not a per-round cost, so it is left out of the fit.
+    if (f.drafter_calls > 0 && drafted_rounds_++ > 0) {
+      const double x[3] = {1.0, static_cast<double>(f.drafter_calls), static_cast<double>(f.drafted_nodes)};
+      draft_.add(x, f.drafter_seconds, opt_.forget);
+    }
+    const double y[2] = {1.0, static_cast<double>(f.forward_nodes)};
+    loop_.add(y, f.other_seconds, opt_.forget);
+    acc_.decay(opt_.forget);
+    if (f.tree.size > 1) {
+      acc_.record(f.tree, f.path, f.draft_prob, nchild_, rank_);
+      since_draft_ = 0;
+    } else {
+      ++since_draft_;
+    }
+    return status::success();
+  }
+
+  //! Estimated target pass seconds over n nodes (the injected curve, else
+  //! the medians measured so far; NaN before any).
+  [[nodiscard]] double target_seconds(std::int32_t n) {
+    cost_.refresh(opt_.prior_node_cost);
+    return target_at(n);
+  }
+  //! Estimated drafter seconds of a round with `levels` calls over `nodes` expanded nodes (0 when levels == 0).
+  [[nodiscard]] double drafter_seconds(std::int32_t levels, std::int32_t nodes) {
+    if (levels == 0) return 0.0;
+    const double* w = drafter_weights();
+    return w[0] + w[1] * levels + w[2] * nodes;
+  }
+  //! Estimated loop (non-target, non-drafter) seconds of a round over n nodes.
+  [[nodiscard]] double loop_seconds(std::int32_t n) {
+    const double* w = loop_weights();
+    return w[0] + w[1] * n;
+  }
+  //! Estimated acceptance of a rank-r child at depth d (>= 1).
+  [[nodiscard]] double acceptance(std::int32_t depth, std::int32_t rank) const noexcept { return acc_.at(depth, rank); }
+  //! Measured (node count, median seconds) pairs of the target pass.
+  [[nodiscard]] std::span<const double> measured_sizes() {
+    cost_.refresh(opt_.prior_node_cost);
+    return cost_.sizes();
+  }
+  //! The medians matching measured_sizes().
+  [[nodiscard]] std::span<const double> measured_seconds() {
+    cost_.refresh(opt_.prior_node_cost);
+    return cost_.medians();
+  }
+  //! STree's linear fit t = kN + C over the measured medians. Errors as fit_linear_cost.
+  status fitted_linear(linear_cost& out) {
+    cost_.refresh(opt_.prior_node_cost);
+    return fit_linear_cost(cost_.sizes(), cost_.medians(), out);
+  }
+  //! Rounds observed since reset().
+  [[nodiscard]] std::int64_t rounds() const noexcept { return rounds_; }
+
+  //! Candidates of the last solve, for plan_batch: expected accepted drafts,
+  //! nodes, depth and expanded nodes of each (read-only use).
+  struct candidate {
+    double value = 0;                            //!< expected accepted drafts
+    std::int32_t nodes = 1;                      //!< nodes, root included
+    std::int32_t depth = 0;                      //!< depth
+    std::int32_t expanded = 0;                   //!< nodes with children (drafter rows)
+    std::int32_t offset = 0;                     //!< into the shape store
+    plan_kind kind = plan_kind::autoregressive;  //!< where it came from
+  };
+  //! The current candidate list (refreshed by prepare()).
+  [[nodiscard]] std::span<const candidate> candidates() const noexcept { return cands_; }
+  //! Re-solves the candidates when due; plan_batch calls it for each request.
+  void prepare() { refresh(); }
+  //! Predicted seconds of candidate c run alone (target + drafter + loop).
+  [[nodiscard]] double predict_seconds(const candidate& c) {
+    return target_at(c.nodes) + drafter_seconds(c.depth, c.expanded) + loop_seconds(c.nodes);
+  }
+  //! Hands out candidate i with the predicted round time `seconds` as the plan.
+  void choose(std::size_t i, double seconds) {
+    const candidate& c = cands_[i];
+    shape_.assign(store_.begin() + c.offset, store_.begin() + c.offset + c.nodes);
+    thresholds_.clear();
+    if (opt_.prune && c.depth > 1) {
+      // A node at depth d reached with probability rho adds about rho tokens
+      // at a marginal cost of one node; expand it only when rho x (seconds
+      // per token) pays for that node. rho ~ kappa^d x path draft probability.
+      const double per_token = seconds / (1.0 + c.value);
+      const double node = std::max(target_at(c.nodes + 1) - target_at(c.nodes), 0.0) + drafter_weights()[2];
+      const double kappa = std::clamp(acc_.calibration(), 0.05, 20.0);
+      thresholds_.assign(static_cast<std::size_t>(c.depth), 0.0);
+      for (std::int32_t d = 1; d < c.depth; ++d)
+        thresholds_[static_cast<std::size_t>(d)] = std::min(node / per_token / std::pow(kappa, d), 1.0);
+    }
+    set_plan(c, seconds);
+  }
+
+ private:
+  double target_at(std::int32_t n) {
+    if (!injected_n_.empty()) {
+      const auto x = static_cast<double>(n);
+      const std::size_t m = injected_n_.size();
+      if (m == 1) return injected_t_[0];
+      std::size_t hi =
+          static_cast<std::size_t>(std::lower_bound(injected_n_.begin(), injected_n_.end(), x) - injected_n_.begin());
+      hi = std::clamp<std::size_t>(hi, 1, m - 1);
+      const double w = (x - injected_n_[hi - 1]) / (injected_n_[hi] - injected_n_[hi - 1]);
+      return std::max(injected_t_[hi - 1] + w * (injected_t_[hi] - injected_t_[hi - 1]), 0.0);
+    }
+    cost_.refresh(opt_.prior_node_cost);
+    const double t = cost_.at(n);
+    // Before any measurement every size looks alike: the first rounds probe.
+    return std::isnan(t) ? 1.0 + opt_.prior_node_cost * (n - 1) : t;
+  }
+  const double* drafter_weights() {
+    if (draft_fixed_ || draft_.samples() == 0.0) return drafter_w_;
+    const double* w = draft_.weights();
+    std::copy_n(w, 3, drafter_w_);
+    return drafter_w_;
+  }
+  const double* loop_weights() {
+    if (loop_fixed_ || loop_.samples() == 0.0) return loop_w_;
+    const double* w = loop_.weights();
+    std::copy_n(w, 2, loop_w_);
+    return loop_w_;
+  }
+
+  void set_plan(const candidate& c, double seconds) {
+    summary_ = {c.kind, c.nodes, c.depth, 1.0 + c.value, seconds};
+    has_plan_ = true;
+  }
+
+  candidate describe(std::span<const node_id> shape, plan_kind kind) {
+    candidate c;
+    c.kind = kind;
+    c.nodes = static_cast<std::int32_t>(shape.size());
+    depth_.assign(shape.size(), 0);
+    nchild_.assign(shape.size(), 0);
+    rank_.assign(shape.size(), -1);
+    double v = 0.0;
+    reach_.assign(shape.size(), 1.0);
+    for (std::size_t i = 1; i < shape.size(); ++i) {
+      const auto p = static_cast<std::size_t>(shape[i]);
+      depth_[i] = depth_[p] + 1;
+      rank_[i] = nchild_[p]++;
+      reach_[i] = reach_[p] * acc_.at(depth_[i], rank_[i]);
+      v += reach_[i];
+      c.depth = std::max(c.depth, depth_[i]);
+    }
+    for (const std::int32_t k : nchild_) c.expanded += k > 0 ? 1 : 0;
+    c.value = v;
+    return c;
+  }
+
+  // Adds a candidate whose shape is store_[offset, end).
+  void add_candidate(std::int32_t offset, plan_kind kind) {
+    candidate c = describe(std::span<const node_id>(store_).subspan(static_cast<std::size_t>(offset)), kind);
+    c.offset = offset;
+    cands_.push_back(c);
+  }
+
+  // Nonincreasing widths w_1 >= w_2 >= ... (>= 2 at the first level: width-1
+  // prefixes are chains), every prefix within the node budget.
+  void add_width_trees(std::vector<std::int32_t>& w, std::int32_t nodes, std::int32_t level_nodes) {
+    if (!w.empty() && w.front() >= 2) {
+      const auto off = static_cast<std::int32_t>(store_.size());
+      store_.push_back(-1);
+      std::int32_t begin = 0, end = 1;
+      for (const std::int32_t k : w) {
+        for (std::int32_t u = begin; u < end; ++u)
+          for (std::int32_t j = 0; j < k; ++j) store_.push_back(u);
+        begin = end;
+        end = static_cast<std::int32_t>(store_.size()) - off;
+      }
+      add_candidate(off, plan_kind::widths);
+    }
+    if (static_cast<std::int32_t>(w.size()) >= depth_cap_) return;
+    const std::int32_t top = w.empty() ? opt_.max_children : w.back();
+    for (std::int32_t k = 1; k <= top; ++k) {
+      const std::int32_t grown = level_nodes * k;
+      if (nodes + grown > opt_.max_nodes) break;
+      w.push_back(k);
+      add_width_trees(w, nodes + grown, grown);
+      w.pop_back();
+    }
+  }
+
+  void refresh() {
+    if (since_solve_ < opt_.replan_every && !cands_.empty()) return;
+    since_solve_ = 0;
+    cands_.clear();
+    store_.clear();
+    store_.push_back(-1);
+    add_candidate(0, plan_kind::autoregressive);
+    for (std::int32_t L = 1; L <= depth_cap_; ++L) {
+      const auto off = static_cast<std::int32_t>(store_.size());
+      for (std::int32_t i = 0; i <= L; ++i) store_.push_back(i - 1);
+      add_candidate(off, plan_kind::chain);
+    }
+    width_.clear();
+    add_width_trees(width_, 1, 1);
+    // Acceptance-optimal trees per depth bound; keep a tree only at its own
+    // depth (a shallower optimum is the bound's below).
+    for (std::int32_t L = 1; L <= depth_cap_; ++L) {
+      program_.solve(acc_, L, opt_.max_children, opt_.max_nodes);
+      for (std::int32_t n = L + 2; n <= opt_.max_nodes; ++n) {
+        if (program_.value(n) == -std::numeric_limits<double>::infinity()) continue;
+        const auto off = static_cast<std::int32_t>(store_.size());
+        program_.emit(n, store_);
+        const candidate c =
+            describe(std::span<const node_id>(store_).subspan(static_cast<std::size_t>(off)), plan_kind::optimal);
+        if (c.depth != L) {  // the optimum of a smaller bound: listed there
+          store_.resize(static_cast<std::size_t>(off));
+          continue;
+        }
+        add_candidate(off, plan_kind::optimal);
+      }
+    }
+  }
+
+  planner_options opt_{};
+  std::int32_t depth_cap_ = 0;
+  detail::pass_cost_table cost_;
+  detail::acceptance_estimator acc_;
+  detail::decayed_regression<3> draft_;
+  detail::decayed_regression<2> loop_;
+  detail::tree_program program_;
+  double drafter_w_[3] = {0, 0, 0}, loop_w_[2] = {0, 0};
+  bool draft_fixed_ = false, loop_fixed_ = false;
+  std::vector<double> injected_n_, injected_t_;
+  std::vector<node_id> fixed_, store_, shape_;
+  std::vector<candidate> cands_;
+  std::vector<double> thresholds_, reach_;
+  std::vector<std::int32_t> width_, depth_, nchild_, rank_;
+  std::int64_t rounds_ = 0, drafted_rounds_ = 0;
+  std::int32_t since_solve_ = 0, since_draft_ = 0;
+  bool has_plan_ = false;
+  plan_summary summary_{};
+};
+
+}  // namespace specdec

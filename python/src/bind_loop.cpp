@@ -1,0 +1,102 @@
+// The round planner (loop/planner.hpp) for engines with their own loop in
+// Python: next() gives the shape to draft, observe() takes the round's times
+// and accepted path, and the estimates can be read back.
+#include <cstdint>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "common.hpp"
+#include "specdec/loop/planner.hpp"
+
+namespace specdec::python {
+
+void bind_loop(nb::module_& m) {
+  using nb::arg;
+  nb::class_<round_planner>(m, "RoundPlanner")
+      .def(
+          "__init__",
+          [](round_planner* p, std::int32_t max_nodes, std::int32_t max_depth, std::int32_t max_children, double forget,
+             double prior_weight, double prior_accept, std::int32_t replan_every, std::int32_t cost_window,
+             double explore, double prior_node_cost, std::int32_t probe_every, bool prune) {
+            new (p) round_planner();
+            check(p->reset(planner_options{.max_nodes = max_nodes,
+                                           .max_depth = max_depth,
+                                           .max_children = max_children,
+                                           .forget = forget,
+                                           .prior_weight = prior_weight,
+                                           .prior_accept = prior_accept,
+                                           .replan_every = replan_every,
+                                           .cost_window = cost_window,
+                                           .explore = explore,
+                                           .prior_node_cost = prior_node_cost,
+                                           .probe_every = probe_every,
+                                           .prune = prune}));
+          },
+          arg("max_nodes") = 32, arg("max_depth") = 8, arg("max_children") = 4, arg("forget") = 0.97,
+          arg("prior_weight") = 2.0, arg("prior_accept") = 0.5, arg("replan_every") = 4, arg("cost_window") = 8,
+          arg("explore") = 0.15, arg("prior_node_cost") = 0.25, arg("probe_every") = 64, arg("prune") = true)
+      .def("next",
+           [](round_planner& p) {
+             const round_plan r = p.next();
+             const plan_summary& s = r.summary;
+             return std::make_tuple(std::vector<node_id>(r.shape.begin(), r.shape.end()),
+                                    std::vector<double>(r.min_path_probability.begin(), r.min_path_probability.end()),
+                                    std::string(plan_kind_name(s.kind)), s.nodes, s.depth, s.expected_tokens,
+                                    s.predicted_seconds);
+           })
+      .def(
+          "observe",
+          [](round_planner& p, const in1<node_id>& parent, const in1<node_id>& path, std::int32_t forward_nodes,
+             double forward_seconds, std::int32_t drafter_calls, std::int32_t drafted_nodes, double drafter_seconds,
+             double other_seconds, const std::optional<in1<float>>& draft_prob) {
+            round_feedback f;
+            f.tree = tree_view{nullptr, parent.data(), nullptr, nullptr, static_cast<std::int32_t>(parent.size())};
+            f.path = span_of(path);
+            if (draft_prob) {
+              require(draft_prob->size() == parent.size(), status_code::size_mismatch,
+                      "draft_prob needs one entry per node");
+              f.draft_prob = span_of(*draft_prob);
+            }
+            f.forward_nodes = forward_nodes;
+            f.forward_seconds = forward_seconds;
+            f.drafter_calls = drafter_calls;
+            f.drafted_nodes = drafted_nodes;
+            f.drafter_seconds = drafter_seconds;
+            f.other_seconds = other_seconds;
+            check(p.observe(f));
+          },
+          arg("parent"), arg("path"), arg("forward_nodes"), arg("forward_seconds"), arg("drafter_calls") = 0,
+          arg("drafted_nodes") = 0, arg("drafter_seconds") = 0.0, arg("other_seconds") = 0.0,
+          arg("draft_prob") = nb::none())
+      .def(
+          "set_target_cost",
+          [](round_planner& p, const in1<double>& n, const in1<double>& seconds) {
+            check(p.set_target_cost(span_of(n), span_of(seconds)));
+          },
+          arg("n"), arg("seconds"))
+      .def(
+          "set_drafter_cost",
+          [](round_planner& p, double per_round, double per_level, double per_node) {
+            check(p.set_drafter_cost(per_round, per_level, per_node));
+          },
+          arg("per_round"), arg("per_level"), arg("per_node"))
+      .def(
+          "set_loop_cost",
+          [](round_planner& p, double per_round, double per_node) { check(p.set_loop_cost(per_round, per_node)); },
+          arg("per_round"), arg("per_node"))
+      .def(
+          "fix_plan", [](round_planner& p, const in1<node_id>& shape) { check(p.fix_plan(span_of(shape))); },
+          arg("shape"))
+      .def("target_seconds", &round_planner::target_seconds, arg("n"))
+      .def("drafter_seconds", &round_planner::drafter_seconds, arg("levels"), arg("nodes"))
+      .def("loop_seconds", &round_planner::loop_seconds, arg("n"))
+      .def("acceptance", &round_planner::acceptance, arg("depth"), arg("rank"))
+      .def_prop_ro("rounds", &round_planner::rounds);
+}
+
+}  // namespace specdec::python

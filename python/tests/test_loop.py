@@ -1,0 +1,62 @@
+"""The round planner from Python: decisions under injected costs, errors, and
+an engine-style loop feeding its own times."""
+import numpy as np
+import pytest
+
+import specdec
+
+
+def simulate_path(shape, rng, p0=0.8):
+    path = [0]
+    while True:
+        kids = [i for i in range(1, len(shape)) if shape[i] == path[-1]]
+        if not kids or rng.random() >= p0:
+            return path
+        path.append(kids[0])
+
+
+def test_flat_cost_speculates_and_linear_cost_does_not():
+    rng = np.random.default_rng(1)
+    flat = specdec.RoundPlanner(max_nodes=16, max_depth=6)
+    flat.set_target_cost([1, 64], [1.0, 1.0])
+    flat.set_drafter_cost(0.0, 0.01, 0.0)
+    flat.set_loop_cost(0.0, 0.0)
+    steep = specdec.RoundPlanner(max_nodes=16, max_depth=6)
+    steep.set_target_cost([1, 64], [1.0, 64.0])
+    steep.set_drafter_cost(0.1, 0.2, 0.05)
+    steep.set_loop_cost(0.0, 0.0)
+    for p in (flat, steep):
+        for _ in range(50):
+            plan = p.next()
+            assert plan.shape[0] == -1 and len(plan.shape) == plan.nodes
+            path = simulate_path(plan.shape, rng)
+            p.observe(plan.shape, path, plan.nodes, p.target_seconds(plan.nodes))
+    assert flat.next().nodes >= 4
+    assert steep.next().kind == "autoregressive"
+    assert flat.rounds == 50
+
+
+def test_errors_and_fixed_plan():
+    with pytest.raises(specdec.Error, match="invalid_argument"):
+        specdec.RoundPlanner(max_nodes=0)
+    p = specdec.RoundPlanner()
+    with pytest.raises(specdec.Error):
+        p.set_target_cost([2, 1], [1.0, 1.0])
+    with pytest.raises(specdec.Error):
+        p.observe([-1, 0], [0, 0], 2, 1e-3)  # path not parent-linked
+    p.fix_plan([-1, 0, 0])
+    plan = p.next()
+    assert plan.kind == "fixed" and list(plan.shape) == [-1, 0, 0]
+
+
+def test_measured_times_drive_the_plan():
+    # An engine reporting its own times: a pass costs 1 ms + 0.5 ms per node.
+    p = specdec.RoundPlanner(max_nodes=8, max_depth=4)
+    rng = np.random.default_rng(2)
+    for _ in range(60):
+        plan = p.next()
+        path = simulate_path(plan.shape, rng, p0=0.9)
+        p.observe(plan.shape, path, plan.nodes, 1e-3 + 5e-4 * plan.nodes, drafter_calls=plan.depth,
+                  drafted_nodes=max(plan.nodes - 1, 0), drafter_seconds=1e-4 * plan.depth, other_seconds=1e-5)
+    assert p.target_seconds(4) == pytest.approx(3e-3, rel=1e-6)  # linear times: interpolation is exact
+    assert p.next().nodes > 1  # 90% acceptance pays for a chain at this cost

@@ -1,0 +1,324 @@
+// round_planner and planned_tree_builder: concepts, option and input errors,
+// decisions under injected cost curves (speculation off where it cannot pay,
+// large trees where passes are flat), predictions against a simulation with
+// the same acceptance, greedy sessions with the planner equal plain greedy
+// decoding, determinism with injected costs, batched plans under a budget.
+// The law tests with the planner on (and the negative control) are in
+// test_session.cpp next to the other law tests.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "loop/loop_models.hpp"
+#include "specdec/draft/static_tree.hpp"
+#include "specdec/draft/topk_tree.hpp"
+#include "specdec/loop/batch_session.hpp"
+#include "specdec/loop/planned_builder.hpp"
+#include "specdec/loop/session.hpp"
+
+using namespace specdec;
+
+static_assert(round_observing_builder<planned_tree_builder>);
+static_assert(batch_plannable_builder<planned_tree_builder>);
+static_assert(!round_observing_builder<static_tree_builder>);
+static_assert(!round_observing_builder<topk_tree_builder>);
+static_assert(tree_builder<planned_tree_builder, looptest::drafter>);
+static_assert(tree_builder<planned_tree_builder, looptest::level_drafter>);
+static_assert(!tree_builder<planned_tree_builder, int>);
+
+namespace {
+
+// Acceptance p(depth, rank) of the synthetic drafter used for simulations.
+struct true_acceptance {
+  std::vector<double> rank{0.7, 0.15, 0.05};
+  double depth_decay = 0.97;
+  double at(std::int32_t d, std::int32_t r) const {
+    if (r < 0 || r >= static_cast<std::int32_t>(rank.size())) return 0.0;
+    return rank[static_cast<std::size_t>(r)] * std::pow(depth_decay, d - 1);
+  }
+};
+
+// Walks `shape` as verification would under `a`: at a reached node, one
+// uniform picks which child (if any) is accepted. Returns the path.
+std::vector<node_id> simulate_path(std::span<const node_id> shape, const true_acceptance& a, std::mt19937_64& rng) {
+  std::vector<node_id> path{0};
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  for (std::int32_t depth = 1;; ++depth) {
+    const node_id u = path.back();
+    double x = U(rng), cum = 0.0;
+    node_id next = -1;
+    std::int32_t r = 0;
+    for (std::size_t c = 1; c < shape.size(); ++c) {
+      if (shape[c] != u) continue;
+      cum += a.at(depth, r++);
+      if (x < cum) {
+        next = static_cast<node_id>(c);
+        break;
+      }
+    }
+    if (next < 0) return path;
+    path.push_back(next);
+  }
+}
+
+struct sim_result {
+  double tokens_per_round = 0, predicted_tokens = 0, seconds_per_token = 0, predicted_seconds_per_token = 0;
+  std::map<std::pair<int, int>, int> shapes;  // (nodes, depth) -> rounds
+};
+
+// Runs `rounds` planned rounds against the simulated acceptance with the
+// planner's own injected costs as the round time.
+sim_result simulate(round_planner& p, const true_acceptance& a, int rounds, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  sim_result s;
+  double tokens = 0, seconds = 0, pred_tokens = 0, pred_seconds = 0;
+  const int warm = rounds / 2;
+  for (int i = 0; i < rounds; ++i) {
+    const round_plan plan = p.next();
+    const std::vector<node_id> shape(plan.shape.begin(), plan.shape.end());
+    const auto path = simulate_path(shape, a, rng);
+    std::vector<token_id> tok(shape.size(), 0);
+    round_feedback f;
+    f.tree = tree_view{tok.data(), shape.data(), nullptr, nullptr, static_cast<std::int32_t>(shape.size())};
+    f.path = path;
+    f.forward_nodes = static_cast<std::int32_t>(shape.size());
+    f.forward_seconds = p.target_seconds(f.forward_nodes);
+    REQUIRE(p.observe(f).ok());
+    if (i < warm) continue;
+    ++s.shapes[{plan.summary.nodes, plan.summary.depth}];
+    tokens += static_cast<double>(path.size());
+    seconds += plan.summary.predicted_seconds;
+    pred_tokens += plan.summary.expected_tokens;
+    pred_seconds += plan.summary.predicted_seconds;
+  }
+  const double n = rounds - warm;
+  s.tokens_per_round = tokens / n;
+  s.predicted_tokens = pred_tokens / n;
+  s.seconds_per_token = seconds / tokens;
+  s.predicted_seconds_per_token = pred_seconds / pred_tokens;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("planner: option, cost and feedback errors") {
+  round_planner p;
+  CHECK(p.reset(planner_options{.max_nodes = 0}) == status_code::invalid_argument);
+  CHECK(p.reset(planner_options{.max_depth = -1}) == status_code::invalid_argument);
+  CHECK(p.reset(planner_options{.max_children = 0}) == status_code::invalid_argument);
+  CHECK(p.reset(planner_options{.forget = 0.0}) == status_code::invalid_argument);
+  CHECK(p.reset(planner_options{.forget = NAN}) == status_code::invalid_argument);
+  CHECK(p.reset(planner_options{.prior_accept = 1.5}) == status_code::invalid_argument);
+  CHECK(p.reset(planner_options{.explore = 1.0}) == status_code::invalid_argument);
+  REQUIRE(p.reset(planner_options{}).ok());
+  const double n[] = {1, 2, 4}, t[] = {1.0, 1.1, 1.3}, bad_n[] = {1, 1, 4}, bad_t[] = {1.0, NAN, 1.3};
+  CHECK(p.set_target_cost(std::span<const double>(n, 2), t) == status_code::size_mismatch);
+  CHECK(p.set_target_cost(bad_n, t) == status_code::invalid_argument);
+  CHECK(p.set_target_cost(n, bad_t) == status_code::invalid_argument);
+  CHECK(p.set_drafter_cost(-1, 0, 0) == status_code::invalid_argument);
+  CHECK(p.set_loop_cost(0, INFINITY) == status_code::invalid_argument);
+  const node_id cyclic[] = {-1, 2, 0};
+  CHECK_FALSE(p.fix_plan(cyclic).ok());
+  std::vector<node_id> big(40, 0);
+  big[0] = -1;
+  CHECK(p.fix_plan(big) == status_code::invalid_argument);
+
+  const node_id parents[] = {-1, 0, 1};
+  const token_id tokens[] = {0, 0, 0};
+  round_feedback f;
+  f.tree = tree_view{tokens, parents, nullptr, nullptr, 3};
+  const node_id not_linked[] = {0, 2};
+  f.path = not_linked;
+  f.forward_nodes = 3;
+  CHECK(p.observe(f) == status_code::invalid_argument);
+  const node_id good[] = {0, 1, 2};
+  f.path = good;
+  f.forward_seconds = -1;
+  CHECK(p.observe(f) == status_code::invalid_argument);
+  f.forward_seconds = 1e-3;
+  f.forward_nodes = 0;
+  CHECK(p.observe(f) == status_code::invalid_argument);
+  f.forward_nodes = 3;
+  CHECK(p.observe(f).ok());
+  CHECK(p.rounds() == 1);
+}
+
+TEST_CASE("planner: plain decoding where speculation cannot pay, large trees where passes are flat") {
+  const true_acceptance a;
+  SECTION("every node costs a full step and drafting costs more: autoregressive") {
+    round_planner p(planner_options{.max_nodes = 32, .max_depth = 6});
+    const double n[] = {1, 64}, t[] = {1.0, 64.0};
+    REQUIRE(p.set_target_cost(n, t).ok());
+    REQUIRE(p.set_drafter_cost(0.2, 0.3, 0.05).ok());
+    REQUIRE(p.set_loop_cost(0.01, 0.0).ok());
+    const auto s = simulate(p, a, 400, 1);
+    std::printf("planner linear t(N) = N: ");
+    for (const auto& [k, v] : s.shapes) std::printf("(n %d, depth %d) x%d ", k.first, k.second, v);
+    std::printf("\n");
+    // Plain steps, but for one speculative probe every probe_every (64) of them.
+    const int plain = s.shapes.count({1, 0}) ? s.shapes.at({1, 0}) : 0;
+    CHECK(plain >= 200 - 200 / 64 - 1);
+    CHECK(plain < 200);
+  }
+  SECTION("flat pass to 64 nodes, cheap drafter: a deep, wide tree") {
+    round_planner p(planner_options{.max_nodes = 64, .max_depth = 10});
+    const double n[] = {1, 64, 128}, t[] = {1.0, 1.0, 2.0};
+    REQUIRE(p.set_target_cost(n, t).ok());
+    REQUIRE(p.set_drafter_cost(0.0, 0.02, 0.0).ok());
+    REQUIRE(p.set_loop_cost(0.0, 0.0).ok());
+    const auto s = simulate(p, a, 400, 2);
+    CHECK(p.plan().summary.nodes >= 32);
+    CHECK(p.plan().summary.depth >= 5);
+    std::printf("planner flat t(N): last plan %s, %d nodes, depth %d, %.2f tokens/round (simulated %.2f)\n",
+                plan_kind_name(p.plan().summary.kind), p.plan().summary.nodes, p.plan().summary.depth,
+                s.predicted_tokens, s.tokens_per_round);
+  }
+}
+
+TEST_CASE("planner: predicted tokens and time per token match a simulation with the same acceptance") {
+  // Curves: flat to 64 nodes (a GPU running a 7B model); STree's linear SSM
+  // fit t = k(N + 15) (from its Mamba2-2.7B ratio t(15)/t(5) = 1.5) and a
+  // quadratic hybrid fit with t(15)/t(5) = 1.1 (MambaInLlama-8B).
+  struct curve {
+    const char* name;
+    std::vector<double> n, t;
+  };
+  std::vector<curve> curves{
+      {"flat to 64", {1, 64, 128}, {1.0, 1.0, 2.0}}, {"linear k(N+15)", {}, {}}, {"quadratic hybrid", {}, {}}};
+  for (int N = 1; N <= 64; ++N) {
+    curves[1].n.push_back(N);
+    curves[1].t.push_back((N + 15.0) / 16.0);
+    curves[2].n.push_back(N);
+    curves[2].t.push_back(1.0 + 0.004 * N + 0.0008 * N * N);
+  }
+  const true_acceptance a;
+  for (const auto& c : curves) {
+    round_planner p(planner_options{.max_nodes = 64, .max_depth = 10, .forget = 0.995});
+    REQUIRE(p.set_target_cost(c.n, c.t).ok());
+    REQUIRE(p.set_drafter_cost(0.0, 0.02, 0.001).ok());
+    REQUIRE(p.set_loop_cost(0.0, 0.0).ok());
+    const auto s = simulate(p, a, 4000, 3);
+    std::printf("planner %-18s tokens/round predicted %.3f simulated %.3f; s/token predicted %.4f simulated %.4f\n",
+                c.name, s.predicted_tokens, s.tokens_per_round, s.predicted_seconds_per_token, s.seconds_per_token);
+    CHECK(s.predicted_tokens == Approx(s.tokens_per_round).epsilon(0.06));
+    CHECK(s.predicted_seconds_per_token == Approx(s.seconds_per_token).epsilon(0.06));
+  }
+}
+
+TEST_CASE("planner: fixed plan and chosen plans are drafted as planned") {
+  looptest::level_drafter ld{{.V = 20, .seed = 5}};
+  planned_tree_builder b(planned_tree_options{.planner = {.max_nodes = 8}, .vocab_size = 20});
+  const node_id fixed[] = {-1, 0, 0, 1};
+  REQUIRE(b.planner().fix_plan(fixed).ok());
+  draft_round r;
+  r.root_token = 3;
+  drafted_tree out;
+  REQUIRE(b.build(ld, r, out).ok());
+  CHECK(out.size() == 4);
+  CHECK(b.last_plan().kind == plan_kind::fixed);
+  CHECK(out.tree.parent(3) == 1);
+  REQUIRE(b.planner().fix_plan({}).ok());
+  (void)b.planner().next();  // a plan stays pending until observe(); ask for a new one
+  REQUIRE(b.build(ld, r, out).ok());
+  CHECK(b.last_plan().kind != plan_kind::fixed);
+  CHECK(out.size() <= b.last_plan().nodes);
+}
+
+TEST_CASE("planned greedy sessions equal plain greedy decoding; same seed and injected costs, same output") {
+  const looptest::table tm{.V = 50, .seed = 3, .zero_frac = 0.0};
+  const std::vector<token_id> prompt = {4, 8, 15};
+  const auto ref = looptest::greedy_decode(tm, prompt, 120);
+  looptest::level_drafter close{{.V = 50, .seed = 3, .zero_frac = 0.0}};  // the target itself: accepts all
+  looptest::level_drafter far{{.V = 50, .seed = 9, .zero_frac = 0.0}};
+  for (auto* d : {&close, &far}) {
+    session_options o;
+    o.vocab_size = 50;
+    o.max_tokens = 120;
+    o.sampling.temperature = 0.0f;
+    looptest::target tgt{tm};
+    // Flat injected pass cost: the plans do not depend on this machine's timing.
+    planned_tree_builder b({.planner = {.max_nodes = 16}, .vocab_size = 50});
+    const double n[] = {1, 16}, t[] = {1.0, 1.2};
+    REQUIRE(b.planner().set_target_cost(n, t).ok());
+    REQUIRE(b.planner().set_drafter_cost(0.0, 0.05, 0.0).ok());
+    REQUIRE(b.planner().set_loop_cost(0.0, 0.0).ok());
+    speculative_session s(std::move(b), o);
+    const auto out = s.generate(*d, tgt, prompt);
+    CHECK(std::vector<token_id>(out.begin(), out.end()) == ref);
+    CHECK(s.last_round().plan.kind != plan_kind::none);
+    std::printf("planned greedy (%s drafter): %lld rounds for 120 tokens\n", d == &close ? "exact" : "unrelated",
+                static_cast<long long>(s.stats().rounds));
+    if (d == &close) CHECK(s.stats().rounds < 60);
+  }
+  // Injected costs: the plans depend only on what verification accepted.
+  session_options o;
+  o.vocab_size = 20;
+  o.max_tokens = 60;
+  o.sampling.temperature = 1.0f;
+  o.seed = 42;
+  std::vector<std::vector<token_id>> outs;
+  std::vector<std::vector<std::int32_t>> sizes;
+  for (int run = 0; run < 2; ++run) {
+    looptest::target tgt{{.V = 20, .seed = 3}};
+    looptest::level_drafter ld{{.V = 20, .seed = 4}};
+    planned_tree_builder b({.planner = {.max_nodes = 12}, .mode = draft_mode::iid, .vocab_size = 20});
+    const double n[] = {1, 4, 12}, t[] = {1.0, 1.4, 3.0};
+    REQUIRE(b.planner().set_target_cost(n, t).ok());
+    REQUIRE(b.planner().set_drafter_cost(0.01, 0.05, 0.01).ok());
+    REQUIRE(b.planner().set_loop_cost(0.02, 0.001).ok());
+    speculative_session s(std::move(b), o);
+    REQUIRE(s.start(std::vector<token_id>{1, 2, 3}).ok());
+    std::vector<std::int32_t> sz;
+    while (!s.done()) {
+      REQUIRE(s.round(ld, tgt).ok());
+      sz.push_back(s.last_round().tree_nodes);
+    }
+    outs.emplace_back(s.generated_tokens().begin(), s.generated_tokens().end());
+    sizes.push_back(sz);
+  }
+  CHECK(outs[0] == outs[1]);
+  CHECK(sizes[0] == sizes[1]);
+}
+
+TEST_CASE("batched planned sessions: one plan per request under the node budget, greedy equals plain decoding") {
+  const looptest::table tm{.V = 40, .seed = 3, .zero_frac = 0.0};
+  const std::vector<std::vector<token_id>> prompts = {{1, 2}, {5, 6, 7}, {9}};
+  std::vector<planned_tree_builder> builders;
+  std::vector<session_options> opts;
+  for (std::size_t r = 0; r < prompts.size(); ++r) {
+    builders.emplace_back(planned_tree_options{.planner = {.max_nodes = 16}, .vocab_size = 40});
+    const double n[] = {1, 64}, t[] = {1.0, 1.5};
+    REQUIRE(builders.back().planner().set_target_cost(n, t).ok());
+    session_options o;
+    o.vocab_size = 40;
+    o.max_tokens = 50;
+    o.sampling.temperature = 0.0f;
+    o.request = static_cast<std::uint32_t>(r);
+    opts.push_back(o);
+  }
+  batched_session s(std::move(builders), opts);
+  s.set_node_budget(10);
+  looptest::batch_target tgt{{.V = 40, .seed = 3, .zero_frac = 0.0}};
+  tgt.cache.assign(prompts.size(), std::vector<std::int32_t>(512, 0));
+  tgt.len.assign(prompts.size(), 0);
+  for (std::size_t r = 0; r < prompts.size(); ++r) REQUIRE(s.start(r, prompts[r]).ok());
+  looptest::level_drafter ld{{.V = 40, .seed = 3, .zero_frac = 0.0}};
+  int rounds = 0;
+  while (!s.done()) {
+    REQUIRE(s.round(ld, tgt).ok());
+    CHECK(s.last_round().tree_nodes <= 10);
+    CHECK(s.last_plans().size() <= prompts.size());
+    ++rounds;
+  }
+  for (std::size_t r = 0; r < prompts.size(); ++r) {
+    const auto ref = looptest::greedy_decode(tm, prompts[r], 50);
+    const auto got = s.generated_tokens(r);
+    CHECK(std::vector<token_id>(got.begin(), got.end()) == ref);
+  }
+  CHECK(rounds < 50);  // speculation paid: fewer rounds than tokens
+}
