@@ -379,6 +379,11 @@ class tree_target {
 struct draft_output {
   specdec::drafted_tree tree;
   std::vector<float> q;  //!< empty unless children were sampled
+  //! A planner's budget for this round (0 = the drafter's own options):
+  //! nodes including the root, and depth. Drafters that size their trees
+  //! (lookup_drafter, suffix_drafter) honour it.
+  std::int32_t max_nodes = 0;
+  std::int32_t max_depth = 0;  //!< see max_nodes
 };
 
 //! The round of a context whose newest token is the root.
@@ -399,7 +404,16 @@ struct lookup_drafter {
   void start() {}
   void draft(std::span<const llama_token> ctx, draft_output& out) {
     out.q.clear();
-    check(builder.build(round_of(ctx), out.tree), "prompt_lookup_builder");
+    const specdec::prompt_lookup_options own = builder.options();
+    if (out.max_nodes > 0) {
+      specdec::prompt_lookup_options o = own;
+      o.max_nodes = out.max_nodes;
+      o.max_depth = out.max_depth;
+      builder.set_options(o);
+    }
+    const specdec::status st = builder.build(round_of(ctx), out.tree);
+    builder.set_options(own);
+    check(st, "prompt_lookup_builder");
   }
 };
 
@@ -415,11 +429,19 @@ struct suffix_drafter {
   void start() { index.begin_sequence(); }
   void draft(std::span<const llama_token> ctx, draft_output& out) {
     out.q.clear();
+    const specdec::suffix_tree_options own = builder.options();
+    if (out.max_nodes > 0) {
+      specdec::suffix_tree_options o = own;
+      o.max_nodes = out.max_nodes;
+      o.max_depth = out.max_depth;
+      builder.set_options(o);
+    }
     specdec::status st = builder.build(index, round_of(ctx), out.tree);
     if (st.code() == specdec::status_code::buffer_too_small) {  // full: forget older text, index this one again
       index.clear();
       st = builder.build(index, round_of(ctx), out.tree);
     }
+    builder.set_options(own);
     check(st, "suffix_tree_builder");
   }
 };

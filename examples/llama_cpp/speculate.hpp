@@ -17,6 +17,7 @@
 
 #include "llama_adapter.hpp"
 #include "specdec/draft/verify_mode.hpp"
+#include "specdec/loop/planner.hpp"
 
 namespace specdec_llama {
 
@@ -38,8 +39,10 @@ struct run_stats {
   std::int64_t rounds = 0;
   std::int64_t drafted = 0;   //!< draft nodes proposed (root excluded)
   std::int64_t accepted = 0;  //!< draft tokens accepted
-  std::int64_t shrunk = 0;    //!< rounds whose tree was cut because llama_decode found no KV cells
-  double seconds = 0.0;       //!< wall time of generation (prompt excluded)
+  std::int64_t shrunk = 0;
+  std::int64_t plain_rounds = 0;  //!< planned rounds that were plain decoding steps (nothing paid)    //!< rounds whose
+                                  //!< tree was cut because llama_decode found no KV cells
+  double seconds = 0.0;           //!< wall time of generation (prompt excluded)
   //! Plain decoding only: per token, the gap between the two largest
   //! logits (how close the greedy choice was to a tie).
   std::vector<float> top2_gap;
@@ -63,6 +66,38 @@ namespace detail {
 //! are ancestor-closed): how a round shrinks when llama_decode finds no KV
 //! cells for the whole tree. A node whose children were all cut becomes a
 //! leaf; q rows (if any) of the kept nodes are unchanged.
+//! Drops the children of every node whose path probability (exp of its
+//! score) is below min_path_probability[its depth] (the planner's early-stop
+//! thresholds; the root always expands). Deterministic trees only, which
+//! any rule reading draft quantities may prune without losing exactness.
+inline void prune_below(specdec::drafted_tree& t, std::span<const double> min_path_probability) {
+  if (min_path_probability.empty() || t.size() <= 1) return;
+  // Node u keeps its children when its path probability reaches the
+  // threshold of its depth (static_tree_builder's rule); ids stay topological.
+  std::vector<char> keep(static_cast<std::size_t>(t.size()), 0);
+  keep[0] = 1;
+  bool all = true;
+  for (specdec::node_id i = 1; i < t.size(); ++i) {
+    const specdec::node_id u = t.tree.parent(i);
+    const auto du = static_cast<std::size_t>(t.tree.depth(u));
+    const bool expand = du == 0 || du >= min_path_probability.size() ||
+                        std::exp(static_cast<double>(t.tree.score(u))) >= min_path_probability[du];
+    keep[static_cast<std::size_t>(i)] = keep[static_cast<std::size_t>(u)] && expand ? 1 : 0;
+    all = all && keep[static_cast<std::size_t>(i)];
+  }
+  if (all) return;
+  specdec::drafted_tree cut;
+  std::vector<specdec::node_id> id(static_cast<std::size_t>(t.size()), -1);
+  cut.reset(t.tree.token(0));
+  id[0] = 0;
+  for (specdec::node_id i = 1; i < t.size(); ++i)
+    if (keep[static_cast<std::size_t>(i)])
+      id[static_cast<std::size_t>(i)] =
+          cut.add(id[static_cast<std::size_t>(t.tree.parent(i))], t.tree.token(i), t.prob[static_cast<std::size_t>(i)],
+                  t.tree.score(i), t.child_mode[static_cast<std::size_t>(t.tree.parent(i))]);
+  t = std::move(cut);
+}
+
 inline void keep_first(specdec::drafted_tree& t, std::int32_t k) {
   specdec::drafted_tree cut;
   cut.reset(t.tree.token(0));
@@ -133,9 +168,19 @@ inline run_stats plain_decode(const model& m, tree_target& tgt, std::span<const 
 //! temperature 0, otherwise the lossless mode that matches how the drafts
 //! were made, matching_verify_mode) and the accepted path is committed.
 //! `draft_ctx` (may be null) is the drafter's context, for its call count.
+//! With a `planner` (specdec/loop/planner.hpp), every round first asks it
+//! for a plan: a root-only plan is a plain decoding step (nothing is
+//! drafted), otherwise the drafter gets the plan's node and depth budget in
+//! `out.max_nodes` / `out.max_depth` and the drafted tree loses the nodes
+//! below the plan's per-depth path-probability thresholds; after
+//! verification the planner observes the round (tree, draft confidences,
+//! accepted path, llama_decode time of the pass, drafting time, the rest).
+//! Plans depend on earlier rounds and this round's drafts only, never on
+//! this round's target rows, so verification stays exact.
 template <class Draft>
 run_stats speculate(const std::string& name, const model& m, tree_target& tgt, Draft&& draft, context* draft_ctx,
-                    std::span<const llama_token> prompt, const gen_options& o) {
+                    std::span<const llama_token> prompt, const gen_options& o,
+                    specdec::round_planner* planner = nullptr) {
   run_stats s;
   s.name = name;
   tgt.start(prompt);
@@ -147,7 +192,23 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
   std::vector<specdec::token_id> emitted;
   const auto t0 = std::chrono::steady_clock::now();
   for (std::uint32_t round = 0; !detail::done(m, tgt.committed(), prompt.size(), o); ++round) {
-    draft(std::span<const llama_token>(tgt.committed()), d);
+    const auto r0 = std::chrono::steady_clock::now();
+    specdec::round_plan plan{};
+    if (planner != nullptr) {
+      plan = planner->next();
+      d.max_nodes = std::max(plan.summary.nodes, 1);
+      d.max_depth = plan.summary.depth;
+    }
+    if (planner != nullptr && (d.max_nodes <= 1 || d.max_depth == 0)) {  // nothing pays: a plain step
+      d.tree.reset(tgt.committed().back());
+      d.q.clear();
+      ++s.plain_rounds;
+    } else {
+      draft(std::span<const llama_token>(tgt.committed()), d);
+      if (planner != nullptr) detail::prune_below(d.tree, plan.min_path_probability);
+    }
+    const double drafter_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
+    const double f0 = tgt.ctx().decode_seconds();
     specdec::view2d<const float> p;
     for (;;) {  // a round that finds no KV cells is cut in half until it fits
       try {
@@ -183,6 +244,22 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
     emitted.resize(static_cast<std::size_t>(n));
     specdec::verify_result r;
     check(specdec::verify_tree(tree, p, q, vp, std::as_writable_bytes(std::span(ws)), path, emitted, r), "verify_tree");
+    const double forward_seconds = tgt.ctx().decode_seconds() - f0;
+    if (planner != nullptr) {  // what this round cost and accepted, for the next plans
+      specdec::round_feedback f;
+      f.tree = tree;
+      f.draft_prob = d.tree.prob;
+      f.path = std::span<const specdec::node_id>(path).first(static_cast<std::size_t>(r.accepted) + 1);
+      f.forward_nodes = n;
+      f.forward_seconds = forward_seconds;
+      f.drafter_calls = n > 1 ? 1 : 0;
+      f.drafted_nodes = n - 1;
+      f.drafter_seconds = drafter_seconds;
+      f.other_seconds = std::max(std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count() -
+                                     drafter_seconds - forward_seconds,
+                                 0.0);
+      check(planner->observe(f), "round_planner::observe");
+    }
     tgt.commit(tree, path, r);
     ++s.rounds;
     s.drafted += n - 1;
