@@ -152,11 +152,18 @@ int main(int argc, char** argv) {
     // the times the caller reports).
     std::vector<double> curve_n, curve_t;
     if (c.curve) {
-      std::printf("\npass cost t(n) / t(1), median of 7 (target, after the prompt):");
-      for (std::int32_t n : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
-        curve_n.push_back(n);
-        curve_t.push_back(tgt.time_pass(n, 7));
-        std::printf(" %d: %.2f", n, curve_t.back() / curve_t.front());
+      // Sizes interleaved, 9 rounds, median per size: a change of load on a
+      // shared machine moves every size alike.
+      const std::vector<std::int32_t> sizes{1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+      std::vector<std::vector<double>> times(sizes.size());
+      for (int rep = 0; rep < 9; ++rep)
+        for (std::size_t i = 0; i < sizes.size(); ++i) times[i].push_back(tgt.time_pass(sizes[i], 1));
+      std::printf("\npass cost t(n) / t(1), median of 9 interleaved (target, after the prompt):");
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        std::sort(times[i].begin(), times[i].end());
+        curve_n.push_back(sizes[i]);
+        curve_t.push_back(times[i][times[i].size() / 2]);
+        std::printf(" %d: %.2f", sizes[i], curve_t.back() / curve_t.front());
       }
       std::printf("  (t(1) = %.2f ms)\n", curve_t.front() * 1e3);
     }

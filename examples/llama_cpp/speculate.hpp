@@ -40,9 +40,9 @@ struct run_stats {
   std::int64_t drafted = 0;   //!< draft nodes proposed (root excluded)
   std::int64_t accepted = 0;  //!< draft tokens accepted
   std::int64_t shrunk = 0;
-  std::int64_t plain_rounds = 0;  //!< planned rounds that were plain decoding steps (nothing paid)    //!< rounds whose
-                                  //!< tree was cut because llama_decode found no KV cells
-  double seconds = 0.0;           //!< wall time of generation (prompt excluded)
+  std::int64_t plain_rounds = 0;  //!< planned rounds that were plain decoding steps (no draft, or nothing paid)    //!<
+                                  //!< rounds whose tree was cut because llama_decode found no KV cells
+  double seconds = 0.0;  //!< wall time of generation (prompt excluded)
   //! Plain decoding only: per token, the gap between the two largest
   //! logits (how close the greedy choice was to a tie).
   std::vector<float> top2_gap;
@@ -95,6 +95,24 @@ inline void prune_below(specdec::drafted_tree& t, std::span<const double> min_pa
       id[static_cast<std::size_t>(i)] =
           cut.add(id[static_cast<std::size_t>(t.tree.parent(i))], t.tree.token(i), t.prob[static_cast<std::size_t>(i)],
                   t.tree.score(i), t.child_mode[static_cast<std::size_t>(t.tree.parent(i))]);
+  t = std::move(cut);
+}
+
+//! Keeps the nodes of depth <= max_depth, at most max_nodes of them in id
+//! order (ancestor-closed: ids are topological and a parent is never deeper
+//! than its child). Model-free builders emit nodes best-first, so this keeps
+//! the most confident ones.
+inline void keep_within(specdec::drafted_tree& t, std::int32_t max_nodes, std::int32_t max_depth) {
+  specdec::drafted_tree cut;
+  std::vector<specdec::node_id> id(static_cast<std::size_t>(t.size()), -1);
+  cut.reset(t.tree.token(0));
+  id[0] = 0;
+  for (specdec::node_id i = 1; i < t.size() && cut.size() < max_nodes; ++i) {
+    const specdec::node_id p = id[static_cast<std::size_t>(t.tree.parent(i))];
+    if (p < 0 || t.tree.depth(i) > max_depth) continue;
+    id[static_cast<std::size_t>(i)] = cut.add(p, t.tree.token(i), t.prob[static_cast<std::size_t>(i)], t.tree.score(i),
+                                              t.child_mode[static_cast<std::size_t>(t.tree.parent(i))]);
+  }
   t = std::move(cut);
 }
 
@@ -168,10 +186,10 @@ inline run_stats plain_decode(const model& m, tree_target& tgt, std::span<const 
 //! temperature 0, otherwise the lossless mode that matches how the drafts
 //! were made, matching_verify_mode) and the accepted path is committed.
 //! `draft_ctx` (may be null) is the drafter's context, for its call count.
-//! With a `planner` (specdec/loop/planner.hpp), every round first asks it
-//! for a plan: a root-only plan is a plain decoding step (nothing is
-//! drafted), otherwise the drafter gets the plan's node and depth budget in
-//! `out.max_nodes` / `out.max_depth` and the drafted tree loses the nodes
+//! With a `planner` (specdec/loop/planner.hpp), a round that drafted
+//! something asks it for a plan: a root-only plan is a plain decoding step,
+//! otherwise the tree keeps the plan's depth and its first plan-size nodes
+//! (model-free builders emit them most confident first) and loses the nodes
 //! below the plan's per-depth path-probability thresholds; after
 //! verification the planner observes the round (tree, draft confidences,
 //! accepted path, llama_decode time of the pass, drafting time, the rest).
@@ -193,20 +211,21 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
   const auto t0 = std::chrono::steady_clock::now();
   for (std::uint32_t round = 0; !detail::done(m, tgt.committed(), prompt.size(), o); ++round) {
     const auto r0 = std::chrono::steady_clock::now();
-    specdec::round_plan plan{};
-    if (planner != nullptr) {
-      plan = planner->next();
-      d.max_nodes = std::max(plan.summary.nodes, 1);
-      d.max_depth = plan.summary.depth;
+    // Model-free drafts cost microseconds: draft first with the drafter's
+    // own budget; a round without a draft is a plain step. Otherwise the
+    // planner sizes the round (it may also make it a plain step).
+    draft(std::span<const llama_token>(tgt.committed()), d);
+    if (planner != nullptr && d.tree.size() > 1) {
+      const specdec::round_plan plan = planner->next();
+      if (plan.summary.nodes <= 1 || plan.summary.depth == 0) {
+        d.tree.reset(tgt.committed().back());
+        d.q.clear();
+      } else {
+        detail::keep_within(d.tree, plan.summary.nodes, plan.summary.depth);
+        detail::prune_below(d.tree, plan.min_path_probability);
+      }
     }
-    if (planner != nullptr && (d.max_nodes <= 1 || d.max_depth == 0)) {  // nothing pays: a plain step
-      d.tree.reset(tgt.committed().back());
-      d.q.clear();
-      ++s.plain_rounds;
-    } else {
-      draft(std::span<const llama_token>(tgt.committed()), d);
-      if (planner != nullptr) detail::prune_below(d.tree, plan.min_path_probability);
-    }
+    if (planner != nullptr && d.tree.size() == 1) ++s.plain_rounds;
     const double drafter_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
     const double f0 = tgt.ctx().decode_seconds();
     specdec::view2d<const float> p;
