@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -120,6 +121,30 @@ class model {
 struct kv_full_error : llama_error {
   using llama_error::llama_error;
 };
+
+//! An exactly dequantized F32 copy of a GGUF model (llama_model_quantize
+//! to LLAMA_FTYPE_ALL_F32 with requantizing allowed), written next to it as
+//! `<name>.F32.gguf` on first use and reused after. Returns its path. The
+//! strict per-node test runs on it: without activation quantization a batch
+//! and one-token decoding agree to rounding (docs/llama_cpp.md).
+inline std::string f32_copy(const std::string& path) {
+  const std::string::size_type dot = path.rfind('.');
+  const std::string base = path.substr(0, dot);
+  const std::string::size_type q = base.rfind('.');  // "name.Q4_1" -> "name"
+  const std::string out = (q != std::string::npos ? base.substr(0, q) : base) + ".F32.gguf";
+  if (std::FILE* f = std::fopen(out.c_str(), "rb")) {
+    std::fclose(f);
+    return out;
+  }
+  llama_model_quantize_params qp = llama_model_quantize_default_params();
+  qp.ftype = LLAMA_FTYPE_ALL_F32;
+  qp.allow_requantize = true;
+  qp.nthread = 1;
+  const std::string tmp = out + ".part";
+  if (llama_model_quantize(path.c_str(), tmp.c_str(), &qp) != 0 || std::rename(tmp.c_str(), out.c_str()) != 0)
+    throw llama_error("could not write the F32 copy " + out);
+  return out;
+}
 
 //! Settings of a context. Flash attention stays off by default: with it on,
 //! a tree pass and a chain pass reduce attention in different orders and
@@ -280,6 +305,9 @@ class tree_target {
     for (std::size_t j = 0; j < leaves_.size(); ++j)
       for (specdec::node_id u = leaves_[j]; u >= 0; u = tree.parent[u])
         node_seqs_[static_cast<std::size_t>(u)].push_back(static_cast<llama_seq_id>(1 + j));
+    if (sibling_bug_)  // test only: each node tagged with its parent's leaves, so siblings see each other
+      for (std::int32_t i = n - 1; i >= 1; --i)
+        node_seqs_[static_cast<std::size_t>(i)] = node_seqs_[static_cast<std::size_t>(tree.parent[i])];
     const llama_pos p0 = prefix();
     for (std::size_t j = 0; j < leaves_.size(); ++j)
       llama_memory_seq_cp(ctx_.memory(), 0, static_cast<llama_seq_id>(1 + j), -1, -1);
@@ -358,6 +386,11 @@ class tree_target {
     return t[t.size() / 2];
   }
 
+  //! Test only: injects a masking bug into score_tree (every node tagged
+  //! with the sequences of its parent's leaves, so it also sees its siblings
+  //! and their subtrees), the negative control of the strict per-node test.
+  void inject_sibling_bug(bool on) noexcept { sibling_bug_ = on; }
+
   //! Appends a token after plain_step.
   void push(llama_token t) { committed_.push_back(t); }
 
@@ -369,6 +402,7 @@ class tree_target {
   std::vector<float> rows_;
   std::vector<specdec::position_id> keep_;
   std::int32_t tree_n_ = 0;
+  bool sibling_bug_ = false;
 };
 
 // ---- drafters ---------------------------------------------------------------

@@ -42,7 +42,7 @@ struct run_stats {
   std::int64_t shrunk = 0;
   std::int64_t plain_rounds = 0;  //!< planned rounds that were plain decoding steps (no draft, or nothing paid)    //!<
                                   //!< rounds whose tree was cut because llama_decode found no KV cells
-  double seconds = 0.0;  //!< wall time of generation (prompt excluded)
+  double seconds = 0.0;           //!< wall time of generation (prompt excluded)
   //! Plain decoding only: per token, the gap between the two largest
   //! logits (how close the greedy choice was to a tie).
   std::vector<float> top2_gap;

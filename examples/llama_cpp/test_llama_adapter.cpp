@@ -153,6 +153,67 @@ TEST_CASE("every tree node's logits equal those of its path decoded as a plain s
   }
 }
 
+TEST_CASE("F32 model: every tree node's row equals its path decoded alone to rounding; a masking bug fails") {
+  // An exactly dequantized F32 copy of the shipped Q4_1 file: no 8-bit
+  // activation rounding, so a tree pass and one-token decoding differ only
+  // by summation order. Tolerance near the measured noise; the injected
+  // masking bug (each node tagged with its parent's leaves, so it also sees
+  // its siblings) must exceed it.
+  constexpr float kF32MaxLogitDiff = 0.05f;
+  static model m32(f32_copy(SPECDEC_LLAMA_MODEL));
+  const auto V = static_cast<std::int64_t>(m32.n_vocab());
+  const std::vector<llama_token> prompt = m32.tokenize(kPrompt);
+  tree_target tgt(m32, opts());
+  tree_target ref(m32, opts());
+  const std::uint32_t seed = 20261125;
+  std::printf("F32 random trees: seed %u\n", seed);
+  std::mt19937 rng(seed);
+  float worst = 0.0f, bug_worst = 0.0f;
+  for (int trial = 0; trial < 2; ++trial) {
+    draft_output d;
+    d.tree.reset(prompt.back());
+    for (std::int32_t i = 1; i < 16; ++i) {
+      const auto parent = static_cast<specdec::node_id>(std::uniform_int_distribution<int>(0, i - 1)(rng));
+      const auto tok = static_cast<llama_token>(rng() % 2 ? prompt[rng() % prompt.size()] : rng() % V);
+      d.tree.add(parent, tok, 1.0f, 0.0f, specdec::draft_mode::deterministic);
+    }
+    const specdec::tree_view tv = d.tree.tree.view();
+    std::vector<std::vector<float>> want;
+    for (specdec::node_id u = 0; u < tv.size; ++u) {
+      std::vector<llama_token> path;
+      for (specdec::node_id v = u; v >= 0; v = tv.parent[v]) path.insert(path.begin(), tv.token[v]);
+      want.push_back(plain_logits(ref, prompt, path));
+    }
+    for (const bool bug : {false, true}) {
+      tgt.inject_sibling_bug(bug);
+      tgt.start(prompt);
+      const specdec::view2d<const float> rows = tgt.score_tree(tv);
+      float w = 0.0f;
+      for (specdec::node_id u = 0; u < tv.size; ++u)
+        w = std::max(w, compare_rows(&rows(u, 0), want[static_cast<std::size_t>(u)].data(), V).max_abs);
+      (bug ? bug_worst : worst) = std::max(bug ? bug_worst : worst, w);
+      for (llama_seq_id sq = 1; sq < 64; ++sq) llama_memory_seq_rm(tgt.ctx().memory(), sq, -1, -1);
+    }
+    tgt.inject_sibling_bug(false);
+  }
+  std::printf("F32: max |tree row - path decoded alone| %.3g (tolerance %.3g); with the sibling masking bug %.3g\n",
+              static_cast<double>(worst), static_cast<double>(kF32MaxLogitDiff), static_cast<double>(bug_worst));
+  CHECK(worst <= kF32MaxLogitDiff);
+  CHECK(bug_worst > 10.0f * kF32MaxLogitDiff);  // the negative control must fail the strict check by far
+
+  // Greedy speculation with a 64-node prompt-lookup tree gives exactly the
+  // plain greedy text on the F32 model.
+  const gen_options go{40, 0.0f, 1, true};
+  const run_stats plain = plain_decode(m32, tgt, prompt, go);
+  lookup_drafter tree{specdec::prompt_lookup_builder({.max_depth = 6, .max_nodes = 64})};
+  const run_stats s = speculate(
+      "F32 lookup tree", m32, tgt, [&](std::span<const llama_token> c, draft_output& dd) { tree.draft(c, dd); },
+      nullptr, prompt, go);
+  std::printf("F32 lookup tree: %lld rounds, %lld accepted, text %s plain greedy\n", static_cast<long long>(s.rounds),
+              static_cast<long long>(s.accepted), s.tokens == plain.tokens ? "==" : "!=");
+  CHECK(s.tokens == plain.tokens);
+}
+
 TEST_CASE("greedy tree speculation with the self-drafter accepts every draft and reproduces plain greedy text") {
   model& m = the_model();
   const std::vector<llama_token> prompt = m.tokenize(kPrompt);
