@@ -16,6 +16,7 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -170,12 +171,26 @@ TEST_CASE("F32 model: every tree node's row equals its path decoded alone to rou
   std::mt19937 rng(seed);
   float worst = 0.0f, bug_worst = 0.0f;
   for (int trial = 0; trial < 2; ++trial) {
-    draft_output d;
-    d.tree.reset(prompt.back());
+    draft_output raw, d;
+    raw.tree.reset(prompt.back());
     for (std::int32_t i = 1; i < 16; ++i) {
       const auto parent = static_cast<specdec::node_id>(std::uniform_int_distribution<int>(0, i - 1)(rng));
       const auto tok = static_cast<llama_token>(rng() % 2 ? prompt[rng() % prompt.size()] : rng() % V);
-      d.tree.add(parent, tok, 1.0f, 0.0f, specdec::draft_mode::deterministic);
+      raw.tree.add(parent, tok, 1.0f, 0.0f, specdec::draft_mode::deterministic);
+    }
+    // Level order (ids by depth): with the injected bug a sequence then still
+    // sees non-decreasing positions in the batch, which llama.cpp requires.
+    std::vector<specdec::node_id> order(static_cast<std::size_t>(raw.tree.size())), id(order.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<specdec::node_id>(i);
+    std::stable_sort(order.begin(), order.end(), [&](specdec::node_id a, specdec::node_id b) {
+      return raw.tree.tree.depth(a) < raw.tree.tree.depth(b);
+    });
+    d.tree.reset(prompt.back());
+    for (std::size_t k = 1; k < order.size(); ++k) {
+      const specdec::node_id u = order[k];
+      id[static_cast<std::size_t>(u)] =
+          d.tree.add(id[static_cast<std::size_t>(raw.tree.tree.parent(u))], raw.tree.tree.token(u), 1.0f, 0.0f,
+                     specdec::draft_mode::deterministic);
     }
     const specdec::tree_view tv = d.tree.tree.view();
     std::vector<std::vector<float>> want;
