@@ -5,7 +5,7 @@
 // simulated rounds (acceptance 0.7 / 0.15 / 0.05 for sibling ranks 0-2,
 // decaying 3% per depth), node budget B, depth bound D, measured pass times
 // fed back (t = 100 us + 20 us per node). Re-solves happen every
-// replan_every = 4 rounds and are included in the mean. Compare the time per
+// replan_every = 32 rounds and are included in the mean. Compare the time per
 // iteration with a round of the demo (bash scripts/demo.sh prints t(1) of the
 // target: a round costs at least that).
 //

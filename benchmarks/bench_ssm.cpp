@@ -1,9 +1,14 @@
-// Tree-masked SSM scan vs unrolling the tree into root-to-leaf sequences
-// (STree's baseline: leaves x depth token steps, one state per sequence).
-// Full binary trees of 15, 31, 63 nodes; headdim 64, dstate 128, groups 1.
-// Counters: steps (token recurrence steps per scan), state_bytes (state
-// memory the method keeps: tree = workspace, unrolled = one state per leaf
-// as when the sequences run as a batch).
+// Host SSM primitives (ssm/): every tree-scan form, the state commit and the
+// tree conv1d at N = 1..64 nodes, headdim 64, dstate 128, 8 heads, 1 group,
+// with h0, D, dt_bias and the SiLU gate z (the demo's Mamba2 layer), next to
+// a same-run GEMM of the equivalent shape: per head the Eigen product
+// C [N, dstate] * h0^T [dstate, headdim] (2 N H P S flops, the h0 term of
+// the dual form and the y = C h read-out of the recurrence).
+// Counters: flop (per call, the form's own arithmetic, see flop_* below)
+// and FLOP/s. benchmarks/ssm_table.py turns the JSON output into the
+// FLOP/s-vs-GEMM and t(N)/t(1) tables of benchmarks/results/ssm_*.md.
+// Also: the tree scan against unrolling the tree into root-to-leaf
+// sequences (STree's baseline), on full binary trees of 15, 31, 63 nodes.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -14,39 +19,55 @@
 
 #include "specdec/ssm/detail/ssm_step.hpp"
 #include "specdec/ssm/state_commit.hpp"
+#include "specdec/ssm/tree_conv1d.hpp"
 #include "specdec/ssm/tree_scan.hpp"
+#include "specdec/tree/structure.hpp"
+
+#if __has_include(<Eigen/Dense>)
+#include <Eigen/Dense>
+
+#include "specdec/ssm/tree_scan_dual_eigen.hpp"
+#define BENCH_SSM_EIGEN 1
+#else
+#define BENCH_SSM_EIGEN 0
+#endif
 
 namespace {
 
 using specdec::node_id;
 
-constexpr std::int64_t kHeaddim = 64, kDstate = 128, kGroups = 1;
+constexpr std::int64_t kGroups = 1, kConvWidth = 4;
+
+enum tree_shape : std::int64_t { binary = 0, chain = 1 };
 
 struct bench_problem {
-  std::int64_t n, heads;
+  std::int64_t n, heads, headdim, dstate;
   std::vector<node_id> parent;
-  std::vector<float> x, dt, A, B, C, D, bias, h0, y, states;
+  std::vector<float> x, dt, A, B, C, D, bias, h0, z, y, states;
   std::vector<std::vector<node_id>> paths;  // root-to-leaf paths
 
-  bench_problem(std::int64_t nodes, std::int64_t h) : n(nodes), heads(h) {
+  bench_problem(std::int64_t nodes, std::int64_t h, std::int64_t shape = binary, std::int64_t p = 64,
+                std::int64_t s = 128)
+      : n(nodes), heads(h), headdim(p), dstate(s) {
     std::mt19937_64 rng(12345);
     std::normal_distribution<float> nd;
-    auto fill = [&](std::vector<float>& v, std::int64_t k, float s) {
+    auto fill = [&](std::vector<float>& v, std::int64_t k, float sc) {
       v.resize(static_cast<std::size_t>(k));
-      for (auto& e : v) e = s * nd(rng);
+      for (auto& e : v) e = sc * nd(rng);
     };
     parent.resize(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i)
-      parent[static_cast<std::size_t>(i)] = i == 0 ? -1 : static_cast<node_id>((i - 1) / 2);
-    fill(x, n * heads * kHeaddim, 1.0f);
+      parent[static_cast<std::size_t>(i)] = i == 0 ? -1 : static_cast<node_id>(shape == chain ? i - 1 : (i - 1) / 2);
+    fill(x, n * heads * headdim, 1.0f);
+    fill(z, n * heads * headdim, 1.0f);
     fill(dt, n * heads, 1.0f);
     A.assign(static_cast<std::size_t>(heads), -1.0f);
-    fill(B, n * kGroups * kDstate, 0.3f);
-    fill(C, n * kGroups * kDstate, 0.3f);
+    fill(B, n * kGroups * dstate, 0.3f);
+    fill(C, n * kGroups * dstate, 0.3f);
     fill(D, heads, 1.0f);
     fill(bias, heads, 0.5f);
-    fill(h0, heads * kHeaddim * kDstate, 0.3f);
-    y.resize(static_cast<std::size_t>(n * heads * kHeaddim));
+    fill(h0, heads * headdim * dstate, 0.3f);
+    y.resize(static_cast<std::size_t>(n * heads * headdim));
     std::vector<int> has_child(static_cast<std::size_t>(n), 0);
     for (std::int64_t i = 1; i < n; ++i) has_child[static_cast<std::size_t>(parent[static_cast<std::size_t>(i)])] = 1;
     for (std::int64_t i = 0; i < n; ++i) {
@@ -57,68 +78,229 @@ struct bench_problem {
       paths.push_back(path);
     }
   }
-  specdec::tree_ssm_inputs<float> inputs() const {
+  specdec::tree_ssm_inputs<float> inputs(bool gate = true) const {
     specdec::tree_ssm_inputs<float> in;
-    in.x = specdec::make_view(x.data(), n, heads, kHeaddim);
+    in.x = specdec::make_view(x.data(), n, heads, headdim);
     in.dt = specdec::make_view(dt.data(), n, heads);
     in.A = specdec::make_view(A.data(), heads);
-    in.B = specdec::make_view(B.data(), n, kGroups, kDstate);
-    in.C = specdec::make_view(C.data(), n, kGroups, kDstate);
+    in.B = specdec::make_view(B.data(), n, kGroups, dstate);
+    in.C = specdec::make_view(C.data(), n, kGroups, dstate);
     in.D = specdec::make_view(D.data(), heads, std::int64_t{1});
     in.dt_bias = specdec::make_view(bias.data(), heads);
-    in.h0 = specdec::make_view(h0.data(), heads, kHeaddim, kDstate);
+    in.h0 = specdec::make_view(h0.data(), heads, headdim, dstate);
+    if (gate) in.z = specdec::make_view(z.data(), n, heads, headdim);
     return in;
   }
-  specdec::tree_ssm_shape shape() const { return {n, heads, kHeaddim, kGroups, kDstate}; }
+  specdec::tree_ssm_shape shape() const { return {n, heads, headdim, kGroups, dstate}; }
+  double pairs() const {
+    return static_cast<double>(specdec::ancestor_pair_count(parent.data(), static_cast<std::int32_t>(n)));
+  }
+  // Flop counts (multiply and add count one each).
+  // GEMM: C h0^T per head.
+  double flop_gemm() const { return 2.0 * static_cast<double>(n * heads * headdim * dstate); }
+  // Recurrent: h = decay h + xdt B (3) and C . h (2) per state entry.
+  double flop_recurrent() const { return 5.0 * static_cast<double>(n * heads * headdim * dstate); }
+  // Dual: C.B per pair and group, weight * x per pair and head, C h0^T per head.
+  double flop_dual() const {
+    return 2.0 * pairs() * static_cast<double>(kGroups * dstate + heads * headdim) + flop_gemm();
+  }
+  // Dense dual (Eigen): C B^T, M X over all N^2 entries, C h0^T.
+  double flop_dual_dense() const {
+    const auto nn = static_cast<double>(n * n);
+    return 2.0 * nn * static_cast<double>(kGroups * dstate + heads * headdim) + flop_gemm();
+  }
 };
 
-void run_tree(benchmark::State& st, specdec::tree_scan_method method) {
-  bench_problem pb(st.range(0), st.range(1));
+void set_flops(benchmark::State& st, double flop) {
+  st.counters["flop"] = flop;
+  st.counters["FLOP/s"] = benchmark::Counter(flop, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---- every form at N = 1..64 ------------------------------------------------
+
+void run_scan(benchmark::State& st, specdec::tree_scan_method method, bool want_states) {
+  bench_problem pb(st.range(0), st.range(1), st.range(2));
+  const auto in = pb.inputs();
+  if (want_states) pb.states.resize(static_cast<std::size_t>(pb.n * pb.heads * pb.headdim * pb.dstate));
+  std::vector<std::byte> ws(specdec::tree_scan_workspace_size<float>(pb.parent, pb.shape(), method));
+  auto yv = specdec::make_view(pb.y.data(), pb.n, pb.heads, pb.headdim);
+  specdec::view4d<float> sv{};
+  if (want_states) sv = specdec::make_view(pb.states.data(), pb.n, pb.heads, pb.headdim, pb.dstate);
+  for (auto _ : st) {
+    const auto s = specdec::tree_scan<float>(pb.parent, in, {}, yv, sv, ws, method);
+    if (!s.ok()) st.SkipWithError(s.message());
+    benchmark::DoNotOptimize(pb.y.data());
+    benchmark::ClobberMemory();
+  }
+  const bool dual =
+      method == specdec::tree_scan_method::dual ||
+      (method == specdec::tree_scan_method::automatic &&
+       specdec::tree_scan_choose(pb.parent, pb.shape(), want_states, true) == specdec::tree_scan_method::dual);
+  set_flops(st, dual ? pb.flop_dual() : pb.flop_recurrent());
+  st.counters["pairs"] = pb.pairs();
+}
+
+void BM_ssm_recurrent(benchmark::State& st) { run_scan(st, specdec::tree_scan_method::recurrent, false); }
+void BM_ssm_recurrent_states(benchmark::State& st) { run_scan(st, specdec::tree_scan_method::recurrent, true); }
+void BM_ssm_dual(benchmark::State& st) { run_scan(st, specdec::tree_scan_method::dual, false); }
+void BM_ssm_auto(benchmark::State& st) { run_scan(st, specdec::tree_scan_method::automatic, false); }
+
+#if BENCH_SSM_EIGEN
+using rowmat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+void BM_ssm_dual_eigen(benchmark::State& st) {
+  bench_problem pb(st.range(0), st.range(1), st.range(2));
+  const auto in = pb.inputs();
+  std::vector<std::byte> ws(specdec::tree_scan_dual_eigen_workspace_size<float>(pb.shape()));
+  auto yv = specdec::make_view(pb.y.data(), pb.n, pb.heads, pb.headdim);
+  for (auto _ : st) {
+    const auto s = specdec::tree_scan_dual_eigen<float>(pb.parent, in, {}, yv, ws);
+    if (!s.ok()) st.SkipWithError(s.message());
+    benchmark::DoNotOptimize(pb.y.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(st, pb.flop_dual_dense());
+}
+
+// The same-run reference: per head Y = C h0^T, [N, dstate] x [dstate, headdim].
+void BM_ssm_gemm(benchmark::State& st) {
+  bench_problem pb(st.range(0), st.range(1), st.range(2));
+  const Eigen::Index N = pb.n, P = pb.headdim, S = pb.dstate;
+  Eigen::Map<const rowmat> C(pb.C.data(), N, S);
+  rowmat Y(N, P);
+  for (auto _ : st) {
+    for (std::int64_t h = 0; h < pb.heads; ++h) {
+      Eigen::Map<const rowmat> H0(pb.h0.data() + h * P * S, P, S);
+      Y.noalias() = C * H0.transpose();
+      benchmark::DoNotOptimize(Y.data());
+    }
+    benchmark::ClobberMemory();
+  }
+  set_flops(st, pb.flop_gemm());
+}
+#endif
+
+// The scans' input check alone (validate_tree_ssm: shapes, tree, every value
+// finite), the error contract's cost: one read pass over x, dt, B, C, z, h0.
+void BM_ssm_check(benchmark::State& st) {
+  bench_problem pb(st.range(0), st.range(1), st.range(2));
+  const auto in = pb.inputs();
+  for (auto _ : st) {
+    specdec::tree_ssm_shape shape;
+    const auto s = specdec::validate_tree_ssm<float>(pb.parent, in, {}, shape);
+    if (!s.ok()) st.SkipWithError(s.message());
+    benchmark::DoNotOptimize(shape);
+  }
+  st.counters["bytes"] = static_cast<double>(
+      sizeof(float) * (pb.x.size() + pb.z.size() + pb.dt.size() + pb.B.size() + pb.C.size() + pb.h0.size()));
+}
+
+// State commit of the deepest root path (depth + 1 recurrence steps, all heads).
+void BM_ssm_commit(benchmark::State& st) {
+  bench_problem pb(st.range(0), st.range(1), st.range(2));
+  const auto in = pb.inputs();
+  std::vector<float> h(pb.h0.size());
+  const auto& path = pb.paths.back();
+  for (auto _ : st) {
+    const auto s = specdec::tree_ssm_commit_path<float>(pb.parent, in, {}, path,
+                                                        specdec::make_view(h.data(), pb.heads, pb.headdim, pb.dstate));
+    if (!s.ok()) st.SkipWithError(s.message());
+    benchmark::DoNotOptimize(h.data());
+  }
+  // 3 flops per state entry and step.
+  set_flops(st, 3.0 * static_cast<double>(path.size()) * static_cast<double>(pb.heads * pb.headdim * pb.dstate));
+  st.counters["steps"] = static_cast<double>(path.size());
+}
+
+// Tree conv1d over the demo's xBC channels (heads * headdim + 2 groups dstate), W = 4, SiLU.
+void BM_ssm_conv1d(benchmark::State& st) {
+  bench_problem pb(st.range(0), st.range(1), st.range(2));
+  const std::int64_t ch = pb.heads * pb.headdim + 2 * kGroups * pb.dstate;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(static_cast<std::size_t>(pb.n * ch)), w(static_cast<std::size_t>(ch * kConvWidth)),
+      b(static_cast<std::size_t>(ch)), state(static_cast<std::size_t>(ch * (kConvWidth - 1))),
+      out(static_cast<std::size_t>(pb.n * ch));
+  for (auto* v : {&x, &w, &b, &state})
+    for (auto& e : *v) e = nd(rng);
+  specdec::tree_conv1d_inputs<float> in;
+  in.x = specdec::make_view<const float>(x.data(), pb.n, ch);
+  in.weight = specdec::make_view<const float>(w.data(), ch, kConvWidth);
+  in.bias = specdec::make_view<const float>(b.data(), ch);
+  in.conv_state = specdec::make_view<const float>(state.data(), ch, kConvWidth - 1);
+  in.silu = true;
+  std::vector<std::byte> ws(specdec::tree_conv1d_workspace_size(kConvWidth));
+  for (auto _ : st) {
+    const auto s = specdec::tree_conv1d<float>(pb.parent, in, specdec::make_view(out.data(), pb.n, ch), ws);
+    if (!s.ok()) st.SkipWithError(s.message());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  // 2 W flops per output (the SiLU not counted).
+  set_flops(st, 2.0 * static_cast<double>(pb.n * ch * kConvWidth));
+}
+
+void form_args(benchmark::internal::Benchmark* b) {
+  for (std::int64_t shape : {binary, chain})
+    for (std::int64_t n : {1, 8, 16, 32, 64}) b->Args({n, 8, shape});
+  b->ArgNames({"nodes", "heads", "chain"})->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+}
+
+// ---- crossover of tree_scan_choose: recurrent vs dual over N, headdim, dstate --
+
+void run_cross(benchmark::State& st, specdec::tree_scan_method method) {
+  bench_problem pb(st.range(0), 8, st.range(3), st.range(1), st.range(2));
   const auto in = pb.inputs();
   std::vector<std::byte> ws(specdec::tree_scan_workspace_size<float>(pb.parent, pb.shape(), method));
-  auto yv = specdec::make_view(pb.y.data(), pb.n, pb.heads, kHeaddim);
+  auto yv = specdec::make_view(pb.y.data(), pb.n, pb.heads, pb.headdim);
   for (auto _ : st) {
     const auto s = specdec::tree_scan<float>(pb.parent, in, {}, yv, {}, ws, method);
     if (!s.ok()) st.SkipWithError(s.message());
     benchmark::DoNotOptimize(pb.y.data());
     benchmark::ClobberMemory();
   }
-  st.SetItemsProcessed(st.iterations() * pb.n);
-  st.counters["steps"] = static_cast<double>(pb.n);
-  st.counters["state_bytes"] =
-      static_cast<double>(method == specdec::tree_scan_method::recurrent
-                              ? specdec::tree_scan_recurrent_workspace_size<float>(pb.parent, pb.shape())
-                              : specdec::tree_scan_dual_workspace_size<float>(pb.parent, pb.shape()));
+  st.counters["pairs"] = pb.pairs();
 }
+void BM_ssm_cross_recurrent(benchmark::State& st) { run_cross(st, specdec::tree_scan_method::recurrent); }
+void BM_ssm_cross_dual(benchmark::State& st) { run_cross(st, specdec::tree_scan_method::dual); }
+
+void cross_args(benchmark::internal::Benchmark* b) {
+  // 32 x 16: the model demo's Mamba2 layer; 64 x 128: Mamba2's default.
+  for (std::int64_t shape : {binary, chain})
+    for (std::int64_t p : {32, 64})
+      for (std::int64_t s : {16, 64, 128})
+        for (std::int64_t n : {8, 16, 32, 64, 128}) b->Args({n, p, s, shape});
+  b->ArgNames({"nodes", "headdim", "dstate", "chain"})->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+}
+
+// ---- tree scan vs unrolled root-to-leaf sequences -----------------------------
 
 // Baseline: every root-to-leaf sequence scanned on its own with the same
 // inner step (so only the amount of work differs), y for every token.
 void BM_ssm_unrolled_sequences(benchmark::State& st) {
   bench_problem pb(st.range(0), st.range(1));
-  // Two buffers used in turn: reading and writing the same row would make the
-  // compiler fall back to scalar code (alias check), penalising the baseline.
-  std::vector<float> state[2] = {std::vector<float>(static_cast<std::size_t>(kHeaddim * kDstate)),
-                                 std::vector<float>(static_cast<std::size_t>(kHeaddim * kDstate))};
+  const std::int64_t P = pb.headdim, S = pb.dstate;
+  // Two buffers used in turn (read one, write the other).
+  std::vector<float> state[2] = {std::vector<float>(static_cast<std::size_t>(P * S)),
+                                 std::vector<float>(static_cast<std::size_t>(P * S))};
   std::int64_t steps = 0;
   for (const auto& p : pb.paths) steps += static_cast<std::int64_t>(p.size());
   for (auto _ : st) {
     for (const auto& path : pb.paths) {
       for (std::int64_t h = 0; h < pb.heads; ++h) {
-        const float* h0 = pb.h0.data() + h * kHeaddim * kDstate;
+        const float* h0 = pb.h0.data() + h * P * S;
         for (std::size_t t = 0; t < path.size(); ++t) {
           const std::int64_t i = path[t];
           const float d = specdec::detail::ssm_softplus(pb.dt[static_cast<std::size_t>(i * pb.heads + h)] +
                                                         pb.bias[static_cast<std::size_t>(h)]);
           const float decay = std::exp(d * pb.A[static_cast<std::size_t>(h)]);
-          const float* b = pb.B.data() + i * kDstate;
-          const float* c = pb.C.data() + i * kDstate;
-          for (std::int64_t p = 0; p < kHeaddim; ++p) {
-            const float xv = pb.x[static_cast<std::size_t>((i * pb.heads + h) * kHeaddim + p)];
-            const float* in_row = t == 0 ? h0 + p * kDstate : state[(t + 1) % 2].data() + p * kDstate;
-            float out =
-                specdec::detail::ssm_step_row(in_row, state[t % 2].data() + p * kDstate, b, c, decay, d * xv, kDstate);
-            pb.y[static_cast<std::size_t>((i * pb.heads + h) * kHeaddim + p)] =
-                out + pb.D[static_cast<std::size_t>(h)] * xv;
+          const float* b = pb.B.data() + i * S;
+          const float* c = pb.C.data() + i * S;
+          for (std::int64_t p = 0; p < P; ++p) {
+            const float xv = pb.x[static_cast<std::size_t>((i * pb.heads + h) * P + p)];
+            const float* in_row = t == 0 ? h0 + p * S : state[(t + 1) % 2].data() + p * S;
+            float out = specdec::detail::ssm_step_row(in_row, state[t % 2].data() + p * S, b, c, decay, d * xv, S);
+            pb.y[static_cast<std::size_t>((i * pb.heads + h) * P + p)] = out + pb.D[static_cast<std::size_t>(h)] * xv;
           }
         }
       }
@@ -126,41 +308,47 @@ void BM_ssm_unrolled_sequences(benchmark::State& st) {
     benchmark::DoNotOptimize(pb.y.data());
     benchmark::ClobberMemory();
   }
-  st.SetItemsProcessed(st.iterations() * pb.n);
   st.counters["steps"] = static_cast<double>(steps);
-  st.counters["state_bytes"] =
-      static_cast<double>(pb.paths.size() * static_cast<std::size_t>(pb.heads * kHeaddim * kDstate) * sizeof(float));
 }
 
+void run_tree(benchmark::State& st, specdec::tree_scan_method method) {
+  bench_problem pb(st.range(0), st.range(1));
+  const auto in = pb.inputs(false);
+  std::vector<std::byte> ws(specdec::tree_scan_workspace_size<float>(pb.parent, pb.shape(), method));
+  auto yv = specdec::make_view(pb.y.data(), pb.n, pb.heads, pb.headdim);
+  for (auto _ : st) {
+    const auto s = specdec::tree_scan<float>(pb.parent, in, {}, yv, {}, ws, method);
+    if (!s.ok()) st.SkipWithError(s.message());
+    benchmark::DoNotOptimize(pb.y.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["steps"] = static_cast<double>(pb.n);
+  st.counters["state_bytes"] = static_cast<double>(ws.size());
+}
 void BM_ssm_tree_recurrent(benchmark::State& st) { run_tree(st, specdec::tree_scan_method::recurrent); }
 void BM_ssm_tree_dual(benchmark::State& st) { run_tree(st, specdec::tree_scan_method::dual); }
-void BM_ssm_tree_auto(benchmark::State& st) { run_tree(st, specdec::tree_scan_method::automatic); }
-
-// State commit of the deepest accepted path (O(depth)).
-void BM_ssm_commit_path(benchmark::State& st) {
-  bench_problem pb(st.range(0), st.range(1));
-  const auto in = pb.inputs();
-  std::vector<float> h(pb.h0.size());
-  const auto& path = pb.paths.back();
-  for (auto _ : st) {
-    const auto s = specdec::tree_ssm_commit_path<float>(pb.parent, in, {}, path,
-                                                        specdec::make_view(h.data(), pb.heads, kHeaddim, kDstate));
-    if (!s.ok()) st.SkipWithError(s.message());
-    benchmark::DoNotOptimize(h.data());
-  }
-  st.SetBytesProcessed(st.iterations() * static_cast<std::int64_t>(h.size() * sizeof(float)));
-}
 
 void tree_args(benchmark::internal::Benchmark* b) {
   for (std::int64_t heads : {8, 80})
     for (std::int64_t n : {15, 31, 63}) b->Args({n, heads});
-  b->ArgNames({"nodes", "heads"})->Unit(benchmark::kMicrosecond)->MinTime(0.1);
+  b->ArgNames({"nodes", "heads"})->Unit(benchmark::kMicrosecond)->MinTime(0.05);
 }
 
 }  // namespace
 
+#if BENCH_SSM_EIGEN
+BENCHMARK(BM_ssm_gemm)->Apply(form_args);
+BENCHMARK(BM_ssm_dual_eigen)->Apply(form_args);
+#endif
+BENCHMARK(BM_ssm_recurrent)->Apply(form_args);
+BENCHMARK(BM_ssm_recurrent_states)->Apply(form_args);
+BENCHMARK(BM_ssm_dual)->Apply(form_args);
+BENCHMARK(BM_ssm_auto)->Apply(form_args);
+BENCHMARK(BM_ssm_commit)->Apply(form_args);
+BENCHMARK(BM_ssm_check)->Apply(form_args);
+BENCHMARK(BM_ssm_conv1d)->Apply(form_args);
+BENCHMARK(BM_ssm_cross_recurrent)->Apply(cross_args);
+BENCHMARK(BM_ssm_cross_dual)->Apply(cross_args);
 BENCHMARK(BM_ssm_tree_recurrent)->Apply(tree_args);
 BENCHMARK(BM_ssm_tree_dual)->Apply(tree_args);
-BENCHMARK(BM_ssm_tree_auto)->Apply(tree_args);
 BENCHMARK(BM_ssm_unrolled_sequences)->Apply(tree_args);
-BENCHMARK(BM_ssm_commit_path)->Args({63, 8})->Args({63, 80})->Unit(benchmark::kMicrosecond)->MinTime(0.1);

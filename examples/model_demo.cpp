@@ -14,7 +14,8 @@
 // and prints one table. Every speculative run is a specdec::speculative_session
 // (models/speculate.hpp): the tree builder drafts from the drafter model
 // through the level-batched drafter concept (one batched forward per depth,
-// "drafter/tok" counts those forwards plus one catch-up per round) ->
+// "drafter/tok" counts those forwards; the tokens committed since the
+// drafter's last round ride in front of its first level) ->
 // positions + packed ancestor mask -> one target pass with tree attention
 // (and tree conv1d + tree scan in Mamba2 layers) -> verification, the rule
 // chosen from how the tree was drafted -> in-place KV commit and SSM/conv

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every check CI runs: dependencies, formatting, the ci configuration
+# Runs every check CI runs: dependencies, formatting, the API reference, the
+# docs check (scripts/check_docs.py), the ci configuration
 # (build with -Werror, all kernels for sm_80/sm_90, every header alone, all
 # tests incl. packaging), the ASan+UBSan configuration, clang-tidy, and the
 # Python package (pip install . then pytest).
@@ -23,6 +24,11 @@ step "API reference (Doxygen, warnings are errors)"
 mkdir -p build
 doxygen docs/Doxyfile
 echo "doxygen: build/doxygen/html/index.html"
+
+step "docs check (every documented file and name exists)"
+# README, CHANGELOG and docs/*.md: repository paths, headers, links and the
+# specdec names they call must exist (scripts/check_docs.py, stdlib only).
+python3 scripts/check_docs.py
 
 step "ci configuration: build"
 cmake --preset ci >/dev/null

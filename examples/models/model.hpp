@@ -1,7 +1,7 @@
-// A small inference engine (Eigen, CPU) for the example models in this
-// folder: byte-level Llama-style transformers (RMSNorm, RoPE on consecutive
-// pairs, SwiGLU, grouped-query attention) and the hybrid that puts Mamba2
-// mixers next to attention layers. Weights come from GGUF (gguf.hpp).
+// A small inference engine (CPU) for the example models in this folder:
+// byte-level Llama-style transformers (RMSNorm, RoPE on consecutive pairs,
+// SwiGLU, grouped-query attention) and the hybrid that puts Mamba2 mixers
+// next to attention layers. Weights come from GGUF (gguf.hpp).
 //
 // One forward entry point serves prefill, autoregressive steps, the
 // drafter's one-node calls and the target's tree pass: a batch of n nodes
@@ -13,10 +13,17 @@
 // specdec's in-place KV commit and, for Mamba2 layers, specdec's conv-state
 // and SSM-state commits; the tree pass itself runs specdec's tree conv1d and
 // tree scan.
+//
+// The forward batches like a real engine: a pass over n nodes reads each
+// weight once (matrices packed at load time for the small-batch kernel of
+// matmul.hpp, q/k/v and gate/up fused into one product each), attention is
+// two matrix products per KV head over whole cache pages (keys stored
+// transposed inside a page) with a masked softmax, and RoPE angles come
+// from tables built at load time. README.md has the measured costs.
 #pragma once
 
-#include <Eigen/Dense>
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -27,13 +34,13 @@
 #include <specdec/specdec.hpp>
 
 #include "gguf.hpp"
+#include "matmul.hpp"
 
 namespace models {
 
+using kernel::packed_matrix;
 using specdec::node_id;
 using specdec::token_id;
-using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using vector = Eigen::VectorXf;
 
 //! Hyper-parameters read from the GGUF metadata.
 struct config {
@@ -47,33 +54,47 @@ struct config {
   std::int64_t attention_layers() const { return std::count(kinds.begin(), kinds.end(), 'a'); }
 };
 
+//! One block's weights; matrices packed for y = x W^T (matmul.hpp).
 struct layer_weights {
   char kind = 'a';
-  vector norm1, norm2;
-  matrix wq, wk, wv, wo;             // attention: [out, in]
-  matrix in_proj, conv_w, out_proj;  // Mamba2: in_proj [2 di + 2 G S + H, d], conv_w [channels, W]
-  vector conv_b, a, d_skip, dt_bias, ssm_norm;
-  matrix gate, up, down;
+  std::vector<float> norm1, norm2;
+  packed_matrix qkv, wo;            // attention: rows q (heads x dh), k, v (kv heads x dh each)
+  packed_matrix in_proj, out_proj;  // Mamba2: in_proj rows [z | xBC | dt]
+  std::vector<float> conv_w;        // [channels, W]
+  std::vector<float> conv_b, a, d_skip, dt_bias, ssm_norm;
+  packed_matrix gate_up, down;    // gate_up rows [gate | up]
   std::int64_t cache_index = -1;  //!< attention: layer index in the KV cache; Mamba2: in the SSM state
 };
 
-//! All weights of one model, converted to f32.
+//! All weights of one model, converted to f32 and packed.
 struct weights {
   config cfg;
-  matrix embed;  //!< [vocab, d]
+  std::vector<float> embed;  //!< [vocab, d]
   std::vector<layer_weights> layers;
-  vector norm;
-  matrix output;  //!< [vocab, d]
+  std::vector<float> norm;
+  packed_matrix output;  //!< [vocab, d]
+  //! RoPE: cos / sin of pos * base^(-2i/D) for pos < rope_positions, [pos][D / 2].
+  std::int64_t rope_positions = 0;
+  std::vector<float> rope_cos, rope_sin;
 };
 
 namespace detail {
-inline matrix load_matrix(const gguf::file& f, const std::string& name, std::int64_t rows, std::int64_t cols) {
-  const auto v = f.floats(name, {static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(rows)});
-  return Eigen::Map<const matrix>(v.data(), rows, cols);
+inline packed_matrix load_packed(const gguf::file& f, std::initializer_list<std::pair<std::string, std::int64_t>> parts,
+                                 std::int64_t cols) {
+  std::vector<std::vector<float>> v;
+  for (const auto& [name, rows] : parts)
+    v.push_back(f.floats(name, {static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(rows)}));
+  std::vector<std::pair<const float*, std::int64_t>> blocks;
+  std::size_t i = 0;
+  for (const auto& p : parts) blocks.emplace_back(v[i++].data(), p.second);
+  return kernel::pack(blocks, cols);
 }
-inline vector load_vector(const gguf::file& f, const std::string& name, std::int64_t n) {
-  const auto v = f.floats(name, {static_cast<std::uint64_t>(n)});
-  return Eigen::Map<const vector>(v.data(), n);
+inline std::vector<float> load_vector(const gguf::file& f, const std::string& name, std::int64_t n) {
+  return f.floats(name, {static_cast<std::uint64_t>(n)});
+}
+// base^(-2i/D) in float, as llama.cpp's "normal" RoPE.
+inline float rope_inv_freq(const config& c, std::int64_t i) {
+  return std::pow(c.rope_base, -static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
 }
 }  // namespace detail
 
@@ -113,7 +134,12 @@ inline weights load(const std::string& path) {
       throw gguf::gguf_error("gguf: " + path + ": inconsistent SSM hyper-parameters");
     c.ssm_headdim = inner / c.ssm_heads;
   }
-  w.embed = detail::load_matrix(f, "token_embd.weight", c.vocab, c.d);
+  // The attention products run over 16-wide panels of the head dimension.
+  if (c.head_dim % kernel::panel_width != 0)
+    throw gguf::gguf_error("gguf: " + path + ": head dim must be a multiple of 16");
+  const auto embed =
+      f.floats("token_embd.weight", {static_cast<std::uint64_t>(c.d), static_cast<std::uint64_t>(c.vocab)});
+  w.embed.assign(embed.begin(), embed.end());
   std::int64_t n_attn = 0, n_ssm = 0;
   for (std::int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -122,40 +148,61 @@ inline weights load(const std::string& path) {
     L.norm1 = detail::load_vector(f, p + "attn_norm.weight", c.d);
     if (L.kind == 'a') {
       L.cache_index = n_attn++;
-      L.wq = detail::load_matrix(f, p + "attn_q.weight", c.heads * c.head_dim, c.d);
-      L.wk = detail::load_matrix(f, p + "attn_k.weight", c.kv_heads * c.head_dim, c.d);
-      L.wv = detail::load_matrix(f, p + "attn_v.weight", c.kv_heads * c.head_dim, c.d);
-      L.wo = detail::load_matrix(f, p + "attn_output.weight", c.d, c.heads * c.head_dim);
+      L.qkv = detail::load_packed(f,
+                                  {{p + "attn_q.weight", c.heads * c.head_dim},
+                                   {p + "attn_k.weight", c.kv_heads * c.head_dim},
+                                   {p + "attn_v.weight", c.kv_heads * c.head_dim}},
+                                  c.d);
+      L.wo = detail::load_packed(f, {{p + "attn_output.weight", c.d}}, c.heads * c.head_dim);
     } else {
       L.cache_index = n_ssm++;
       const std::int64_t ch = c.conv_channels();
-      L.in_proj = detail::load_matrix(f, p + "ssm_in.weight", c.d_inner() + ch + c.ssm_heads, c.d);
-      L.conv_w = detail::load_matrix(f, p + "ssm_conv1d.weight", ch, c.conv);
+      L.in_proj = detail::load_packed(f, {{p + "ssm_in.weight", c.d_inner() + ch + c.ssm_heads}}, c.d);
+      L.conv_w =
+          f.floats(p + "ssm_conv1d.weight", {static_cast<std::uint64_t>(c.conv), static_cast<std::uint64_t>(ch)});
       L.conv_b = detail::load_vector(f, p + "ssm_conv1d.bias", ch);
       L.a = detail::load_vector(f, p + "ssm_a", c.ssm_heads);
       L.d_skip = detail::load_vector(f, p + "ssm_d", c.ssm_heads);
       L.dt_bias = detail::load_vector(f, p + "ssm_dt.bias", c.ssm_heads);
       L.ssm_norm = detail::load_vector(f, p + "ssm_norm.weight", c.d_inner());
-      L.out_proj = detail::load_matrix(f, p + "ssm_out.weight", c.d, c.d_inner());
+      L.out_proj = detail::load_packed(f, {{p + "ssm_out.weight", c.d}}, c.d_inner());
     }
     L.norm2 = detail::load_vector(f, p + "ffn_norm.weight", c.d);
-    L.gate = detail::load_matrix(f, p + "ffn_gate.weight", c.ffn, c.d);
-    L.up = detail::load_matrix(f, p + "ffn_up.weight", c.ffn, c.d);
-    L.down = detail::load_matrix(f, p + "ffn_down.weight", c.d, c.ffn);
+    L.gate_up = detail::load_packed(f, {{p + "ffn_gate.weight", c.ffn}, {p + "ffn_up.weight", c.ffn}}, c.d);
+    L.down = detail::load_packed(f, {{p + "ffn_down.weight", c.d}}, c.ffn);
     w.layers.push_back(std::move(L));
   }
   w.norm = detail::load_vector(f, "output_norm.weight", c.d);
-  w.output = detail::load_matrix(f, "output.weight", c.vocab, c.d);
+  w.output = detail::load_packed(f, {{"output.weight", c.vocab}}, c.d);
+  // RoPE tables for the positions a cache of the usual sizes reaches (later
+  // positions compute their angles on the fly, with the same float math).
+  w.rope_positions = std::max<std::int64_t>(c.context, 1024);
+  const std::int64_t half = c.head_dim / 2;
+  w.rope_cos.resize(static_cast<std::size_t>(w.rope_positions * half));
+  w.rope_sin.resize(w.rope_cos.size());
+  for (std::int64_t i = 0; i < half; ++i) {
+    const float inv = detail::rope_inv_freq(c, i);
+    for (std::int64_t pos = 0; pos < w.rope_positions; ++pos) {
+      const float ang = static_cast<float>(pos) * inv;
+      w.rope_cos[static_cast<std::size_t>(pos * half + i)] = std::cos(ang);
+      w.rope_sin[static_cast<std::size_t>(pos * half + i)] = std::sin(ang);
+    }
+  }
   return w;
 }
 
 //! The per-sequence state: a paged KV cache for the attention layers and,
 //! for Mamba2 layers, the conv and SSM states plus this round's scan inputs
 //! (kept for the state commit). A plain value: copying it snapshots the sequence.
+//! Pages hold, per layer and KV head, keys transposed ([head dim][page]:
+//! one page is a ready [D x 16] operand of the score product) and values
+//! as rows ([page][head dim]); specdec's KV commit takes both layouts as
+//! strided tensors (k_tensor, v_tensor).
 struct state {
-  static constexpr std::int64_t page = 16;
+  static constexpr std::int64_t page = kernel::panel_width;
   std::int64_t pages = 0, attn_layers = 0, kv_heads = 0, head_dim = 0;
-  std::vector<float> k_pool, v_pool;      //!< [pages, attn layers, page, kv heads, head dim]
+  std::vector<float> k_pool;              //!< [pages, attn layers, kv heads, head dim, page]
+  std::vector<float> v_pool;              //!< [pages, attn layers, kv heads, page, head dim]
   std::vector<std::int32_t> block_table;  //!< logical page -> physical page (scattered on purpose)
   specdec::position_id cache_len = 0;     //!< committed positions in the cache
   // Mamba2 layers.
@@ -188,20 +235,24 @@ struct state {
     node_states.resize(ssm_layers);
   }
   std::int64_t capacity() const { return pages * page; }
-  float* k_at(std::int64_t layer, std::int64_t pos, std::int64_t h) { return at(k_pool, layer, pos, h); }
-  float* v_at(std::int64_t layer, std::int64_t pos, std::int64_t h) { return at(v_pool, layer, pos, h); }
+  //! Keys of logical page `lp`, layer, KV head h: [head dim][page].
+  float* k_page(std::int64_t layer, std::int64_t lp, std::int64_t h) { return k_pool.data() + block(layer, lp, h); }
+  //! Values of logical page `lp`, layer, KV head h: [page][head dim].
+  float* v_page(std::int64_t layer, std::int64_t lp, std::int64_t h) { return v_pool.data() + block(layer, lp, h); }
   specdec::kv_position_map map() const { return specdec::paged_positions(block_table.data(), pages, page, pages); }
   specdec::kv_tensor<float> k_tensor() {
-    return specdec::make_kv_tensor_paged_nhd(k_pool.data(), pages, attn_layers, page, kv_heads, head_dim);
+    const std::int64_t head = head_dim * page, layer = kv_heads * head;
+    return specdec::make_kv_tensor(k_pool.data(), static_cast<std::int64_t>(k_pool.size()), attn_layers, kv_heads,
+                                   head_dim, specdec::kv_strides{attn_layers * layer, layer, head, 1, page});
   }
   specdec::kv_tensor<float> v_tensor() {
-    return specdec::make_kv_tensor_paged_nhd(v_pool.data(), pages, attn_layers, page, kv_heads, head_dim);
+    return specdec::make_kv_tensor_paged_hnd(v_pool.data(), pages, attn_layers, page, kv_heads, head_dim);
   }
 
  private:
-  float* at(std::vector<float>& pool, std::int64_t layer, std::int64_t pos, std::int64_t h) {
-    const std::int64_t phys = block_table[static_cast<std::size_t>(pos / page)];
-    return pool.data() + (((phys * attn_layers + layer) * page + pos % page) * kv_heads + h) * head_dim;
+  std::int64_t block(std::int64_t layer, std::int64_t lp, std::int64_t h) const {
+    const std::int64_t phys = block_table[static_cast<std::size_t>(lp)];
+    return ((phys * attn_layers + layer) * kv_heads + h) * head_dim * page;
   }
 };
 
@@ -220,81 +271,187 @@ struct batch {
   std::int32_t first_slot = 0;
 };
 
+//! Scratch kept between calls so the hot path does not reallocate.
+struct scratch {
+  std::vector<std::byte> ws;
+  std::vector<float> x, xn, proj, attn, q, scores, v, o, z, y, yn;
+};
+
 namespace detail {
 
-inline void rms_norm(const matrix& x, const vector& w, float eps, matrix& out) {
-  out.resize(x.rows(), x.cols());
-  for (Eigen::Index r = 0; r < x.rows(); ++r) {
-    const float ms = x.row(r).squaredNorm() / static_cast<float>(x.cols());
-    out.row(r) = x.row(r).cwiseProduct(w.transpose()) * (1.0f / std::sqrt(ms + eps));
+inline void grow(std::vector<float>& v, std::int64_t n) {
+  if (static_cast<std::int64_t>(v.size()) < n) v.resize(static_cast<std::size_t>(n));
+}
+
+//! exp(x) for a whole array, in a form the compiler vectorizes (the libm
+//! call does not): 2^k * p(r) with r = x - k ln 2 in [-ln2/2, ln2/2] and a
+//! degree-6 polynomial, within 2.3e-7 relative of exp (measured); exactly 0
+//! below -104 (so a masked -inf score weighs nothing), saturating at 88.3.
+//! The clamp is its own loop: fused into the next one, GCC (with
+//! -ftrapping-math, the default) keeps its compares as branches and does
+//! not vectorize.
+inline void exp_inplace(float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) x[i] = std::min(std::max(x[i], -110.0f), 88.3f);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    // Round to nearest by adding 1.5 * 2^23 (vectorizes without SSE4.1's round).
+    const float k = (v * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    const float r = (v - k * 0.693145751953125f) - k * 1.42860682030941723e-6f;
+    float p = 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    // 2^k as two factors: each stays a normal float for k in [-159, 128].
+    const auto ki = static_cast<std::int32_t>(k);
+    const float s1 = std::bit_cast<float>((ki / 2 + 127) << 23), s2 = std::bit_cast<float>((ki - ki / 2 + 127) << 23);
+    x[i] = p * s1 * s2;
   }
 }
 
-// Rotates consecutive pairs (v[2i], v[2i+1]) by pos * inv[i], inv[i] =
-// base^(-2i/D): llama.cpp's "normal" RoPE.
-inline void rope(float* v, std::int64_t dim, std::int64_t pos, const float* inv) {
-  for (std::int64_t i = 0; i < dim / 2; ++i) {
-    const float ang = static_cast<float>(pos) * inv[i];
-    const float c = std::cos(ang), s = std::sin(ang);
+//! Sum and maximum of x[0, n) with eight partial results (a single running
+//! float would be a serial dependency chain the compiler must not reorder).
+inline float sum8(const float* x, std::int64_t n) {
+  float part[8] = {};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) part[j] += x[i + j];
+  for (; i < n; ++i) part[0] += x[i];
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+inline float max8(const float* x, std::int64_t n) {
+  float part[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) part[j] = std::max(part[j], x[i + j]);
+  for (; i < n; ++i) part[0] = std::max(part[0], x[i]);
+  for (int j = 1; j < 8; ++j) part[0] = std::max(part[0], part[j]);
+  return part[0];
+}
+
+inline void rms_norm(std::int64_t n, std::int64_t d, const float* x, std::int64_t ldx, const std::vector<float>& w,
+                     float eps, float* out, std::int64_t ldo) {
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * ldx;
+    float part[8] = {};
+    std::int64_t i = 0;
+    for (; i + 8 <= d; i += 8)
+      for (int j = 0; j < 8; ++j) part[j] += xr[i + j] * xr[i + j];
+    for (; i < d; ++i) part[0] += xr[i] * xr[i];
+    const float ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    const float scale = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+    for (i = 0; i < d; ++i) out[r * ldo + i] = xr[i] * w[static_cast<std::size_t>(i)] * scale;
+  }
+}
+
+// Rotates consecutive pairs (v[2i], v[2i+1]) by the angles whose cos / sin
+// are c[i] / s[i] (llama.cpp's "normal" RoPE).
+inline void rope(float* v, std::int64_t half, const float* c, const float* s) {
+  for (std::int64_t i = 0; i < half; ++i) {
     const float x0 = v[2 * i], x1 = v[2 * i + 1];
-    v[2 * i] = x0 * c - x1 * s;
-    v[2 * i + 1] = x0 * s + x1 * c;
+    v[2 * i] = x0 * c[i] - x1 * s[i];
+    v[2 * i + 1] = x0 * s[i] + x1 * c[i];
   }
 }
 
-inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
-
-inline void attention(const weights& w, const layer_weights& L, state& s, const batch& b, const matrix& xn,
-                      matrix& out) {
+// x += attention(xn) Wo^T over the committed cache and each node's masked tree slots.
+inline void attention(const weights& w, const layer_weights& L, state& s, const batch& b, scratch& sc) {
   const config& c = w.cfg;
-  const auto n = static_cast<Eigen::Index>(b.tokens.size());
-  const std::int64_t dh = c.head_dim, group = c.heads / c.kv_heads;
-  matrix q = xn * L.wq.transpose(), k = xn * L.wk.transpose(), v = xn * L.wv.transpose();
-  std::vector<float> inv(static_cast<std::size_t>(dh / 2));
-  for (std::int64_t i = 0; i < dh / 2; ++i)
-    inv[static_cast<std::size_t>(i)] = std::pow(c.rope_base, -static_cast<float>(2 * i) / static_cast<float>(dh));
-  for (Eigen::Index r = 0; r < n; ++r) {
-    const std::int64_t pos = b.positions[static_cast<std::size_t>(r)];
+  const auto n = static_cast<std::int64_t>(b.tokens.size());
+  const std::int64_t dh = c.head_dim, group = c.heads / c.kv_heads, P = state::page;
+  const std::int64_t ld = L.qkv.rows;  // q | k | v per row
+  grow(sc.proj, n * ld);
+  kernel::matmul(n, sc.xn.data(), c.d, L.qkv, sc.proj.data(), ld);
+  // RoPE, then this batch's keys and values into their slots.
+  for (std::int64_t r = 0; r < n; ++r) {
+    float* row = sc.proj.data() + r * ld;
+    const std::int64_t pos = b.positions[static_cast<std::size_t>(r)], half = dh / 2;
+    const float *cs = nullptr, *sn = nullptr;
+    if (pos >= 0 && pos < w.rope_positions) {
+      cs = w.rope_cos.data() + pos * half;
+      sn = w.rope_sin.data() + pos * half;
+    } else {  // past the tables: the same float math as the tables
+      grow(sc.o, 2 * half);
+      for (std::int64_t i = 0; i < half; ++i) {
+        const float ang = static_cast<float>(pos) * rope_inv_freq(c, i);
+        sc.o[static_cast<std::size_t>(i)] = std::cos(ang);
+        sc.o[static_cast<std::size_t>(half + i)] = std::sin(ang);
+      }
+      cs = sc.o.data();
+      sn = sc.o.data() + half;
+    }
+    for (std::int64_t h = 0; h < c.heads + c.kv_heads; ++h) rope(row + h * dh, half, cs, sn);
     const std::int64_t slot = s.cache_len + b.first_slot + r;
-    for (std::int64_t h = 0; h < c.heads; ++h) rope(q.row(r).data() + h * dh, dh, pos, inv.data());
     for (std::int64_t h = 0; h < c.kv_heads; ++h) {
-      rope(k.row(r).data() + h * dh, dh, pos, inv.data());
-      std::copy_n(k.row(r).data() + h * dh, dh, s.k_at(L.cache_index, slot, h));
-      std::copy_n(v.row(r).data() + h * dh, dh, s.v_at(L.cache_index, slot, h));
+      const float* k = row + (c.heads + h) * dh;
+      const float* v = row + (c.heads + c.kv_heads + h) * dh;
+      float* kp = s.k_page(L.cache_index, slot / P, h) + slot % P;
+      float* vp = s.v_page(L.cache_index, slot / P, h) + (slot % P) * dh;
+      for (std::int64_t e = 0; e < dh; ++e) kp[e * P] = k[e];
+      std::copy_n(v, dh, vp);
     }
   }
-  // Keys each row sees: the committed cache, then its masked tree slots (in slot order).
+  // Keys: every committed position, then tree slots up to the last one any row names.
+  std::int64_t slots = 0;
+  for (std::int64_t i = 0; i < n * b.words; ++i)
+    if (b.mask[static_cast<std::size_t>(i)] != 0)
+      slots = std::max(slots, (i % b.words) * 64 + 64 - std::countl_zero(b.mask[static_cast<std::size_t>(i)]));
+  const std::int64_t T = s.cache_len + slots, pages = (T + P - 1) / P, ldS = pages * P;
+  if (T > s.capacity()) throw std::invalid_argument("forward: mask names a slot past the cache");
+  const std::int64_t M = group * n;  // query rows per KV head
+  grow(sc.q, M * dh);
+  grow(sc.scores, M * ldS);
+  grow(sc.o, M * dh);
+  grow(sc.v, ldS * dh);
+  grow(sc.attn, n * c.heads * dh);
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  matrix attn(n, c.heads * dh);
-  std::vector<std::int64_t> keys;
-  std::vector<float> score;
-  for (Eigen::Index r = 0; r < n; ++r) {
-    keys.clear();
-    for (std::int64_t p = 0; p < s.cache_len; ++p) keys.push_back(p);
-    const std::uint64_t* row = b.mask.data() + r * b.words;
-    for (std::int64_t j = 0; j < b.words * 64; ++j)
-      if (specdec::mask_test(row, j)) {
-        if (s.cache_len + j >= s.capacity()) throw std::invalid_argument("forward: mask names a slot past the cache");
-        keys.push_back(s.cache_len + j);
+  for (std::int64_t kh = 0; kh < c.kv_heads; ++kh) {
+    // Q rows of this KV head's query heads, row m = r * group + g, pre-scaled.
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t g = 0; g < group; ++g) {
+        const float* q = sc.proj.data() + r * ld + (kh * group + g) * dh;
+        for (std::int64_t e = 0; e < dh; ++e) sc.q[static_cast<std::size_t>((r * group + g) * dh + e)] = scale * q[e];
       }
-    score.resize(keys.size());
-    for (std::int64_t h = 0; h < c.heads; ++h) {
-      const std::int64_t kh = h / group;
-      const Eigen::Map<const vector> qh(q.row(r).data() + h * dh, dh);
-      float mx = -INFINITY;
-      for (std::size_t t = 0; t < keys.size(); ++t) {
-        score[t] = scale * qh.dot(Eigen::Map<const vector>(s.k_at(L.cache_index, keys[t], kh), dh));
-        mx = std::max(mx, score[t]);
+    // Scores [M, T]: one product with each page's [dh x 16] transposed keys.
+    for (std::int64_t lp = 0; lp < pages; ++lp)
+      kernel::panel_rows(M, sc.q.data(), dh, s.k_page(L.cache_index, lp, kh), P, dh, sc.scores.data() + lp * P, ldS, P,
+                         false);
+    // Masked softmax per row: committed keys always, tree slot j if bit j of the node's row.
+    for (std::int64_t m = 0; m < M; ++m) {
+      float* sr = sc.scores.data() + m * ldS;
+      const std::uint64_t* bits = b.mask.data() + (m / group) * b.words;
+      for (std::int64_t j = 0; j < slots; ++j)
+        if (!specdec::mask_test(bits, j)) sr[s.cache_len + j] = -INFINITY;
+      const float mx = max8(sr, T);
+      if (mx == -INFINITY) {  // a row that sees no key at all: zero output, as an empty sum
+        std::fill_n(sr, T, 0.0f);
+        continue;
       }
-      float sum = 0.0f;
-      for (auto& e : score) sum += (e = std::exp(e - mx));
-      Eigen::Map<vector> o(attn.row(r).data() + h * dh, dh);
-      o.setZero();
-      for (std::size_t t = 0; t < keys.size(); ++t)
-        o += (score[t] / sum) * Eigen::Map<const vector>(s.v_at(L.cache_index, keys[t], kh), dh);
+      for (std::int64_t t = 0; t < T; ++t) sr[t] -= mx;
+      // Masked keys: exp(0) then 0, rather than exp(-inf): an underflowing
+      // exp result can cost a microcode assist per element.
+      for (std::int64_t j = 0; j < slots; ++j)
+        if (!specdec::mask_test(bits, j)) sr[s.cache_len + j] = 0.0f;
+      exp_inplace(sr, T);
+      for (std::int64_t j = 0; j < slots; ++j)
+        if (!specdec::mask_test(bits, j)) sr[s.cache_len + j] = 0.0f;
+      const float inv = 1.0f / sum8(sr, T);
+      for (std::int64_t t = 0; t < T; ++t) sr[t] *= inv;
     }
+    // Output [M, dh] = P V with the values gathered into one [T, dh] block
+    // (dh / 16 panels, T keys deep: one long product instead of a short one
+    // per page, each with its accumulator set-up and store).
+    for (std::int64_t lp = 0; lp < pages; ++lp)
+      std::copy_n(s.v_page(L.cache_index, lp, kh), std::min(P, T - lp * P) * dh, sc.v.data() + lp * P * dh);
+    for (std::int64_t p = 0; p < dh / P; ++p)
+      kernel::panel_rows(M, sc.scores.data(), ldS, sc.v.data() + p * P, dh, T, sc.o.data() + p * P, dh, P, false);
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t g = 0; g < group; ++g)
+        std::copy_n(sc.o.data() + (r * group + g) * dh, dh, sc.attn.data() + r * c.heads * dh + (kh * group + g) * dh);
   }
-  out = attn * L.wo.transpose();
+  kernel::matmul(n, sc.attn.data(), c.heads * dh, L.wo, sc.x.data(), c.d, true);
 }
 
 inline specdec::tree_ssm_inputs<float> ssm_inputs(const config& c, const layer_weights& L, const float* xbc,
@@ -313,23 +470,24 @@ inline specdec::tree_ssm_inputs<float> ssm_inputs(const config& c, const layer_w
   return in;
 }
 
-inline void mamba(const weights& w, const layer_weights& L, state& s, const batch& b, const matrix& xn, matrix& out,
-                  std::vector<std::byte>& ws) {
+// x += mamba2(xn) (specdec's tree conv1d and tree scan between the projections).
+inline void mamba(const weights& w, const layer_weights& L, state& s, const batch& b, scratch& sc) {
   const config& c = w.cfg;
   const auto n = static_cast<std::int64_t>(b.tokens.size());
-  const std::int64_t ch = c.conv_channels(), di = c.d_inner(), H = c.ssm_heads;
+  const std::int64_t ch = c.conv_channels(), di = c.d_inner(), H = c.ssm_heads, ld = L.in_proj.rows;
   const auto li = static_cast<std::size_t>(L.cache_index);
-  const matrix proj = xn * L.in_proj.transpose();  // [n, z | xBC | dt]
+  grow(sc.proj, n * ld);
+  kernel::matmul(n, sc.xn.data(), c.d, L.in_proj, sc.proj.data(), ld);  // [n, z | xBC | dt]
   auto& raw = s.round_xbc_raw[li];
   auto& xbc = s.round_xbc[li];
   auto& dt = s.round_dt[li];
   raw.resize(static_cast<std::size_t>(n * ch));
   xbc.resize(raw.size());
   dt.resize(static_cast<std::size_t>(n * H));
-  std::vector<float> z(static_cast<std::size_t>(n * di));
+  grow(sc.z, n * di);
   for (std::int64_t r = 0; r < n; ++r) {
-    const float* p = proj.row(r).data();
-    std::copy_n(p, di, z.data() + r * di);
+    const float* p = sc.proj.data() + r * ld;
+    std::copy_n(p, di, sc.z.data() + r * di);
     std::copy_n(p + di, ch, raw.data() + r * ch);
     std::copy_n(p + di + ch, H, dt.data() + r * H);
   }
@@ -340,13 +498,14 @@ inline void mamba(const weights& w, const layer_weights& L, state& s, const batc
   cin.bias = specdec::make_view<const float>(L.conv_b.data(), ch);
   cin.conv_state = specdec::make_view<const float>(s.conv_state[li].data(), ch, c.conv - 1);
   cin.silu = true;
-  ws.resize(std::max(ws.size(), specdec::tree_conv1d_workspace_size(c.conv)));
-  specdec::throw_if_error(specdec::tree_conv1d(b.parent, cin, specdec::make_view<float>(xbc.data(), n, ch), ws));
+  sc.ws.resize(std::max(sc.ws.size(), specdec::tree_conv1d_workspace_size(c.conv)));
+  specdec::throw_if_error(specdec::tree_conv1d(b.parent, cin, specdec::make_view<float>(xbc.data(), n, ch), sc.ws));
   // Tree scan, gated by silu(z), from the committed SSM state.
   auto in = ssm_inputs(c, L, xbc.data(), dt.data(), s.ssm_state[li].data(), n);
-  in.z = specdec::make_view<const float>(z.data(), n, H, c.ssm_headdim);
+  in.z = specdec::make_view<const float>(sc.z.data(), n, H, c.ssm_headdim);
   const specdec::tree_ssm_options<float> opt{};
-  matrix y(n, di);
+  grow(sc.y, n * di);
+  grow(sc.yn, n * di);
   specdec::view4d<float> states{};
   auto method = specdec::tree_scan_method::automatic;
   if (s.keep_node_states) {
@@ -356,21 +515,30 @@ inline void mamba(const weights& w, const layer_weights& L, state& s, const batc
   }
   specdec::tree_ssm_shape shape;
   specdec::throw_if_error(specdec::validate_tree_ssm_shapes(in, shape));
-  ws.resize(std::max(ws.size(), specdec::tree_scan_workspace_size<float>(b.parent, shape, method)));
+  sc.ws.resize(std::max(sc.ws.size(), specdec::tree_scan_workspace_size<float>(b.parent, shape, method)));
   specdec::throw_if_error(specdec::tree_scan(
-      b.parent, in, opt, specdec::make_view<float>(y.data(), n, H, c.ssm_headdim), states, ws, method));
-  matrix yn;
-  rms_norm(y, L.ssm_norm, c.eps, yn);
-  out = yn * L.out_proj.transpose();
+      b.parent, in, opt, specdec::make_view<float>(sc.y.data(), n, H, c.ssm_headdim), states, sc.ws, method));
+  rms_norm(n, di, sc.y.data(), di, L.ssm_norm, c.eps, sc.yn.data(), di);
+  kernel::matmul(n, sc.yn.data(), di, L.out_proj, sc.x.data(), c.d, true);
+}
+
+// x += down(silu(gate(xn)) * up(xn)).
+inline void feed_forward(const config& c, const layer_weights& L, std::int64_t n, scratch& sc) {
+  const std::int64_t f = c.ffn, ld = 2 * f;
+  grow(sc.proj, n * ld);
+  kernel::matmul(n, sc.xn.data(), c.d, L.gate_up, sc.proj.data(), ld);
+  grow(sc.z, n * f);
+  for (std::int64_t r = 0; r < n; ++r) {
+    float* g = sc.proj.data() + r * ld;
+    float* e = sc.z.data() + r * f;
+    for (std::int64_t i = 0; i < f; ++i) e[i] = -g[i];
+    exp_inplace(e, f);
+    for (std::int64_t i = 0; i < f; ++i) g[i] = g[i] / (1.0f + e[i]) * g[f + i];  // silu(gate) * up
+  }
+  kernel::matmul(n, sc.proj.data(), ld, L.down, sc.x.data(), c.d, true);
 }
 
 }  // namespace detail
-
-//! Scratch kept between calls so the hot path does not reallocate much.
-struct scratch {
-  std::vector<std::byte> ws;
-  matrix x, xn, mix, g, u;
-};
 
 //! Runs the batch; writes logits [n, vocab] row-major into `logits`.
 //! Throws std::invalid_argument (or specdec::error) on a bad batch.
@@ -386,27 +554,24 @@ inline void forward(const weights& w, state& s, const batch& b, std::span<float>
   if (has_ssm && static_cast<std::int64_t>(b.parent.size()) != n)
     throw std::invalid_argument("forward: Mamba2 layers need one parent per node");
   if (has_ssm) s.round_parent.assign(b.parent.begin(), b.parent.end());
-  sc.x.resize(n, c.d);
+  detail::grow(sc.x, n * c.d);
+  detail::grow(sc.xn, n * c.d);
   for (std::int64_t r = 0; r < n; ++r) {
     const token_id t = b.tokens[static_cast<std::size_t>(r)];
     if (t < 0 || t >= c.vocab) throw std::invalid_argument("forward: token out of range");
-    sc.x.row(r) = w.embed.row(t);
+    std::copy_n(w.embed.data() + t * c.d, c.d, sc.x.data() + r * c.d);
   }
   for (const auto& L : w.layers) {
-    detail::rms_norm(sc.x, L.norm1, c.eps, sc.xn);
+    detail::rms_norm(n, c.d, sc.x.data(), c.d, L.norm1, c.eps, sc.xn.data(), c.d);
     if (L.kind == 'a')
-      detail::attention(w, L, s, b, sc.xn, sc.mix);
+      detail::attention(w, L, s, b, sc);
     else
-      detail::mamba(w, L, s, b, sc.xn, sc.mix, sc.ws);
-    sc.x += sc.mix;
-    detail::rms_norm(sc.x, L.norm2, c.eps, sc.xn);
-    sc.g = sc.xn * L.gate.transpose();
-    sc.u = sc.xn * L.up.transpose();
-    sc.g = sc.g.unaryExpr([](float v) { return detail::silu(v); }).cwiseProduct(sc.u);
-    sc.x += sc.g * L.down.transpose();
+      detail::mamba(w, L, s, b, sc);
+    detail::rms_norm(n, c.d, sc.x.data(), c.d, L.norm2, c.eps, sc.xn.data(), c.d);
+    detail::feed_forward(c, L, n, sc);
   }
-  detail::rms_norm(sc.x, w.norm, c.eps, sc.xn);
-  Eigen::Map<matrix>(logits.data(), n, c.vocab) = sc.xn * w.output.transpose();
+  detail::rms_norm(n, c.d, sc.x.data(), c.d, w.norm, c.eps, sc.xn.data(), c.d);
+  kernel::matmul(n, sc.xn.data(), c.d, w.output, logits.data(), c.vocab);
 }
 
 //! Keeps the accepted path (node ids within the last forward, root first,

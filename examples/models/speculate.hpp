@@ -46,14 +46,15 @@ inline void softmax_rows(std::span<float> rows, std::int64_t vocab, float temper
 //! call per node. The k-th node it runs in a round writes its KV to tree
 //! slot k (position cache_len + depth) and attends to its committed context
 //! and the slots of its root path (mask row = its parent's row plus its own
-//! bit). At the start of a round it first appends the tokens committed since
-//! its last round (draft_level::history) to its cache as one chain.
+//! bit). The tokens committed since its last round (draft_level::history)
+//! run in the same forward as the round's first level, as a chain in front
+//! of it, and are committed to its cache right after: one forward per depth.
 struct level_model_drafter {
   const weights* w = nullptr;
   state st;
   scratch sc;
   float temperature = 1.0f;
-  std::int64_t calls = 0;  //!< forward invocations (one per level, plus one catch-up per round)
+  std::int64_t calls = 0;  //!< forward invocations (one per level; the catch-up rides on the first)
   static constexpr std::int64_t words = (max_tree_nodes + 63) / 64;
   std::vector<std::uint64_t> masks = std::vector<std::uint64_t>(static_cast<std::size_t>(max_tree_nodes * words));
   std::vector<std::int32_t> slot_of;  //!< tree node -> slot, -1 when not run this round
@@ -62,6 +63,8 @@ struct level_model_drafter {
   std::vector<std::int64_t> positions;
   std::vector<node_id> parents;
   std::vector<float> rows;
+  std::vector<std::uint64_t> first_masks;  //!< the first level's batch: catch-up chain, then the level
+  std::vector<node_id> path;
 
   level_model_drafter(const weights& m, float temp) : w(&m), st(m.cfg, cache_capacity), temperature(temp) {
     if (m.cfg.kinds.find('m') != std::string::npos)
@@ -70,7 +73,7 @@ struct level_model_drafter {
 
   specdec::status level_probabilities(const specdec::draft_level& l, specdec::view2d<const float>& out) {
     try {
-      if (l.depth == 0) start_round(l.history);
+      const auto missing = l.depth == 0 ? start_round(l.history) : std::span<const token_id>{};
       const auto n = static_cast<std::int32_t>(l.nodes.size());
       if (slots + n > max_tree_nodes)
         return specdec::make_status(specdec::status_code::buffer_too_small, "level_model_drafter: tree too large");
@@ -92,15 +95,20 @@ struct level_model_drafter {
         slot_of[static_cast<std::size_t>(u)] = k;
         tokens[static_cast<std::size_t>(i)] = l.tree->token(u);
       }
-      rows.resize(static_cast<std::size_t>(n * V));
-      forward(*w, st,
-              batch{tokens, positions, parents,
-                    std::span<const std::uint64_t>(masks.data() + slots * words, static_cast<std::size_t>(n * words)),
-                    words, slots},
-              rows, sc);
+      const auto k = static_cast<std::int32_t>(missing.size());
+      rows.resize(static_cast<std::size_t>((k + n) * V));
+      if (k == 0) {
+        forward(*w, st,
+                batch{tokens, positions, parents,
+                      std::span<const std::uint64_t>(masks.data() + slots * words, static_cast<std::size_t>(n * words)),
+                      words, slots},
+                rows, sc);
+      } else {
+        first_level_with_catch_up(missing, n);
+      }
       ++calls;
       slots += n;
-      const auto rv = specdec::make_view<float>(rows.data(), n, V);
+      const auto rv = specdec::make_view<float>(rows.data() + k * V, n, V);
       const specdec::sampling_params sp{temperature, 0, 1.0f, 0.0f};
       SPECDEC_TRY(specdec::logits_to_probs<float>(rv.as_const(), rv, std::span(&sp, 1), {}));
       out = rv.as_const();
@@ -111,16 +119,42 @@ struct level_model_drafter {
   }
 
  private:
-  // Brings the cache to exactly `history` (committed tokens before the root).
-  void start_round(std::span<const token_id> history) {
+  // Starts a round; returns the committed tokens the cache lacks (those of
+  // `history`, the committed tokens before the root, past cache_len).
+  std::span<const token_id> start_round(std::span<const token_id> history) {
     if (static_cast<std::size_t>(st.cache_len) > history.size()) st = state(w->cfg, cache_capacity);  // a new sequence
-    const auto missing = history.subspan(static_cast<std::size_t>(st.cache_len));
-    if (!missing.empty()) {
-      prefill(*w, st, missing, sc);
-      ++calls;
-    }
     std::fill(slot_of.begin(), slot_of.end(), -1);
     slots = 0;
+    return history.subspan(static_cast<std::size_t>(st.cache_len));
+  }
+
+  // The first level (n nodes, set up in tokens / positions / masks as if the
+  // cache were already caught up) behind the k missing tokens, in one
+  // forward: the missing tokens as a chain in slots [0, k), the level in
+  // slots k + i attending to all of them; then the chain is committed in
+  // place, which leaves the level's KV in slots [0, n) as the next levels
+  // expect. The level's logits are rows [k, k + n) of `rows`.
+  void first_level_with_catch_up(std::span<const token_id> missing, std::int32_t n) {
+    const auto k = static_cast<std::int32_t>(missing.size());
+    const std::int32_t m = k + n;
+    const std::int64_t cw = specdec::mask_words_per_row<std::uint64_t>(m);
+    std::vector<token_id> all(missing.begin(), missing.end());
+    all.insert(all.end(), tokens.begin(), tokens.end());
+    std::vector<std::int64_t> pos(static_cast<std::size_t>(m));
+    std::vector<node_id> par(static_cast<std::size_t>(m));
+    first_masks.assign(static_cast<std::size_t>(m * cw), 0);
+    path.resize(static_cast<std::size_t>(k));
+    for (std::int32_t i = 0; i < m; ++i) {
+      const bool chain = i < k;
+      pos[static_cast<std::size_t>(i)] = st.cache_len + (chain ? i : k);
+      par[static_cast<std::size_t>(i)] = chain ? i - 1 : k - 1;
+      std::uint64_t* r = first_masks.data() + i * cw;
+      for (std::int32_t j = 0; j < std::min(i + 1, k); ++j) r[j / 64] |= std::uint64_t{1} << (j % 64);
+      r[i / 64] |= std::uint64_t{1} << (i % 64);
+      if (chain) path[static_cast<std::size_t>(i)] = i;
+    }
+    forward(*w, st, batch{all, pos, par, first_masks, cw, 0}, rows, sc);
+    commit(*w, st, par, path);
   }
 };
 static_assert(specdec::level_probability_drafter<level_model_drafter>);

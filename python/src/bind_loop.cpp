@@ -3,10 +3,12 @@
 // and accepted path, and the estimates can be read back.
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
@@ -38,7 +40,7 @@ void bind_loop(nb::module_& m) {
                                            .prune = prune}));
           },
           arg("max_nodes") = 32, arg("max_depth") = 8, arg("max_children") = 4, arg("forget") = 0.97,
-          arg("prior_weight") = 2.0, arg("prior_accept") = 0.5, arg("replan_every") = 4, arg("cost_window") = 8,
+          arg("prior_weight") = 2.0, arg("prior_accept") = 0.5, arg("replan_every") = 32, arg("cost_window") = 8,
           arg("explore") = 0.15, arg("prior_node_cost") = 0.25, arg("probe_every") = 64, arg("prune") = true)
       .def("next",
            [](round_planner& p) {

@@ -20,8 +20,10 @@ inline status from_cuda(cudaError_t e) noexcept {
   return make_status(status_code::cuda_error, cudaGetErrorString(e), static_cast<std::int64_t>(e));
 }
 
-//! Status of the most recent launch on this thread (clears the sticky-free error).
-inline status last_launch_status() noexcept { return from_cuda(cudaGetLastError()); }
+//! Status of the most recent launch on this thread. Peeks, never clears: an
+//! error the engine had not read yet stays for the engine to read (it is
+//! reported here too, since the runtime cannot tell whose launch it was).
+inline status last_launch_status() noexcept { return from_cuda(cudaPeekAtLastError()); }
 
 //! Checks a device workspace against the `need` bytes its entry point's
 //! X_workspace_size gave: buffer_too_small (with `too_small`, a static

@@ -101,11 +101,14 @@ inline status plan_batch(std::span<round_planner* const> planners, std::int32_t 
   if (node_budget < static_cast<std::int32_t>(R))
     return make_status(status_code::invalid_argument, "node budget below one node per request");
   round_planner& lead = *planners[0];
-  std::vector<std::size_t> pick(R, 0), best_pick(R, 0);  // candidate 0 is the root-only step
+  std::vector<std::size_t> pick(R, 0), best_pick(R, 0);
   double tokens = 0, draft = 0;
   std::int32_t nodes = 0;
   for (std::size_t r = 0; r < R; ++r) {
     planners[r]->prepare();
+    const auto cands = planners[r]->candidates();
+    while (pick[r] < cands.size() && cands[pick[r]].nodes != 1) ++pick[r];  // the root-only step
+    if (pick[r] == cands.size()) return make_status(status_code::invalid_argument, "planner without a root-only step");
     tokens += 1.0;
     nodes += 1;
   }

@@ -37,18 +37,18 @@ namespace specdec {
 
 //! Options of a round_planner (checked by round_planner::reset).
 struct planner_options {
-  std::int32_t max_nodes = 32;    //!< node budget of one round, root included (1 .. 1024)
-  std::int32_t max_depth = 8;     //!< deepest drafted level (0 .. 64; 0 = never speculate)
-  std::int32_t max_children = 4;  //!< children per node, i.e. sibling ranks planned (1 .. 16)
-  double forget = 0.97;           //!< per-round decay of acceptance counts and time fits, in (0, 1]
-  double prior_weight = 2.0;      //!< pseudo-observations behind the acceptance prior (> 0)
-  double prior_accept = 0.5;      //!< prior acceptance of a rank-0 child (rank r: halved r times), in [0, 1]
-  std::int32_t replan_every = 4;  //!< rounds between re-solving the tree program (>= 1)
-  std::int32_t cost_window = 8;   //!< pass times kept per tree size; their median is the estimate (>= 1)
-  double explore = 0.15;          //!< optimism for rarely measured sizes: time x (1 - explore / sqrt(1 + seen))
-  double prior_node_cost = 0.25;  //!< before two sizes are measured, each further node costs this share of one
-  std::int32_t probe_every = 64;  //!< after this many root-only rounds, one speculative round (0 = never)
-  bool prune = true;              //!< per-depth early-stop thresholds (draft probability below marginal cost)
+  std::int32_t max_nodes = 32;     //!< node budget of one round, root included (1 .. 1024)
+  std::int32_t max_depth = 8;      //!< deepest drafted level (0 .. 64; 0 = never speculate)
+  std::int32_t max_children = 4;   //!< children per node, i.e. sibling ranks planned (1 .. 16)
+  double forget = 0.97;            //!< per-round decay of acceptance counts and time fits, in (0, 1]
+  double prior_weight = 2.0;       //!< pseudo-observations behind the acceptance prior (> 0)
+  double prior_accept = 0.5;       //!< prior acceptance of a rank-0 child (rank r: halved r times), in [0, 1]
+  std::int32_t replan_every = 32;  //!< rounds between re-solving the tree program (>= 1)
+  std::int32_t cost_window = 8;    //!< pass times kept per tree size; their median is the estimate (>= 1)
+  double explore = 0.15;           //!< optimism for rarely measured sizes: time x (1 - explore / sqrt(1 + seen))
+  double prior_node_cost = 0.25;   //!< before two sizes are measured, each further node costs this share of one
+  std::int32_t probe_every = 64;   //!< after this many root-only rounds, one speculative round (0 = never)
+  bool prune = true;               //!< per-depth early-stop thresholds (draft probability below marginal cost)
 };
 
 //! Where a round's shape came from.
@@ -151,6 +151,10 @@ class round_planner {
     injected_t_.clear();
     draft_fixed_ = loop_fixed_ = false;
     fixed_.clear();
+    family_.clear();
+    cands_.clear();
+    solved_table_.clear();
+    forget_times();
     rounds_ = 0;
     drafted_rounds_ = 0;
     since_draft_ = 0;
@@ -178,6 +182,7 @@ class round_planner {
     }
     injected_n_.assign(n.begin(), n.end());
     injected_t_.assign(seconds.begin(), seconds.end());
+    forget_times();
     return status::success();
   }
 
@@ -270,6 +275,7 @@ class round_planner {
     ++rounds_;
     ++since_solve_;
     cost_.add(f.forward_nodes, f.forward_seconds);
+    forget_times();
     // The drafter's first round also fills its cache with the whole prompt:
     // not a per-round cost, so it is left out of the fit.
     if (f.drafter_calls > 0 && drafted_rounds_++ > 0) {
@@ -346,7 +352,12 @@ class round_planner {
   //! Hands out candidate i with the predicted round time `seconds` as the plan.
   void choose(std::size_t i, double seconds) {
     const candidate& c = cands_[i];
-    shape_.assign(store_.begin() + c.offset, store_.begin() + c.offset + c.nodes);
+    if (c.offset < 0) {  // an optimal tree: rebuilt from its program (offset = -bound)
+      shape_.clear();
+      programs_[static_cast<std::size_t>(-c.offset)].emit(c.nodes, shape_);
+    } else {
+      shape_.assign(store_.begin() + c.offset, store_.begin() + c.offset + c.nodes);
+    }
     thresholds_.clear();
     if (opt_.prune && c.depth > 1) {
       // A node at depth d reached with probability rho adds about rho tokens
@@ -363,7 +374,19 @@ class round_planner {
   }
 
  private:
+  // Memoised per size until the next observation or injected curve.
   double target_at(std::int32_t n) {
+    if (n >= 1 && static_cast<std::size_t>(n) < tmemo_.size()) {
+      double& m = tmemo_[static_cast<std::size_t>(n)];
+      if (std::isnan(m)) m = target_uncached(n);
+      return m;
+    }
+    return target_uncached(n);
+  }
+  void forget_times() {
+    tmemo_.assign(static_cast<std::size_t>(opt_.max_nodes) + 2, std::numeric_limits<double>::quiet_NaN());
+  }
+  double target_uncached(std::int32_t n) {
     if (!injected_n_.empty()) {
       const auto x = static_cast<double>(n);
       const std::size_t m = injected_n_.size();
@@ -419,11 +442,11 @@ class round_planner {
     return c;
   }
 
-  // Adds a candidate whose shape is store_[offset, end).
-  void add_candidate(std::int32_t offset, plan_kind kind) {
+  // Adds a candidate whose shape is store_[offset, end) to `list`.
+  void add_candidate(std::int32_t offset, plan_kind kind, std::vector<candidate>& list) {
     candidate c = describe(std::span<const node_id>(store_).subspan(static_cast<std::size_t>(offset)), kind);
     c.offset = offset;
-    cands_.push_back(c);
+    list.push_back(c);
   }
 
   // Nonincreasing widths w_1 >= w_2 >= ... (>= 2 at the first level: width-1
@@ -439,7 +462,7 @@ class round_planner {
         begin = end;
         end = static_cast<std::int32_t>(store_.size()) - off;
       }
-      add_candidate(off, plan_kind::widths);
+      add_candidate(off, plan_kind::widths, family_);
     }
     if (static_cast<std::int32_t>(w.size()) >= depth_cap_) return;
     const std::int32_t top = w.empty() ? opt_.max_children : w.back();
@@ -452,37 +475,73 @@ class round_planner {
     }
   }
 
-  void refresh() {
-    if (since_solve_ < opt_.replan_every && !cands_.empty()) return;
-    since_solve_ = 0;
-    cands_.clear();
-    store_.clear();
-    store_.push_back(-1);
-    add_candidate(0, plan_kind::autoregressive);
+  // Depth bounds the program is solved for: every bound to 4, then about
+  // x1.5 apart, and the cap (chains and width trees cover every depth).
+  [[nodiscard]] std::int32_t next_bound(std::int32_t L) const noexcept {
+    if (L >= depth_cap_) return depth_cap_ + 1;
+    return L < 4 ? L + 1 : std::min(L + L / 2, depth_cap_);
+  }
+
+  // The fixed families (root, chains, width trees): shapes built once.
+  void build_families() {
+    family_.clear();
+    store_.assign(1, -1);
+    add_candidate(0, plan_kind::autoregressive, family_);
     for (std::int32_t L = 1; L <= depth_cap_; ++L) {
       const auto off = static_cast<std::int32_t>(store_.size());
       for (std::int32_t i = 0; i <= L; ++i) store_.push_back(i - 1);
-      add_candidate(off, plan_kind::chain);
+      add_candidate(off, plan_kind::chain, family_);
     }
     width_.clear();
     add_width_trees(width_, 1, 1);
-    // Acceptance-optimal trees per depth bound; keep a tree only at its own
-    // depth (a shallower optimum is the bound's below).
-    for (std::int32_t L = 1; L <= depth_cap_; ++L) {
-      program_.solve(acc_, L, opt_.max_children, opt_.max_nodes);
+  }
+
+  void refresh() {
+    if (since_solve_ < opt_.replan_every && !cands_.empty()) return;
+    since_solve_ = 0;
+    if (family_.empty()) build_families();
+    cands_.clear();
+    for (candidate c : family_) {
+      c.value = describe(std::span<const node_id>(store_).subspan(static_cast<std::size_t>(c.offset),
+                                                                  static_cast<std::size_t>(c.nodes)),
+                         c.kind)
+                    .value;
+      cands_.push_back(c);
+    }
+    // Acceptance-optimal trees per depth bound L (kept at their own depth: a
+    // shallower optimum is listed under its own bound). The program is
+    // solved again only when the acceptance estimates moved.
+    const auto table = acc_.table();
+    double moved = solved_table_.size() == table.size() ? 0.0 : 1.0;
+    for (std::size_t i = 0; i < solved_table_.size() && i < table.size(); ++i)
+      moved = std::max(moved, std::fabs(solved_table_[i] - table[i]));
+    if (moved > 0.02) {  // expected tokens barely move below this
+      solved_table_.assign(table.begin(), table.end());
+      programs_.resize(static_cast<std::size_t>(depth_cap_) + 1);
+      for (std::int32_t L = 1; L <= depth_cap_; L = next_bound(L))
+        programs_[static_cast<std::size_t>(L)].solve(acc_, L, opt_.max_children, opt_.max_nodes);
+    }
+    for (std::int32_t L = 1; L <= depth_cap_; L = next_bound(L)) {
+      const detail::tree_program& prog = programs_[static_cast<std::size_t>(L)];
       for (std::int32_t n = L + 2; n <= opt_.max_nodes; ++n) {
-        if (program_.value(n) == -std::numeric_limits<double>::infinity()) continue;
-        const auto off = static_cast<std::int32_t>(store_.size());
-        program_.emit(n, store_);
-        const candidate c =
-            describe(std::span<const node_id>(store_).subspan(static_cast<std::size_t>(off)), plan_kind::optimal);
-        if (c.depth != L) {  // the optimum of a smaller bound: listed there
-          store_.resize(static_cast<std::size_t>(off));
-          continue;
-        }
-        add_candidate(off, plan_kind::optimal);
+        if (prog.value(n) == -std::numeric_limits<double>::infinity() || prog.depth(n) != L) continue;
+        cands_.push_back(candidate{prog.value(n), n, L, prog.expanded(n), -L, plan_kind::optimal});
       }
     }
+    // Every cost grows with nodes, levels and expanded nodes, so a candidate
+    // that another beats in value at no more of each can never be chosen:
+    // keep the Pareto front (scan by decreasing value, compare with the kept).
+    std::stable_sort(cands_.begin(), cands_.end(),
+                     [](const candidate& a, const candidate& b) { return a.value > b.value; });
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < cands_.size(); ++i) {
+      const candidate& c = cands_[i];
+      bool dominated = false;
+      for (std::size_t j = 0; j < kept && !dominated; ++j)
+        dominated = cands_[j].nodes <= c.nodes && cands_[j].depth <= c.depth && cands_[j].expanded <= c.expanded;
+      if (!dominated) cands_[kept++] = c;
+    }
+    cands_.resize(kept);
   }
 
   planner_options opt_{};
@@ -491,10 +550,12 @@ class round_planner {
   detail::acceptance_estimator acc_;
   detail::decayed_regression<3> draft_;
   detail::decayed_regression<2> loop_;
-  detail::tree_program program_;
+  std::vector<detail::tree_program> programs_;
+  std::vector<double> solved_table_;
+  std::vector<candidate> family_;
   double drafter_w_[3] = {0, 0, 0}, loop_w_[2] = {0, 0};
   bool draft_fixed_ = false, loop_fixed_ = false;
-  std::vector<double> injected_n_, injected_t_;
+  std::vector<double> injected_n_, injected_t_, tmemo_;
   std::vector<node_id> fixed_, store_, shape_;
   std::vector<candidate> cands_;
   std::vector<double> thresholds_, reach_;

@@ -151,7 +151,7 @@ class nccl_shard_executor {
   void run(const Pass& f) noexcept {
     if (!ok()) return;
     cuda::detail::shard_pass_kernel<Block, Pass><<<1, Block, 0, stream_>>>(f, d_, l_);
-    check(cudaGetLastError());
+    check(cudaPeekAtLastError());  // peek: the engine's error state is its own
   }
   //! out[0..n) = the rank-order sums of the pass's first n doubles.
   void sum(int n, double* out) noexcept { fold(n, out, size()); }
@@ -162,7 +162,7 @@ class nccl_shard_executor {
   void run_rows(const Pass& f, std::int32_t rows) noexcept {
     if (!ok() || rows <= 0) return;
     cuda::detail::shard_rows_kernel<Block, Pass><<<static_cast<unsigned>(rows), Block, 0, stream_>>>(f);
-    check(cudaGetLastError());
+    check(cudaPeekAtLastError());  // peek: the engine's error state is its own
   }
   //! all[q * n + i] = rank q's mine[i] (device memory): one ncclAllGather
   //! on the stream, no synchronization.

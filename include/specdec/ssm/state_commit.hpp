@@ -17,6 +17,7 @@
 
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
+#include "specdec/ssm/detail/ssm_step.hpp"
 #include "specdec/ssm/tree_ssm_inputs.hpp"
 #include "specdec/tree/paths.hpp"
 #include "specdec/tree/token_tree.hpp"
@@ -36,20 +37,36 @@ constexpr status ssm_check_state_out(const view3d<T>& h, const tree_ssm_shape& s
 
 // One recurrence step of node j for every head into h_out. The first step
 // reads h0 (or zeros); later steps update h_out in place. Every element only
-// reads its own index, so h_out may be the very view h0.
+// reads its own index (each vector is loaded before it is stored), so h_out
+// may be the very view h0. Rows with a unit dstate stride go through the
+// vector step; other layouts element by element.
 template <class T>
 void ssm_commit_step(const tree_ssm_inputs<T>& in, const tree_ssm_options<T>& opt, const tree_ssm_shape& s, node_id j,
                      bool first, view3d<T> h_out) noexcept {
   const std::int64_t hpg = s.heads_per_group();
+  const bool has_h0 = in.h0.data != nullptr;
+  const bool rows = h_out.stride[2] == 1 && in.B.stride[2] == 1 && (!first || !has_h0 || in.h0.stride[2] == 1);
   for (std::int64_t h = 0; h < s.heads; ++h) {
     const std::int64_t g = h / hpg;
     const T bias = in.dt_bias.data != nullptr ? in.dt_bias(h) : T(0);
-    const T dt = ssm_dt_effective(in.dt(j, h), bias, opt);
-    const T decay = std::exp(ssm_log_decay(dt, in.A(h)));
+    // The scans' dt' and exp (one-lane host vectors), so commits match their states.
+    const T dt = ssm_dt_host(in.dt(j, h), bias, opt);
+    const T decay = ssm_simd<T, false>::exp(ssm_log_decay(dt, in.A(h)));
     for (std::int64_t p = 0; p < s.headdim; ++p) {
       const T xdt = dt * in.x(j, h, p);
+      if (rows) {
+        T* out = &h_out(h, p, 0);
+        const T* b = &in.B(j, g, 0);
+        if (first && !has_h0)
+          ssm_step_rows<1, false>(static_cast<const T*>(nullptr), 0, out, 0, b, static_cast<const T*>(nullptr), decay,
+                                  &xdt, static_cast<T*>(nullptr), s.dstate);
+        else
+          ssm_step_rows<1, true>(first ? &in.h0(h, p, 0) : out, 0, out, 0, b, static_cast<const T*>(nullptr), decay,
+                                 &xdt, static_cast<T*>(nullptr), s.dstate);
+        continue;
+      }
       for (std::int64_t k = 0; k < s.dstate; ++k) {
-        const T prev = first ? (in.h0.data != nullptr ? in.h0(h, p, k) : T(0)) : h_out(h, p, k);
+        const T prev = first ? (has_h0 ? in.h0(h, p, k) : T(0)) : h_out(h, p, k);
         h_out(h, p, k) = decay * prev + xdt * in.B(j, g, k);
       }
     }

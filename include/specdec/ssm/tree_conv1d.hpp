@@ -59,14 +59,76 @@ constexpr status tree_conv1d_check_shapes(std::int64_t parent_size, const tree_c
   return status::success();
 }
 
+//! Full host check: shapes, the tree, and that every value tree_conv1d
+//! reads is finite: x, weight, bias and the newest W - 1 conv-state
+//! columns (older columns are never read, so not checked). One vectorised
+//! read pass, before anything is written.
 template <class T>
 status tree_conv1d_check(std::span<const node_id> parent, const tree_conv1d_inputs<T>& in) noexcept {
   SPECDEC_TRY(tree_conv1d_check_shapes(static_cast<std::int64_t>(parent.size()), in));
   SPECDEC_TRY(validate_topological_parents(parent));
-  if (!ssm_view_finite(in.x) || !ssm_view_finite(in.weight) || !ssm_view_finite(in.bias) ||
-      !ssm_view_finite(in.conv_state))
+  view2d<const T> used = in.conv_state;
+  const std::int64_t w = in.weight.extent[1];
+  if (used.data != nullptr) {
+    const std::int64_t cols = w - 1 < used.extent[1] ? w - 1 : used.extent[1];
+    used.data += (used.extent[1] - cols) * used.stride[1];
+    used.extent[1] = cols;
+  }
+  if (!ssm_view_finite(in.x) || !ssm_view_finite(in.weight) || !ssm_view_finite(in.bias) || !ssm_view_finite(used))
     return make_status(status_code::non_finite, "conv1d input has a NaN or infinity");
   return status::success();
+}
+
+//! Largest conv width of the vectorised tree_conv1d path (stack tiles).
+inline constexpr std::int64_t tree_conv1d_fast_width = 8;
+//! Channels per tile of the vectorised path.
+inline constexpr std::int64_t tree_conv1d_tile = 64;
+
+//! Vectorised tree_conv1d for x and out with unit channel stride and
+//! W <= tree_conv1d_fast_width: per tile of channels, the weights (by
+//! window position) and the newest W - 1 conv-state columns are gathered
+//! once into contiguous stack rows; then every node sums W contiguous rows
+//! and applies SiLU on vectors. Inputs already validated.
+template <class T>
+void tree_conv1d_tiles(std::span<const node_id> parent, const tree_conv1d_inputs<T>& in, view2d<T> out) noexcept {
+  using S = ssm_simd<T>;
+  constexpr std::int64_t tile = tree_conv1d_tile;
+  const std::int64_t n = in.x.extent[0], ch = in.x.extent[1], w = in.weight.extent[1];
+  const std::int64_t len = in.conv_state.data != nullptr ? in.conv_state.extent[1] : 0;
+  T wt[tree_conv1d_fast_width][tile];
+  T st[tree_conv1d_fast_width][tile];
+  T bt[tile];
+  const T* src[tree_conv1d_fast_width];
+  for (std::int64_t c0 = 0; c0 < ch; c0 += tile) {
+    const std::int64_t nc = ch - c0 < tile ? ch - c0 : tile;
+    const std::int64_t full = nc - nc % S::lanes;
+    // wt[m] multiplies the m-th ancestor (m = 0: the node itself); st[r] is the r-th newest state column.
+    for (std::int64_t m = 0; m < w; ++m)
+      for (std::int64_t c = 0; c < nc; ++c) wt[m][c] = in.weight(c0 + c, w - 1 - m);
+    for (std::int64_t r = 0; r + 1 < w; ++r)
+      for (std::int64_t c = 0; c < nc; ++c) st[r][c] = in.conv_state(c0 + c, len - 1 - r);
+    for (std::int64_t c = 0; c < nc; ++c) bt[c] = in.bias.data != nullptr ? in.bias(c0 + c) : T(0);
+    for (std::int64_t i = 0; i < n; ++i) {
+      // The W source rows of node i: its ancestors, then the newest state columns.
+      node_id u = static_cast<node_id>(i);
+      std::int64_t r = 0;
+      for (std::int64_t m = 0; m < w; ++m) {
+        src[m] = u >= 0 ? in.x.data + u * in.x.stride[0] + c0 : st[r++];
+        if (u >= 0) u = parent[static_cast<std::size_t>(u)];
+      }
+      T* dst = out.data + i * out.stride[0] + c0;
+      for (std::int64_t c = 0; c < full; c += S::lanes) {
+        auto acc = S::load(bt + c);
+        for (std::int64_t m = 0; m < w; ++m) acc += S::load(wt[m] + c) * S::load(src[m] + c);
+        S::store(dst + c, in.silu ? S::silu(acc) : acc);
+      }
+      for (std::int64_t c = full; c < nc; ++c) {
+        T acc = bt[c];
+        for (std::int64_t m = 0; m < w; ++m) acc += wt[m][c] * src[m][c];
+        dst[c] = in.silu ? ssm_simd<T, false>::silu(acc) : acc;
+      }
+    }
+  }
 }
 
 }  // namespace detail
@@ -82,7 +144,12 @@ constexpr std::size_t tree_conv1d_workspace_size(std::int64_t width) noexcept {
 //! Tree conv1d: out [N, channels]. Any topological order. The conv state
 //! is read, not changed (commit it with tree_conv1d_commit_state after
 //! verification). O(N * W * channels); no allocation; deterministic; out
-//! must not overlap the inputs.
+//! must not overlap the inputs. Error contract: every status (shapes, tree,
+//! workspace, non_finite for a NaN or infinity in x, weight, bias or the
+//! newest W - 1 conv-state columns) is returned before anything is written.
+//! Vectorised over channels when x and out have unit channel stride and
+//! W <= 8 (SiLU on vectors: a few ulp from std::exp); other layouts take a
+//! scalar path.
 template <ssm_scalar T>
 status tree_conv1d(std::span<const node_id> parent, const tree_conv1d_inputs<T>& in, view2d<T> out,
                    std::span<std::byte> workspace) noexcept {
@@ -96,6 +163,10 @@ status tree_conv1d(std::span<const node_id> parent, const tree_conv1d_inputs<T>&
   node_id* window = carver.take<node_id>(static_cast<std::size_t>(w));
   if (workspace.data() == nullptr || carver.overflowed())
     return make_status(status_code::buffer_too_small, "tree_conv1d: workspace too small");
+  if (in.x.stride[1] == 1 && out.stride[1] == 1 && w <= detail::tree_conv1d_fast_width) {
+    detail::tree_conv1d_tiles(parent, in, out);
+    return status::success();
+  }
   const std::int64_t len = in.conv_state.data != nullptr ? in.conv_state.extent[1] : 0;
   for (std::int64_t i = 0; i < n; ++i) {
     // window[m] = m-th ancestor of i (m = 0: itself), or -(r + 1) for the
@@ -118,7 +189,7 @@ status tree_conv1d(std::span<const node_id> parent, const tree_conv1d_inputs<T>&
         const T v = src >= 0 ? in.x(src, c) : in.conv_state(c, len - 1 - (-src - 1));
         acc += in.weight(c, w - 1 - m) * v;
       }
-      out(i, c) = in.silu ? detail::ssm_silu(acc) : acc;
+      out(i, c) = in.silu ? detail::ssm_simd<T, false>::silu(acc) : acc;
     }
   }
   return status::success();

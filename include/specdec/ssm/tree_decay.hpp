@@ -24,11 +24,12 @@ void tree_cumulative_decay_head(std::span<const node_id> parent, const tree_ssm_
                                 const tree_ssm_options<T>& opt, std::int64_t head, T* dt_eff, T* a_tree) noexcept {
   const T bias = in.dt_bias.data != nullptr ? in.dt_bias(head) : T(0);
   const T a = in.A(head);
+  // dt' of all nodes on vectors (softplus, clamp), then the prefix along parents.
+  detail::ssm_dt_column(in.dt.data + head * in.dt.stride[1], in.dt.stride[0], bias, opt, dt_eff,
+                        static_cast<std::int64_t>(parent.size()));
   for (std::size_t i = 0; i < parent.size(); ++i) {
-    const T d = detail::ssm_dt_effective(in.dt(static_cast<std::int64_t>(i), head), bias, opt);
-    dt_eff[i] = d;
     const node_id p = parent[i];
-    a_tree[i] = (p < 0 ? T(0) : a_tree[p]) + detail::ssm_log_decay(d, a);
+    a_tree[i] = (p < 0 ? T(0) : a_tree[p]) + detail::ssm_log_decay(dt_eff[i], a);
   }
 }
 

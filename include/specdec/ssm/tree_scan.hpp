@@ -27,21 +27,56 @@ enum class tree_scan_method {
   dual,       //!< ancestor-pair dual form (no per-node states)
 };
 
-//! The algorithm `automatic` resolves to. Recurrent when states are wanted;
-//! otherwise compares multiply-adds: recurrent 2 N H P S (state update +
-//! output) against dual pairs * (G S + H P) + [h0] N H P S, where pairs =
-//! sum of (depth + 1). The dual form wins for shallow trees and many heads
-//! per group; deep chains favour the recurrence. O(N * depth).
+//! Host cost model of tree_scan_choose, in nanoseconds: linear in the work
+//! terms of each form, coefficients fitted (weighted least squares) to
+//! bench_ssm's BM_ssm_cross sweep: 8 heads, 1 group, h0 and gate given,
+//! N = 8..128, headdim 32 and 64, dstate 16, 64 and 128, full binary trees
+//! and chains; float, GCC 12 -O2 (SSE2 baseline), AMD EPYC (Zen 3) VM.
+//! The model picks the faster form in all 60 measured configurations.
+struct tree_scan_cost_model {
+  // Recurrent: per (node, head), per (node, head, headdim row), per state entry.
+  double rec_node = 39.0;   //!< ns per (node, head): dt', decay, row set-up
+  double rec_row = 7.1;     //!< ns per (node, head, headdim row): x, gate, epilogue
+  double rec_entry = 0.18;  //!< ns per state entry and node: update + C . h
+  // Dual: per (node, head), per row, per h0 entry (the C h0^T GEMM), per pair.
+  double dual_node = 96.0;        //!< ns per (node, head): dt', A_tree, exp(A_tree)
+  double dual_row = 5.8;          //!< ns per (node, head, headdim row): epilogue
+  double dual_h0_entry = 0.057;   //!< ns per (node, h0 entry): the C h0^T GEMM
+  double dual_pair_row = 0.22;    //!< ns per (pair, head, headdim row): weight * x
+  double dual_pair_state = 0.37;  //!< ns per (pair, group, dstate entry): C . B
+};
+
+//! Estimated host times (ns) of the recurrent and the dual form for a tree
+//! with `pairs` (node, ancestor-or-self) pairs, from `m`.
+inline void tree_scan_cost(const tree_ssm_shape& s, double pairs, bool has_h0, double& recurrent, double& dual,
+                           const tree_scan_cost_model& m = {}) noexcept {
+  const double nh = static_cast<double>(s.nodes) * static_cast<double>(s.heads);
+  const double p = static_cast<double>(s.headdim), st = static_cast<double>(s.dstate);
+  const double h = static_cast<double>(s.heads), g = static_cast<double>(s.groups);
+  recurrent = nh * (m.rec_node + m.rec_row * p + m.rec_entry * p * st);
+  dual = nh * (m.dual_node + m.dual_row * p + (has_h0 ? m.dual_h0_entry * p * st : 0.0)) +
+         pairs * (m.dual_pair_row * h * p + m.dual_pair_state * g * st);
+}
+
+//! The algorithm `automatic` resolves to: recurrent when per-node states
+//! are wanted; otherwise the form with the smaller measured host cost
+//! (tree_scan_cost_model). Per node and head the recurrent form updates and
+//! reads a whole headdim x dstate state (0.18 ns per entry), while the
+//! dual form's per-node work is one C h0^T GEMM row (0.057 ns per entry)
+//! plus weight * x per ancestor (0.22 ns per ancestor and headdim row), so
+//! the dual form wins unless trees are deep. Crossovers (8 heads, 1 group,
+//! h0 given): chains switch to the recurrent form at N = 12 for headdim 32
+//! x dstate 16 (the model demo's layer), 20 for 64 x 16, 47 for 32 x 64, 62
+//! for 64 x 64, 75 for 32 x 128 and 103 for 64 x 128 (mean depth ~ N / 2);
+//! full binary trees keep the dual form up to N ~ 130 at 32 x 16 and to
+//! thousands of nodes at the larger shapes. O(N * depth).
 inline tree_scan_method tree_scan_choose(std::span<const node_id> parent, const tree_ssm_shape& s, bool want_states,
                                          bool has_h0) noexcept {
   if (want_states) return tree_scan_method::recurrent;
   const double pairs =
       static_cast<double>(ancestor_pair_count(parent.data(), static_cast<std::int32_t>(parent.size())));
-  const double n = static_cast<double>(s.nodes), h = static_cast<double>(s.heads);
-  const double p = static_cast<double>(s.headdim), st = static_cast<double>(s.dstate);
-  const double g = static_cast<double>(s.groups);
-  const double recurrent = 2.0 * n * h * p * st;
-  const double dual = pairs * (g * st + h * p) + (has_h0 ? n * h * p * st : 0.0);
+  double recurrent = 0.0, dual = 0.0;
+  tree_scan_cost(s, pairs, has_h0, recurrent, dual);
   return dual < recurrent ? tree_scan_method::dual : tree_scan_method::recurrent;
 }
 

@@ -17,16 +17,17 @@
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
 #include "specdec/core/workspace.hpp"
+#include "specdec/ssm/detail/ssm_step.hpp"
 #include "specdec/ssm/tree_ssm_inputs.hpp"
 
 namespace specdec {
 
-//! Bytes of workspace tree_scan_dense_mask needs (2 N scalars, plus
-//! unaligned_workspace_slack).
+//! Bytes of workspace tree_scan_dense_mask needs (2 N + headdim scalars,
+//! plus unaligned_workspace_slack).
 template <ssm_scalar T>
 constexpr std::size_t tree_scan_dense_mask_workspace_size(const tree_ssm_shape& shape) noexcept {
   workspace_carver c;
-  (void)c.take<T>(2 * static_cast<std::size_t>(shape.nodes));
+  (void)c.take<T>(2 * static_cast<std::size_t>(shape.nodes) + static_cast<std::size_t>(shape.headdim));
   return c.bytes_used() + unaligned_workspace_slack;
 }
 
@@ -61,6 +62,46 @@ inline status validate_dense_mask(view2d<const std::uint8_t> mask, std::int64_t 
   return status::success();
 }
 
+namespace detail {
+
+//! tree_scan_dense_mask for rows with unit innermost strides: C . h0 and
+//! C . B as vector dots, the masked terms as vector axpys, the epilogue
+//! (D, SiLU gate) on vectors. Inputs validated; scratch of 2 N + headdim.
+template <class T>
+void tree_scan_dense_mask_rows(view2d<const std::uint8_t> mask, const tree_ssm_inputs<T>& in,
+                               const tree_ssm_options<T>& opt, const tree_ssm_shape& s, view3d<T> y, T* dt_eff,
+                               T* a_tree, T* drow) noexcept {
+  const std::int64_t hpg = s.heads_per_group(), P = s.headdim, S = s.dstate;
+  for (std::int64_t h = 0; h < s.heads; ++h) {
+    const std::int64_t g = h / hpg;
+    const T bias = in.dt_bias.data != nullptr ? in.dt_bias(h) : T(0);
+    ssm_dt_column(in.dt.data + h * in.dt.stride[1], in.dt.stride[0], bias, opt, dt_eff, s.nodes);
+    for (std::int64_t p = 0; p < P; ++p) drow[p] = tree_ssm_d(in, h, p);
+    for (std::int64_t i = 0; i < s.nodes; ++i) {
+      T sum = T(0);
+      for (std::int64_t j = 0; j <= i; ++j)
+        if (mask(i, j) != 0) sum += ssm_log_decay(dt_eff[j], in.A(h));
+      a_tree[i] = sum;
+    }
+    for (std::int64_t i = 0; i < s.nodes; ++i) {
+      // y doubles as the accumulator (it may not overlap the inputs).
+      T* yrow = &y(i, h, 0);
+      const T* crow = &in.C(i, g, 0);
+      const T e0 = ssm_simd<T, false>::exp(a_tree[i]);
+      for (std::int64_t p = 0; p < P; ++p)
+        yrow[p] = in.h0.data != nullptr ? e0 * ssm_dot_row(&in.h0(h, p, 0), crow, S) : T(0);
+      for (std::int64_t j = 0; j <= i; ++j) {
+        if (mask(i, j) == 0) continue;
+        const T w = ssm_simd<T, false>::exp(a_tree[i] - a_tree[j]) * dt_eff[j] * ssm_dot_row(crow, &in.B(j, g, 0), S);
+        ssm_axpy_row(w, &in.x(j, h, 0), yrow, P);
+      }
+      ssm_output_row(yrow, &in.x(i, h, 0), drow, in.z.data != nullptr ? &in.z(i, h, 0) : nullptr, yrow, P);
+    }
+  }
+}
+
+}  // namespace detail
+
 //! Tree-masked scan from a dense mask. y [N, heads, headdim]. Cost
 //! O(N^2 * (groups * dstate + heads * headdim) + N * heads * headdim *
 //! dstate), no allocation, deterministic. Only masked terms are
@@ -73,10 +114,18 @@ status tree_scan_dense_mask(view2d<const std::uint8_t> mask, const tree_ssm_inpu
   SPECDEC_TRY(validate_dense_mask(mask, s.nodes));
   SPECDEC_TRY(validate_tree_ssm_output(y, s));
   workspace_carver c = unaligned_carver(workspace.data(), workspace.size());
-  T* dt_eff = c.take<T>(2 * static_cast<std::size_t>(s.nodes));
+  T* dt_eff = c.take<T>(2 * static_cast<std::size_t>(s.nodes) + static_cast<std::size_t>(s.headdim));
   if (workspace.data() == nullptr || c.overflowed())
     return make_status(status_code::buffer_too_small, "tree_scan_dense_mask: workspace too small");
   T* a_tree = dt_eff + s.nodes;
+  T* drow = a_tree + s.nodes;
+  // Unit innermost strides everywhere: rows on vectors (ssm/detail/ssm_step.hpp).
+  const bool rows = in.x.stride[2] == 1 && in.B.stride[2] == 1 && in.C.stride[2] == 1 && y.stride[2] == 1 &&
+                    (in.h0.data == nullptr || in.h0.stride[2] == 1) && (in.z.data == nullptr || in.z.stride[2] == 1);
+  if (rows) {
+    detail::tree_scan_dense_mask_rows(mask, in, opt, s, y, dt_eff, a_tree, drow);
+    return status::success();
+  }
   const std::int64_t hpg = s.heads_per_group();
   for (std::int64_t h = 0; h < s.heads; ++h) {
     const std::int64_t g = h / hpg;

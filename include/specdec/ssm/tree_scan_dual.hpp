@@ -35,8 +35,10 @@ struct tree_scan_dual_scratch {
   node_id* pair_node = nullptr;        // pair ancestor ids
   T* cb = nullptr;                     // C.B per pair, then the weight per pair
   T* dt_eff = nullptr;                 // dt', then A_tree of one head (2 N)
-  T* h0row = nullptr;                  // h0 of one head, then B and C of one group for all nodes
-  T* acc = nullptr;                    // row accumulator (headdim)
+  T* bc = nullptr;                     // B and C of one group (strided B/C only), [N, dstate] each
+  T* acc = nullptr;                    // output accumulators of one head [N, headdim]
+  T* xh = nullptr;                     // x of one head (strided x) or h0 of one head (strided h0)
+  T* rows = nullptr;                   // D and z rows of one head (2 headdim)
 };
 
 template <class T>
@@ -44,21 +46,25 @@ tree_scan_dual_scratch<T> carve_tree_scan_dual(workspace_carver& c, std::int64_t
                                                const tree_ssm_shape& s) noexcept {
   const auto n = static_cast<std::size_t>(s.nodes);
   const auto np = static_cast<std::size_t>(pairs);
+  const auto P = static_cast<std::size_t>(s.headdim), S = static_cast<std::size_t>(s.dstate);
   tree_scan_dual_scratch<T> r;
   r.pair_begin = c.take<std::int64_t>(n + 1);
   r.pair_node = c.take<node_id>(np);
   r.cb = c.take<T>(2 * np);
   r.dt_eff = c.take<T>(2 * n);
-  r.h0row = c.take<T>(static_cast<std::size_t>(s.headdim * s.dstate + 2 * s.nodes * s.dstate));
-  r.acc = c.take<T>(static_cast<std::size_t>(s.headdim));
+  r.bc = c.take<T>(2 * n * S);
+  r.acc = c.take<T>(n * P);
+  r.xh = c.take<T>((n > S ? n : S) * P);
+  r.rows = c.take<T>(2 * P);
   return r;
 }
 
 }  // namespace detail
 
 //! Bytes of workspace `tree_scan_dual` needs: 2 scalars and 1 int per
-//! (node, ancestor-or-self) pair, 2 N (dstate + 1) scalars and
-//! headdim * (dstate + 1) scalars. `parent` must be valid (0 otherwise). O(N * depth).
+//! (node, ancestor-or-self) pair, 2 N (dstate + 1) scalars, N headdim
+//! accumulators, max(N, dstate) headdim scalars (x or h0 rows of a
+//! strided layout) and 2 headdim. `parent` must be valid (0 otherwise). O(N * depth).
 template <ssm_scalar T>
 std::size_t tree_scan_dual_workspace_size(std::span<const node_id> parent, const tree_ssm_shape& shape) noexcept {
   if (!validate_topological_parents(parent).ok()) return 0;
@@ -87,16 +93,19 @@ status tree_scan_dual(std::span<const node_id> parent, const tree_ssm_inputs<T>&
   if (c.overflowed()) return make_status(status_code::buffer_too_small, "tree_scan_dual: workspace too small");
 
   const auto n = static_cast<std::size_t>(s.nodes);
+  const std::int64_t N = s.nodes, P = s.headdim, S = s.dstate;
   std::int64_t* pair_begin = ws.pair_begin;
   node_id* pair_node = ws.pair_node;
   T* cb = ws.cb;
   T* weight = cb + pairs;
   T* dt_eff = ws.dt_eff;
   T* a_tree = dt_eff + n;
-  T* h0row = ws.h0row;
-  T* bg = h0row + s.headdim * s.dstate;
-  T* cg = bg + s.nodes * s.dstate;
+  T* bg = ws.bc;
+  T* cg = bg + N * S;
   T* acc = ws.acc;
+  T* xh = ws.xh;
+  T* drow = ws.rows;
+  T* zrow = drow + P;
 
   // Ancestor lists, self first then up to the root: the mask L, stored sparsely.
   std::int64_t k = 0;
@@ -107,46 +116,82 @@ status tree_scan_dual(std::span<const node_id> parent, const tree_ssm_inputs<T>&
   pair_begin[n] = k;
 
   const std::int64_t hpg = s.heads_per_group();
+  const bool bc_direct = in.B.stride[2] == 1 && in.C.stride[2] == 1;
+  const bool x_direct = in.x.stride[2] == 1;
   for (std::int64_t g = 0; g < s.groups; ++g) {
+    // B and C rows of the group: in place when contiguous along dstate, else copied.
+    const T* brows = bg;
+    const T* crows = cg;
+    std::int64_t bld = S, cld = S;
+    if (bc_direct) {
+      brows = in.B.data + g * in.B.stride[1];
+      crows = in.C.data + g * in.C.stride[1];
+      bld = in.B.stride[0];
+      cld = in.C.stride[0];
+    } else {
+      for (std::int64_t i = 0; i < N; ++i)
+        for (std::int64_t q = 0; q < S; ++q) {
+          bg[i * S + q] = in.B(i, g, q);
+          cg[i * S + q] = in.C(i, g, q);
+        }
+    }
     // C_i . B_j depends only on the group: computed once for its heads.
-    for (std::int64_t i = 0; i < s.nodes; ++i)
-      for (std::int64_t q = 0; q < s.dstate; ++q) {
-        bg[i * s.dstate + q] = in.B(i, g, q);
-        cg[i * s.dstate + q] = in.C(i, g, q);
-      }
     for (std::size_t i = 0; i < n; ++i)
       for (std::int64_t e = pair_begin[i]; e < pair_begin[i + 1]; ++e)
-        cb[e] =
-            detail::ssm_dot_row(cg + static_cast<std::int64_t>(i) * s.dstate, bg + pair_node[e] * s.dstate, s.dstate);
+        cb[e] = detail::ssm_dot_row(crows + static_cast<std::int64_t>(i) * cld, brows + pair_node[e] * bld, S);
     for (std::int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
       tree_cumulative_decay_head(parent, in, opt, h, dt_eff, a_tree);
-      if (in.h0.data != nullptr)
-        for (std::int64_t p = 0; p < s.headdim; ++p)
-          for (std::int64_t q = 0; q < s.dstate; ++q) h0row[p * s.dstate + q] = in.h0(h, p, q);
+      for (std::int64_t p = 0; p < P; ++p) drow[p] = tree_ssm_d(in, h, p);
+      // Select before exp: only ancestor differences (<= 0) are exponentiated,
+      // all pairs of the head in one vector pass.
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::int64_t e = pair_begin[i]; e < pair_begin[i + 1]; ++e) weight[e] = a_tree[i] - a_tree[pair_node[e]];
+      detail::ssm_exp_inplace(weight, pairs);
+      for (std::int64_t e = 0; e < pairs; ++e) weight[e] *= dt_eff[pair_node[e]] * cb[e];
+      // Initial-state term: exp(A_tree[i]) (C_i . h0) for all nodes, a GEMM C h0^T.
+      if (in.h0.data != nullptr) {
+        const T* h0p = in.h0.data + h * in.h0.stride[0];
+        std::int64_t h0ld = in.h0.stride[1];
+        if (in.h0.stride[2] != 1) {
+          // A strided h0 is copied into the (still unused) x rows of this head.
+          for (std::int64_t p = 0; p < P; ++p)
+            for (std::int64_t q = 0; q < S; ++q) xh[p * S + q] = in.h0(h, p, q);
+          h0p = xh;
+          h0ld = S;
+        }
+        detail::ssm_gemm_nt(crows, cld, h0p, h0ld, acc, P, N, P, S);
+        for (std::int64_t i = 0; i < N; ++i) {
+          const T e0 = detail::ssm_simd<T, false>::exp(a_tree[i]);
+          for (std::int64_t p = 0; p < P; ++p) acc[i * P + p] *= e0;
+        }
+      } else {
+        for (std::int64_t i = 0; i < N * P; ++i) acc[i] = T(0);
+      }
+      // x rows of the head: in place when contiguous along headdim.
+      const T* xrows = x_direct ? in.x.data + h * in.x.stride[1] : xh;
+      const std::int64_t xld = x_direct ? in.x.stride[0] : P;
+      if (!x_direct)
+        for (std::int64_t i = 0; i < N; ++i)
+          for (std::int64_t p = 0; p < P; ++p) xh[i * P + p] = in.x(i, h, p);
       for (std::size_t i = 0; i < n; ++i) {
         const auto ii = static_cast<std::int64_t>(i);
-        // Select before exp: only ancestor differences (<= 0) are exponentiated.
-        for (std::int64_t e = pair_begin[i]; e < pair_begin[i + 1]; ++e) {
-          const node_id j = pair_node[e];
-          weight[e] = std::exp(a_tree[i] - a_tree[j]) * dt_eff[j] * cb[e];
+        T* arow = acc + ii * P;
+        for (std::int64_t e = pair_begin[i]; e < pair_begin[i + 1]; ++e)
+          detail::ssm_axpy_row(weight[e], xrows + pair_node[e] * xld, arow, P);
+        const T* z = nullptr;
+        if (in.z.data != nullptr) {
+          if (in.z.stride[2] == 1) {
+            z = &in.z(ii, h, 0);
+          } else {
+            for (std::int64_t p = 0; p < P; ++p) zrow[p] = in.z(ii, h, p);
+            z = zrow;
+          }
         }
-        if (in.h0.data != nullptr) {
-          const T* crow = cg + ii * s.dstate;
-          const T e0 = std::exp(a_tree[i]);
-          for (std::int64_t p = 0; p < s.headdim; ++p)
-            acc[p] = e0 * detail::ssm_dot_row(h0row + p * s.dstate, crow, s.dstate);
+        if (y.stride[2] == 1) {
+          detail::ssm_output_row(arow, xrows + ii * xld, drow, z, &y(ii, h, 0), P);
         } else {
-          for (std::int64_t p = 0; p < s.headdim; ++p) acc[p] = T(0);
-        }
-        for (std::int64_t e = pair_begin[i]; e < pair_begin[i + 1]; ++e) {
-          const node_id j = pair_node[e];
-          const T w = weight[e];
-          for (std::int64_t p = 0; p < s.headdim; ++p) acc[p] += w * in.x(j, h, p);
-        }
-        for (std::int64_t p = 0; p < s.headdim; ++p) {
-          T out = acc[p] + tree_ssm_d(in, h, p) * in.x(ii, h, p);
-          if (in.z.data != nullptr) out *= detail::ssm_silu(in.z(ii, h, p));
-          y(ii, h, p) = out;
+          detail::ssm_output_row(arow, xrows + ii * xld, drow, z, arow, P);
+          for (std::int64_t p = 0; p < P; ++p) y(ii, h, p) = arow[p];
         }
       }
     }

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 
 #include <Eigen/Dense>
@@ -23,6 +24,7 @@
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
 #include "specdec/core/workspace.hpp"
+#include "specdec/ssm/detail/ssm_step.hpp"
 #include "specdec/ssm/tree_decay.hpp"
 #include "specdec/ssm/tree_ssm_inputs.hpp"
 #include "specdec/tree/token_tree.hpp"
@@ -39,6 +41,7 @@ struct tree_scan_dual_eigen_scratch {
   T* ybuf = nullptr;            // y, x and C.h0 rows [N, headdim] each
   T* h0buf = nullptr;           // h0 of one head [headdim, dstate]
   T* dt_eff = nullptr;          // dt', then A_tree (2 N)
+  T* rows = nullptr;            // D and z rows of one head (2 headdim)
 };
 
 template <class T>
@@ -51,13 +54,14 @@ constexpr tree_scan_dual_eigen_scratch<T> carve_tree_scan_dual_eigen(workspace_c
   r.ybuf = c.take<T>(n * static_cast<std::size_t>(3 * s.headdim));
   r.h0buf = c.take<T>(static_cast<std::size_t>(s.headdim * s.dstate));
   r.dt_eff = c.take<T>(2 * n);
+  r.rows = c.take<T>(2 * static_cast<std::size_t>(s.headdim));
   return r;
 }
 
 }  // namespace detail
 
 //! Bytes of workspace tree_scan_dual_eigen needs: N^2 bytes (ancestor mask)
-//! plus (2 N^2 + 3 N headdim + headdim * dstate + 2 N) scalars, plus
+//! plus (2 N^2 + 3 N headdim + headdim * dstate + 2 N + 2 headdim) scalars, plus
 //! unaligned_workspace_slack.
 template <ssm_scalar T>
 constexpr std::size_t tree_scan_dual_eigen_workspace_size(const tree_ssm_shape& s) noexcept {
@@ -97,6 +101,8 @@ status tree_scan_dual_eigen(std::span<const node_id> parent, const tree_ssm_inpu
   T* h0buf = w.h0buf;
   T* dt_eff = w.dt_eff;
   T* a_tree = dt_eff + N;
+  T* drow = w.rows;
+  T* zrow = drow + P;
 
   // Dense ancestor mask from parents: row i = row parent[i] + bit i.
   for (std::size_t i = 0; i < n; ++i) {
@@ -113,10 +119,15 @@ status tree_scan_dual_eigen(std::span<const node_id> parent, const tree_ssm_inpu
     G.noalias() = Cg * Bg.transpose();
     for (std::int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
       tree_cumulative_decay_head(parent, in, opt, h, dt_eff, a_tree);
-      for (Eigen::Index i = 0; i < N; ++i)
-        for (Eigen::Index j = 0; j < N; ++j)
-          // Select before exp: non-ancestor differences are never exponentiated.
-          M(i, j) = anc[i * N + j] ? std::exp(a_tree[i] - a_tree[j]) * dt_eff[j] * G(i, j) : T(0);
+      // Select before exp: non-ancestor entries get -inf (exp gives exactly 0),
+      // never their difference; then exp, dt'_j and G on vectors, row by row.
+      constexpr T none = -std::numeric_limits<T>::infinity();
+      for (Eigen::Index i = 0; i < N; ++i) {
+        T* mrow = &M(i, 0);
+        for (Eigen::Index j = 0; j < N; ++j) mrow[j] = anc[i * N + j] ? a_tree[i] - a_tree[j] : none;
+        detail::ssm_exp_inplace(mrow, N);
+        for (Eigen::Index j = 0; j < N; ++j) mrow[j] *= dt_eff[j] * G(i, j);
+      }
       X = strided_map(in.x.data + h * in.x.stride[1], N, P, stride_t(in.x.stride[0], in.x.stride[2]));
       Y.noalias() = M * X;
       if (in.h0.data != nullptr) {
@@ -125,12 +136,26 @@ status tree_scan_dual_eigen(std::span<const node_id> parent, const tree_ssm_inpu
         CH.noalias() = Cg * H0.transpose();
         for (Eigen::Index i = 0; i < N; ++i) Y.row(i) += std::exp(a_tree[i]) * CH.row(i);
       }
-      for (Eigen::Index i = 0; i < N; ++i)
-        for (Eigen::Index p = 0; p < P; ++p) {
-          T out = Y(i, p) + tree_ssm_d(in, h, p) * X(i, p);
-          if (in.z.data != nullptr) out *= detail::ssm_silu(in.z(i, h, p));
-          y(i, h, p) = out;
+      // Epilogue on vectors: y = (Y + D x) silu(z), through scratch rows for strided z or y.
+      for (Eigen::Index p = 0; p < P; ++p) drow[p] = tree_ssm_d(in, h, p);
+      for (Eigen::Index i = 0; i < N; ++i) {
+        const T* z = nullptr;
+        if (in.z.data != nullptr) {
+          if (in.z.stride[2] == 1) {
+            z = &in.z(i, h, 0);
+          } else {
+            for (Eigen::Index p = 0; p < P; ++p) zrow[p] = in.z(i, h, p);
+            z = zrow;
+          }
         }
+        T* yrow = &Y(i, 0);
+        if (y.stride[2] == 1) {
+          detail::ssm_output_row(yrow, &X(i, 0), drow, z, &y(i, h, 0), P);
+        } else {
+          detail::ssm_output_row(yrow, &X(i, 0), drow, z, yrow, P);
+          for (Eigen::Index p = 0; p < P; ++p) y(i, h, p) = yrow[p];
+        }
+      }
     }
   }
   return status::success();

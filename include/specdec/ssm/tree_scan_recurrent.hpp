@@ -36,7 +36,8 @@ struct tree_scan_recurrent_scratch {
   node_id* kids = nullptr;          // children CSR (N)
   std::int32_t* stack = nullptr;    // DFS stack (N)
   std::int32_t* depth = nullptr;    // node depths (N)
-  T* bcopy = nullptr;               // contiguous B then C, [N, groups, dstate] each
+  T* bcopy = nullptr;               // contiguous B then C, [N, groups, dstate] each (strided B/C only)
+  T* rows = nullptr;                // 5 rows of headdim (x, dt' x, D, z, output), then dt' and decay (2 N)
   T* slots = nullptr;               // (max_depth + 2) state rows of one head
 };
 
@@ -50,6 +51,7 @@ tree_scan_recurrent_scratch<T> carve_tree_scan_recurrent_walk(workspace_carver& 
   r.stack = c.take<std::int32_t>(n);
   r.depth = c.take<std::int32_t>(n);
   r.bcopy = c.take<T>(2 * static_cast<std::size_t>(s.nodes * s.groups * s.dstate));
+  r.rows = c.take<T>(5 * static_cast<std::size_t>(s.headdim) + 2 * n);
   return r;
 }
 
@@ -64,7 +66,8 @@ T* carve_tree_scan_recurrent_slots(workspace_carver& c, std::int64_t max_depth, 
 //! Bytes of workspace `tree_scan_recurrent` needs for this tree and shape:
 //! (max_depth + 2) * headdim * dstate scalars (one head's state per depth
 //! level: the O(depth x state) memory of the walk), contiguous copies of B
-//! and C (2 N groups dstate scalars) and 5 N + 1 ints (depths, DFS order and its scratch),
+//! and C (2 N groups dstate scalars, used for strided B or C), 5 headdim +
+//! 2 N scalars of rows and 5 N + 1 ints (depths, DFS order and its scratch),
 //! plus unaligned_workspace_slack. `parent`
 //! must be a valid topological parent array (validate first; an invalid one
 //! gives a bound that the scan will reject anyway). O(N * depth).
@@ -108,54 +111,110 @@ status tree_scan_recurrent(std::span<const node_id> parent, const tree_ssm_input
   if (c.overflowed()) return make_status(status_code::buffer_too_small, "tree_scan_recurrent: workspace too small");
   const node_id* order = w.order;
   const std::int32_t* depth = w.depth;
-  const std::int64_t row = s.headdim * s.dstate;
+  const std::int64_t P = s.headdim, S = s.dstate, row = P * S;
   T* slots = w.slots;
-  const std::int64_t gs = s.groups * s.dstate;
-  T* bcopy = w.bcopy;
-  T* ccopy = bcopy + s.nodes * gs;
-  for (std::int64_t i = 0; i < s.nodes; ++i)
-    for (std::int64_t g = 0; g < s.groups; ++g)
-      for (std::int64_t k = 0; k < s.dstate; ++k) {
-        bcopy[i * gs + g * s.dstate + k] = in.B(i, g, k);
-        ccopy[i * gs + g * s.dstate + k] = in.C(i, g, k);
-      }
+  // B and C rows are read in place when their dstate axis is contiguous
+  // (a copy only for other layouts).
+  const T* bbase = in.B.data;
+  const T* cbase = in.C.data;
+  std::int64_t bn = in.B.stride[0], bg = in.B.stride[1], cn = in.C.stride[0], cg = in.C.stride[1];
+  if (in.B.stride[2] != 1 || in.C.stride[2] != 1) {
+    const std::int64_t gs = s.groups * S;
+    T* bcopy = w.bcopy;
+    T* ccopy = bcopy + s.nodes * gs;
+    for (std::int64_t i = 0; i < s.nodes; ++i)
+      for (std::int64_t g = 0; g < s.groups; ++g)
+        for (std::int64_t k = 0; k < S; ++k) {
+          bcopy[i * gs + g * S + k] = in.B(i, g, k);
+          ccopy[i * gs + g * S + k] = in.C(i, g, k);
+        }
+    bbase = bcopy;
+    cbase = ccopy;
+    bn = cn = gs;
+    bg = cg = S;
+  }
+  // Per-node states are written in place (each node reads its parent's)
+  // when the caller's layout has a unit dstate stride and rows that cannot
+  // overlap; otherwise the depth-indexed slots, copied out per node.
+  const bool direct = states.data != nullptr && states.stride[3] == 1 && states.stride[2] >= S &&
+                      states.stride[1] >= P * states.stride[2] && states.stride[0] >= s.heads * states.stride[1];
+  // h0 rows are read in place when contiguous along dstate (no per-call copy).
+  const bool h0_direct = in.h0.data != nullptr && in.h0.stride[2] == 1;
   detail::build_children_csr(parent.data(), static_cast<std::int32_t>(s.nodes), w.offsets, w.kids);
   detail::dfs_preorder(w.offsets, w.kids, 0, w.stack, w.order);
+  T* xrow = w.rows;
+  T* xdt = xrow + P;
+  T* drow = xdt + P;
+  T* zrow = drow + P;
+  T* acc = zrow + P;
+  T* dtcol = acc + P;
+  T* decaycol = dtcol + s.nodes;
 
   const std::int64_t hpg = s.heads_per_group();
   for (std::int64_t h = 0; h < s.heads; ++h) {
     const std::int64_t g = h / hpg;
     const T bias = in.dt_bias.data != nullptr ? in.dt_bias(h) : T(0);
     const T a = in.A(h);
-    // Slot 0 = h0 (contiguous copy, or zeros), so the root needs no special case.
-    for (std::int64_t p = 0; p < s.headdim; ++p)
-      for (std::int64_t k = 0; k < s.dstate; ++k) slots[p * s.dstate + k] = in.h0.data ? in.h0(h, p, k) : T(0);
+    for (std::int64_t p = 0; p < P; ++p) drow[p] = tree_ssm_d(in, h, p);
+    // dt' and the decay exp(dt' A) of every node of this head, on vectors.
+    detail::ssm_dt_column(in.dt.data + h * in.dt.stride[1], in.dt.stride[0], bias, opt, dtcol, s.nodes);
+    for (std::int64_t i = 0; i < s.nodes; ++i) decaycol[i] = detail::ssm_log_decay(dtcol[i], a);
+    detail::ssm_exp_inplace(decaycol, s.nodes);
+    // The state before the root: h0 in place, a contiguous copy of a strided h0, or none (zeros).
+    const T* h0p = nullptr;
+    std::int64_t h0ld = S;
+    if (h0_direct) {
+      h0p = in.h0.data + h * in.h0.stride[0];
+      h0ld = in.h0.stride[1];
+    } else if (in.h0.data != nullptr) {
+      for (std::int64_t p = 0; p < P; ++p)
+        for (std::int64_t k = 0; k < S; ++k) slots[p * S + k] = in.h0(h, p, k);
+      h0p = slots;
+    }
     for (std::int64_t t = 0; t < s.nodes; ++t) {
       // Preorder: when node i (depth d) is visited, slot d holds its parent's
       // state (the last node seen at depth d - 1), and slot d + 1 is free.
       const node_id i = order[t];
+      const node_id par = parent[static_cast<std::size_t>(i)];
       const std::int32_t d = depth[i];
-      const T* h_in = slots + static_cast<std::int64_t>(d) * row;
+      const T* h_in = par < 0 ? h0p : slots + static_cast<std::int64_t>(d) * row;
+      std::int64_t in_ld = par < 0 ? h0ld : S;
       T* h_out = slots + static_cast<std::int64_t>(d + 1) * row;
-      const T dt = detail::ssm_dt_effective(in.dt(i, h), bias, opt);
-      const T decay = std::exp(detail::ssm_log_decay(dt, a));
-      const T* brow = bcopy + i * gs + g * s.dstate;
-      const T* crow = ccopy + i * gs + g * s.dstate;
-      for (std::int64_t p = 0; p < s.headdim; ++p) {
-        const T xv = in.x(i, h, p);
-        // Common state sizes get a compile-time trip count (unrolled, vectorised without a tail).
-        const T* hi = h_in + p * s.dstate;
-        T* ho = h_out + p * s.dstate;
-        T out = s.dstate == 128  ? detail::ssm_step_row(hi, ho, brow, crow, decay, dt * xv, std::int64_t{128})
-                : s.dstate == 64 ? detail::ssm_step_row(hi, ho, brow, crow, decay, dt * xv, std::int64_t{64})
-                                 : detail::ssm_step_row(hi, ho, brow, crow, decay, dt * xv, s.dstate);
-        out += tree_ssm_d(in, h, p) * xv;
-        if (in.z.data != nullptr) out *= detail::ssm_silu(in.z(i, h, p));
-        y(i, h, p) = out;
+      std::int64_t out_ld = S;
+      if (direct) {
+        if (par >= 0) {
+          h_in = states.data + par * states.stride[0] + h * states.stride[1];
+          in_ld = states.stride[2];
+        }
+        h_out = states.data + i * states.stride[0] + h * states.stride[1];
+        out_ld = states.stride[2];
       }
-      if (states.data != nullptr)
-        for (std::int64_t p = 0; p < s.headdim; ++p)
-          for (std::int64_t k = 0; k < s.dstate; ++k) states(i, h, p, k) = h_out[p * s.dstate + k];
+      const T dt = dtcol[i];
+      const T decay = decaycol[i];
+      for (std::int64_t p = 0; p < P; ++p) {
+        xrow[p] = in.x(i, h, p);
+        xdt[p] = dt * xrow[p];
+      }
+      detail::ssm_step_row_block(h_in, in_ld, h_out, out_ld, bbase + i * bn + g * bg, cbase + i * cn + g * cg, decay,
+                                 xdt, acc, P, S);
+      const T* z = nullptr;
+      if (in.z.data != nullptr) {
+        if (in.z.stride[2] == 1) {
+          z = &in.z(i, h, 0);
+        } else {
+          for (std::int64_t p = 0; p < P; ++p) zrow[p] = in.z(i, h, p);
+          z = zrow;
+        }
+      }
+      if (y.stride[2] == 1) {
+        detail::ssm_output_row(acc, xrow, drow, z, &y(i, h, 0), P);
+      } else {
+        detail::ssm_output_row(acc, xrow, drow, z, acc, P);
+        for (std::int64_t p = 0; p < P; ++p) y(i, h, p) = acc[p];
+      }
+      if (states.data != nullptr && !direct)
+        for (std::int64_t p = 0; p < P; ++p)
+          for (std::int64_t k = 0; k < S; ++k) states(i, h, p, k) = h_out[p * S + k];
     }
   }
   return status::success();

@@ -13,6 +13,7 @@
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
+#include "specdec/ssm/detail/ssm_simd.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/validate.hpp"
 
@@ -103,24 +104,75 @@ SPECDEC_HD T ssm_log_decay(T dt_eff, T a) noexcept {
   return v < floor ? floor : v;
 }
 
+//! dt' on vectors of ssm_simd type S: softplus (when enabled), then the
+//! clamp to [dt_min, dt_max]; the host twin of ssm_dt_effective.
+template <class S, class T>
+typename S::vec ssm_dt_transform(typename S::vec v, const tree_ssm_options<T>& opt) noexcept {
+  if (opt.dt_softplus) v = S::softplus(v);
+  const auto lo = S::splat(opt.dt_min), hi = S::splat(opt.dt_max);
+  v = S::select(S::less(v, lo), lo, v);
+  return S::select(S::less(hi, v), hi, v);
+}
+
+//! dt' of one (node, head) on the host (the one-lane ssm_dt_transform).
+template <class T>
+T ssm_dt_host(T raw, T bias, const tree_ssm_options<T>& opt) noexcept {
+  return ssm_dt_transform<ssm_simd<T, false>>(raw + bias, opt);
+}
+
+//! dt' of one head for all n nodes into the contiguous `out`, from
+//! raw[i * stride] + bias: one gather, then softplus and clamp on vectors.
+template <class T>
+void ssm_dt_column(const T* raw, std::int64_t stride, T bias, const tree_ssm_options<T>& opt, T* out,
+                   std::int64_t n) noexcept {
+  using S = ssm_simd<T>;
+  for (std::int64_t i = 0; i < n; ++i) out[i] = raw[i * stride] + bias;
+  const std::int64_t full = n - n % S::lanes;
+  for (std::int64_t i = 0; i < full; i += S::lanes) S::store(out + i, ssm_dt_transform<S>(S::load(out + i), opt));
+  for (std::int64_t i = full; i < n; ++i) out[i] = ssm_dt_transform<ssm_simd<T, false>>(out[i], opt);
+}
+
+//! True when every entry of the view is finite (absent views are). Rows
+//! with a unit innermost stride are tested as integers on vectors
+//! (ssm_row_finite, no early exit: one cheap read pass); other layouts
+//! entry by entry.
 template <class V>
 inline bool ssm_view_finite(const V& v) noexcept {
   if (v.data == nullptr) return true;
+  constexpr int r = V::rank;
+  for (int d = 0; d < r; ++d)
+    if (v.extent[d] == 0) return true;
+  // A packed (row-major, no gaps) view is one row.
+  std::int64_t packed = 1;
+  bool is_packed = true;
+  for (int d = r - 1; d >= 0; --d) {
+    is_packed = is_packed && (v.extent[d] == 1 || v.stride[d] == packed);
+    packed *= v.extent[d];
+  }
+  if (is_packed) return ssm_row_finite(v.data, packed);
+  const std::int64_t inner = v.extent[r - 1];
+  // Short rows (e.g. [channels, W] weights seen through a gap): entry by
+  // entry, which beats a vector pass per row.
+  const bool unit = v.stride[r - 1] == 1 && inner >= 16;
+  auto row_ok = [&](const auto* p) {
+    if (unit) return ssm_row_finite(p, inner);
+    bool fine = true;
+    for (std::int64_t k = 0; k < inner; ++k) fine &= ssm_row_finite(p + k * v.stride[r - 1], 1);
+    return fine;
+  };
   bool ok = true;
-  if constexpr (V::rank == 1) {
-    for (std::int64_t a = 0; a < v.extent[0]; ++a) ok = ok && std::isfinite(v(a));
-  } else if constexpr (V::rank == 2) {
+  if constexpr (r == 1) {
+    ok = row_ok(v.data);
+  } else if constexpr (r == 2) {
+    for (std::int64_t a = 0; a < v.extent[0]; ++a) ok &= row_ok(v.data + a * v.stride[0]);
+  } else if constexpr (r == 3) {
     for (std::int64_t a = 0; a < v.extent[0]; ++a)
-      for (std::int64_t b = 0; b < v.extent[1]; ++b) ok = ok && std::isfinite(v(a, b));
-  } else if constexpr (V::rank == 3) {
-    for (std::int64_t a = 0; a < v.extent[0]; ++a)
-      for (std::int64_t b = 0; b < v.extent[1]; ++b)
-        for (std::int64_t c = 0; c < v.extent[2]; ++c) ok = ok && std::isfinite(v(a, b, c));
+      for (std::int64_t b = 0; b < v.extent[1]; ++b) ok &= row_ok(v.data + a * v.stride[0] + b * v.stride[1]);
   } else {
     for (std::int64_t a = 0; a < v.extent[0]; ++a)
       for (std::int64_t b = 0; b < v.extent[1]; ++b)
         for (std::int64_t c = 0; c < v.extent[2]; ++c)
-          for (std::int64_t d = 0; d < v.extent[3]; ++d) ok = ok && std::isfinite(v(a, b, c, d));
+          ok &= row_ok(v.data + a * v.stride[0] + b * v.stride[1] + c * v.stride[2]);
   }
   return ok;
 }

@@ -294,7 +294,8 @@ class acceptance_estimator {
 //! children taking ranks 0, 1, ... < K, that maximises the expected accepted
 //! drafts sum_v prod_{path} p(depth, rank). c(k, n): best subtree of n nodes
 //! rooted at absolute depth k; g_k(j, m): best use of m nodes by the children
-//! of rank >= j of such a root. O(L K B^2) per bound.
+//! of rank >= j of such a root. Also tracks each optimum's depth and number
+//! of expanded nodes (what the drafter pays for). O(L K B^2) per bound.
 class tree_program {
  public:
   template <class P>
@@ -303,35 +304,56 @@ class tree_program {
     K_ = K;
     B_ = B;
     const double ninf = -std::numeric_limits<double>::infinity();
-    c_.assign(static_cast<std::size_t>(L + 1) * static_cast<std::size_t>(B + 1), ninf);
+    const auto cells = static_cast<std::size_t>(L + 1) * static_cast<std::size_t>(B + 1);
+    c_.assign(cells, ninf);
+    e_.assign(cells, 0);
+    d_.assign(cells, 0);
     choice_.assign(static_cast<std::size_t>(L + 1) * static_cast<std::size_t>(K + 1) * static_cast<std::size_t>(B), 0);
-    g_.assign(static_cast<std::size_t>(K + 1) * static_cast<std::size_t>(B), ninf);
+    const auto gcells = static_cast<std::size_t>(K + 1) * static_cast<std::size_t>(B);
+    g_.assign(gcells, ninf);
+    ge_.assign(gcells, 0);
+    gd_.assign(gcells, 0);
     for (std::int32_t k = L; k >= 0; --k) {
-      c(k, 1) = 0.0;  // expected accepted drafts below a lone node
+      c_[cell(k, 1)] = 0.0;  // expected accepted drafts below a lone node
       if (k == L) continue;
       for (std::int32_t j = K; j >= 0; --j) {
-        g(j, 0) = 0.0;
+        g_[gcell(j, 0)] = 0.0;
         if (j == K) continue;
         const double pj = p.at(k + 1, j);
         for (std::int32_t m = 1; m < B; ++m) {
           double best = ninf;
           std::int32_t arg = 0;
           for (std::int32_t a = 1; a <= m; ++a) {
-            const double ca = c(k + 1, a), rest = g(j + 1, m - a);
+            const double ca = c_[cell(k + 1, a)], rest = g_[gcell(j + 1, m - a)];
             if (ca == ninf || rest == ninf) continue;
             const double v = pj * (1.0 + ca) + rest;
             if (v > best) best = v, arg = a;
           }
-          g(j, m) = best;
+          const std::size_t gi = gcell(j, m);
+          g_[gi] = best;
           choice_[ci(k, j, m)] = arg;
+          if (arg > 0) {
+            const std::size_t sub = cell(k + 1, arg), rest = gcell(j + 1, m - arg);
+            ge_[gi] = e_[sub] + ge_[rest];
+            gd_[gi] = std::max(d_[sub] + 1, gd_[rest]);
+          }
         }
       }
-      for (std::int32_t n = 2; n <= B; ++n) c(k, n) = g(0, n - 1);
+      for (std::int32_t n = 2; n <= B; ++n) {
+        const std::size_t gi = gcell(0, n - 1);
+        c_[cell(k, n)] = g_[gi];
+        e_[cell(k, n)] = 1 + ge_[gi];
+        d_[cell(k, n)] = gd_[gi];
+      }
     }
   }
 
   //! Expected accepted drafts of the best n-node tree (-inf when none fits).
-  [[nodiscard]] double value(std::int32_t n) const noexcept { return c_[static_cast<std::size_t>(n)]; }
+  [[nodiscard]] double value(std::int32_t n) const noexcept { return c_[cell(0, n)]; }
+  //! Depth of the best n-node tree.
+  [[nodiscard]] std::int32_t depth(std::int32_t n) const noexcept { return d_[cell(0, n)]; }
+  //! Nodes with children in the best n-node tree.
+  [[nodiscard]] std::int32_t expanded(std::int32_t n) const noexcept { return e_[cell(0, n)]; }
 
   //! Appends the best n-node tree's parent array (pre-order, children in rank order).
   void emit(std::int32_t n, std::vector<node_id>& out) const { emit(0, n, -1, out.size(), out); }
@@ -352,16 +374,16 @@ class tree_program {
                static_cast<std::size_t>(B_) +
            static_cast<std::size_t>(m);
   }
-  double& c(std::int32_t k, std::int32_t n) noexcept {
-    return c_[static_cast<std::size_t>(k) * static_cast<std::size_t>(B_ + 1) + static_cast<std::size_t>(n)];
+  [[nodiscard]] std::size_t cell(std::int32_t k, std::int32_t n) const noexcept {
+    return static_cast<std::size_t>(k) * static_cast<std::size_t>(B_ + 1) + static_cast<std::size_t>(n);
   }
-  double& g(std::int32_t j, std::int32_t m) noexcept {
-    return g_[static_cast<std::size_t>(j) * static_cast<std::size_t>(B_) + static_cast<std::size_t>(m)];
+  [[nodiscard]] std::size_t gcell(std::int32_t j, std::int32_t m) const noexcept {
+    return static_cast<std::size_t>(j) * static_cast<std::size_t>(B_) + static_cast<std::size_t>(m);
   }
 
   std::int32_t L_ = 0, K_ = 0, B_ = 0;
   std::vector<double> c_, g_;
-  std::vector<std::int32_t> choice_;
+  std::vector<std::int32_t> choice_, e_, d_, ge_, gd_;
 };
 
 }  // namespace specdec::detail

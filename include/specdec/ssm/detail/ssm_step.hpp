@@ -1,58 +1,198 @@
 //! \file
 //! The inner step of every SSM recurrence in specdec: one state row update
-//! h[n] = decay * h_in[n] + xdt * B[n], fused with the output dot C . h.
+//! h[n] = decay * h_in[n] + xdt * B[n], fused with the output dot C . h,
+//! on short vectors (ssm_simd.hpp), several rows at a time so B and C are
+//! loaded once for all of them.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "specdec/core/config.hpp"
+#include "specdec/ssm/detail/ssm_simd.hpp"
 
 namespace specdec::detail {
 
-//! Updates one row of dstate `s` entries (contiguous) and returns C . h_out
-//! (0 when `c` is null). Eight partial sums let the compiler vectorise the
-//! dot product without -ffast-math; the summation order is fixed, so results
-//! are deterministic for a given dstate. `h_in` may equal `h_out`.
-template <class T>
-inline T ssm_step_row(const T* h_in, T* h_out, const T* b, const T* c, T decay, T xdt, std::int64_t s) noexcept {
-  constexpr int lanes = 8;
-  T acc[lanes] = {};
-  const std::int64_t full = s - s % lanes;
-  std::int64_t n = 0;
-  if (c != nullptr) {
-    for (; n < full; n += lanes) {
-      for (int l = 0; l < lanes; ++l) {
-        const T v = decay * h_in[n + l] + xdt * b[n + l];
-        h_out[n + l] = v;
-        acc[l] += v * c[n + l];
-      }
-    }
-    for (; n < s; ++n) {
-      const T v = decay * h_in[n] + xdt * b[n];
-      h_out[n] = v;
-      acc[0] += v * c[n];
-    }
-    T total = T(0);
-    for (int l = 0; l < lanes; ++l) total += acc[l];
-    return total;
+//! Updates R rows of dstate `s` entries (row r at h_in + r * in_ld, written
+//! to h_out + r * out_ld; `h_in` null: the zero state) with xdt[r], and
+//! writes out[r] = C . h_out row r (nothing when `c` is null). Each vector
+//! is loaded before it is stored, so h_in may equal h_out (same rows).
+//! Fixed summation order (vector lanes, then the scalar tail): results are
+//! deterministic for a given build and dstate.
+template <int R, bool HasIn, class T>
+inline void ssm_step_rows(const T* h_in, std::int64_t in_ld, T* h_out, std::int64_t out_ld, const T* b, const T* c,
+                          T decay, const T* xdt, T* out, std::int64_t s) noexcept {
+  using S = ssm_simd<T>;
+  using V = typename S::vec;
+  constexpr int lanes = S::lanes;
+  V acc[R];
+  V xv[R];
+  SPECDEC_SSM_UNROLL
+  for (int r = 0; r < R; ++r) {
+    acc[r] = V{};
+    xv[r] = S::splat(xdt[r]);
   }
-  for (; n < s; ++n) h_out[n] = decay * h_in[n] + xdt * b[n];
-  return T(0);
+  const V dv = S::splat(decay);
+  const std::int64_t full = s - s % lanes;
+  for (std::int64_t n = 0; n < full; n += lanes) {
+    const V bv = S::load(b + n);
+    const V cv = c != nullptr ? S::load(c + n) : V{};
+    SPECDEC_SSM_UNROLL
+    for (int r = 0; r < R; ++r) {
+      V v = xv[r] * bv;
+      if constexpr (HasIn) v = dv * S::load(h_in + r * in_ld + n) + v;
+      S::store(h_out + r * out_ld + n, v);
+      acc[r] += v * cv;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    T tail = T(0);
+    for (std::int64_t k = full; k < s; ++k) {
+      T v = xdt[r] * b[k];
+      if constexpr (HasIn) v = decay * h_in[r * in_ld + k] + v;
+      h_out[r * out_ld + k] = v;
+      if (c != nullptr) tail += v * c[k];
+    }
+    if (c != nullptr) out[r] = S::hsum(acc[r]) + tail;
+  }
 }
 
-//! C . h for one contiguous row, with the same lane order as ssm_step_row.
+//! ssm_step_rows over all P rows of one head's state (4 rows at a time,
+//! then 2, then 1); `h_in` null: the zero state. out[p] = C . row p.
+template <class T>
+inline void ssm_step_row_block(const T* h_in, std::int64_t in_ld, T* h_out, std::int64_t out_ld, const T* b, const T* c,
+                               T decay, const T* xdt, T* out, std::int64_t P, std::int64_t s) noexcept {
+  auto rows = [&]<bool HasIn>(std::bool_constant<HasIn>) {
+    std::int64_t p = 0;
+    // h_in + p * in_ld only when h_in is set (no arithmetic on a null pointer).
+    auto in = [&](std::int64_t q) { return HasIn ? h_in + q * in_ld : h_in; };
+    for (; p + 4 <= P; p += 4)
+      ssm_step_rows<4, HasIn>(in(p), in_ld, h_out + p * out_ld, out_ld, b, c, decay, xdt + p, out + p, s);
+    if (p + 2 <= P) {
+      ssm_step_rows<2, HasIn>(in(p), in_ld, h_out + p * out_ld, out_ld, b, c, decay, xdt + p, out + p, s);
+      p += 2;
+    }
+    if (p < P) ssm_step_rows<1, HasIn>(in(p), in_ld, h_out + p * out_ld, out_ld, b, c, decay, xdt + p, out + p, s);
+  };
+  if (h_in != nullptr)
+    rows(std::true_type{});
+  else
+    rows(std::false_type{});
+}
+
+//! One row (R = 1) of ssm_step_rows; returns C . h_out (0 when `c` is null).
+template <class T>
+inline T ssm_step_row(const T* h_in, T* h_out, const T* b, const T* c, T decay, T xdt, std::int64_t s) noexcept {
+  T out = T(0);
+  ssm_step_rows<1, true>(h_in, 0, h_out, 0, b, c, decay, &xdt, &out, s);
+  return out;
+}
+
+//! y[p] = (acc[p] + d[p] x[p]) silu(z[p]) over P contiguous entries (no
+//! gate when `z` is null): the epilogue of every scan, SiLU on vectors.
+template <class T>
+inline void ssm_output_row(const T* acc, const T* x, const T* d, const T* z, T* y, std::int64_t P) noexcept {
+  using S = ssm_simd<T>;
+  const std::int64_t full = P - P % S::lanes;
+  for (std::int64_t p = 0; p < full; p += S::lanes) {
+    auto v = S::load(acc + p) + S::load(d + p) * S::load(x + p);
+    if (z != nullptr) v *= S::silu(S::load(z + p));
+    S::store(y + p, v);
+  }
+  for (std::int64_t p = full; p < P; ++p) {
+    T v = acc[p] + d[p] * x[p];
+    if (z != nullptr) v *= ssm_simd<T, false>::silu(z[p]);
+    y[p] = v;
+  }
+}
+
+//! C . h for one contiguous row (vector lanes, then the scalar tail).
 template <class T>
 inline T ssm_dot_row(const T* h, const T* c, std::int64_t s) noexcept {
-  constexpr int lanes = 8;
-  T acc[lanes] = {};
-  const std::int64_t full = s - s % lanes;
-  std::int64_t n = 0;
-  for (; n < full; n += lanes)
-    for (int l = 0; l < lanes; ++l) acc[l] += h[n + l] * c[n + l];
-  for (; n < s; ++n) acc[0] += h[n] * c[n];
-  T total = T(0);
-  for (int l = 0; l < lanes; ++l) total += acc[l];
-  return total;
+  using S = ssm_simd<T>;
+  using V = typename S::vec;
+  V acc0{}, acc1{};
+  const std::int64_t full2 = s - s % (2 * S::lanes), full = s - s % S::lanes;
+  for (std::int64_t n = 0; n < full2; n += 2 * S::lanes) {
+    acc0 += S::load(h + n) * S::load(c + n);
+    acc1 += S::load(h + n + S::lanes) * S::load(c + n + S::lanes);
+  }
+  if (full > full2) acc0 += S::load(h + full2) * S::load(c + full2);
+  T tail = T(0);
+  for (std::int64_t n = full; n < s; ++n) tail += h[n] * c[n];
+  return S::hsum(acc0 + acc1) + tail;
+}
+
+//! One MI x MP tile of c = a b^T with both operands contiguous along k
+//! (rows of a at lda, rows of b at ldb): register accumulators on vectors
+//! along k, then one horizontal sum per entry.
+template <int MI, int MP, class T>
+inline void ssm_gemm_nt_tile(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
+                             std::int64_t k) noexcept {
+  using S = ssm_simd<T>;
+  using V = typename S::vec;
+  V acc[MI][MP];
+  for (int i = 0; i < MI; ++i)
+    for (int j = 0; j < MP; ++j) acc[i][j] = V{};
+  const std::int64_t full = k - k % S::lanes;
+  for (std::int64_t n = 0; n < full; n += S::lanes) {
+    V av[MI], bv[MP];
+    SPECDEC_SSM_UNROLL
+    for (int i = 0; i < MI; ++i) av[i] = S::load(a + i * lda + n);
+    SPECDEC_SSM_UNROLL
+    for (int j = 0; j < MP; ++j) bv[j] = S::load(b + j * ldb + n);
+    SPECDEC_SSM_UNROLL
+    for (int i = 0; i < MI; ++i) SPECDEC_SSM_UNROLL
+    for (int j = 0; j < MP; ++j) acc[i][j] += av[i] * bv[j];
+  }
+  for (int i = 0; i < MI; ++i)
+    for (int j = 0; j < MP; ++j) {
+      T tail = T(0);
+      for (std::int64_t n = full; n < k; ++n) tail += a[i * lda + n] * b[j * ldb + n];
+      c[i * ldc + j] = S::hsum(acc[i][j]) + tail;
+    }
+}
+
+//! c [m, n] = a [m, k] b [n, k]^T (row-major, unit stride along k): the
+//! C h0^T product of the dual scan. Blocks of 16 rows of b stay in L1
+//! while all rows of a pass; 4 x 2 register tiles.
+template <class T>
+inline void ssm_gemm_nt(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
+                        std::int64_t m, std::int64_t n, std::int64_t k) noexcept {
+  constexpr std::int64_t block = 16;
+  for (std::int64_t j0 = 0; j0 < n; j0 += block) {
+    const std::int64_t j1 = j0 + block < n ? j0 + block : n;
+    std::int64_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+      std::int64_t j = j0;
+      for (; j + 2 <= j1; j += 2) ssm_gemm_nt_tile<4, 2>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, k);
+      if (j < j1) ssm_gemm_nt_tile<4, 1>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, k);
+    }
+    for (; i < m; ++i) {
+      std::int64_t j = j0;
+      for (; j + 2 <= j1; j += 2) ssm_gemm_nt_tile<1, 2>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, k);
+      if (j < j1) ssm_gemm_nt_tile<1, 1>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, k);
+    }
+  }
+}
+
+//! v[i] = exp(v[i]) over a contiguous array (vector exp, scalar tail).
+template <class T>
+inline void ssm_exp_inplace(T* v, std::int64_t n) noexcept {
+  using S = ssm_simd<T>;
+  const std::int64_t full = n - n % S::lanes;
+  for (std::int64_t i = 0; i < full; i += S::lanes) S::store(v + i, S::exp(S::load(v + i)));
+  for (std::int64_t i = full; i < n; ++i) v[i] = ssm_simd<T, false>::exp(v[i]);
+}
+
+//! y[p] += w * x[p] over P contiguous entries.
+template <class T>
+inline void ssm_axpy_row(T w, const T* x, T* y, std::int64_t P) noexcept {
+  using S = ssm_simd<T>;
+  const auto wv = S::splat(w);
+  const std::int64_t full = P - P % S::lanes;
+  for (std::int64_t p = 0; p < full; p += S::lanes) S::store(y + p, S::load(y + p) + wv * S::load(x + p));
+  for (std::int64_t p = full; p < P; ++p) y[p] += w * x[p];
 }
 
 }  // namespace specdec::detail

@@ -1,0 +1,302 @@
+// The example engine's forward pass (examples/models/model.hpp) over N tree
+// nodes, N = 1, 2, 4, 8, 16, 32, as a chain and as a binary tree, after a
+// 110-byte prefill, for the transformer target and the hybrid; the same
+// passes through the reference forward it replaced
+// (tests/models/reference_forward.hpp) in the same run; and, next to them,
+// the matrix products alone: one forward's products with the packed kernel
+// (models::kernel::matmul), and single products of the model's shapes with
+// the packed kernel, Eigen and (when found at build time) libxsmm.
+//
+// Each benchmark times every call with the thread's CPU clock and reports
+// the median (t_us), GFLOP/s (the multiply-adds of all matrix products plus
+// attention's two products) and ratio = t(N) / t(1). For the forward rows
+// t(1) (t1_us) is the median of one-node calls interleaved with the N-node
+// calls (blocks of 8 every 8 calls), so both medians see the same machine
+// load; for the product rows it is the N = 1 row of the same group.
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <ctime>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "models/model.hpp"
+#include "models/reference_forward.hpp"
+#ifdef SPECDEC_BENCH_LIBXSMM
+#include <libxsmm.h>
+#endif
+
+#ifndef SPECDEC_MODELS_DIR
+#define SPECDEC_MODELS_DIR "examples/models"
+#endif
+
+namespace {
+
+using models::node_id;
+using models::token_id;
+constexpr std::int64_t capacity = 512;  // as models::cache_capacity (speculate.hpp)
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Times `f` once per benchmark iteration; returns the median in seconds.
+template <class F>
+double median_per_call(benchmark::State& st, F&& f) {
+  std::vector<double> t;
+  for (auto _ : st) {
+    const double t0 = thread_cpu_seconds();
+    f();
+    t.push_back(thread_cpu_seconds() - t0);
+  }
+  if (t.empty()) return 0;
+  std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+  return t[t.size() / 2];
+}
+
+double median(std::vector<double>& t) {
+  if (t.empty()) return 0;
+  std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+  return t[t.size() / 2];
+}
+
+// Times `f` (the N-node call) once per iteration and, in blocks of 8 calls
+// every 8 iterations, `f1` (the one-node call): the two medians come from
+// the same stretch of time, so their ratio survives a shared machine whose
+// load drifts between benchmarks. (The first one-node call after N-node
+// calls pays for the caches those evicted; the block median leaves it out.)
+template <class F, class F1>
+std::pair<double, double> paired_medians(benchmark::State& st, F&& f, F1&& f1) {
+  std::vector<double> t, t1;
+  std::int64_t i = 0;
+  for (auto _ : st) {
+    double t0 = thread_cpu_seconds();
+    f();
+    t.push_back(thread_cpu_seconds() - t0);
+    if (++i % 8 == 0)
+      for (int k = 0; k < 8; ++k) {
+        t0 = thread_cpu_seconds();
+        f1();
+        t1.push_back(thread_cpu_seconds() - t0);
+      }
+  }
+  return {median(t), median(t1)};
+}
+
+std::map<std::string, double>& t1_of() {
+  static std::map<std::string, double> m;
+  return m;
+}
+
+const std::string prefill_text =
+    "import os\nimport sys\n\ndef main(argv):\n    \"\"\"Parse the arguments and run.\"\"\"\n    for arg in "
+    "argv[1:]:\n        ";
+
+template <class W>
+const W& load_cached(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<W>> cache;
+  auto& p = cache[name];
+  if (!p) {
+    if constexpr (std::is_same_v<W, models::weights>)
+      p = std::make_unique<W>(models::load(std::string(SPECDEC_MODELS_DIR) + "/" + name + ".gguf"));
+    else
+      p = std::make_unique<W>(reference::load(std::string(SPECDEC_MODELS_DIR) + "/" + name + ".gguf"));
+  }
+  return *p;
+}
+
+struct tree_inputs {
+  std::vector<token_id> tokens;
+  std::vector<node_id> parent;
+  std::vector<std::int64_t> pos;
+  std::vector<std::uint64_t> mask;
+  std::int64_t words = 1;
+};
+tree_inputs make_inputs(std::int32_t n, bool tree, std::int64_t cache_len) {
+  tree_inputs t;
+  for (std::int32_t i = 0; i < n; ++i) {
+    t.parent.push_back(tree ? (i - 1) / 2 : i - 1);  // binary tree (0 -> 1, 2; 1 -> 3, 4; ...) or chain
+    if (i == 0) t.parent.back() = -1;
+    t.tokens.push_back(static_cast<token_id>('a' + i % 26));
+  }
+  t.pos.resize(static_cast<std::size_t>(n));
+  t.words = specdec::mask_words_per_row<std::uint64_t>(n);
+  t.mask.resize(static_cast<std::size_t>(n * t.words));
+  specdec::throw_if_error(specdec::build_packed_mask<std::uint64_t>(t.parent, t.mask));
+  specdec::throw_if_error(specdec::build_positions<std::int64_t>(t.parent, cache_len, t.pos));
+  return t;
+}
+
+// Multiply-adds x 2 of one forward: every matrix product, plus QK^T and PV over the keys each node sees.
+double forward_flops(const models::weights& w, std::int64_t n, std::int64_t cache_len, const tree_inputs& t) {
+  double f = 0;
+  for (const auto& L : w.layers)
+    for (const auto* m : {&L.qkv, &L.wo, &L.in_proj, &L.out_proj, &L.gate_up, &L.down})
+      f += 2.0 * static_cast<double>(n * m->rows * m->cols);
+  f += 2.0 * static_cast<double>(n * w.output.rows * w.output.cols);
+  double keys = 0;
+  for (std::int64_t r = 0; r < n; ++r) {
+    std::int64_t seen = 0;
+    for (std::int64_t j = 0; j < n; ++j) seen += specdec::mask_test(t.mask.data() + r * t.words, j) ? 1 : 0;
+    keys += static_cast<double>(cache_len + seen);
+  }
+  const auto attn = static_cast<double>(w.cfg.attention_layers() * w.cfg.heads * w.cfg.head_dim);
+  return f + 4.0 * attn * keys;
+}
+
+void report(benchmark::State& st, const std::string& key, std::int64_t n, double t, double flops, double t1 = 0) {
+  if (n == 1) t1_of()[key] = t;
+  if (t1 == 0 && t1_of().count(key) != 0) t1 = t1_of()[key];
+  st.counters["t_us"] = t * 1e6;
+  st.counters["t1_us"] = t1 * 1e6;
+  st.counters["ratio"] = t1 > 0 ? t / t1 : 0.0;
+  st.counters["GFLOP/s"] = t > 0 ? flops / t * 1e-9 : 0.0;
+}
+
+void bm_forward(benchmark::State& st, const std::string& model, bool tree, bool old_engine) {
+  const auto n = static_cast<std::int32_t>(st.range(0));
+  const models::weights& w = load_cached<models::weights>(model);
+  const std::vector<token_id> head(prefill_text.begin(), prefill_text.end());
+  std::vector<float> logits(static_cast<std::size_t>(n * w.cfg.vocab));
+  double t = 0, t1 = 0;
+  std::int64_t cache_len = 0;
+  tree_inputs in;
+  if (!old_engine) {
+    models::state s(w.cfg, capacity);
+    models::scratch sc;
+    models::prefill(w, s, head, sc);
+    cache_len = s.cache_len;
+    in = make_inputs(n, tree, cache_len);
+    const models::batch b{in.tokens, in.pos, in.parent, in.mask, in.words, 0};
+    const models::batch b1{std::span(in.tokens).first(1),
+                           std::span(in.pos).first(1),
+                           std::span(in.parent).first(1),
+                           std::span(in.mask).first(static_cast<std::size_t>(in.words)),
+                           in.words,
+                           0};
+    // The forward leaves the committed cache as it was: every call does the same work.
+    std::tie(t, t1) = paired_medians(
+        st, [&] { models::forward(w, s, b, logits, sc); }, [&] { models::forward(w, s, b1, logits, sc); });
+  } else {
+    const reference::weights& rw = load_cached<reference::weights>(model);
+    reference::state s(rw.cfg, capacity);
+    reference::scratch sc;
+    reference::prefill(rw, s, head, sc);
+    cache_len = s.cache_len;
+    in = make_inputs(n, tree, cache_len);
+    const reference::batch b{in.tokens, in.pos, in.parent, in.mask, in.words, 0};
+    const reference::batch b1{std::span(in.tokens).first(1),
+                              std::span(in.pos).first(1),
+                              std::span(in.parent).first(1),
+                              std::span(in.mask).first(static_cast<std::size_t>(in.words)),
+                              in.words,
+                              0};
+    std::tie(t, t1) = paired_medians(
+        st, [&] { reference::forward(rw, s, b, logits, sc); }, [&] { reference::forward(rw, s, b1, logits, sc); });
+  }
+  report(st, model + (old_engine ? "/old" : "/new"), n, t, forward_flops(w, n, cache_len, in), t1);
+}
+
+// Every matrix product of one forward with the packed kernel, nothing else.
+void bm_products(benchmark::State& st, const std::string& model) {
+  const auto n = st.range(0);
+  const models::weights& w = load_cached<models::weights>(model);
+  std::vector<float> x(static_cast<std::size_t>(n * 2048), 0.01f), y(static_cast<std::size_t>(n * 2048));
+  std::vector<const models::kernel::packed_matrix*> all;
+  for (const auto& L : w.layers)
+    for (const auto* m : {&L.qkv, &L.wo, &L.in_proj, &L.out_proj, &L.gate_up, &L.down})
+      if (m->rows > 0) all.push_back(m);
+  all.push_back(&w.output);
+  double flops = 0;
+  for (const auto* m : all) flops += 2.0 * static_cast<double>(n * m->rows * m->cols);
+  const double t = median_per_call(st, [&] {
+    for (const auto* m : all) models::kernel::matmul(n, x.data(), m->cols, *m, y.data(), m->rows);
+    benchmark::DoNotOptimize(y.data());
+  });
+  report(st, model + "/products", n, t, flops);
+}
+
+// One product y[N, out] = x[N, in] W^T of the model's shapes, three ways.
+enum class gemm_impl { packed, eigen, libxsmm };
+void bm_gemm(benchmark::State& st, std::int64_t out, std::int64_t in, gemm_impl impl) {
+  using rm = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const auto n = st.range(0);
+  const rm w = rm::Random(out, in), x = rm::Random(n, in);
+  rm y(n, out);
+  double t = 0;
+  if (impl == gemm_impl::packed) {
+    const auto p = models::kernel::pack({{w.data(), out}}, in);
+    t = median_per_call(st, [&] {
+      models::kernel::matmul(n, x.data(), in, p, y.data(), out);
+      benchmark::DoNotOptimize(y.data());
+    });
+  } else if (impl == gemm_impl::eigen) {
+    // As the reference forward does it: a row-major [out, in] matrix, transposed in the product.
+    t = median_per_call(st, [&] {
+      y.noalias() = x * w.transpose();
+      benchmark::DoNotOptimize(y.data());
+    });
+  } else {
+#ifdef SPECDEC_BENCH_LIBXSMM
+    // Column-major: C [out x N] = A [out x in] (W^T stored [in][out], packed once) * B [in x N] (x).
+    const rm wt = w.transpose();
+    const libxsmm_blasint m = out, nn = n, k = in, lda = out, ldb = in, ldc = out;
+    const float alpha = 1, beta = 0;
+    const int flags = LIBXSMM_GEMM_FLAG_NONE;
+    const auto kern = libxsmm_smmdispatch(m, nn, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, nullptr);
+    if (kern == nullptr) {
+      st.SkipWithError("libxsmm: no kernel for this shape");
+      return;
+    }
+    t = median_per_call(st, [&] {
+      kern(wt.data(), x.data(), y.data());
+      benchmark::DoNotOptimize(y.data());
+    });
+#else
+    st.SkipWithError("built without libxsmm");
+    return;
+#endif
+  }
+  const rm want = x * w.transpose();
+  if ((want - y).cwiseAbs().maxCoeff() > 1e-3f) st.SkipWithError("wrong product");
+  const char* names[] = {"packed", "eigen", "libxsmm"};
+  report(st, std::to_string(out) + "x" + std::to_string(in) + names[static_cast<int>(impl)], n, t,
+         2.0 * static_cast<double>(n * out * in));
+}
+
+void sizes(benchmark::internal::Benchmark* b) {
+  for (const int n : {1, 2, 4, 8, 16, 32}) b->Arg(n);
+}
+
+const bool registered = [] {
+  for (const std::string model : {"target", "hybrid"}) {
+    for (const bool tree : {false, true})
+      for (const bool old_engine : {false, true})
+        benchmark::RegisterBenchmark(
+            ("forward/" + model + "/" + (tree ? "tree" : "chain") + "/" + (old_engine ? "old" : "new")).c_str(),
+            [=](benchmark::State& st) { bm_forward(st, model, tree, old_engine); })
+            ->Apply(sizes);
+    benchmark::RegisterBenchmark(("products/" + model).c_str(), [=](benchmark::State& st) {
+      bm_products(st, model);
+    })->Apply(sizes);
+  }
+  // The target's largest products (gate|up fused, down) and the hybrid's in_proj.
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1024, 192}, {192, 512}, {552, 128}};
+  for (const auto& [out, in] : shapes)
+    for (const auto impl : {gemm_impl::packed, gemm_impl::eigen, gemm_impl::libxsmm}) {
+      const char* names[] = {"packed", "eigen", "libxsmm"};
+      benchmark::RegisterBenchmark(
+          ("gemm/" + std::to_string(out) + "x" + std::to_string(in) + "/" + names[static_cast<int>(impl)]).c_str(),
+          [=](benchmark::State& st) { bm_gemm(st, out, in, impl); })
+          ->Apply(sizes);
+    }
+  return true;
+}();
+
+}  // namespace
