@@ -229,7 +229,11 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
     const double drafter_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
     const double f0 = tgt.ctx().decode_seconds();
     specdec::view2d<const float> p;
-    for (;;) {  // a round that finds no KV cells is cut in half until it fits
+    // A planned plain step decodes the root in sequence 0 directly (no leaf
+    // sequence to copy and remove): the cost of plain decoding.
+    const bool plain_step = planner != nullptr && d.tree.size() == 1;
+    if (plain_step) p = specdec::make_view(tgt.plain_step(), std::int64_t{1}, V);
+    for (; !plain_step;) {  // a round that finds no KV cells is cut in half until it fits
       try {
         p = tgt.score_tree(d.tree.tree.view());
         break;
@@ -279,7 +283,10 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
                                  0.0);
       check(planner->observe(f), "round_planner::observe");
     }
-    tgt.commit(tree, path, r);
+    if (plain_step)
+      tgt.push(r.next_token);
+    else
+      tgt.commit(tree, path, r);
     ++s.rounds;
     s.drafted += n - 1;
     s.accepted += r.accepted;
