@@ -33,19 +33,32 @@ struct cli {
   std::int32_t threads = 2;
   std::int32_t depth = 6;
   bool show_text = false;
-  std::string plain_out;  // file for the plain decoding text
+  bool repack = false;  // llama.cpp weight repacking (extra buffer types); off = safe on AMX Xeons
+  bool curve = true;    // print the pass cost curve t(n) / t(1)
+  std::string methods = "all";
+  std::int32_t probe_every = 4;  // planner_options::probe_every of the planned methods  // besides plain decoding:
+                                 // ",lookup,suffix,...," or all
+  std::string plain_out;         // file for the plain decoding text
 };
 
 [[noreturn]] void usage(int code) {
   std::fprintf(code == 0 ? stdout : stderr,
                "usage: specdec_llama_compare [-m MODEL.gguf] [-md DRAFT.gguf] (-p PROMPT | -f FILE) [-n N]\n"
                "                             [--temp T] [--seed S] [-t THREADS] [--depth D] [--show-text]\n"
-               "                             [--plain-out FILE]\n"
+               "                             [--plain-out FILE] [--repack 0|1] [--no-curve]\n"
                "  -m      target model (default: the cached SmolLM2-135M-Instruct.Q4_1.gguf)\n"
                "  -md     draft model for the model drafter (default: the target itself)\n"
                "  --depth draft depth of every speculative method (default 6)\n"
-               "  --plain-out  write the plain decoding text to FILE\n");
+               "  --plain-out  write the plain decoding text to FILE\n"
+               "  --repack     llama.cpp weight repacking / extra buffer types (default 0: off, as run.sh's -nr)\n"
+               "  --no-curve   skip the pass cost curve (time of a pass over 1, 2, 4, ... tokens)\n"
+               "  --probe-every  planner: one speculative round after this many plain steps (default 4)\n"
+               "  --methods    comma list of lookup,suffix,planned-lookup,planned-suffix,chain,tree (default all)\n");
   std::exit(code);
+}
+
+bool wants(const cli& c, const char* m) {
+  return c.methods == "all" || c.methods.find("," + std::string(m) + ",") != std::string::npos;
 }
 
 cli parse(int argc, char** argv) {
@@ -82,6 +95,14 @@ cli parse(int argc, char** argv) {
       c.show_text = true;
     else if (a == "--plain-out")
       c.plain_out = val();
+    else if (a == "--repack")
+      c.repack = std::atoi(val().c_str()) != 0;
+    else if (a == "--no-curve")
+      c.curve = false;
+    else if (a == "--probe-every")
+      c.probe_every = std::atoi(val().c_str());
+    else if (a == "--methods")
+      c.methods = "," + val() + ",";
     else if (a == "-h" || a == "--help")
       usage(0);
     else
@@ -103,32 +124,97 @@ int main(int argc, char** argv) {
   llama_backend_init();
   int rc = 0;
   try {
-    const model target(c.model);
+    const model_options mo{c.repack};
+    const model target(c.model, mo);
     const model* draft_model = &target;
     std::unique_ptr<model> owned_draft;
     if (!c.draft_model.empty()) {
-      owned_draft = std::make_unique<model>(c.draft_model);
+      owned_draft = std::make_unique<model>(c.draft_model, mo);
       draft_model = owned_draft.get();
     }
     const std::vector<llama_token> prompt = target.tokenize(c.prompt);
+    // Largest tree of any method: the model-free drafters' budget and the
+    // self-draft tree 2x2 (2 + 4 (depth - 1) nodes + root).
+    const std::int32_t kModelFreeNodes = 16;
+    const std::int32_t max_tree = std::max(kModelFreeNodes, 3 + 4 * c.depth);
     context_options co;
     co.threads = c.threads;
-    co.n_ctx = static_cast<std::int32_t>(prompt.size()) + c.n_predict + 64;
-    co.n_batch = std::max<std::int32_t>(64, static_cast<std::int32_t>(prompt.size()));
+    co.n_ctx = context_cells(prompt.size(), c.n_predict, max_tree, c.depth);
+    co.n_batch = std::max<std::int32_t>({64, max_tree, static_cast<std::int32_t>(prompt.size())});
     tree_target tgt(target, co);
     const gen_options go{c.n_predict, c.temperature, c.seed, true};
 
     std::vector<run_stats> runs;
     runs.push_back(plain_decode(target, tgt, prompt, go));
 
-    prompt_lookup_drafter chain{3, 1, c.depth, 1, 64};
-    prompt_lookup_drafter tree{3, 1, c.depth, 4, 64};
-    runs.push_back(speculate(
-        "specdec chain, prompt lookup", target, tgt,
-        [&](std::span<const llama_token> ctx, draft_output& d) { chain.draft(ctx, d); }, nullptr, prompt, go));
-    runs.push_back(speculate(
-        "specdec tree, prompt lookup x4", target, tgt,
-        [&](std::span<const llama_token> ctx, draft_output& d) { tree.draft(ctx, d); }, nullptr, prompt, go));
+    // Pass cost curve t(n) on the committed text of plain decoding: printed,
+    // and handed to the planner of the planned methods (the planner takes
+    // the times the caller reports).
+    std::vector<double> curve_n, curve_t;
+    if (c.curve) {
+      // Sizes interleaved, 9 rounds, median per size: a change of load on a
+      // shared machine moves every size alike.
+      const std::vector<std::int32_t> sizes{1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+      std::vector<std::vector<double>> times(sizes.size());
+      for (int rep = 0; rep < 9; ++rep)
+        for (std::size_t i = 0; i < sizes.size(); ++i) times[i].push_back(tgt.time_pass(sizes[i], 1));
+      std::printf("\npass cost t(n) / t(1), median of 9 interleaved (target, after the prompt):");
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        std::sort(times[i].begin(), times[i].end());
+        curve_n.push_back(sizes[i]);
+        curve_t.push_back(times[i][times[i].size() / 2]);
+        std::printf(" %d: %.2f", sizes[i], curve_t.back() / curve_t.front());
+      }
+      std::printf("  (t(1) = %.2f ms)\n", curve_t.front() * 1e3);
+    }
+    const auto planned = [&](std::int32_t max_nodes) {
+      specdec::planner_options po;
+      po.max_nodes = max_nodes;
+      po.max_depth = c.depth;
+      // Model-free drafts find something only where the text repeats: probe
+      // often, so the acceptance of the drafts that are made stays measured.
+      po.probe_every = c.probe_every;
+      auto p = std::make_unique<specdec::round_planner>(po);
+      if (!curve_n.empty()) check(p->set_target_cost(curve_n, curve_t), "set_target_cost");
+      return p;
+    };
+
+    lookup_drafter lookup{specdec::prompt_lookup_builder(
+        {.max_ngram = 4, .max_depth = c.depth, .max_nodes = kModelFreeNodes, .min_prob = 0.25f})};
+    if (wants(c, "lookup"))
+      runs.push_back(speculate(
+          "specdec prompt lookup tree", target, tgt,
+          [&](std::span<const llama_token> ctx, draft_output& d) { lookup.draft(ctx, d); }, nullptr, prompt, go));
+    suffix_drafter suffix{
+        specdec::suffix_index({.depth = 32, .capacity = 1 << 18}),
+        specdec::suffix_tree_builder(
+            {.max_pattern = 8, .max_depth = c.depth, .max_nodes = kModelFreeNodes, .min_prob = 0.25f})};
+    suffix.start();
+    if (wants(c, "suffix"))
+      runs.push_back(speculate(
+          "specdec suffix tree", target, tgt,
+          [&](std::span<const llama_token> ctx, draft_output& d) { suffix.draft(ctx, d); }, nullptr, prompt, go));
+
+    {
+      lookup_drafter pl{
+          specdec::prompt_lookup_builder({.max_ngram = 4, .max_depth = c.depth, .max_nodes = kModelFreeNodes})};
+      auto planner = planned(kModelFreeNodes);
+      if (wants(c, "planned-lookup"))
+        runs.push_back(speculate(
+            "specdec planned prompt lookup", target, tgt,
+            [&](std::span<const llama_token> ctx, draft_output& d) { pl.draft(ctx, d); }, nullptr, prompt, go,
+            planner.get()));
+      suffix_drafter ps{
+          specdec::suffix_index({.depth = 32, .capacity = 1 << 18}),
+          specdec::suffix_tree_builder({.max_pattern = 8, .max_depth = c.depth, .max_nodes = kModelFreeNodes})};
+      ps.start();
+      planner = planned(kModelFreeNodes);
+      if (wants(c, "planned-suffix"))
+        runs.push_back(speculate(
+            "specdec planned suffix tree", target, tgt,
+            [&](std::span<const llama_token> ctx, draft_output& d) { ps.draft(ctx, d); }, nullptr, prompt, go,
+            planner.get()));
+    }
 
     const std::string who = owned_draft ? "draft model" : "self-draft";
     std::vector<std::int32_t> chain_w(static_cast<std::size_t>(c.depth), 1);
@@ -136,6 +222,7 @@ int main(int argc, char** argv) {
     tree_w[0] = 2;  // two candidates at the first two levels, then chains: 2 + 4 (depth - 1) nodes
     if (tree_w.size() > 1) tree_w[1] = 2;
     for (const auto& [label, widths] : {std::pair{who + " chain", chain_w}, std::pair{who + " tree 2x2", tree_w}}) {
+      if (!wants(c, label.ends_with("chain") ? "chain" : "tree")) continue;
       level_drafter md(*draft_model, co, widths, c.temperature, c.seed);
       md.start();
       runs.push_back(speculate(
@@ -143,12 +230,13 @@ int main(int argc, char** argv) {
           &md.ctx(), prompt, go));
     }
 
-    std::printf("\nmodel %s, prompt %zu tokens, n_predict %d, temperature %g, threads %d, flash_attn off\n",
-                c.model.c_str(), prompt.size(), c.n_predict, static_cast<double>(c.temperature), c.threads);
+    std::printf("\nmodel %s, prompt %zu tokens, n_predict %d, temperature %g, threads %d, flash_attn off, repack %s\n",
+                c.model.c_str(), prompt.size(), c.n_predict, static_cast<double>(c.temperature), c.threads,
+                c.repack ? "on" : "off");
     std::printf(
         "| method | tokens | tokens/s | target calls | tokens/target call | accepted/target call | "
-        "target calls/token | tree nodes/call | draft calls | text == plain greedy |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+        "target calls/token | tree nodes/call | draft calls | plain steps | text == plain greedy |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const run_stats& r : runs) {
       std::string same = "n/a (T>0)";
       if (c.temperature == 0.0f) same = r.tokens == runs[0].tokens ? "yes" : "NO";
@@ -163,11 +251,11 @@ int main(int argc, char** argv) {
           same = buf;
         }
       }
-      std::printf("| %s | %zu | %.1f | %lld | %.2f | %.2f | %.3f | %.2f | %lld | %s |\n", r.name.c_str(),
+      std::printf("| %s | %zu | %.1f | %lld | %.2f | %.2f | %.3f | %.2f | %lld | %lld | %s |\n", r.name.c_str(),
                   r.tokens.size(), r.tokens_per_second(), static_cast<long long>(r.target_calls), r.tokens_per_call(),
                   r.accepted_per_call(), r.calls_per_token(),
                   r.target_calls ? static_cast<double>(r.target_tokens) / static_cast<double>(r.target_calls) : 0.0,
-                  static_cast<long long>(r.draft_calls), same.c_str());
+                  static_cast<long long>(r.draft_calls), static_cast<long long>(r.plain_rounds), same.c_str());
     }
     if (!c.plain_out.empty()) {
       std::ofstream out(c.plain_out, std::ios::binary);

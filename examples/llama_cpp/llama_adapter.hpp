@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -38,6 +39,8 @@
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
 #include "specdec/draft/drafter.hpp"
+#include "specdec/draft/prompt_lookup.hpp"
+#include "specdec/draft/suffix_index.hpp"
 #include "specdec/tree/paths.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/validate.hpp"
@@ -55,12 +58,25 @@ inline void check(const specdec::status& st, const char* what) {
   if (!st.ok()) throw llama_error(std::string(what) + ": " + st.message());
 }
 
+//! How a model is loaded. Every program of the example (comparison, test,
+//! llama.cpp's own programs through run.sh's `-nr`) loads with the same
+//! settings, so the test decodes batches the way the comparison does.
+struct model_options {
+  //! llama.cpp's "extra buffer types" (llama_model_params::use_extra_bufts):
+  //! CPU weight repacking into interleaved layouts (AVX-512/AMX kernels for
+  //! Q4_0/Q4_1/Q8_0). Off by default: on Intel Xeons with AMX the repacked
+  //! path crashed on the first decode of more than one token (issue 21), and
+  //! on this AMD machine it gains plain decoding little (docs/llama_cpp.md).
+  bool repack = false;
+};
+
 //! Owning llama_model.
 class model {
  public:
-  explicit model(const std::string& path) {
+  explicit model(const std::string& path, const model_options& o = {}) {
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 999;  // ignored by a CPU-only build
+    mp.use_extra_bufts = o.repack;
     m_ = llama_model_load_from_file(path.c_str(), mp);
     if (m_ == nullptr) throw llama_error("cannot load GGUF model " + path);
   }
@@ -100,6 +116,36 @@ class model {
   llama_model* m_ = nullptr;
 };
 
+//! llama_decode found no KV cells for the batch (its return value 1): the
+//! caller may retry with a smaller tree.
+struct kv_full_error : llama_error {
+  using llama_error::llama_error;
+};
+
+//! An exactly dequantized F32 copy of a GGUF model (llama_model_quantize
+//! to LLAMA_FTYPE_ALL_F32 with requantizing allowed), written next to it as
+//! `<name>.F32.gguf` on first use and reused after. Returns its path. The
+//! strict per-node test runs on it: without activation quantization a batch
+//! and one-token decoding agree to rounding (docs/llama_cpp.md).
+inline std::string f32_copy(const std::string& path) {
+  const std::string::size_type dot = path.rfind('.');
+  const std::string base = path.substr(0, dot);
+  const std::string::size_type q = base.rfind('.');  // "name.Q4_1" -> "name"
+  const std::string out = (q != std::string::npos ? base.substr(0, q) : base) + ".F32.gguf";
+  if (std::FILE* f = std::fopen(out.c_str(), "rb")) {
+    std::fclose(f);
+    return out;
+  }
+  llama_model_quantize_params qp = llama_model_quantize_default_params();
+  qp.ftype = LLAMA_FTYPE_ALL_F32;
+  qp.allow_requantize = true;
+  qp.nthread = 1;
+  const std::string tmp = out + ".part";
+  if (llama_model_quantize(path.c_str(), tmp.c_str(), &qp) != 0 || std::rename(tmp.c_str(), out.c_str()) != 0)
+    throw llama_error("could not write the F32 copy " + out);
+  return out;
+}
+
 //! Settings of a context. Flash attention stays off by default: with it on,
 //! a tree pass and a chain pass reduce attention in different orders and
 //! their logits can differ by a few tenths near ties.
@@ -110,6 +156,16 @@ struct context_options {
   std::int32_t threads = 2;
   bool flash_attn = false;
 };
+
+//! Cells a context needs so that no round runs out of them: the prompt,
+//! the generation (which may pass n_predict by one round of at most
+//! max_depth + 1 tokens), the largest tree, whose nodes occupy cells of
+//! their own until the commit, and a margin for llama.cpp's padding.
+//! A model drafter's context needs the same (its levels' nodes).
+inline std::int32_t context_cells(std::size_t prompt, std::int32_t n_predict, std::int32_t max_tree_nodes,
+                                  std::int32_t max_depth) {
+  return static_cast<std::int32_t>(prompt) + n_predict + max_depth + 1 + max_tree_nodes + 32;
+}
 
 //! Owning llama_context with kv_unified (one cell buffer for all sequences,
 //! which the per-leaf sequences of a tree need) and one ubatch per decode.
@@ -162,6 +218,9 @@ class context {
     const auto t0 = std::chrono::steady_clock::now();
     const int rc = llama_decode(ctx_, batch_);
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rc == 1)
+      throw kv_full_error("llama_decode returned 1 (no KV cells for a batch of " + std::to_string(batch_.n_tokens) +
+                          " tokens)");
     if (rc != 0) throw llama_error("llama_decode returned " + std::to_string(rc));
     ++calls_;
     tokens_ += batch_.n_tokens;
@@ -246,6 +305,9 @@ class tree_target {
     for (std::size_t j = 0; j < leaves_.size(); ++j)
       for (specdec::node_id u = leaves_[j]; u >= 0; u = tree.parent[u])
         node_seqs_[static_cast<std::size_t>(u)].push_back(static_cast<llama_seq_id>(1 + j));
+    if (sibling_bug_)  // test only: each node tagged with its parent's leaves, so siblings see each other
+      for (std::int32_t i = n - 1; i >= 1; --i)
+        node_seqs_[static_cast<std::size_t>(i)] = node_seqs_[static_cast<std::size_t>(tree.parent[i])];
     const llama_pos p0 = prefix();
     for (std::size_t j = 0; j < leaves_.size(); ++j)
       llama_memory_seq_cp(ctx_.memory(), 0, static_cast<llama_seq_id>(1 + j), -1, -1);
@@ -304,6 +366,31 @@ class tree_target {
     ctx_.decode();
     return ctx_.logits(0);
   }
+  //! Median wall time of `reps` target passes over a chain of n tokens
+  //! after the committed text (the root, then copies of it), decoded in
+  //! sequence 1 and removed again: the pass cost curve t(n). The cache and
+  //! the committed text are unchanged; the call counters are not.
+  double time_pass(std::int32_t n, std::int32_t reps) {
+    const llama_seq_id s1 = 1;
+    std::vector<double> t;
+    for (std::int32_t r = 0; r < reps; ++r) {
+      llama_memory_seq_cp(ctx_.memory(), 0, s1, -1, -1);
+      ctx_.batch_clear();
+      for (std::int32_t i = 0; i < n; ++i) ctx_.batch_add(committed_.back(), prefix() + i, {&s1, 1}, true);
+      const auto t0 = std::chrono::steady_clock::now();
+      ctx_.decode();
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      llama_memory_seq_rm(ctx_.memory(), s1, -1, -1);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+
+  //! Test only: injects a masking bug into score_tree (every node tagged
+  //! with the sequences of its parent's leaves, so it also sees its siblings
+  //! and their subtrees), the negative control of the strict per-node test.
+  void inject_sibling_bug(bool on) noexcept { sibling_bug_ = on; }
+
   //! Appends a token after plain_step.
   void push(llama_token t) { committed_.push_back(t); }
 
@@ -315,6 +402,7 @@ class tree_target {
   std::vector<float> rows_;
   std::vector<specdec::position_id> keep_;
   std::int32_t tree_n_ = 0;
+  bool sibling_bug_ = false;
 };
 
 // ---- drafters ---------------------------------------------------------------
@@ -325,54 +413,70 @@ class tree_target {
 struct draft_output {
   specdec::drafted_tree tree;
   std::vector<float> q;  //!< empty unless children were sampled
+  //! A planner's budget for this round (0 = the drafter's own options):
+  //! nodes including the root, and depth. Drafters that size their trees
+  //! (lookup_drafter, suffix_drafter) honour it.
+  std::int32_t max_nodes = 0;
+  std::int32_t max_depth = 0;  //!< see max_nodes
 };
 
-//! Inserts `cont` below the root of `t` as a path, sharing existing
-//! prefixes (a trie); stops at `max_nodes`.
-inline void insert_path(specdec::drafted_tree& t, std::span<const llama_token> cont, std::int32_t max_nodes) {
-  specdec::node_id u = 0;
-  for (llama_token x : cont) {
-    specdec::node_id hit = -1;
-    for (specdec::node_id c = u + 1; c < t.size() && hit < 0; ++c)
-      if (t.tree.parent(c) == u && t.tree.token(c) == x) hit = c;
-    if (hit < 0) {
-      if (t.size() >= max_nodes) return;
-      hit = t.add(u, x, 1.0f, 0.0f, specdec::draft_mode::deterministic);
-    }
-    u = hit;
-  }
+//! The round of a context whose newest token is the root.
+inline specdec::draft_round round_of(std::span<const llama_token> ctx) {
+  specdec::draft_round r;
+  r.root_token = ctx.back();
+  r.history = ctx.first(ctx.size() - 1);
+  return r;
 }
 
-//! Prompt lookup (n-gram matching in the context, no model): the longest
-//! suffix of the committed text (max_ngram down to min_ngram tokens) that
-//! occurred before proposes what followed it. `branches` = 1 drafts a chain
-//! from the most recent match; more merge the continuations of the most
-//! recent distinct matches into a tree. Drafts are deterministic.
-struct prompt_lookup_drafter {
-  std::int32_t max_ngram = 3;
-  std::int32_t min_ngram = 1;
-  std::int32_t depth = 8;
-  std::int32_t branches = 1;
-  std::int32_t max_nodes = 64;
+//! Prompt lookup with specdec's library primitive (specdec/draft/
+//! prompt_lookup.hpp): the longest suffix of the committed text that
+//! occurred before, the continuations of its most recent occurrences merged
+//! into a tree of the most confident ones. Deterministic drafts.
+struct lookup_drafter {
+  specdec::prompt_lookup_builder builder;  //!< options: max_nodes, max_depth, min_prob, ...
 
-  void draft(std::span<const llama_token> ctx, draft_output& out) const {
-    out.tree.reset(ctx.back());
+  void start() {}
+  void draft(std::span<const llama_token> ctx, draft_output& out) {
     out.q.clear();
-    const auto n = static_cast<std::int64_t>(ctx.size());
-    std::vector<std::vector<llama_token>> conts;
-    for (std::int32_t g = max_ngram; g >= min_ngram && conts.empty(); --g) {
-      if (g > n - 1) continue;
-      const std::span<const llama_token> pat = ctx.last(static_cast<std::size_t>(g));
-      // Most recent match first; the match must leave at least one token after it.
-      for (std::int64_t i = n - g - 1; i >= 0 && static_cast<std::int32_t>(conts.size()) < branches; --i) {
-        if (!std::equal(pat.begin(), pat.end(), ctx.begin() + i)) continue;
-        const std::int64_t b = i + g;
-        const std::int64_t e = std::min<std::int64_t>(n, b + depth);
-        std::vector<llama_token> c(ctx.begin() + b, ctx.begin() + e);
-        if (std::find(conts.begin(), conts.end(), c) == conts.end()) conts.push_back(std::move(c));
-      }
+    const specdec::prompt_lookup_options own = builder.options();
+    if (out.max_nodes > 0) {
+      specdec::prompt_lookup_options o = own;
+      o.max_nodes = out.max_nodes;
+      o.max_depth = out.max_depth;
+      builder.set_options(o);
     }
-    for (const auto& c : conts) insert_path(out.tree, c, max_nodes);
+    const specdec::status st = builder.build(round_of(ctx), out.tree);
+    builder.set_options(own);
+    check(st, "prompt_lookup_builder");
+  }
+};
+
+//! SuffixDecoding with specdec's library primitives (specdec/draft/
+//! suffix_index.hpp): a suffix trie over the prompt and all text generated
+//! so far, kept across runs (start() begins a new sequence), drafting the
+//! most frequent continuations of the longest matched suffix. Deterministic
+//! drafts.
+struct suffix_drafter {
+  specdec::suffix_index index;           //!< kept across start() calls
+  specdec::suffix_tree_builder builder;  //!< options: max_nodes, max_depth, min_prob, ...
+
+  void start() { index.begin_sequence(); }
+  void draft(std::span<const llama_token> ctx, draft_output& out) {
+    out.q.clear();
+    const specdec::suffix_tree_options own = builder.options();
+    if (out.max_nodes > 0) {
+      specdec::suffix_tree_options o = own;
+      o.max_nodes = out.max_nodes;
+      o.max_depth = out.max_depth;
+      builder.set_options(o);
+    }
+    specdec::status st = builder.build(index, round_of(ctx), out.tree);
+    if (st.code() == specdec::status_code::buffer_too_small) {  // full: forget older text, index this one again
+      index.clear();
+      st = builder.build(index, round_of(ctx), out.tree);
+    }
+    builder.set_options(own);
+    check(st, "suffix_tree_builder");
   }
 };
 

@@ -7,6 +7,8 @@
 #   bash examples/llama_cpp/run.sh            # the comparison (temperature 0)
 #   bash examples/llama_cpp/run.sh --test     # the CTest test of the adapter
 #   N=256 TEMP=0.8 THREADS=2 DEPTH=6 PROMPT_FILE=... bash examples/llama_cpp/run.sh
+#   bash examples/llama_cpp/run.sh --harness  # every prompt of PROMPTS (file or folder,
+#                                               default examples/llama_cpp/prompts), RUNS=3 runs, medians
 #
 # Environment: SPECDEC_LLAMA_CACHE (cache folder), SPECDEC_LLAMA_CUDA=1 (CUDA
 # build of llama.cpp for sm_90; untested here), SPECDEC_JOBS (build jobs).
@@ -41,14 +43,22 @@ cmake --build "$EX_BUILD" -j "$JOBS" --target specdec_llama_compare test_llama_a
 if [[ "$MODE" == "--test" ]]; then
   exec ctest --test-dir "$EX_BUILD" -R llama_cpp_adapter --output-on-failure
 fi
+if [[ "$MODE" == "--harness" ]]; then
+  exec python3 "$HERE/harness.py" --compare "$EX_BUILD/specdec_llama_compare" --llama-build "$LLAMA_BUILD" \
+    --model "$SMOLLM2_GGUF" --prompts "${PROMPTS:-$HERE/prompts}" --runs "${RUNS:-3}" -n "$N" --temp "$TEMP" \
+    -t "$THREADS" --depth "$DEPTH" --out "$CACHE/last-harness"
+fi
 
 OUT="$CACHE/last-run"
 mkdir -p "$OUT"
 # llama.cpp's own programs, same model, prompt, length, sampling, threads,
-# flash attention off. llama-speculative drafts with the same model (the only
-# GGUF at hand whose vocabulary matches); llama-lookup is its prompt lookup.
+# flash attention off, weight repacking off (-nr: llama.cpp's extra buffer
+# types; the AMX path crashed on Intel Xeons for batches of more than one
+# token, and specdec_llama_compare loads with it off too). llama-speculative
+# drafts with the same model (the only GGUF at hand whose vocabulary
+# matches); llama-lookup is its prompt lookup.
 COMMON=(-m "$SMOLLM2_GGUF" -f "$PROMPT_FILE" -n "$N" --temp "$TEMP" -t "$THREADS" -fa off -c 4096 -s 1
-  --spec-draft-n-max "$DEPTH")
+  -nr --spec-draft-n-max "$DEPTH")
 echo "== llama.cpp llama-speculative (draft model = target)"
 "$LLAMA_BUILD/bin/llama-speculative" "${COMMON[@]}" -md "$SMOLLM2_GGUF" >"$OUT/llama-speculative.txt" 2>&1 ||
   echo "llama-speculative failed (see $OUT/llama-speculative.txt)"

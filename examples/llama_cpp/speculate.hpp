@@ -12,10 +12,12 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "llama_adapter.hpp"
 #include "specdec/draft/verify_mode.hpp"
+#include "specdec/loop/planner.hpp"
 
 namespace specdec_llama {
 
@@ -37,7 +39,10 @@ struct run_stats {
   std::int64_t rounds = 0;
   std::int64_t drafted = 0;   //!< draft nodes proposed (root excluded)
   std::int64_t accepted = 0;  //!< draft tokens accepted
-  double seconds = 0.0;       //!< wall time of generation (prompt excluded)
+  std::int64_t shrunk = 0;
+  std::int64_t plain_rounds = 0;  //!< planned rounds that were plain decoding steps (no draft, or nothing paid)    //!<
+                                  //!< rounds whose tree was cut because llama_decode found no KV cells
+  double seconds = 0.0;           //!< wall time of generation (prompt excluded)
   //! Plain decoding only: per token, the gap between the two largest
   //! logits (how close the greedy choice was to a tie).
   std::vector<float> top2_gap;
@@ -56,6 +61,69 @@ struct run_stats {
 };
 
 namespace detail {
+
+//! Keeps the first k nodes of a drafted tree (ids are topological, so they
+//! are ancestor-closed): how a round shrinks when llama_decode finds no KV
+//! cells for the whole tree. A node whose children were all cut becomes a
+//! leaf; q rows (if any) of the kept nodes are unchanged.
+//! Drops the children of every node whose path probability (exp of its
+//! score) is below min_path_probability[its depth] (the planner's early-stop
+//! thresholds; the root always expands). Deterministic trees only, which
+//! any rule reading draft quantities may prune without losing exactness.
+inline void prune_below(specdec::drafted_tree& t, std::span<const double> min_path_probability) {
+  if (min_path_probability.empty() || t.size() <= 1) return;
+  // Node u keeps its children when its path probability reaches the
+  // threshold of its depth (static_tree_builder's rule); ids stay topological.
+  std::vector<char> keep(static_cast<std::size_t>(t.size()), 0);
+  keep[0] = 1;
+  bool all = true;
+  for (specdec::node_id i = 1; i < t.size(); ++i) {
+    const specdec::node_id u = t.tree.parent(i);
+    const auto du = static_cast<std::size_t>(t.tree.depth(u));
+    const bool expand = du == 0 || du >= min_path_probability.size() ||
+                        std::exp(static_cast<double>(t.tree.score(u))) >= min_path_probability[du];
+    keep[static_cast<std::size_t>(i)] = keep[static_cast<std::size_t>(u)] && expand ? 1 : 0;
+    all = all && keep[static_cast<std::size_t>(i)];
+  }
+  if (all) return;
+  specdec::drafted_tree cut;
+  std::vector<specdec::node_id> id(static_cast<std::size_t>(t.size()), -1);
+  cut.reset(t.tree.token(0));
+  id[0] = 0;
+  for (specdec::node_id i = 1; i < t.size(); ++i)
+    if (keep[static_cast<std::size_t>(i)])
+      id[static_cast<std::size_t>(i)] =
+          cut.add(id[static_cast<std::size_t>(t.tree.parent(i))], t.tree.token(i), t.prob[static_cast<std::size_t>(i)],
+                  t.tree.score(i), t.child_mode[static_cast<std::size_t>(t.tree.parent(i))]);
+  t = std::move(cut);
+}
+
+//! Keeps the nodes of depth <= max_depth, at most max_nodes of them in id
+//! order (ancestor-closed: ids are topological and a parent is never deeper
+//! than its child). Model-free builders emit nodes best-first, so this keeps
+//! the most confident ones.
+inline void keep_within(specdec::drafted_tree& t, std::int32_t max_nodes, std::int32_t max_depth) {
+  specdec::drafted_tree cut;
+  std::vector<specdec::node_id> id(static_cast<std::size_t>(t.size()), -1);
+  cut.reset(t.tree.token(0));
+  id[0] = 0;
+  for (specdec::node_id i = 1; i < t.size() && cut.size() < max_nodes; ++i) {
+    const specdec::node_id p = id[static_cast<std::size_t>(t.tree.parent(i))];
+    if (p < 0 || t.tree.depth(i) > max_depth) continue;
+    id[static_cast<std::size_t>(i)] = cut.add(p, t.tree.token(i), t.prob[static_cast<std::size_t>(i)], t.tree.score(i),
+                                              t.child_mode[static_cast<std::size_t>(t.tree.parent(i))]);
+  }
+  t = std::move(cut);
+}
+
+inline void keep_first(specdec::drafted_tree& t, std::int32_t k) {
+  specdec::drafted_tree cut;
+  cut.reset(t.tree.token(0));
+  for (specdec::node_id i = 1; i < k && i < t.size(); ++i)
+    cut.add(t.tree.parent(i), t.tree.token(i), t.prob[static_cast<std::size_t>(i)], t.tree.score(i),
+            t.child_mode[static_cast<std::size_t>(t.tree.parent(i))]);
+  t = std::move(cut);
+}
 
 //! Generated tokens after the prompt, cut at n_predict and after the first
 //! end-of-generation token.
@@ -118,9 +186,19 @@ inline run_stats plain_decode(const model& m, tree_target& tgt, std::span<const 
 //! temperature 0, otherwise the lossless mode that matches how the drafts
 //! were made, matching_verify_mode) and the accepted path is committed.
 //! `draft_ctx` (may be null) is the drafter's context, for its call count.
+//! With a `planner` (specdec/loop/planner.hpp), a round that drafted
+//! something asks it for a plan: a root-only plan is a plain decoding step,
+//! otherwise the tree keeps the plan's depth and its first plan-size nodes
+//! (model-free builders emit them most confident first) and loses the nodes
+//! below the plan's per-depth path-probability thresholds; after
+//! verification the planner observes the round (tree, draft confidences,
+//! accepted path, llama_decode time of the pass, drafting time, the rest).
+//! Plans depend on earlier rounds and this round's drafts only, never on
+//! this round's target rows, so verification stays exact.
 template <class Draft>
 run_stats speculate(const std::string& name, const model& m, tree_target& tgt, Draft&& draft, context* draft_ctx,
-                    std::span<const llama_token> prompt, const gen_options& o) {
+                    std::span<const llama_token> prompt, const gen_options& o,
+                    specdec::round_planner* planner = nullptr) {
   run_stats s;
   s.name = name;
   tgt.start(prompt);
@@ -132,10 +210,41 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
   std::vector<specdec::token_id> emitted;
   const auto t0 = std::chrono::steady_clock::now();
   for (std::uint32_t round = 0; !detail::done(m, tgt.committed(), prompt.size(), o); ++round) {
+    const auto r0 = std::chrono::steady_clock::now();
+    // Model-free drafts cost microseconds: draft first with the drafter's
+    // own budget; a round without a draft is a plain step. Otherwise the
+    // planner sizes the round (it may also make it a plain step).
     draft(std::span<const llama_token>(tgt.committed()), d);
+    if (planner != nullptr && d.tree.size() > 1) {
+      const specdec::round_plan plan = planner->next();
+      if (plan.summary.nodes <= 1 || plan.summary.depth == 0) {
+        d.tree.reset(tgt.committed().back());
+        d.q.clear();
+      } else {
+        detail::keep_within(d.tree, plan.summary.nodes, plan.summary.depth);
+        detail::prune_below(d.tree, plan.min_path_probability);
+      }
+    }
+    if (planner != nullptr && d.tree.size() == 1) ++s.plain_rounds;
+    const double drafter_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
+    const double f0 = tgt.ctx().decode_seconds();
+    specdec::view2d<const float> p;
+    // A planned plain step decodes the root in sequence 0 directly (no leaf
+    // sequence to copy and remove): the cost of plain decoding.
+    const bool plain_step = planner != nullptr && d.tree.size() == 1;
+    if (plain_step) p = specdec::make_view(tgt.plain_step(), std::int64_t{1}, V);
+    for (; !plain_step;) {  // a round that finds no KV cells is cut in half until it fits
+      try {
+        p = tgt.score_tree(d.tree.tree.view());
+        break;
+      } catch (const kv_full_error&) {
+        if (d.tree.size() <= 1) throw;
+        detail::keep_first(d.tree, (d.tree.size() + 1) / 2);
+        ++s.shrunk;
+      }
+    }
     const specdec::tree_view tree = d.tree.tree.view();
     const std::int32_t n = tree.size;
-    specdec::view2d<const float> p = tgt.score_tree(tree);
     specdec::view2d<const float> q{};
     specdec::verify_params vp;
     vp.seed = o.seed;
@@ -158,7 +267,26 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
     emitted.resize(static_cast<std::size_t>(n));
     specdec::verify_result r;
     check(specdec::verify_tree(tree, p, q, vp, std::as_writable_bytes(std::span(ws)), path, emitted, r), "verify_tree");
-    tgt.commit(tree, path, r);
+    const double forward_seconds = tgt.ctx().decode_seconds() - f0;
+    if (planner != nullptr) {  // what this round cost and accepted, for the next plans
+      specdec::round_feedback f;
+      f.tree = tree;
+      f.draft_prob = d.tree.prob;
+      f.path = std::span<const specdec::node_id>(path).first(static_cast<std::size_t>(r.accepted) + 1);
+      f.forward_nodes = n;
+      f.forward_seconds = forward_seconds;
+      f.drafter_calls = n > 1 ? 1 : 0;
+      f.drafted_nodes = n - 1;
+      f.drafter_seconds = drafter_seconds;
+      f.other_seconds = std::max(std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count() -
+                                     drafter_seconds - forward_seconds,
+                                 0.0);
+      check(planner->observe(f), "round_planner::observe");
+    }
+    if (plain_step)
+      tgt.push(r.next_token);
+    else
+      tgt.commit(tree, path, r);
     ++s.rounds;
     s.drafted += n - 1;
     s.accepted += r.accepted;

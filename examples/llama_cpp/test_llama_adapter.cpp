@@ -16,6 +16,7 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -153,6 +154,81 @@ TEST_CASE("every tree node's logits equal those of its path decoded as a plain s
   }
 }
 
+TEST_CASE("F32 model: every tree node's row equals its path decoded alone to rounding; a masking bug fails") {
+  // An exactly dequantized F32 copy of the shipped Q4_1 file: no 8-bit
+  // activation rounding, so a tree pass and one-token decoding differ only
+  // by summation order. Tolerance near the measured noise; the injected
+  // masking bug (each node tagged with its parent's leaves, so it also sees
+  // its siblings) must exceed it.
+  constexpr float kF32MaxLogitDiff = 0.05f;
+  static model m32(f32_copy(SPECDEC_LLAMA_MODEL));
+  const auto V = static_cast<std::int64_t>(m32.n_vocab());
+  const std::vector<llama_token> prompt = m32.tokenize(kPrompt);
+  tree_target tgt(m32, opts());
+  tree_target ref(m32, opts());
+  const std::uint32_t seed = 20261125;
+  std::printf("F32 random trees: seed %u\n", seed);
+  std::mt19937 rng(seed);
+  float worst = 0.0f, bug_worst = 0.0f;
+  for (int trial = 0; trial < 2; ++trial) {
+    draft_output raw, d;
+    raw.tree.reset(prompt.back());
+    for (std::int32_t i = 1; i < 16; ++i) {
+      const auto parent = static_cast<specdec::node_id>(std::uniform_int_distribution<int>(0, i - 1)(rng));
+      const auto tok = static_cast<llama_token>(rng() % 2 ? prompt[rng() % prompt.size()] : rng() % V);
+      raw.tree.add(parent, tok, 1.0f, 0.0f, specdec::draft_mode::deterministic);
+    }
+    // Level order (ids by depth): with the injected bug a sequence then still
+    // sees non-decreasing positions in the batch, which llama.cpp requires.
+    std::vector<specdec::node_id> order(static_cast<std::size_t>(raw.tree.size())), id(order.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<specdec::node_id>(i);
+    std::stable_sort(order.begin(), order.end(), [&](specdec::node_id a, specdec::node_id b) {
+      return raw.tree.tree.depth(a) < raw.tree.tree.depth(b);
+    });
+    d.tree.reset(prompt.back());
+    for (std::size_t k = 1; k < order.size(); ++k) {
+      const specdec::node_id u = order[k];
+      id[static_cast<std::size_t>(u)] =
+          d.tree.add(id[static_cast<std::size_t>(raw.tree.tree.parent(u))], raw.tree.tree.token(u), 1.0f, 0.0f,
+                     specdec::draft_mode::deterministic);
+    }
+    const specdec::tree_view tv = d.tree.tree.view();
+    std::vector<std::vector<float>> want;
+    for (specdec::node_id u = 0; u < tv.size; ++u) {
+      std::vector<llama_token> path;
+      for (specdec::node_id v = u; v >= 0; v = tv.parent[v]) path.insert(path.begin(), tv.token[v]);
+      want.push_back(plain_logits(ref, prompt, path));
+    }
+    for (const bool bug : {false, true}) {
+      tgt.inject_sibling_bug(bug);
+      tgt.start(prompt);
+      const specdec::view2d<const float> rows = tgt.score_tree(tv);
+      float w = 0.0f;
+      for (specdec::node_id u = 0; u < tv.size; ++u)
+        w = std::max(w, compare_rows(&rows(u, 0), want[static_cast<std::size_t>(u)].data(), V).max_abs);
+      (bug ? bug_worst : worst) = std::max(bug ? bug_worst : worst, w);
+      for (llama_seq_id sq = 1; sq < 64; ++sq) llama_memory_seq_rm(tgt.ctx().memory(), sq, -1, -1);
+    }
+    tgt.inject_sibling_bug(false);
+  }
+  std::printf("F32: max |tree row - path decoded alone| %.3g (tolerance %.3g); with the sibling masking bug %.3g\n",
+              static_cast<double>(worst), static_cast<double>(kF32MaxLogitDiff), static_cast<double>(bug_worst));
+  CHECK(worst <= kF32MaxLogitDiff);
+  CHECK(bug_worst > 10.0f * kF32MaxLogitDiff);  // the negative control must fail the strict check by far
+
+  // Greedy speculation with a 64-node prompt-lookup tree gives exactly the
+  // plain greedy text on the F32 model.
+  const gen_options go{40, 0.0f, 1, true};
+  const run_stats plain = plain_decode(m32, tgt, prompt, go);
+  lookup_drafter tree{specdec::prompt_lookup_builder({.max_depth = 6, .max_nodes = 64})};
+  const run_stats s = speculate(
+      "F32 lookup tree", m32, tgt, [&](std::span<const llama_token> c, draft_output& dd) { tree.draft(c, dd); },
+      nullptr, prompt, go);
+  std::printf("F32 lookup tree: %lld rounds, %lld accepted, text %s plain greedy\n", static_cast<long long>(s.rounds),
+              static_cast<long long>(s.accepted), s.tokens == plain.tokens ? "==" : "!=");
+  CHECK(s.tokens == plain.tokens);
+}
+
 TEST_CASE("greedy tree speculation with the self-drafter accepts every draft and reproduces plain greedy text") {
   model& m = the_model();
   const std::vector<llama_token> prompt = m.tokenize(kPrompt);
@@ -187,11 +263,26 @@ TEST_CASE("prompt-lookup speculation reproduces plain greedy text; commit leaves
   tree_target ref(m, opts());
   const gen_options go{40, 0.0f, 1, true};
   const run_stats plain = plain_decode(m, tgt, prompt, go);
-  for (std::int32_t branches : {1, 4}) {
-    prompt_lookup_drafter pl{3, 1, 6, branches, 64};
+  // The library's model-free drafters: prompt lookup as a chain (one match,
+  // no threshold) and as a tree, and the suffix tree.
+  lookup_drafter chain{specdec::prompt_lookup_builder({.max_matches = 1, .max_depth = 6, .max_nodes = 7})};
+  lookup_drafter tree{specdec::prompt_lookup_builder({.max_depth = 6, .max_nodes = 64})};
+  suffix_drafter suffix{specdec::suffix_index({.depth = 16, .capacity = 1 << 14}),
+                        specdec::suffix_tree_builder({.max_depth = 6, .max_nodes = 64})};
+  for (const int which : {0, 1, 2}) {
+    const char* name = which == 0 ? "lookup chain" : which == 1 ? "lookup tree" : "suffix tree";
+    suffix.start();
     const run_stats s = speculate(
-        "lookup", m, tgt, [&](std::span<const llama_token> ctx, draft_output& d) { pl.draft(ctx, d); }, nullptr, prompt,
-        go);
+        name, m, tgt,
+        [&](std::span<const llama_token> ctx, draft_output& d) {
+          if (which == 0) chain.draft(ctx, d);
+          if (which == 1) tree.draft(ctx, d);
+          if (which == 2) suffix.draft(ctx, d);
+          specdec::verify_mode vm = specdec::verify_mode::greedy;
+          check(specdec::matching_verify_mode(d.tree, vm), "matching_verify_mode");
+          CHECK(vm == specdec::verify_mode::deterministic);  // model-free drafts: the one-hot rule
+        },
+        nullptr, prompt, go);
     CHECK(same_greedy_text(s.tokens, plain));
     CHECK(s.target_calls == s.rounds);
     // The cache now holds the committed text but its newest token in
@@ -211,10 +302,9 @@ TEST_CASE("prompt-lookup speculation reproduces plain greedy text; commit leaves
     // Negative control: the same text without its newest token.
     ref.start(std::span(committed).first(committed.size() - 1));
     const diff wrong = compare_rows(got_row.data(), ref.plain_step(), V);
-    std::printf(
-        "lookup branches %d: %lld rounds, %lld accepted, next-token max |diff| %.3g TV %.3g (wrong context TV %.3g)\n",
-        branches, static_cast<long long>(s.rounds), static_cast<long long>(s.accepted), static_cast<double>(df.max_abs),
-        df.tv, wrong.tv);
+    std::printf("%s: %lld rounds, %lld accepted, next-token max |diff| %.3g TV %.3g (wrong context TV %.3g)\n", name,
+                static_cast<long long>(s.rounds), static_cast<long long>(s.accepted), static_cast<double>(df.max_abs),
+                df.tv, wrong.tv);
     CHECK(df.within());
     CHECK_FALSE(wrong.within());
   }
@@ -356,6 +446,68 @@ TEST_CASE("sampled drafts of the adapter verified losslessly follow the target l
   CHECK(det_p > 1e-3);
   CHECK(wrong_law_p < 1e-6);
   CHECK(iid_p < 1e-6);  // MSS without renormalizing q after a rejection is biased for these drafts
+}
+
+TEST_CASE("a long prompt decodes to the end with the largest tree of each method; a full cache shrinks the round") {
+  model& m = the_model();
+  std::string text;
+  for (int i = 0; i < 6; ++i) text += kPrompt;
+  const std::vector<llama_token> prompt = m.tokenize(text);
+  const std::int32_t depth = 8, n_predict = 160;
+  lookup_drafter lookup{specdec::prompt_lookup_builder({.max_depth = depth, .max_nodes = 64})};
+  suffix_drafter suffix{specdec::suffix_index({.depth = 24, .capacity = 1 << 15}),
+                        specdec::suffix_tree_builder({.max_depth = depth, .max_nodes = 64})};
+  const std::vector<std::int32_t> widths{2, 2, 1, 1, 1, 1, 1, 1};  // the self-draft tree: 2 + 4 * 7 nodes + root
+  context_options o = opts();
+  o.n_ctx = context_cells(prompt.size(), n_predict, 64, depth);
+  o.n_batch = std::max<std::int32_t>(128, static_cast<std::int32_t>(prompt.size()));
+  std::printf("long prompt: %zu tokens, n_predict %d, n_ctx %d\n", prompt.size(), n_predict, o.n_ctx);
+  const gen_options go{n_predict, 0.0f, 1, false};  // no stop at end-of-generation: run to n_predict
+  {
+    tree_target tgt(m, o);
+    const run_stats a = speculate(
+        "lookup", m, tgt, [&](std::span<const llama_token> c, draft_output& d) { lookup.draft(c, d); }, nullptr, prompt,
+        go);
+    CHECK(a.tokens.size() == static_cast<std::size_t>(n_predict));
+    CHECK(a.shrunk == 0);
+    suffix.start();
+    const run_stats b = speculate(
+        "suffix", m, tgt, [&](std::span<const llama_token> c, draft_output& d) { suffix.draft(c, d); }, nullptr, prompt,
+        go);
+    CHECK(b.tokens.size() == static_cast<std::size_t>(n_predict));
+    CHECK(b.shrunk == 0);
+    level_drafter self(m, o, widths, 0.0f);
+    self.start();
+    const run_stats c = speculate(
+        "self", m, tgt, [&](std::span<const llama_token> x, draft_output& d) { self.draft(x, d); }, &self.ctx(), prompt,
+        go);
+    CHECK(c.tokens.size() == static_cast<std::size_t>(n_predict));
+    CHECK(c.shrunk == 0);
+    std::printf("long prompt: lookup %lld rounds (%lld accepted), suffix %lld (%lld), self-draft tree %lld (%lld)\n",
+                static_cast<long long>(a.rounds), static_cast<long long>(a.accepted), static_cast<long long>(b.rounds),
+                static_cast<long long>(b.accepted), static_cast<long long>(c.rounds),
+                static_cast<long long>(c.accepted));
+  }
+  // A cache too small for the largest tree near its end (llama.cpp pads
+  // n_ctx to a multiple of 256): rounds that find no cells are cut in
+  // half and the generation still reaches n_predict.
+  const std::int32_t cells = (static_cast<std::int32_t>(prompt.size()) + n_predict + 255) / 256 * 256;
+  o.n_ctx = cells;
+  const std::int32_t tight = cells - static_cast<std::int32_t>(prompt.size()) - 4;
+  tree_target small(m, o);
+  const run_stats t = speculate(
+      "63-node chain", m, small,
+      [&](std::span<const llama_token> c, draft_output& d) {  // a 63-node chain of the newest token
+        d.q.clear();
+        d.tree.reset(c.back());
+        for (specdec::node_id u = 0; u < 62; ++u)
+          d.tree.add(u, c.back(), 1.0f, 0.0f, specdec::draft_mode::deterministic);
+      },
+      nullptr, prompt, gen_options{tight, 0.0f, 1, false});
+  std::printf("tight cache: %d cells, %d tokens generated, %lld rounds shrunk\n", cells,
+              static_cast<int>(t.tokens.size()), static_cast<long long>(t.shrunk));
+  CHECK(t.tokens.size() == static_cast<std::size_t>(tight));
+  CHECK(t.shrunk > 0);
 }
 
 TEST_CASE("bad trees are rejected before anything is decoded") {

@@ -1,0 +1,112 @@
+"""The comparison harness: every prompt of a file or folder, every method,
+RUNS runs each; prints one markdown table with the median tokens/s of each
+method per prompt, its speedup over plain decoding, target calls per token
+and tree nodes per call, and the median over the prompts.
+
+  python3 harness.py --compare BIN --llama-build DIR --model GGUF --prompts PATH
+                     [--runs 3] [-n 128] [--temp 0] [-t 1] [--depth 6] [--methods LIST] [--out DIR]
+
+Methods: plain decoding and specdec's (from specdec_llama_compare --methods),
+llama.cpp's llama-lookup and llama-speculative (draft model = target), all
+on the same model file, threads, length, temperature, flash attention off and
+weight repacking off (-nr)."""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llama_stats  # noqa: E402
+
+
+def specdec_rows(text):
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 9 or cells[0] in ("method", "---") or not cells[1].isdigit():
+            continue
+        rows[cells[0]] = {"tps": float(cells[2]), "calls_per_token": float(cells[6]), "nodes": float(cells[7]),
+                          "same": cells[-1]}
+    return rows
+
+
+def llama_row(path):
+    _, s = llama_stats.stats(path)
+    if s["n_predict"] is None or s["n_accept"] is None or not s["speed"]:
+        return None
+    calls = s["n_predict"] - s["n_accept"]
+    return {"tps": s["speed"], "calls_per_token": calls / s["n_predict"],
+            "nodes": (s["n_drafted"] or 0) / calls + 1, "same": "-"}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compare", required=True)
+    ap.add_argument("--llama-build", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--prompts", required=True)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("--temp", default="0")
+    ap.add_argument("-t", type=int, default=1)
+    ap.add_argument("--depth", type=int, default=6)
+    ap.add_argument("--methods", default="lookup,suffix,planned-lookup,planned-suffix")
+    ap.add_argument("--out", default="/tmp/specdec-harness")
+    a = ap.parse_args()
+    prompts = ([os.path.join(a.prompts, f) for f in sorted(os.listdir(a.prompts)) if f.endswith(".txt")]
+               if os.path.isdir(a.prompts) else [a.prompts])
+    os.makedirs(a.out, exist_ok=True)
+    common = ["-m", a.model, "-n", str(a.n), "--temp", a.temp, "-t", str(a.t), "-fa", "off", "-c", "4096", "-s", "1",
+              "-nr", "--spec-draft-n-max", str(a.depth)]
+    table = {}  # prompt -> method -> list of rows
+    order = []
+    for p in prompts:
+        name = os.path.basename(p).removesuffix(".txt")
+        for r in range(a.runs):
+            runs = table.setdefault(name, {})
+            out = subprocess.run([a.compare, "-f", p, "-n", str(a.n), "--temp", a.temp, "-t", str(a.t), "--depth",
+                                  str(a.depth), "--methods", a.methods], capture_output=True, text=True)
+            open(os.path.join(a.out, f"{name}.{r}.specdec.txt"), "w").write(out.stdout + out.stderr)
+            for m, row in specdec_rows(out.stdout).items():
+                runs.setdefault(m, []).append(row)
+                if m not in order:
+                    order.append(m)
+            for prog, extra in (("llama-lookup", []), ("llama-speculative", ["-md", a.model])):
+                log = os.path.join(a.out, f"{name}.{r}.{prog}.txt")
+                with open(log, "w") as f:
+                    subprocess.run([os.path.join(a.llama_build, "bin", prog), "-f", p] + common + extra,
+                                   stdout=f, stderr=subprocess.STDOUT)
+                row = llama_row(log)
+                m = "llama.cpp " + prog
+                if row:
+                    runs.setdefault(m, []).append(row)
+                if m not in order:
+                    order.append(m)
+            print(f"done {name} run {r + 1}/{a.runs}", file=sys.stderr, flush=True)
+    print(f"\nmedian of {a.runs} runs, n {a.n}, temperature {a.temp}, threads {a.t}, depth {a.depth}, repacking off\n")
+    print("| prompt | " + " | ".join(order) + " |")
+    print("|---|" + "---|" * len(order))
+    speedups = {m: [] for m in order}
+    for name, runs in table.items():
+        plain = statistics.median(r["tps"] for r in runs.get("plain decoding", [{"tps": 0}]))
+        cells = []
+        for m in order:
+            rs = runs.get(m)
+            if not rs:
+                cells.append("failed")
+                continue
+            tps = statistics.median(r["tps"] for r in rs)
+            sp = tps / plain if plain else 0
+            speedups[m].append(sp)
+            same = "" if rs[0]["same"] in ("yes", "-", "n/a (T>0)") else " (text differs)"
+            cells.append(f"{tps:.1f} ({sp:.2f}x; {rs[0]['calls_per_token']:.2f} calls/tok, "
+                         f"{rs[0]['nodes']:.1f} nodes/call){same}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print("| median speedup | " + " | ".join(
+        f"{statistics.median(speedups[m]):.2f}x" if speedups[m] else "-" for m in order) + " |")
+
+
+if __name__ == "__main__":
+    main()
