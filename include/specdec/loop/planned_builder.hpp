@@ -81,6 +81,12 @@ class planned_tree_builder : public owning_build<planned_tree_builder> {
   static_tree_builder static_;
 };
 
+namespace detail {
+inline double cur_draft_of(round_planner& p, const round_planner::candidate& c) {
+  return p.drafter_seconds(c.depth, c.expanded, 1.0 + c.value);
+}
+}  // namespace detail
+
 //! One plan per request for a batch that shares one target pass of at most
 //! `node_budget` nodes: starting from a root-only step for every request,
 //! repeatedly moves the one request whose next larger candidate most raises
@@ -92,11 +98,6 @@ class planned_tree_builder : public owning_build<planned_tree_builder> {
 //! planner its plan (pending until observe()). Requests keep their own
 //! depth. O(R x C x budget) for R requests with C candidates each.
 //! Errors: invalid_argument (null planner, budget below one node per request).
-namespace detail {
-inline double cur_draft_of(round_planner& p, const round_planner::candidate& c) {
-  return p.drafter_seconds(c.depth, c.expanded, 1.0 + c.value);
-}
-}  // namespace detail
 
 inline status plan_batch(std::span<round_planner* const> planners, std::int32_t node_budget) {
   const std::size_t R = planners.size();

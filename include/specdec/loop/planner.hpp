@@ -48,10 +48,11 @@ struct planner_options {
   std::int32_t cost_window = 8;    //!< pass times kept per tree size; their median is the estimate (>= 1)
   double explore = 0.05;           //!< optimism for rarely measured sizes: time x (1 - explore / sqrt(1 + seen))
   double prior_node_cost = 0.25;   //!< before two sizes are measured, each further node costs this share of one
+  //! After this many root-only rounds, one speculative round (0 = never); doubles per probe that loses.
   std::int32_t probe_every = 64;
-  std::int32_t rescore_every =
-      4;  //!< rounds between full scorings of the candidates (>= 1); the last choice in between   //!< after this many
-          //!< root-only rounds, one speculative round (0 = never)
+  //! Rounds between full scorings of the candidates (>= 1); the last choice is kept in between.
+  std::int32_t rescore_every = 4;
+  //!< root-only rounds, one speculative round (0 = never)
   bool prune = true;  //!< per-depth early-stop thresholds (draft probability below marginal cost)
 };
 
