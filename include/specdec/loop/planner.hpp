@@ -52,7 +52,6 @@ struct planner_options {
   std::int32_t probe_every = 64;
   //! Rounds between full scorings of the candidates (>= 1); the last choice is kept in between.
   std::int32_t rescore_every = 4;
-  //!< root-only rounds, one speculative round (0 = never)
   bool prune = true;  //!< per-depth early-stop thresholds (draft probability below marginal cost)
 };
 
