@@ -52,6 +52,26 @@ void walk(std::span<const node_id> shape, std::mt19937_64& rng, std::vector<node
   }
 }
 
+// One simulated round of `plan`: the walk under accept(), a pass of
+// `pass_seconds` (< 0: 100 us + 20 us per node, as an engine would measure)
+// and a drafter of 5 us per level. The feedback points into the buffers.
+specdec::round_feedback simulated_round(const specdec::round_plan& plan, std::mt19937_64& rng,
+                                        std::vector<node_id>& shape, std::vector<node_id>& path,
+                                        std::vector<specdec::token_id>& tok, double pass_seconds) {
+  shape.assign(plan.shape.begin(), plan.shape.end());
+  walk(shape, rng, path);
+  tok.assign(shape.size(), 0);
+  specdec::round_feedback f;
+  f.tree = specdec::tree_view{tok.data(), shape.data(), nullptr, nullptr, static_cast<std::int32_t>(shape.size())};
+  f.path = path;
+  f.forward_nodes = plan.summary.nodes;
+  f.forward_seconds = pass_seconds < 0.0 ? 1e-4 + 2e-5 * plan.summary.nodes : pass_seconds;
+  f.drafter_calls = plan.summary.depth;
+  f.drafted_nodes = plan.summary.nodes - 1;
+  f.drafter_seconds = 5e-6 * plan.summary.depth;
+  return f;
+}
+
 struct simulated {
   double tokens = 0, seconds = 0, predicted_tokens = 0;
 };
@@ -63,18 +83,10 @@ simulated run(specdec::round_planner& p, int rounds, std::uint64_t seed, bool me
   simulated s;
   for (int i = 0; i < rounds; ++i) {
     const specdec::round_plan plan = p.next();
-    shape.assign(plan.shape.begin(), plan.shape.end());
-    walk(shape, rng, path);
-    tok.assign(shape.size(), 0);
-    specdec::round_feedback f;
-    f.tree = specdec::tree_view{tok.data(), shape.data(), nullptr, nullptr, static_cast<std::int32_t>(shape.size())};
-    f.path = path;
-    f.forward_nodes = plan.summary.nodes;
-    f.forward_seconds = measured_times ? 1e-4 + 2e-5 * plan.summary.nodes : p.target_seconds(plan.summary.nodes);
-    f.drafter_calls = plan.summary.depth;
-    f.drafted_nodes = plan.summary.nodes - 1;
-    f.drafter_seconds = 5e-6 * plan.summary.depth;
-    if (!p.observe(f).ok()) std::abort();
+    if (!p.observe(simulated_round(plan, rng, shape, path, tok,
+                                   measured_times ? -1.0 : p.target_seconds(plan.summary.nodes)))
+             .ok())
+      std::abort();
     if (i >= rounds / 2) {
       s.tokens += static_cast<double>(path.size());
       s.seconds += plan.summary.predicted_seconds;
@@ -92,18 +104,7 @@ void BM_planner_round(benchmark::State& state) {
   std::vector<specdec::token_id> tok;
   for (auto _ : state) {
     const specdec::round_plan plan = p.next();
-    shape.assign(plan.shape.begin(), plan.shape.end());
-    walk(shape, rng, path);
-    tok.assign(shape.size(), 0);
-    specdec::round_feedback f;
-    f.tree = specdec::tree_view{tok.data(), shape.data(), nullptr, nullptr, static_cast<std::int32_t>(shape.size())};
-    f.path = path;
-    f.forward_nodes = plan.summary.nodes;
-    f.forward_seconds = 1e-4 + 2e-5 * plan.summary.nodes;
-    f.drafter_calls = plan.summary.depth;
-    f.drafted_nodes = plan.summary.nodes - 1;
-    f.drafter_seconds = 5e-6 * plan.summary.depth;
-    benchmark::DoNotOptimize(p.observe(f));
+    benchmark::DoNotOptimize(p.observe(simulated_round(plan, rng, shape, path, tok, -1.0)));
   }
   state.counters["nodes"] = p.plan().summary.nodes;
 }
