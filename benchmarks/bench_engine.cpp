@@ -159,48 +159,65 @@ void report(benchmark::State& st, const std::string& key, std::int64_t n, double
   st.counters["GFLOP/s"] = t > 0 ? flops / t * 1e-9 : 0.0;
 }
 
-void bm_forward(benchmark::State& st, const std::string& model, bool tree, bool old_engine) {
-  const auto n = static_cast<std::int32_t>(st.range(0));
-  const models::weights& w = load_cached<models::weights>(model);
+// The batched engine and the reference forward have the same API in two
+// namespaces: one timing routine for both.
+struct batched_api {
+  using weights = models::weights;
+  using state = models::state;
+  using scratch = models::scratch;
+  using batch = models::batch;
+  static void prefill(const weights& w, state& s, std::span<const token_id> t, scratch& sc) {
+    models::prefill(w, s, t, sc);
+  }
+  static void forward(const weights& w, state& s, const batch& b, std::span<float> l, scratch& sc) {
+    models::forward(w, s, b, l, sc);
+  }
+};
+struct reference_api {
+  using weights = reference::weights;
+  using state = reference::state;
+  using scratch = reference::scratch;
+  using batch = reference::batch;
+  static void prefill(const weights& w, state& s, std::span<const token_id> t, scratch& sc) {
+    reference::prefill(w, s, t, sc);
+  }
+  static void forward(const weights& w, state& s, const batch& b, std::span<float> l, scratch& sc) {
+    reference::forward(w, s, b, l, sc);
+  }
+};
+
+// Paired medians of one forward over n nodes and over the root alone, after the prefill.
+template <class E>
+std::pair<double, double> time_forward(benchmark::State& st, const typename E::weights& w, std::int32_t n, bool tree,
+                                       std::int64_t& cache_len, tree_inputs& in) {
   const std::vector<token_id> head(prefill_text.begin(), prefill_text.end());
   std::vector<float> logits(static_cast<std::size_t>(n * w.cfg.vocab));
-  double t = 0, t1 = 0;
+  typename E::state s(w.cfg, capacity);
+  typename E::scratch sc;
+  E::prefill(w, s, head, sc);
+  cache_len = s.cache_len;
+  in = make_inputs(n, tree, cache_len);
+  const typename E::batch b{in.tokens, in.pos, in.parent, in.mask, in.words, 0};
+  const typename E::batch b1{std::span(in.tokens).first(1),
+                             std::span(in.pos).first(1),
+                             std::span(in.parent).first(1),
+                             std::span(in.mask).first(static_cast<std::size_t>(in.words)),
+                             in.words,
+                             0};
+  // The forward leaves the committed cache as it was: every call does the same work.
+  return paired_medians(
+      st, [&] { E::forward(w, s, b, logits, sc); }, [&] { E::forward(w, s, b1, logits, sc); });
+}
+
+void bm_forward(benchmark::State& st, const std::string& model, bool tree, bool old) {
+  const auto n = static_cast<std::int32_t>(st.range(0));
+  const models::weights& w = load_cached<models::weights>(model);
   std::int64_t cache_len = 0;
   tree_inputs in;
-  if (!old_engine) {
-    models::state s(w.cfg, capacity);
-    models::scratch sc;
-    models::prefill(w, s, head, sc);
-    cache_len = s.cache_len;
-    in = make_inputs(n, tree, cache_len);
-    const models::batch b{in.tokens, in.pos, in.parent, in.mask, in.words, 0};
-    const models::batch b1{std::span(in.tokens).first(1),
-                           std::span(in.pos).first(1),
-                           std::span(in.parent).first(1),
-                           std::span(in.mask).first(static_cast<std::size_t>(in.words)),
-                           in.words,
-                           0};
-    // The forward leaves the committed cache as it was: every call does the same work.
-    std::tie(t, t1) = paired_medians(
-        st, [&] { models::forward(w, s, b, logits, sc); }, [&] { models::forward(w, s, b1, logits, sc); });
-  } else {
-    const reference::weights& rw = load_cached<reference::weights>(model);
-    reference::state s(rw.cfg, capacity);
-    reference::scratch sc;
-    reference::prefill(rw, s, head, sc);
-    cache_len = s.cache_len;
-    in = make_inputs(n, tree, cache_len);
-    const reference::batch b{in.tokens, in.pos, in.parent, in.mask, in.words, 0};
-    const reference::batch b1{std::span(in.tokens).first(1),
-                              std::span(in.pos).first(1),
-                              std::span(in.parent).first(1),
-                              std::span(in.mask).first(static_cast<std::size_t>(in.words)),
-                              in.words,
-                              0};
-    std::tie(t, t1) = paired_medians(
-        st, [&] { reference::forward(rw, s, b, logits, sc); }, [&] { reference::forward(rw, s, b1, logits, sc); });
-  }
-  report(st, model + (old_engine ? "/old" : "/new"), n, t, forward_flops(w, n, cache_len, in), t1);
+  const auto [t, t1] =
+      old ? time_forward<reference_api>(st, load_cached<reference::weights>(model), n, tree, cache_len, in)
+          : time_forward<batched_api>(st, w, n, tree, cache_len, in);
+  report(st, model + (old ? "/old" : "/new"), n, t, forward_flops(w, n, cache_len, in), t1);
 }
 
 // Every matrix product of one forward with the packed kernel, nothing else.
