@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <span>
@@ -16,6 +17,7 @@
 #include "specdec/draft/beam_tree.hpp"
 #include "specdec/draft/prune.hpp"
 #include "specdec/draft/static_tree.hpp"
+#include "specdec/draft/suffix_index.hpp"
 #include "specdec/draft/token_info.hpp"
 
 namespace {
@@ -197,4 +199,57 @@ void BM_batch_prune_host(benchmark::State& st) {
 }
 BENCHMARK(BM_batch_prune_host)->Unit(benchmark::kMicrosecond);
 
+}  // namespace
+
+// Model-free drafting (draft/suffix_index.hpp): appending a token to the
+// suffix trie (items = tokens appended) and drafting a tree of up to 32
+// nodes from it (items = trees drafted), on a text of 8192 tokens over 512
+// token ids that repeats 64-token phrases (what prompt lookup feeds on).
+namespace {
+std::vector<specdec::token_id> phrase_text() {
+  std::mt19937 g(17);
+  std::vector<std::vector<specdec::token_id>> phrases(32, std::vector<specdec::token_id>(64));
+  for (auto& p : phrases)
+    for (auto& t : p) t = static_cast<specdec::token_id>(g() % 512);
+  std::vector<specdec::token_id> text;
+  while (text.size() < 8192) {
+    const auto& p = phrases[g() % phrases.size()];
+    text.insert(text.end(), p.begin(), p.begin() + 8 + static_cast<std::ptrdiff_t>(g() % 56));
+  }
+  return text;
+}
+
+void BM_suffix_index_append(benchmark::State& state) {
+  const auto text = phrase_text();
+  const auto depth = static_cast<std::int32_t>(state.range(0));
+  specdec::suffix_index idx({.depth = depth, .capacity = 1 << 20, .vocab_size = 512});
+  std::size_t i = 0;
+  for (auto _ : state) {
+    if (i == text.size()) {
+      state.PauseTiming();
+      idx.clear();
+      i = 0;
+      state.ResumeTiming();
+    }
+    benchmark::DoNotOptimize(idx.append(text[i++]));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_suffix_index_append)->Arg(4)->Arg(16)->Arg(24);
+
+void BM_suffix_tree_draft(benchmark::State& state) {
+  const auto text = phrase_text();
+  specdec::suffix_index idx({.depth = 24, .capacity = 1 << 20, .vocab_size = 512});
+  specdec::throw_if_error(idx.append(text));  // the context, root last
+  specdec::suffix_tree_builder b({.max_nodes = static_cast<std::int32_t>(state.range(0))});
+  specdec::drafted_tree out;
+  std::int64_t nodes = 0;
+  for (auto _ : state) {
+    if (!b.draft(idx, text.back(), out).ok()) std::abort();
+    nodes += out.size();
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["nodes"] = benchmark::Counter(static_cast<double>(nodes) / static_cast<double>(state.iterations()));
+}
+BENCHMARK(BM_suffix_tree_draft)->Arg(8)->Arg(32);
 }  // namespace

@@ -286,7 +286,7 @@ class suffix_tree_builder : public owning_build<suffix_tree_builder> {
     SPECDEC_TRY(validate(index));
     if (index.sequence_length() < 1 || index.nodes().empty())
       return make_status(status_code::invalid_argument, "the index holds no token of the current sequence");
-    if (index.sequence_length() < 1 || index.last_token() != root_token)
+    if (index.last_token() != root_token)
       return make_status(status_code::invalid_argument, "the indexed sequence does not end with the root token");
     out.reset(root_token);
     std::int32_t node = -1;
