@@ -4,7 +4,7 @@
 // parameter Llama-style transformer target, a 0.25M drafter distilled from
 // it, and a 1M-parameter hybrid target with Mamba2 layers next to
 // attention layers (drafted by the same small transformer). For each target
-// and temperature 0 / 1 the demo decodes the same prompt
+// and temperature 0 / 1 the demo decodes four prompts
 //   - autoregressively (one target call per token),
 //   - with a speculative chain (4 drafts),
 //   - with an i.i.d. sampled tree (widths 3,2,2,1; multi-step speculative
@@ -20,10 +20,11 @@
 // (and tree conv1d + tree scan in Mamba2 layers) -> verification, the rule
 // chosen from how the tree was drafted -> in-place KV commit and SSM/conv
 // state commit of the accepted path. Throughput is process CPU time (equal
-// to wall time on an idle machine; the demo is single-threaded); the stage
-// shares are the session's wall-clock stage timers. Exits non-zero if a temperature-0 run is not token-identical to
-// autoregressive greedy decoding.
-// Usage: model_demo [models_dir] [tokens=160]
+// to wall time on an idle machine; the demo is single-threaded), the median
+// over `repeats` passes over all rows and prompts; the stage shares are the
+// session's wall-clock stage timers. Exits non-zero if a temperature-0 run is
+// not token-identical to autoregressive greedy decoding on every prompt.
+// Usage: model_demo [models_dir] [tokens=160] [repeats=3]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -74,12 +75,19 @@ void print_curve(const char* name, const models::weights& w, const std::vector<m
   std::printf("\n");
 }
 
+struct run_total {
+  std::int64_t tokens = 0;
+  double seconds = 0;
+};
+
 struct row {
   std::string model, method;
   float temperature = 0;
-  models::decode_stats st;
-  bool identical = true;
-  std::vector<models::token_id> out;
+  models::decode_stats st;                        // summed over prompts and repeats
+  bool identical = true;                          // T = 0: every prompt's output equals autoregressive decoding's
+  std::vector<run_total> per_repeat;              // [repeat]: all prompts
+  std::vector<std::vector<double>> prompt_rates;  // [prompt][repeat]: tokens per CPU second
+  std::vector<models::token_id> first_out;        // the first prompt's output (first repeat)
 };
 
 std::string text(const std::vector<models::token_id>& t) {
@@ -88,11 +96,18 @@ std::string text(const std::vector<models::token_id>& t) {
   return s;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : SPECDEC_MODELS_DIR;
   const std::int64_t n_tokens = argc > 2 ? std::atoll(argv[2]) : 160;
+  const int repeats = argc > 3 ? std::max(1, std::atoi(argv[3])) : 3;
   models::weights target, draft, hybrid;
   try {
     target = models::load(dir + "/target.gguf");
@@ -102,17 +117,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot load the models: %s\n", e.what());
     return 2;
   }
-  const std::string prompt_text =
-      "def read_config(path):\n    \"\"\"Read the configuration file at path.\"\"\"\n    with open(";
-  const std::vector<models::token_id> prompt(prompt_text.begin(), prompt_text.end());
+  // Four prompts in the models' domain (Python source; none is in the
+  // training corpus): speed is reported over all four, and per prompt.
+  const std::string prompt_texts[] = {
+      "def read_config(path):\n    \"\"\"Read the configuration file at path.\"\"\"\n    with open(",
+      "import os\nimport sys\n\n\ndef main(argv=None):\n    if argv is None:\n        argv = sys.argv[1:]\n",
+      "class Stack:\n    \"\"\"A last-in, first-out container.\"\"\"\n\n    def __init__(self):\n        self.",
+      "    def __repr__(self):\n        return '%s(%r)' % (self.__class__.__name__, ",
+  };
+  std::vector<std::vector<models::token_id>> prompts;
+  for (const auto& t : prompt_texts) prompts.emplace_back(t.begin(), t.end());
+  const std::vector<models::token_id>& prompt = prompts[0];
   const std::string warm_text = "class Config:\n    def __init__(self, path):\n        self.path = path\n";
   const std::vector<models::token_id> warm_prompt(warm_text.begin(), warm_text.end());
   std::printf(
       "specdec model demo: target %s (%lld layers, d=%lld), hybrid (%s), drafter (%lld layers, d=%lld); "
-      "%lld tokens per run after a %zu-byte prompt\n",
+      "%lld tokens per run after each of %zu prompts, %d repeats\n",
       target.cfg.arch.c_str(), static_cast<long long>(target.cfg.layers), static_cast<long long>(target.cfg.d),
       hybrid.cfg.kinds.c_str(), static_cast<long long>(draft.cfg.layers), static_cast<long long>(draft.cfg.d),
-      static_cast<long long>(n_tokens), prompt.size());
+      static_cast<long long>(n_tokens), prompts.size(), repeats);
 
   struct method {
     const char* name;
@@ -132,44 +155,79 @@ int main(int argc, char** argv) {
       {"planned, cold", true, models::tree_kind::planned},
       {"planned, warm", true, models::tree_kind::planned}};
   const std::pair<const char*, const models::weights*> targets[] = {{"transformer", &target}, {"hybrid", &hybrid}};
+  // The rows, then the runs: every repeat runs every row on every prompt, so
+  // a slower spell of a shared machine falls on all rows alike.
+  struct job {
+    const char* tname;
+    const models::weights* tw;
+    float temp;
+    const method* m;
+  };
   std::vector<row> rows;
-  int per_target = 0;
-  for (const auto& m : methods) per_target += m.sampled_only ? 1 : 2;
-  const int total = 2 * per_target;
-  int done = 0;
-  for (const auto& [tname, tw] : targets) {
-    for (const float temp : {0.0f, 1.0f}) {
-      std::vector<models::token_id> reference;
+  std::vector<job> jobs;
+  for (const auto& [tname, tw] : targets)
+    for (const float temp : {0.0f, 1.0f})
       for (const auto& m : methods) {
         if (m.sampled_only && temp == 0.0f) continue;
-        row r{tname, m.name, temp, {}, true, {}};
-        models::spec_options o;
-        o.kind = m.kind;
-        o.sampled_rule = m.rule;
-        o.temperature = temp;
-        std::fprintf(stderr, "[%2d/%d] %-11s T=%.0f %-28s ", ++done, total, tname, static_cast<double>(temp), m.name);
-        if (!m.speculative) {
-          r.out = models::generate_autoregressive(*tw, prompt, n_tokens, o, r.st);
-          reference = r.out;
-        } else {
-          // "warm": the planner first serves an earlier request on another
-          // prompt (untimed) and keeps what it measured, as in an engine
-          // whose planner outlives requests; "cold" learns within this run.
-          specdec::round_planner carried;
-          if (std::string(m.name) == "planned, warm") {
-            o.carry = &carried;
-            models::decode_stats untimed;
-            (void)models::generate_speculative(*tw, draft, warm_prompt, n_tokens, o, untimed);
-          }
-          r.out = models::generate_speculative(*tw, draft, prompt, n_tokens, o, r.st, [&](std::int64_t k) {
-            if (k % 16 < 4) std::fputc('.', stderr);
-          });
-          r.identical = r.out == reference;
-        }
-        std::fprintf(stderr, " %.2fs\n", r.st.seconds);
+        row r;
+        r.model = tname;
+        r.method = m.name;
+        r.temperature = temp;
+        r.per_repeat.resize(static_cast<std::size_t>(repeats));
+        r.prompt_rates.resize(prompts.size());
         rows.push_back(std::move(r));
+        jobs.push_back({tname, tw, temp, &m});
       }
+  std::vector<std::vector<models::token_id>> reference(prompts.size());  // AR output per prompt, current block
+  for (int rep = 0; rep < repeats; ++rep) {
+    std::fprintf(stderr, "repeat %d/%d:", rep + 1, repeats);
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      const job& jb = jobs[j];
+      row& r = rows[j];
+      models::spec_options o;
+      o.kind = jb.m->kind;
+      o.sampled_rule = jb.m->rule;
+      o.temperature = jb.temp;
+      // "warm": the planner first serves an earlier request on another
+      // prompt (untimed), then carries what it measured from prompt to
+      // prompt, as in an engine whose planner outlives requests; "cold"
+      // starts from nothing on every prompt.
+      specdec::round_planner carried;
+      if (std::string(jb.m->name) == "planned, warm") {
+        o.carry = &carried;
+        models::decode_stats untimed;
+        (void)models::generate_speculative(*jb.tw, draft, warm_prompt, n_tokens, o, untimed);
+      }
+      for (std::size_t p = 0; p < prompts.size(); ++p) {
+        models::decode_stats st;
+        std::vector<models::token_id> out;
+        if (!jb.m->speculative) {
+          out = models::generate_autoregressive(*jb.tw, prompts[p], n_tokens, o, st);
+          reference[p] = out;
+        } else {
+          out = models::generate_speculative(*jb.tw, draft, prompts[p], n_tokens, o, st);
+          if (jb.temp == 0.0f && out != reference[p]) r.identical = false;
+        }
+        r.per_repeat[static_cast<std::size_t>(rep)].tokens += st.tokens;
+        r.per_repeat[static_cast<std::size_t>(rep)].seconds += st.seconds;
+        r.prompt_rates[p].push_back(static_cast<double>(st.tokens) / st.seconds);
+        if (rep == 0 && p == 0) r.first_out = out;
+        r.st.tokens += st.tokens;
+        r.st.target_calls += st.target_calls;
+        r.st.drafter_calls += st.drafter_calls;
+        r.st.rounds += st.rounds;
+        r.st.seconds += st.seconds;
+        r.st.stages.draft += st.stages.draft;
+        r.st.stages.mask += st.stages.mask;
+        r.st.stages.forward += st.stages.forward;
+        r.st.stages.verify += st.stages.verify;
+        r.st.stages.commit += st.stages.commit;
+        for (const auto& [shape, n] : st.plans) r.st.plans[shape] += n;
+        if (!st.planner_estimates.empty()) r.st.planner_estimates = st.planner_estimates;
+      }
+      std::fputc('.', stderr);
     }
+    std::fprintf(stderr, "\n");
   }
 
   std::printf(
@@ -178,19 +236,32 @@ int main(int argc, char** argv) {
   print_curve("hybrid", hybrid, prompt);
   print_curve("drafter", draft, prompt);
 
-  std::printf("\n%-11s %3s %-28s %9s %10s %11s %12s %10s %9s\n", "target", "T", "decoding", "tok/CPU-s", "tokens/pass",
-              "target/tok", "drafter/tok", "speedup", "T=0 == AR");
-  double base = 0;
+  std::printf(
+      "\nTokens per CPU second: the median over repeats of each repeat's total over the prompts; speedup is\n"
+      "that over autoregressive decoding's; per prompt: the lowest and highest prompt's ratio of medians.\n");
+  std::printf("%-11s %3s %-28s %9s %10s %11s %12s %8s %15s %9s\n", "target", "T", "decoding", "tok/CPU-s",
+              "tokens/pass", "target/tok", "drafter/tok", "speedup", "per prompt", "T=0 == AR");
+  const row* base = nullptr;
   bool all_identical = true;
+  const auto rate = [](const row& r) {
+    std::vector<double> v;
+    for (const auto& t : r.per_repeat) v.push_back(static_cast<double>(t.tokens) / t.seconds);
+    return median(v);
+  };
   for (const auto& r : rows) {
-    const double tps = static_cast<double>(r.st.tokens) / r.st.seconds;
     const bool ar = r.st.drafter_calls == 0 && r.st.stages.total() == 0;
-    if (ar) base = tps;
+    if (ar) base = &r;
     const double per_pass = static_cast<double>(r.st.tokens) / static_cast<double>(r.st.target_calls);
-    std::printf("%-11s %3.0f %-28s %9.0f %10.2f %11.3f %12.3f %9.2fx %9s\n", r.model.c_str(),
-                static_cast<double>(r.temperature), r.method.c_str(), tps, per_pass, 1.0 / per_pass,
-                static_cast<double>(r.st.drafter_calls) / static_cast<double>(r.st.tokens), tps / base,
-                r.temperature != 0.0f ? "-" : (ar ? "(ref)" : (r.identical ? "yes" : "NO")));
+    double lo = 1e300, hi = 0;
+    for (std::size_t p = 0; p < r.prompt_rates.size(); ++p) {
+      const double q = median(r.prompt_rates[p]) / median(base->prompt_rates[p]);
+      lo = std::min(lo, q);
+      hi = std::max(hi, q);
+    }
+    std::printf("%-11s %3.0f %-28s %9.0f %10.2f %11.3f %12.3f %7.2fx %6.2fx-%5.2fx %9s\n", r.model.c_str(),
+                static_cast<double>(r.temperature), r.method.c_str(), rate(r), per_pass, 1.0 / per_pass,
+                static_cast<double>(r.st.drafter_calls) / static_cast<double>(r.st.tokens), rate(r) / rate(*base), lo,
+                hi, r.temperature != 0.0f ? "-" : (ar ? "(ref)" : (r.identical ? "yes" : "NO")));
     if (r.temperature == 0.0f && !r.identical) all_identical = false;
   }
 
@@ -207,18 +278,19 @@ int main(int argc, char** argv) {
                 static_cast<double>(r.temperature), r.method.c_str(), s.draft / t, s.mask / t, s.forward / t,
                 s.verify / t, s.commit / t, (s.mask + s.verify + s.commit) / t);
   }
-  std::printf("\nPlanned rows: shapes the planner chose (rounds) and its estimates at the end of the run:\n");
+  std::printf(
+      "\nPlanned rows: shapes the planner chose (rounds, all runs) and its estimates at the end of the last run:\n");
   for (const auto& r : rows) {
     if (r.st.plans.empty()) continue;
     std::printf("%-11s T=%.0f:", r.model.c_str(), static_cast<double>(r.temperature));
     for (const auto& [shape, n] : r.st.plans) std::printf(" %s x%lld", shape.c_str(), static_cast<long long>(n));
     std::printf("\n    %s\n", r.st.planner_estimates.c_str());
   }
-  std::printf("\nGreedy continuation (transformer): %s%s\n", prompt_text.c_str(), text(rows[0].out).c_str());
+  std::printf("\nGreedy continuation (transformer): %s%s\n", prompt_texts[0].c_str(), text(rows[0].first_out).c_str());
   for (const auto& r : rows)
     if (r.model == "transformer" && r.temperature == 1.0f && r.method == "iid tree 3,2,2,1 (MSS)")
-      std::printf("Sampled continuation (transformer, iid tree, T=1): %s%s\n", prompt_text.c_str(),
-                  text(r.out).c_str());
+      std::printf("Sampled continuation (transformer, iid tree, T=1): %s%s\n", prompt_texts[0].c_str(),
+                  text(r.first_out).c_str());
   std::printf("\nAll temperature-0 speculative outputs token-identical to autoregressive: %s\n",
               all_identical ? "yes" : "NO");
   return all_identical ? 0 : 1;

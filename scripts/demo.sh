@@ -5,9 +5,9 @@
 # decoding at temperature 0 and 1, for a transformer and a Mamba2 hybrid.
 # The older n-gram example stays as a quick check:
 #   ./build/demo/examples/speculative_demo
-# Usage: bash scripts/demo.sh [tokens per run, default 160]
+# Usage: bash scripts/demo.sh [tokens per run, default 160] [repeats, default 3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake --workflow --preset demo
-./build/demo/examples/model_demo examples/models "${1:-160}"
+./build/demo/examples/model_demo examples/models "${1:-160}" "${2:-3}"

@@ -57,7 +57,10 @@ step "python package: pip install . and pytest (with the CUDA kernels when nvcc 
 py=build/venv-python/bin/python
 [ -x "$py" ] || python3 -m venv build/venv-python
 "$py" -m pip install -q --upgrade numpy pytest nanobind scikit-build-core
-"$py" -m pip install -q --no-build-isolation -C cmake.define.SPECDEC_WERROR=ON .
+# The ci build compiled every kernel for sm_80 and sm_90: one architecture
+# is enough to check that the bindings build against them.
+"$py" -m pip install -q --no-build-isolation -C cmake.define.SPECDEC_WERROR=ON \
+  -C cmake.define.SPECDEC_CUDA_ARCHITECTURES=80 .
 (cd python/tests && "../../$py" -m pytest -q)
 
 step "all checks passed"

@@ -28,6 +28,11 @@ using namespace specdec;
 using looptest::table;
 
 // ---- concepts ---------------------------------------------------------------
+
+// Under sanitizers the law tests run a quarter of the trials (tests/loop/CMakeLists.txt).
+#ifndef SPECDEC_LOOP_TRIAL_SCALE
+#define SPECDEC_LOOP_TRIAL_SCALE 1
+#endif
 namespace {
 struct not_a_target {
   int forward(int) { return 0; }
@@ -234,7 +239,7 @@ void report(const char* name, const vtest::fit& f) {
 
 TEST_CASE("session at temperature 1 follows the target's law over whole continuations") {
   // Seeds are fixed and printed; p-value threshold 1e-4 per case.
-  constexpr int trials = 200000;
+  constexpr int trials = 200000 / SPECDEC_LOOP_TRIAL_SCALE;
   constexpr int L = 3;
   const std::uint64_t seed = 20261122;
   std::printf("loop law: trials %d, L %d, seed %llu\n", trials, L, static_cast<unsigned long long>(seed));
@@ -293,7 +298,7 @@ TEST_CASE("session at temperature 1 follows the target's law over whole continua
 }
 
 TEST_CASE("loop law negative controls: a mismatched rule must fail the same test") {
-  constexpr int trials = 200000;
+  constexpr int trials = 200000 / SPECDEC_LOOP_TRIAL_SCALE;
   const std::uint64_t seed = 777;
   looptest::drafter d{{.V = 3, .seed = 5}};
   // Deterministic (top-2) drafts verified with the real q (the i.i.d. rule):
@@ -361,7 +366,7 @@ struct target_peeking_builder {
 }  // namespace
 
 TEST_CASE("planned rounds keep the target's law; planning from this round's target rows breaks it") {
-  constexpr int trials = 200000;
+  constexpr int trials = 200000 / SPECDEC_LOOP_TRIAL_SCALE;
   constexpr int L = 3;
   const std::uint64_t seed = 20261125;
   std::printf("planned loop law: trials %d, L %d, seed %llu\n", trials, L, static_cast<unsigned long long>(seed));
@@ -500,7 +505,7 @@ TEST_CASE("caller-supplied round uniforms: Philox copies reproduce a seeded run;
     }
   }
   SECTION("uniforms from std::mt19937_64 keep the target's law; squared verify uniforms must not") {
-    constexpr int trials = 100000, L = 2;
+    constexpr int trials = 100000 / SPECDEC_LOOP_TRIAL_SCALE, L = 2;
     const sampled_tree_builder b({.mode = draft_mode::iid, .widths = {2, 2}, .vocab_size = V});
     const std::int32_t bound = b.node_bound();
     const auto law_with = [&](bool biased) {
@@ -733,7 +738,7 @@ TEST_CASE("stream and token-info builders on the tree_builder signature: same tr
     CHECK(s3.round(ts, t3) == status_code::invalid_argument);
   }
   SECTION("temperature 1: whole-continuation law (deterministic rule)") {
-    constexpr int trials = 200000;
+    constexpr int trials = 200000 / SPECDEC_LOOP_TRIAL_SCALE;
     const std::uint64_t seed = 20261123;
     table_stream_source ss{{.V = 3, .seed = 5}, 2};
     const auto f = loop_law(stream_tree_builder({.k = 2, .max_depth = 2}), ss, options(3, 0, 64), 1, 3, trials, seed);

@@ -53,6 +53,9 @@ struct planner_options {
   //! Rounds between full scorings of the candidates (>= 1); the last choice is kept in between.
   std::int32_t rescore_every = 4;
   bool prune = true;  //!< per-depth early-stop thresholds (draft probability below marginal cost)
+  //! Root-only rounds timed (after the first, dropped) before any speculation (>= 0): every
+  //! shape is priced against the plain step, so it is measured rather than extrapolated.
+  std::int32_t plain_first = 2;
 };
 
 //! Where a round's shape came from.
@@ -145,6 +148,7 @@ class round_planner {
       return make_status(status_code::invalid_argument, "prior_node_cost must be >= 0");
     if (o.probe_every < 0) return make_status(status_code::invalid_argument, "probe_every must be >= 0");
     if (o.rescore_every < 1) return make_status(status_code::invalid_argument, "rescore_every must be >= 1");
+    if (o.plain_first < 0) return make_status(status_code::invalid_argument, "plain_first must be >= 0");
     opt_ = o;
     const std::int32_t D = std::min(o.max_depth, o.max_nodes - 1);
     depth_cap_ = std::max(D, 0);
@@ -168,6 +172,7 @@ class round_planner {
     drafted_rounds_ = 0;
     catch_up_ = 0;
     since_draft_ = 0;
+    probe_hold_ = false;
     since_solve_ = o.replan_every;  // solve on the first plan
     has_plan_ = false;
     return status::success();
@@ -246,6 +251,21 @@ class round_planner {
       set_plan(c, predict_seconds(c));
       return plan();
     }
+    // The plain step first: a pass over one node costs less than the
+    // per-node slope of larger passes says (t(N) is concave at small N).
+    if (injected_n_.empty() && cost_.kept(1) < opt_.plain_first) {
+      const auto ar = static_cast<std::size_t>(
+          std::find_if(cands_.begin(), cands_.end(), [](const candidate& c) { return c.nodes == 1; }) - cands_.begin());
+      choose(ar, predict_seconds(cands_[ar]));
+      rescored_now_ = true;
+      return plan();
+    }
+    // A probe runs twice: its first round pays the switch (see observe).
+    if (probe_hold_) {
+      probe_hold_ = false;
+      has_plan_ = rescored_now_ = true;
+      return plan();
+    }
     // Before any pass is measured, and every probe_every plain steps, try
     // the best small speculative shape: costs and acceptance stay measured
     // where speculation was switched off.
@@ -276,9 +296,10 @@ class round_planner {
     last_best_ = best;
     // Probes back off (x2) while plain steps keep winning; a speculative
     // choice of the regular scoring restores the gap.
-    if (probe)
+    if (probe) {
       probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 1 << 16);
-    else if (cands_[best].nodes > 1)
+      probe_hold_ = cands_[best].nodes > 1;
+    } else if (cands_[best].nodes > 1)
       probe_gap_ = opt_.probe_every;
     // A probe, or a size not measured yet, holds for one round only.
     if (unmeasured || probe || (injected_n_.empty() && cost_.kept(cands_[best].nodes) == 0)) rescored_now_ = true;
@@ -308,7 +329,10 @@ class round_planner {
     // Only rounds that drafted bring acceptance news: plain streaks do not
     // re-solve the candidates (probes do, when due).
     if (f.tree.size > 1) ++since_solve_;
-    cost_.add(f.forward_nodes, f.forward_seconds);
+    // The first speculative pass after a long plain streak runs on caches
+    // the drafter's catch-up just evicted (up to 3x a warm pass measured on
+    // a CPU): a cost of switching, not of the size, so it is left out.
+    if (f.tree.size == 1 || since_draft_ < kSwitchStreak) cost_.add(f.forward_nodes, f.forward_seconds);
     forget_times();
     // The drafter's first round also fills its cache with the whole prompt:
     // not a per-round cost, so it is left out of the fit.
@@ -604,7 +628,8 @@ class round_planner {
   std::vector<std::int32_t> width_, depth_, nchild_, rank_;
   std::int64_t rounds_ = 0, drafted_rounds_ = 0, catch_up_ = 0, probe_gap_ = 0;
   std::int32_t since_solve_ = 0, since_draft_ = 0;
-  bool has_plan_ = false, rescored_now_ = true;
+  bool has_plan_ = false, rescored_now_ = true, probe_hold_ = false;
+  static constexpr std::int32_t kSwitchStreak = 16;  // plain rounds after which a speculative pass is a switch
   std::size_t last_best_ = SIZE_MAX;
   std::int32_t since_score_ = 0;
   plan_summary summary_{};
