@@ -299,9 +299,10 @@ class round_planner {
     if (probe) {
       probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 1 << 16);
       probe_hold_ = cands_[best].nodes > 1;
-    } else if (cands_[best].nodes > 1)
+    } else if (cands_[best].nodes > 1) {
       probe_gap_ = opt_.probe_every;
-    // A probe, or a size not measured yet, holds for one round only.
+    }
+    // A size not measured yet holds for one round only (a probe for two).
     if (unmeasured || probe || (injected_n_.empty() && cost_.kept(cands_[best].nodes) == 0)) rescored_now_ = true;
     choose(best, best_t);
     return plan();
