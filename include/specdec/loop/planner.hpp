@@ -272,10 +272,18 @@ class round_planner {
     const bool unmeasured = injected_n_.empty() && cost_.empty();
     const bool probe = probe_gap_ > 0 && since_draft_ >= probe_gap_;
     // Estimates move little from one round to the next: between full
-    // scorings the last choice is kept (its prediction refreshed).
-    if (!unmeasured && !probe && !rescored_now_ && last_best_ < cands_.size() && ++since_score_ < opt_.rescore_every) {
-      choose(last_best_, predict_seconds(cands_[last_best_]));
-      return plan();
+    // scorings the last choice is kept (its prediction refreshed). Plain
+    // steps bring no news of speculation: a plain streak is kept as it is
+    // until a probe (so a plain round costs the planner next to nothing).
+    if (!unmeasured && !probe && !rescored_now_ && last_best_ < cands_.size()) {
+      if (cands_[last_best_].nodes == 1) {
+        has_plan_ = true;
+        return plan();
+      }
+      if (++since_score_ < opt_.rescore_every) {
+        choose(last_best_, predict_seconds(cands_[last_best_]));
+        return plan();
+      }
     }
     since_score_ = 0;
     rescored_now_ = false;
