@@ -104,16 +104,15 @@ inline std::size_t logits_to_probs_workspace_size(std::int64_t vocab,
 //! probability 0); NaN or +inf gives non_finite, an all -inf row gives
 //! zero_mass, and on any error `probs` is untouched.
 //!
-//! Passes: (1) one read of the logits validates them and computes the max
-//! and the softmax normalizer together (online rescaling, so no second
-//! scan is needed for the normalizer); (2) one more read writes the output:
-//! final probabilities directly when no filter is active. With filters,
-//! pass 2 writes zeros and collects the min-p survivors into `workspace`
-//! (size logits_to_probs_workspace_size); top-k selects in O(C) (nth
-//! element), top-p sorts only the surviving candidates (O(C log C), C = top_k
-//! when top-k is active), and the kept tokens are scattered back. Greedy
-//! (temperature 0) is pass 1 plus a one-hot write. Deterministic; no
-//! allocation. Returns buffer_too_small if the workspace is short.
+//! Passes: (1) one read of the logits validates them and finds the max;
+//! (2) without filters, one more read writes the weights exp((x - max) / T)
+//! (one exp per entry, summed in double) and (3) a pass over `probs`
+//! normalises them. With filters, pass 2 writes zeros and collects the min-p
+//! survivors into `workspace` (size logits_to_probs_workspace_size); top-k
+//! selects in O(C) (nth element), top-p sorts only the surviving candidates
+//! (O(C log C), C = top_k when top-k is active), and the kept tokens are
+//! scattered back. Greedy (temperature 0) is pass 1 plus a one-hot write.
+//! Deterministic; no allocation. Returns buffer_too_small if the workspace is short.
 template <score_value T>
 status logits_to_probs_row(view1d<const T> logits, view1d<float> probs, const sampling_params& params,
                            std::span<std::byte> workspace) noexcept {
@@ -126,7 +125,7 @@ status logits_to_probs_row(view1d<const T> logits, view1d<float> probs, const sa
   if (filtered && workspace.size() < logits_to_probs_workspace_size(V, params))
     return make_status(status_code::buffer_too_small, "workspace smaller than logits_to_probs_workspace_size");
 
-  // Pass 1: validate, max (lowest id on ties), online normalizer.
+  // Pass 1: validate, max (lowest id on ties).
   const bool greedy = params.is_greedy();
   const float inv_t = greedy ? 1.0f : 1.0f / params.temperature;
   // A denormal temperature overflows 1/T, and 0 * inf would make every probability NaN.
@@ -134,17 +133,13 @@ status logits_to_probs_row(view1d<const T> logits, view1d<float> probs, const sa
     return make_status(status_code::invalid_argument, "temperature too small (1/T overflows); use 0 for greedy");
   float m = -INFINITY;
   token_id arg = -1;
-  double s = 0.0;
   for (std::int64_t i = 0; i < V; ++i) {
     const float x = detail::to_float(logits(i));
     if (x != x || x == INFINITY) return make_status(status_code::non_finite, "logit is NaN or +inf", i);
-    if (x == -INFINITY) continue;
     if (x > m) {
-      if (!greedy && arg >= 0) s *= std::exp(static_cast<double>((m - x) * inv_t));
       m = x;
       arg = static_cast<token_id>(i);
     }
-    if (!greedy) s += std::exp(static_cast<double>((x - m) * inv_t));
   }
   if (arg < 0) return make_status(status_code::zero_mass, "every logit is -inf");
 
@@ -154,11 +149,17 @@ status logits_to_probs_row(view1d<const T> logits, view1d<float> probs, const sa
     return status::success();
   }
   if (!filtered) {
-    const double inv_s = 1.0 / s;
+    // Pass 2: weights exp((x - m) / T) in (0, 1] (one exp per entry) and
+    // their sum in double; pass 3 normalises.
+    double s = 0.0;
     for (std::int64_t i = 0; i < V; ++i) {
       const float x = detail::to_float(logits(i));
-      probs(i) = x == -INFINITY ? 0.0f : static_cast<float>(std::exp(static_cast<double>((x - m) * inv_t)) * inv_s);
+      const double e = x == -INFINITY ? 0.0 : std::exp(static_cast<double>((x - m) * inv_t));
+      probs(i) = static_cast<float>(e);
+      s += e;
     }
+    const double inv_s = 1.0 / s;
+    for (std::int64_t i = 0; i < V; ++i) probs(i) = static_cast<float>(static_cast<double>(probs(i)) * inv_s);
     return status::success();
   }
 
