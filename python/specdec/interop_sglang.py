@@ -13,7 +13,7 @@ from ._common import (
     _strided, _to_host, _where, _workspace,
 )
 from .tree import positions
-from .verify import Mode
+from .verify import Mode, _verify_params
 from .interop import count_acceptance_per_depth
 
 
@@ -320,7 +320,7 @@ def sglang_verify_tree(candidates: Any, retrive_index: Any, retrive_next_token: 
                        typical_epsilon: float = 0.09, typical_delta: float = 0.3,
                        normalization_tolerance: float = 1e-3, predicts: Any = None, accept_index: Any = None,
                        accept_token_num: Any = None, accepted_per_depth: Any = None, request_status: Any = None,
-                       workspace: Any = None, stream: Any = None) -> tuple:
+                       workspace: Any = None, stream: Any = None, params: Any = None) -> tuple:
     """specdec's lossless verification on SGLang's own batch layout: the
     linked-list trees (int64 [batch][num_draft_tokens]), target rows p and
     draft rows q by slot ([batch * num_draft_tokens][V]), each request with
@@ -330,17 +330,17 @@ def sglang_verify_tree(candidates: Any, retrive_index: Any, retrive_next_token: 
     accept_token_num; returns (predicts, accept_index, accept_token_num,
     request_status). accepted_per_depth: int64 counters, added to.
     request_status as in sglang_build_tree. CUDA arrays: a thread block
-    per request on `stream`."""
+    per request on `stream`. `params`: as verify_batch's."""
     dev = _where("candidates retrive_index retrive_next_token retrive_next_sibling p q uniforms predicts "
                  "accept_index accept_token_num accepted_per_depth request_status workspace", candidates,
                  retrive_index, retrive_next_token, retrive_next_sibling, p, q, uniforms, predicts, accept_index,
                  accept_token_num, accepted_per_depth, request_status, workspace)
     B = int(np.shape(candidates)[0]) if dev is None else int(candidates.shape[0])
     n = int(np.shape(candidates)[1]) if dev is None else int(candidates.shape[1])
-    settings = (_per_request(modes, B, np.int32), _per_request(seeds, B, np.uint64),
+    settings = (_verify_params(params, 0, 0, 0, 0, typical_epsilon, typical_delta, normalization_tolerance),
+                _per_request(modes, B, np.int32), _per_request(seeds, B, np.uint64),
                 _per_request(np.arange(B) if requests is None else requests, B, np.uint32),
-                _per_request(rounds, B, np.uint32), float(typical_epsilon), float(typical_delta),
-                float(normalization_tolerance))
+                _per_request(rounds, B, np.uint32))
     if dev is None:
         c = [_inp(a, np.int64, nm) for a, nm in ((candidates, "candidates"), (retrive_index, "retrive_index"),
                                                  (retrive_next_token, "retrive_next_token"),

@@ -32,6 +32,21 @@ class Mode(enum.IntEnum):
     TRAVERSAL_WITHOUT_REPLACEMENT = 8
 
 
+VerifyParams = _core.VerifyParams
+
+
+def _verify_params(params: Any, mode: int = 0, seed: int = 0, request: int = 0, round: int = 0,
+                   typical_epsilon: float = 0.09, typical_delta: float = 0.3,
+                   normalization_tolerance: float = 1e-3) -> Any:
+    """`params` when given (a VerifyParams), else one built from the scalars."""
+    if params is not None:
+        if not isinstance(params, VerifyParams):
+            raise Error("invalid_argument: params must be a specdec.VerifyParams")
+        return params
+    return VerifyParams(int(mode), int(seed), int(request), int(round), float(typical_epsilon), float(typical_delta),
+                        float(normalization_tolerance))
+
+
 class VerifyResult(NamedTuple):
     """One request's outcome: `accepted` draft nodes on the path (root first)
     ending at `last_node`; the emitted tokens are those nodes' tokens then
@@ -56,7 +71,8 @@ def _max_depth_plus_one(p: np.ndarray) -> int:
 def verify_tree(parent: Any, tokens: Any, p: Any, q: Any = None, *, mode: int = Mode.SAMPLED_IID, seed: int = 0,
                 request: int = 0, round: int = 0, uniforms: Any = None, typical_epsilon: float = 0.09,
                 typical_delta: float = 0.3, normalization_tolerance: float = 1e-3, path: Any = None,
-                tokens_out: Any = None, workspace: Any = None, stream: Any = None) -> VerifyResult:
+                tokens_out: Any = None, workspace: Any = None, stream: Any = None,
+                params: Any = None) -> VerifyResult:
     """Verifies one token tree against the target rows p (N x V, any strides;
     probabilities, or logits in greedy mode) and, for the sampled modes, the
     draft rows q (row u = the distribution that produced u's children).
@@ -66,7 +82,10 @@ def verify_tree(parent: Any, tokens: Any, p: Any, q: Any = None, *, mode: int = 
     capacity >= depth + 1) receive the accepted path and emitted tokens.
     CUDA arrays: the batched kernel with one request on `stream`, then a
     wait for the stream to read the result (use verify_batch to stay
-    asynchronous); BLOCK and TRAVERSAL modes are host only."""
+    asynchronous); BLOCK and TRAVERSAL modes are host only. `params`: a
+    VerifyParams used instead of mode, seed, request, round,
+    typical_epsilon, typical_delta and normalization_tolerance."""
+    vp = _verify_params(params, mode, seed, request, round, typical_epsilon, typical_delta, normalization_tolerance)
     dev = _where("parent tokens p q uniforms path tokens_out workspace", parent, tokens, p, q, uniforms, path,
                  tokens_out, workspace)
     if dev is not None:
@@ -75,9 +94,7 @@ def verify_tree(parent: Any, tokens: Any, p: Any, q: Any = None, *, mode: int = 
             path = _cuda_empty(parent, (n,), np.int32, dev)
         if tokens_out is None:
             tokens_out = _cuda_empty(parent, (n,), np.int32, dev)
-        return _verify_one_cuda(dev, n, parent, tokens, p, q, mode, seed, request, round, uniforms,
-                                typical_epsilon, typical_delta, normalization_tolerance, path, tokens_out,
-                                workspace, stream)
+        return _verify_one_cuda(dev, n, parent, tokens, p, q, vp, uniforms, path, tokens_out, workspace, stream)
     par = _inp(parent, np.int32, "parent")
     tok = _inp(tokens, np.int32, "tokens")
     pp = _strided(p, np.float32, "p")
@@ -86,22 +103,23 @@ def verify_tree(parent: Any, tokens: Any, p: Any, q: Any = None, *, mode: int = 
     cap = _max_depth_plus_one(_np(par)) if (path is None or tokens_out is None) else 0
     path = _out(path, parent, (cap,), np.int32, "path")
     tokens_out = _out(tokens_out, parent, (cap,), np.int32, "tokens_out")
-    a, last, nxt = _core.verify_tree(par, tok, pp, qq, int(mode), int(seed), int(request), int(round),
-                                     float(typical_epsilon), float(typical_delta), float(normalization_tolerance),
-                                     u, path, tokens_out)
+    a, last, nxt = _core.verify_tree(par, tok, pp, qq, vp, u, path, tokens_out)
     return VerifyResult(a, last, nxt, path[:a + 1], tokens_out[:a + 1])
 
 
 def verify_chain(drafts: Any, p: Any, q: Any = None, *, mode: int = Mode.SAMPLED_IID, seed: int = 0,
                  request: int = 0, round: int = 0, uniforms: Any = None, typical_epsilon: float = 0.09,
                  typical_delta: float = 0.3, normalization_tolerance: float = 1e-3,
-                 tokens_out: Any = None, workspace: Any = None, stream: Any = None) -> VerifyResult:
+                 tokens_out: Any = None, workspace: Any = None, stream: Any = None,
+                 params: Any = None) -> VerifyResult:
     """Verifies a chain of gamma drafts (Leviathan/Chen speculative sampling in
     SAMPLED_IID): p has gamma + 1 rows, q at least gamma. Node ids in the
     random keys are those of the same chain as a tree, so verify_chain and
     verify_tree agree token for token. Returns path = arange(accepted + 1).
     CUDA arrays: as verify_tree (the chain is verified as a path tree; q,
-    when read, needs gamma + 1 rows there, the last one unread)."""
+    when read, needs gamma + 1 rows there, the last one unread). `params`:
+    as verify_tree."""
+    vp = _verify_params(params, mode, seed, request, round, typical_epsilon, typical_delta, normalization_tolerance)
     dev = _where("drafts p q uniforms tokens_out workspace", drafts, p, q, uniforms, tokens_out, workspace)
     if dev is not None:
         g = int(drafts.shape[0])
@@ -112,17 +130,13 @@ def verify_chain(drafts: Any, p: Any, q: Any = None, *, mode: int = Mode.SAMPLED
         path = _cuda_empty(d, (g + 1,), np.int32, dev)
         if tokens_out is None:
             tokens_out = _cuda_empty(d, (g + 1,), np.int32, dev)
-        return _verify_one_cuda(dev, g + 1, parent, tok, p, q, mode, seed, request, round, uniforms,
-                                typical_epsilon, typical_delta, normalization_tolerance, path, tokens_out,
-                                workspace, stream)
+        return _verify_one_cuda(dev, g + 1, parent, tok, p, q, vp, uniforms, path, tokens_out, workspace, stream)
     d = _inp(drafts, np.int32, "drafts")
     pp = _strided(p, np.float32, "p")
     qq = _strided(q, np.float32, "q")
     u = _inp(uniforms, np.float64, "uniforms")
     tokens_out = _out(tokens_out, drafts, (len(d) + 1,), np.int32, "tokens_out")
-    a, last, nxt = _core.verify_chain(d, pp, qq, int(mode), int(seed), int(request), int(round),
-                                      float(typical_epsilon), float(typical_delta), float(normalization_tolerance),
-                                      u, tokens_out)
+    a, last, nxt = _core.verify_chain(d, pp, qq, vp, u, tokens_out)
     return VerifyResult(a, last, nxt, np.arange(a + 1, dtype=np.int32), tokens_out[:a + 1])
 
 
@@ -150,7 +164,8 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
                  seeds: Any = 0, requests: Any = None, rounds: Any = 0, uniforms: Any = None,
                  typical_epsilon: float = 0.09, typical_delta: float = 0.3, normalization_tolerance: float = 1e-3,
                  paths: Any = None, tokens_out: Any = None, results: Any = None,
-                 accepted_per_depth: Any = None, workspace: Any = None, stream: Any = None) -> tuple:
+                 accepted_per_depth: Any = None, workspace: Any = None, stream: Any = None,
+                 params: Any = None) -> tuple:
     """Verifies R ragged requests (request r owns nodes and rows
     offsets[r]..offsets[r+1], local parent ids), each with its own mode and
     Philox key (scalars broadcast; requests default to 0..R-1). Returns
@@ -164,13 +179,16 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
     uint8 array of cuda_verify_batch_workspace_size bytes, 256-aligned;
     default: torch's caching allocator (torch inputs) or cudaMallocAsync.
     accepted_per_depth: int64 counters (added to, not reset). BLOCK and
-    TRAVERSAL modes get `unsupported` in their result code."""
+    TRAVERSAL modes get `unsupported` in their result code. `params`: a
+    VerifyParams whose typical_epsilon, typical_delta and
+    normalization_tolerance are used instead of those keyword arguments
+    (mode and key come from modes, seeds, requests and rounds)."""
+    base = _verify_params(params, 0, 0, 0, 0, typical_epsilon, typical_delta, normalization_tolerance)
     dev = _where("parent tokens p q uniforms paths tokens_out results accepted_per_depth workspace", parent, tokens, p,
                  q, uniforms, paths, tokens_out, results, accepted_per_depth, workspace)
     if dev is not None:
-        return _verify_batch_cuda(dev, offsets, parent, tokens, p, q, modes, seeds, requests, rounds, uniforms,
-                                  typical_epsilon, typical_delta, normalization_tolerance, paths, tokens_out,
-                                  results, accepted_per_depth, workspace, stream)
+        return _verify_batch_cuda(dev, offsets, parent, tokens, p, q, base, modes, seeds, requests, rounds, uniforms,
+                                  paths, tokens_out, results, accepted_per_depth, workspace, stream)
     off = _inp(offsets, np.int32, "offsets")
     R = max(len(off) - 1, 0)
 
@@ -197,14 +215,12 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
     if results is None:
         results = _out(None, parent, (R, 4), np.int32, "results")
         results[:] = 0
-    _core.verify_batch(off, par, tok, pp, qq, m, s, rq, rd, float(typical_epsilon), float(typical_delta),
-                       float(normalization_tolerance), u, paths, tokens_out, results, accepted_per_depth)
+    _core.verify_batch(off, par, tok, pp, qq, base, m, s, rq, rd, u, paths, tokens_out, results, accepted_per_depth)
     return paths, tokens_out, results
 
 
-def _verify_batch_cuda(dev: int, offsets: Any, parent: Any, tokens: Any, p: Any, q: Any, modes: Any, seeds: Any,
-                       requests: Any, rounds: Any, uniforms: Any, eps: float, delta: float, tol: float,
-                       paths: Any, tokens_out: Any, results: Any, accepted_per_depth: Any, workspace: Any,
+def _verify_batch_cuda(dev: int, offsets: Any, parent: Any, tokens: Any, p: Any, q: Any, base: Any, modes: Any,
+                       seeds: Any, requests: Any, rounds: Any, uniforms: Any, paths: Any, tokens_out: Any, results: Any, accepted_per_depth: Any, workspace: Any,
                        stream: Any) -> tuple:
     on_dev = _device_of(offsets) is not None
     if on_dev and _device_of(offsets) != dev:
@@ -234,20 +250,19 @@ def _verify_batch_cuda(dev: int, offsets: Any, parent: Any, tokens: Any, p: Any,
         nbytes = _core.cuda_verify_batch_workspace_size(R, vocab, largest, not on_dev)
         workspace = _workspace(nbytes, par, dev, handle, None)
     rq = np.arange(R) if requests is None else requests
-    _core.cuda_verify_batch(off, par, tok, pp, qq, _per_request(modes, R, np.int32), _per_request(seeds, R, np.uint64),
-                            _per_request(rq, R, np.uint32), _per_request(rounds, R, np.uint32), float(eps),
-                            float(delta), float(tol), u, paths, tokens_out, results, accepted_per_depth, workspace,
-                            handle)
+    _core.cuda_verify_batch(off, par, tok, pp, qq, base, _per_request(modes, R, np.int32),
+                            _per_request(seeds, R, np.uint64), _per_request(rq, R, np.uint32),
+                            _per_request(rounds, R, np.uint32), u, paths, tokens_out, results, accepted_per_depth,
+                            workspace, handle)
     return paths, tokens_out, results
 
 
-def _verify_one_cuda(dev: int, n: int, parent: Any, tokens: Any, p: Any, q: Any, mode: int, seed: int, request: int,
-                     round: int, uniforms: Any, eps: float, delta: float, tol: float, path: Any, tokens_out: Any,
-                     workspace: Any, stream: Any) -> VerifyResult:
+def _verify_one_cuda(dev: int, n: int, parent: Any, tokens: Any, p: Any, q: Any, vp: Any, uniforms: Any, path: Any,
+                     tokens_out: Any, workspace: Any, stream: Any) -> VerifyResult:
     off = np.array([0, n], dtype=np.int32)
     res = _cuda_empty(path, (1, 4), np.int32, dev, zero=True)
-    _verify_batch_cuda(dev, off, parent, tokens, p, q, int(mode), int(seed), [int(request)], int(round), uniforms,
-                       eps, delta, tol, path[None, :], tokens_out[None, :], res, None, workspace, stream)
+    _verify_batch_cuda(dev, off, parent, tokens, p, q, vp, int(vp.mode), int(vp.seed), [int(vp.request)],
+                       int(vp.round), uniforms, path[None, :], tokens_out[None, :], res, None, workspace, stream)
     _core.cuda_synchronize(_stream_handle(stream, dev))
     a, last, nxt, code = (int(v) for v in _to_host(res)[0])
     if code != 0:
