@@ -20,7 +20,7 @@ raise. Functions without a kernel raise on CUDA arrays.
 """
 from __future__ import annotations
 
-from . import _core
+from . import _core  # noqa: F401 (the low-level module, specdec._core)
 from ._core import Error
 from ._common import has_cuda, cuda_available, build_info
 from .tree import (

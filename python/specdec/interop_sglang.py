@@ -12,7 +12,6 @@ from ._common import (
     _check_host, _cuda_empty, _cuda_in, _doc, _inp, _is_torch, _np, _out, _per_request, _stream_handle,
     _strided, _to_host, _where, _workspace,
 )
-from .tree import positions
 from .verify import Mode, _verify_params
 from .interop import count_acceptance_per_depth
 
