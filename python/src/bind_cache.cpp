@@ -153,8 +153,6 @@ void commit(const std::vector<any_cpu>& caches, const std::string& layout, const
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
 // ---- CUDA: the KV commit on the caller's stream -----------------------------
 
-using any_dev = nb::ndarray<nb::device::cuda>;
-
 std::size_t kv_staging(std::size_t tensors) {
   return workspace_alignment + tensors * sizeof(kv_tensor<void>);  // status word first, then the descriptions
 }
