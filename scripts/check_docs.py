@@ -15,7 +15,7 @@ and fails (exit 1, one `file:line: ...` line per problem) when
      (`loop/planner.hpp`, `verify/detail/walk.hpp`, `tree/`);
    - relative Markdown links (`[loop.md](loop.md)`), from the page's folder.
    - in inline code, a bare file name of the repository's own kinds
-     (`order.hpp`, `walk.hpp`, `test_uniforms.py`, `CMakeLists.txt`) must
+     (`order.hpp`, `walk.hpp`, `test_verify.py`, `CMakeLists.txt`) must
      name a file somewhere in the repository (peers' `nccl.h`-style C
      headers are not checked).
    `*` globs must match at least one file; a component `X` / `X.ext` is the

@@ -35,11 +35,12 @@ def overhead():
     path = np.zeros(1, dtype=np.int32)
     out = np.zeros(1, dtype=np.int32)
     pos = np.zeros(1, dtype=np.int64)
+    greedy = _core.VerifyParams(mode=3)
     rows = {
         "empty call (nanobind floor: _core.verify_workspace_size)": lambda: _core.verify_workspace_size(2, 1),
         "_core.positions_i64, 1 node": lambda: _core.positions_i64(parent, 0, pos),
         "_core.verify_tree, 1 node, V=2 (outputs given)":
-            lambda: _core.verify_tree(parent, tokens, p, None, 3, 0, 0, 0, 0.09, 0.3, 1e-3, None, path, out),
+            lambda: _core.verify_tree(parent, tokens, p, None, greedy, None, path, out),
         "specdec.verify_tree, 1 node, V=2 (outputs given)":
             lambda: specdec.verify_tree(parent, tokens, p, mode=specdec.Mode.GREEDY, path=path, tokens_out=out),
         "specdec.verify_tree, 1 node, V=2 (outputs allocated)":

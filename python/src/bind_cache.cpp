@@ -1,6 +1,7 @@
 // KV cache: keep indices of an accepted path (one request or a batch) and the
 // in-place KV commit on the caller's cache tensors, contiguous or paged, of
-// any element type (moved as raw bits).
+// any element type (moved as raw bits); with the kernels, the same commit
+// on CUDA tensors on the caller's stream.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -15,8 +16,12 @@
 #include <nanobind/stl/vector.h>
 
 #include "common.hpp"
+#include "common_cuda.hpp"
 #include "specdec/cache/keep_indices.hpp"
 #include "specdec/cache/kv_commit.hpp"
+#if defined(SPECDEC_PYTHON_HAS_CUDA)
+#include "specdec/kernels/cache.hpp"
+#endif
 
 namespace specdec::python {
 namespace {
@@ -145,6 +150,99 @@ void commit(const std::vector<any_cpu>& caches, const std::string& layout, const
   }
 }
 
+#if defined(SPECDEC_PYTHON_HAS_CUDA)
+// ---- CUDA: the KV commit on the caller's stream -----------------------------
+
+std::size_t kv_staging(std::size_t tensors) {
+  return workspace_alignment + tensors * sizeof(kv_tensor<void>);  // status word first, then the descriptions
+}
+
+std::size_t kv_ws_size(std::int64_t tensors) {
+  return device_scratch::bytes(0, kv_staging(static_cast<std::size_t>(std::max<std::int64_t>(tensors, 0))));
+}
+
+void cuda_commit_kv(const std::vector<any_dev>& caches, const std::string& layout,
+                    const dev1<const position_id>& cache_len, const dev1<const std::int32_t>& keep_offsets,
+                    const dev1<const position_id>& keep,
+                    const std::optional<dev_nd<const std::int32_t, 2>>& block_table,
+                    const std::optional<dev1<const std::int32_t>>& blocks_used,
+                    const std::optional<dev1<std::int64_t>>& status_out, const std::optional<dev_bytes>& workspace,
+                    std::uintptr_t stream, bool sync) {
+  require(!caches.empty(), status_code::empty_input, "no cache tensors");
+  device_guard g;
+  for (const auto& c : caches) g.add(c, "a cache tensor");
+  g.add(cache_len, "cache_len", keep_offsets, "keep_offsets", keep, "keep", block_table, "block_table", blocks_used,
+        "blocks_used", status_out, "status", workspace, "workspace");
+  const std::size_t R = cache_len.size();
+  require(keep_offsets.size() == R + 1, status_code::size_mismatch, "keep_offsets needs R + 1 entries");
+  require(!status_out || status_out->size() >= 1, status_code::size_mismatch, "status needs one entry");
+  const std::size_t bytes = caches[0].itemsize();
+  for (const auto& c : caches)
+    require(c.itemsize() == bytes, status_code::invalid_argument, "cache tensors must share one element size");
+  kernels::kv_commit_params P;
+  const bool paged = block_table.has_value();
+  if (paged) {
+    require(block_table->shape(1) == 0 || block_table->stride(1) == 1, status_code::invalid_argument,
+            "block_table rows must be contiguous");
+    require(block_table->shape(0) >= R, status_code::size_mismatch, "block_table needs one row per request");
+    require(!blocks_used || blocks_used->size() >= R, status_code::size_mismatch,
+            "blocks_used needs one entry per request");
+    P.map = paged_positions(block_table->data(), static_cast<std::int64_t>(block_table->shape(1)), 0, 0,
+                            blocks_used ? blocks_used->data() : nullptr);
+    P.map.block_table_stride = static_cast<std::int64_t>(block_table->stride(0));
+  }
+  std::vector<kv_tensor<void>> ts;
+  std::int64_t max_layers = 1, max_heads = 1;
+  for (std::size_t i = 0; i < caches.size(); ++i) {
+    std::int64_t positions = 0, rows = 0;
+    ts.push_back(describe_kv<void>(caches[i], layout, positions, rows));
+    if (i == 0) {
+      if (paged) {
+        P.map.page_size = positions;
+        P.map.num_pages = rows;
+      } else {
+        P.map.capacity = positions;
+      }
+    }
+    const std::int64_t want = paged ? P.map.page_size : P.map.capacity;
+    require(positions == want && (!paged || rows == P.map.num_pages), status_code::size_mismatch,
+            "every cache tensor needs the same positions (and pages)");
+    require(paged || rows >= static_cast<std::int64_t>(R), status_code::size_mismatch,
+            "a contiguous cache needs one row per request");
+    max_layers = std::max(max_layers, ts.back().layers);
+    max_heads = std::max(max_heads, ts.back().heads);
+  }
+  require(
+      caches.size() <= 65535 && max_layers <= 65535 && max_heads <= 65535 && R <= static_cast<std::size_t>(INT32_MAX),
+      status_code::unsupported, "too many tensors, layers, heads or requests");
+  P.num_tensors = static_cast<std::int32_t>(ts.size());
+  P.elem_bytes = static_cast<std::int32_t>(bytes);
+  P.max_layers = static_cast<std::int32_t>(max_layers);
+  P.max_heads = static_cast<std::int32_t>(max_heads);
+  P.batch.num_requests = static_cast<std::int32_t>(R);
+  P.batch.cache_len = cache_len.data();
+  P.batch.keep_offsets = keep_offsets.data();
+  P.batch.keep = keep.size() > 0 ? keep.data() : nullptr;
+  P.total_keep = static_cast<std::int64_t>(keep.size());
+  const cudaStream_t s = stream_of(stream);
+  device_scratch ws(0, kv_staging(ts.size()), workspace, s);
+  const std::uint64_t ok = kernels::kv_commit_status_ok;
+  std::uint64_t* word = ws.stage(0, &ok, 1);
+  if (status_out) word = reinterpret_cast<std::uint64_t*>(status_out->data());
+  P.status_word = word;
+  P.tensors = ws.stage(workspace_alignment, ts.data(), ts.size());
+  check(kernels::kv_commit_can_implement(P));
+  if (R == 0) return;
+  ws.upload();
+  check(kernels::kv_commit(P, ws.kernel(), ws.kernel_bytes(), s));
+  if (sync) check(kernels::kv_commit_result(read_back(word, s)));
+}
+
+//! The status a kv_commit status word (read back by the caller) stands for;
+//! raises on failure.
+void kv_commit_check(std::uint64_t word) { check(kernels::kv_commit_result(word)); }
+#endif
+
 }  // namespace
 
 void bind_cache(nb::module_& m) {
@@ -155,6 +253,13 @@ void bind_cache(nb::module_& m) {
         arg("path_offsets"), arg("cache_len"), arg("keep").noconvert(), arg("keep_offsets").noconvert());
   m.def("commit_kv", &commit, arg("caches").noconvert(), arg("layout"), arg("cache_len"), arg("keep_offsets"),
         arg("keep"), arg("block_table").none(), arg("blocks_used").none(), arg("threads"));
+#if defined(SPECDEC_PYTHON_HAS_CUDA)
+  m.def("cuda_commit_kv_workspace_size", &kv_ws_size, arg("num_tensors"));
+  m.def("cuda_commit_kv", &cuda_commit_kv, arg("caches").noconvert(), arg("layout"), arg("cache_len"),
+        arg("keep_offsets"), arg("keep"), arg("block_table").none(), arg("blocks_used").none(),
+        arg("status").noconvert().none(), arg("workspace").noconvert().none(), arg("stream"), arg("sync"));
+  m.def("kv_commit_check", &kv_commit_check, arg("status_word"));
+#endif
 }
 
 }  // namespace specdec::python

@@ -1,8 +1,9 @@
-// Peer formats (interop/: linked lists, SGLang's batch entry points) and the planning models (plan/acceptance.hpp,
-// plan/memory_model.hpp): SGLang / EAGLE linked-list trees both ways,
+// Peer formats (include/specdec/interop; SGLang's batch entry points are in
+// bind_interop_sglang.cpp): SGLang / EAGLE linked-list trees both ways,
 // greedy verification from target argmax ids, Medusa / EAGLE-1 choice
-// buffers, Medusa's typical selection, acceptance estimation and SpecMemo's
-// memory budgeting. Host arrays only.
+// buffers, Medusa's typical selection, SGLang's outputs from a specdec path,
+// candidate gathering, per-depth counts and FlashInfer's chain coins. Host
+// arrays only.
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -17,10 +18,7 @@
 #include "specdec/interop/greedy_ids.hpp"
 #include "specdec/interop/linked_tree.hpp"
 #include "specdec/interop/results.hpp"
-#include "specdec/interop/sglang.hpp"
 #include "specdec/interop/typical.hpp"
-#include "specdec/plan/acceptance.hpp"
-#include "specdec/plan/memory_model.hpp"
 
 namespace specdec::python {
 namespace {
@@ -122,81 +120,6 @@ std::tuple<std::int32_t, std::int32_t> typical_select(const in_nd<std::int32_t, 
   return {best, length};
 }
 
-// ---- SGLang's batch entry points (int64 trees, int32 outputs as SGLang) ------
-
-using i64_2d = in_nd<std::int64_t, 2>;
-
-sglang_tree_batch<std::int64_t> sglang_batch(const i64_2d& candidates, const i64_2d& retrive_index,
-                                             const i64_2d& next_token, const i64_2d& next_sibling) {
-  const auto dense = [&](const i64_2d& a) {
-    return a.shape(0) == candidates.shape(0) && a.shape(1) == candidates.shape(1) &&
-           (a.shape(1) <= 1 || a.stride(1) == 1) &&
-           (a.shape(0) <= 1 || static_cast<std::size_t>(a.stride(0)) == a.shape(1));
-  };
-  require(dense(candidates) && dense(retrive_index) && dense(next_token) && dense(next_sibling),
-          status_code::size_mismatch,
-          "candidates, retrive_index, retrive_next_token and retrive_next_sibling must be dense "
-          "[batch_size][num_draft_tokens] arrays");
-  require(candidates.shape(0) <= static_cast<std::size_t>(INT32_MAX) &&
-              candidates.shape(1) <= static_cast<std::size_t>(INT32_MAX),
-          status_code::invalid_argument, "batch too large");
-  return {static_cast<std::int32_t>(candidates.shape(0)),
-          static_cast<std::int32_t>(candidates.shape(1)),
-          candidates.data(),
-          retrive_index.data(),
-          next_token.data(),
-          next_sibling.data()};
-}
-
-sglang_outputs<std::int32_t> sglang_out(const out1<std::int32_t>& predicts, const out_nd<std::int32_t, 2>& accept_index,
-                                        const out1<std::int32_t>& accept_token_num) {
-  return {span_of(predicts), view_of<2>(accept_index), span_of(accept_token_num)};
-}
-
-void sglang_greedy(const i64_2d& candidates, const i64_2d& retrive_index, const i64_2d& next_token,
-                   const i64_2d& next_sibling, const in1<std::int64_t>& target_predict,
-                   std::int32_t num_speculative_tokens, const out1<std::int32_t>& predicts,
-                   const out_nd<std::int32_t, 2>& accept_index, const out1<std::int32_t>& accept_token_num) {
-  const auto b = sglang_batch(candidates, retrive_index, next_token, next_sibling);
-  auto ws = scratch(sglang_workspace_size(b.num_draft_tokens));
-  check(sglang_verify_tree_greedy<std::int64_t, std::int32_t>(
-      b, span_of(target_predict), num_speculative_tokens, sglang_out(predicts, accept_index, accept_token_num), ws));
-}
-
-void sglang_sampling(const i64_2d& candidates, const i64_2d& retrive_index, const i64_2d& next_token,
-                     const i64_2d& next_sibling, const in_nd<float, 2>& target_probs, const in1<float>& coins,
-                     const in1<float>& final_coins, std::int32_t num_speculative_tokens, float threshold_single,
-                     float threshold_acc, const out1<std::int32_t>& predicts,
-                     const out_nd<std::int32_t, 2>& accept_index, const out1<std::int32_t>& accept_token_num) {
-  const auto b = sglang_batch(candidates, retrive_index, next_token, next_sibling);
-  auto ws = scratch(sglang_workspace_size(b.num_draft_tokens));
-  check(sglang_tree_sampling_target_only<std::int64_t, std::int32_t>(
-      b, view_of<2>(target_probs), span_of(coins), span_of(final_coins), num_speculative_tokens,
-      sglang_thresholds{threshold_single, threshold_acc}, sglang_out(predicts, accept_index, accept_token_num), ws));
-}
-
-// ---- FlashInfer's chain counters ---------------------------------------------
-
-// coins: the caller's, or (empty) specdec's own for (seed, request, round).
-std::tuple<std::int32_t, std::int32_t> chain_counts(const in1<token_id>& drafts, const in_nd<float, 2>& p,
-                                                    const in_nd<float, 2>& q, const in1<float>& coins,
-                                                    std::uint64_t seed, std::uint32_t request, std::uint32_t round) {
-  std::vector<float> own;
-  std::span<const float> c = span_of(coins);
-  if (coins.size() == 0) {
-    verify_params vp;
-    vp.seed = seed;
-    vp.request = request;
-    vp.round = round;
-    own.resize(drafts.size());
-    chain_coins(vp, own);
-    c = own;
-  }
-  std::int32_t accepted = 0, emitted = 0;
-  check(chain_acceptance_counts(span_of(drafts), view_of<2>(p), view_of<2>(q), c, accepted, emitted));
-  return {accepted, emitted};
-}
-
 // ---- results in the caller's index space --------------------------------------
 
 // One request's SGLang outputs (int32, as SGLang) from a specdec path; slot_row
@@ -221,101 +144,7 @@ void count_per_depth(const in1<std::int32_t>& accepted, const out1<std::int64_t>
 }
 
 void coins_of(std::uint64_t seed, std::uint32_t request, std::uint32_t round, const out1<float>& coins) {
-  verify_params vp;
-  vp.seed = seed;
-  vp.request = request;
-  vp.round = round;
-  chain_coins(vp, span_of(coins));
-}
-
-// ---- planning ---------------------------------------------------------------
-
-acceptance_model model_of(const in_nd<double, 2>& probs) {
-  acceptance_model m;
-  m.depths = static_cast<std::int32_t>(probs.shape(0));
-  m.ranks = static_cast<std::int32_t>(probs.shape(1));
-  m.p.resize(probs.shape(0) * probs.shape(1));
-  for (std::size_t d = 0; d < probs.shape(0); ++d)
-    for (std::size_t r = 0; r < probs.shape(1); ++r)
-      m.p[d * probs.shape(1) + r] =
-          probs.data()[d * static_cast<std::size_t>(probs.stride(0)) + r * static_cast<std::size_t>(probs.stride(1))];
-  return m;
-}
-
-double expected_length(const in1<node_id>& parent, const in_nd<double, 2>& probs, const out1<double>& reach) {
-  const tree_view t{nullptr, parent.data(), nullptr, nullptr, static_cast<std::int32_t>(parent.size())};
-  std::vector<std::int32_t> sc(2 * parent.size());
-  double out = 0;
-  check(expected_accepted_length(t, model_of(probs), span_of(reach), sc, out));
-  return out;
-}
-
-void bind_acceptance_counts(nb::module_& m) {
-  using nb::arg;
-  nb::class_<acceptance_counts>(m, "AcceptanceCounts")
-      .def(nb::init<std::int32_t, std::int32_t>(), arg("depths"), arg("ranks"))
-      .def(
-          "record",
-          [](acceptance_counts& c, const in1<node_id>& parent, const in1<node_id>& path) {
-            const tree_view t{nullptr, parent.data(), nullptr, nullptr, static_cast<std::int32_t>(parent.size())};
-            check(c.record(t, span_of(path)));
-          },
-          arg("parent"), arg("path"))
-      .def(
-          "estimate",
-          [](const acceptance_counts& c, double alpha, double beta) {
-            const acceptance_model e = c.estimate(alpha, beta);
-            return std::make_tuple(e.depths, e.ranks, e.p);
-          },
-          arg("alpha") = 0.0, arg("beta") = 0.0)
-      .def("positional_estimate", &acceptance_counts::positional_estimate)
-      .def_ro("depths", &acceptance_counts::depths)
-      .def_ro("ranks", &acceptance_counts::ranks)
-      .def_ro("offered", &acceptance_counts::offered)
-      .def_ro("accepted", &acceptance_counts::accepted)
-      .def_ro("rounds", &acceptance_counts::rounds)
-      .def_ro("accepted_tokens", &acceptance_counts::accepted_tokens);
-}
-
-void bind_memory(nb::module_& m) {
-  using nb::arg;
-  nb::class_<memory_config>(m, "MemoryConfig")
-      .def(nb::init<>())
-      .def_rw("layers", &memory_config::layers)
-      .def_rw("batch", &memory_config::batch)
-      .def_rw("kv_heads", &memory_config::kv_heads)
-      .def_rw("head_dim", &memory_config::head_dim)
-      .def_rw("kv_bytes_per_element", &memory_config::kv_bytes_per_element)
-      .def_rw("tokens_per_turn", &memory_config::tokens_per_turn)
-      .def_rw("vocab_size", &memory_config::vocab_size)
-      .def_rw("buffer_bytes_per_element", &memory_config::buffer_bytes_per_element)
-      .def_rw("head_bytes", &memory_config::head_bytes)
-      .def_rw("model_parameters", &memory_config::model_parameters)
-      .def_rw("model_bytes_per_parameter", &memory_config::model_bytes_per_parameter);
-  m.def(
-      "memory_total_bytes",
-      [](const memory_config& c, double turns, double nodes, double leaves, double heads) {
-        check(c.validate());
-        return total_bytes(c, turns, nodes, leaves, heads);
-      },
-      arg("config"), arg("turns"), arg("nodes"), arg("leaves"), arg("heads"));
-  m.def(
-      "plan_memory",
-      [](const memory_config& c, double budget, std::int64_t turns, std::int64_t max_heads, std::int64_t min_heads,
-         std::int64_t arity, double leaf_fraction, std::int64_t max_nodes) {
-        memory_plan_options o;
-        o.turns = turns;
-        o.max_heads = max_heads;
-        o.min_heads = min_heads;
-        o.arity = arity;
-        o.leaf_fraction = leaf_fraction;
-        o.max_nodes = max_nodes;
-        memory_plan out;
-        check(plan_memory(c, budget, o, out));
-        return std::make_tuple(out.heads, out.nodes, out.leaves, out.kv_bytes, out.total);
-      },
-      arg("config"), arg("budget"), arg("turns"), arg("max_heads"), arg("min_heads"), arg("arity"),
-      arg("leaf_fraction"), arg("max_nodes"));
+  chain_coins(key_params(seed, request, round), span_of(coins));
 }
 
 }  // namespace
@@ -340,15 +169,6 @@ void bind_interop(nb::module_& m) {
   m.def("retrieve_indices", &retrieve, arg("parent"), arg("layout"), arg("out").noconvert());
   m.def("medusa_typical_select", &typical_select, arg("retrieve"), arg("tokens"), arg("p"), arg("epsilon"),
         arg("delta"), arg("first_row"));
-  m.def("sglang_verify_tree_greedy", &sglang_greedy, arg("candidates"), arg("retrive_index"), arg("retrive_next_token"),
-        arg("retrive_next_sibling"), arg("target_predict"), arg("num_speculative_tokens"), arg("predicts").noconvert(),
-        arg("accept_index").noconvert(), arg("accept_token_num").noconvert());
-  m.def("sglang_tree_sampling_target_only", &sglang_sampling, arg("candidates"), arg("retrive_index"),
-        arg("retrive_next_token"), arg("retrive_next_sibling"), arg("target_probs"), arg("coins"), arg("final_coins"),
-        arg("num_speculative_tokens"), arg("threshold_single"), arg("threshold_acc"), arg("predicts").noconvert(),
-        arg("accept_index").noconvert(), arg("accept_token_num").noconvert());
-  m.def("chain_acceptance_counts", &chain_counts, arg("drafts"), arg("p"), arg("q"), arg("coins"), arg("seed"),
-        arg("request"), arg("round"));
   m.def("write_sglang_results_i64", &sglang_results<std::int64_t>, arg("path"), arg("tokens"), arg("accepted"),
         arg("node_slot"), arg("slot_row"), arg("accept_index").noconvert(), arg("predicts").noconvert());
   m.def("write_sglang_results_i32", &sglang_results<std::int32_t>, arg("path"), arg("tokens"), arg("accepted"),
@@ -356,9 +176,6 @@ void bind_interop(nb::module_& m) {
   m.def("gather_candidate_tokens", &gather_tokens, arg("tree_indices"), arg("flat"), arg("token").noconvert());
   m.def("count_acceptance_per_depth", &count_per_depth, arg("accepted"), arg("per_depth").noconvert());
   m.def("chain_coins", &coins_of, arg("seed"), arg("request"), arg("round"), arg("coins").noconvert());
-  m.def("expected_accepted_length", &expected_length, arg("parent"), arg("probs"), arg("reach").noconvert());
-  bind_acceptance_counts(m);
-  bind_memory(m);
 }
 
 }  // namespace specdec::python

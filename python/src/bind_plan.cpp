@@ -1,146 +1,22 @@
-// Drafting and planning: tree builders driven by a Python drafter, prune to
-// a node budget, Sequoia's tree DP, and the STree cost model fits and
-// tree-size choice.
+// Planning models (include/specdec/plan): Sequoia's tree DP, the STree
+// cost model fits and tree-size choice, acceptance estimation
+// (plan/acceptance.hpp) and SpecMemo's memory budgeting
+// (plan/memory_model.hpp).
 #include <cstdint>
-#include <optional>
 #include <tuple>
 #include <vector>
 
-#include <nanobind/stl/optional.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "common.hpp"
-#include "specdec/draft/batch_prune.hpp"
-#include "specdec/draft/beam_tree.hpp"
-#include "specdec/draft/prune.hpp"
-#include "specdec/draft/sampled_tree.hpp"
-#include "specdec/draft/static_tree.hpp"
-#include "specdec/draft/topk_tree.hpp"
+#include "specdec/plan/acceptance.hpp"
 #include "specdec/plan/cost_model.hpp"
+#include "specdec/plan/memory_model.hpp"
 #include "specdec/plan/sequoia.hpp"
 
 namespace specdec::python {
 namespace {
-
-// A probability_drafter over a Python callable fn(node, depth, path) that
-// returns a 1-D float32 row over the vocabulary. The returned array is kept
-// alive until the next call, as the concept asks of a row.
-struct py_drafter {
-  nb::callable fn;
-  in1<float> row;
-  std::span<const float> probabilities(const draft_context& c) {
-    const std::size_t shape[1] = {c.path.size()};
-    nb::ndarray<nb::numpy, const token_id, nb::ndim<1>> path(c.path.data(), 1, shape, nb::handle());
-    row = nb::cast<in1<float>>(fn(c.node, c.depth, path));
-    return {row.data(), row.size()};
-  }
-};
-
-template <class T>
-nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(std::vector<T> v) {
-  auto* heap = new std::vector<T>(std::move(v));
-  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  const std::size_t shape[1] = {heap->size()};
-  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(heap->data(), 1, shape, owner);
-}
-
-// (parent, tokens, scores, prob, child_mode) of a drafted tree as numpy arrays.
-auto drafted_arrays(const drafted_tree& t) {
-  std::vector<std::uint8_t> mode(t.child_mode.size());
-  for (std::size_t i = 0; i < mode.size(); ++i) mode[i] = static_cast<std::uint8_t>(t.child_mode[i]);
-  const auto p = t.tree.parents(), tk = t.tree.tokens();
-  const auto sc = t.tree.scores();
-  return std::make_tuple(to_numpy(std::vector<node_id>(p.begin(), p.end())),
-                         to_numpy(std::vector<token_id>(tk.begin(), tk.end())),
-                         to_numpy(std::vector<float>(sc.begin(), sc.end())), to_numpy(t.prob), to_numpy(mode));
-}
-
-auto topk(const nb::callable& fn, token_id root_token, std::int32_t k, std::int32_t depth, std::int64_t vocab_size,
-          std::int32_t max_nodes) {
-  topk_tree_builder b(topk_tree_options{k, depth, vocab_size, max_nodes});
-  py_drafter d{fn, {}};
-  drafted_tree out;
-  check(b.build(d, root_token, out));
-  return drafted_arrays(out);
-}
-
-// The q rows a sampling build wrote (row u = the normalized draft
-// distribution of expanded node u, what the sampled verifiers read), as an
-// N x V numpy array; leaf rows are zero.
-nb::ndarray<nb::numpy, float, nb::ndim<2>> q_numpy(std::vector<float> q, std::size_t rows, std::size_t V) {
-  q.resize(rows * V);
-  auto* heap = new std::vector<float>(std::move(q));
-  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
-  const std::size_t shape[2] = {rows, V};
-  return nb::ndarray<nb::numpy, float, nb::ndim<2>>(heap->data(), 2, shape, owner);
-}
-
-template <class Builder>
-auto build_sampling(Builder& b, const nb::callable& fn, token_id root_token, std::int64_t vocab_size,
-                    std::uint64_t seed, std::uint32_t request, std::uint32_t round,
-                    const std::optional<in_nd<double, 2>>& uniforms) {
-  require(vocab_size > 0, status_code::invalid_argument, "vocab_size is required (it sizes the q rows)");
-  const auto bound = static_cast<std::size_t>(b.node_bound());
-  const auto V = static_cast<std::size_t>(vocab_size);
-  std::vector<float> q(bound * V, 0.0f);
-  draft_round dr;
-  dr.root_token = root_token;
-  dr.rng = rng_stream{seed, request, round};
-  dr.q_rows = make_view<float>(q.data(), static_cast<std::int64_t>(bound), vocab_size);
-  if (const auto u = uniforms_of(uniforms)) dr.uniforms = *u;
-  py_drafter d{fn, {}};
-  drafted_tree out;
-  check(b.build(d, dr, out));
-  return std::tuple_cat(drafted_arrays(out),
-                        std::make_tuple(q_numpy(std::move(q), static_cast<std::size_t>(out.size()), V)));
-}
-
-auto sampled(const nb::callable& fn, token_id root_token, std::int32_t mode, const std::vector<std::int32_t>& widths,
-             std::int64_t vocab_size, std::int32_t max_nodes, std::uint64_t seed, std::uint32_t request,
-             std::uint32_t round, const std::optional<in_nd<double, 2>>& uniforms) {
-  sampled_tree_options o;
-  o.mode = static_cast<draft_mode>(mode);
-  o.widths = widths;
-  o.vocab_size = vocab_size;
-  o.max_nodes = max_nodes;
-  sampled_tree_builder b(o);
-  require(static_cast<double>(b.node_bound()) * static_cast<double>(vocab_size) < 1e10, status_code::invalid_argument,
-          "tree x vocabulary too large for the q rows");
-  return build_sampling(b, fn, root_token, vocab_size, seed, request, round, uniforms);
-}
-
-auto static_shape(const nb::callable& fn, token_id root_token, const std::vector<node_id>& shape, std::int32_t mode,
-                  std::int64_t vocab_size, std::uint64_t seed, std::uint32_t request, std::uint32_t round,
-                  const std::optional<in_nd<double, 2>>& uniforms) {
-  static_tree_options o;
-  o.shape = shape;
-  o.mode = static_cast<draft_mode>(mode);
-  o.vocab_size = vocab_size;
-  static_tree_builder b(o);
-  return build_sampling(b, fn, root_token, vocab_size, seed, request, round, uniforms);
-}
-
-auto beam(const nb::callable& fn, token_id root_token, std::int32_t k, std::int32_t width, std::int32_t depth,
-          std::int32_t budget, std::int64_t vocab_size, std::int32_t max_nodes) {
-  beam_tree_builder b(beam_tree_options{k, width, depth, budget, vocab_size, max_nodes});
-  py_drafter d{fn, {}};
-  drafted_tree out;
-  check(b.build(d, root_token, out));
-  return drafted_arrays(out);
-}
-
-std::int32_t prune(const in1<node_id>& parent, const in1<float>& scores, std::int32_t budget,
-                   const out1<node_id>& new_index) {
-  require(parent.size() == scores.size(), status_code::size_mismatch, "parent and scores differ in size");
-  require(parent.size() <= static_cast<std::size_t>(INT32_MAX), status_code::invalid_argument, "tree too large");
-  const auto n = static_cast<std::int32_t>(parent.size());
-  const tree_view t{nullptr, parent.data(), nullptr, scores.data(), n};
-  auto ws = scratch(prune_workspace_size(n));
-  std::int32_t kept = 0;
-  check(prune_to_budget(t, budget, span_of(new_index), ws, kept));
-  return kept;
-}
 
 std::tuple<std::vector<node_id>, std::vector<std::int32_t>, double> sequoia(const in1<double>& p, std::int32_t budget,
                                                                             std::int32_t max_depth) {
@@ -178,34 +54,105 @@ std::tuple<std::int32_t, double> best_size(const std::vector<double>& cost, cons
   return {best, tpt};
 }
 
-// A ragged batch (request r owns nodes offsets[r]..offsets[r+1], local
-// parent ids); per-request failures land in request_status.
-void prune_many(const in1<node_id>& parent, const in1<float>& scores, const in1<std::int32_t>& offsets,
-                const in1<std::int32_t>& budgets, const out1<node_id>& new_index, const out1<std::int32_t>& kept,
-                const out1<std::int32_t>& request_status) {
-  check(batch_prune_to_budget(span_of(parent), span_of(scores), span_of(offsets), span_of(budgets), span_of(new_index),
-                              span_of(kept), span_of(request_status)));
+acceptance_model model_of(const in_nd<double, 2>& probs) {
+  acceptance_model m;
+  m.depths = static_cast<std::int32_t>(probs.shape(0));
+  m.ranks = static_cast<std::int32_t>(probs.shape(1));
+  m.p.resize(probs.shape(0) * probs.shape(1));
+  for (std::size_t d = 0; d < probs.shape(0); ++d)
+    for (std::size_t r = 0; r < probs.shape(1); ++r)
+      m.p[d * probs.shape(1) + r] =
+          probs.data()[d * static_cast<std::size_t>(probs.stride(0)) + r * static_cast<std::size_t>(probs.stride(1))];
+  return m;
+}
+
+double expected_length(const in1<node_id>& parent, const in_nd<double, 2>& probs, const out1<double>& reach) {
+  const tree_view t{nullptr, parent.data(), nullptr, nullptr, static_cast<std::int32_t>(parent.size())};
+  std::vector<std::int32_t> sc(2 * parent.size());
+  double out = 0;
+  check(expected_accepted_length(t, model_of(probs), span_of(reach), sc, out));
+  return out;
+}
+
+void bind_acceptance_counts(nb::module_& m) {
+  using nb::arg;
+  nb::class_<acceptance_counts>(m, "AcceptanceCounts")
+      .def(nb::init<std::int32_t, std::int32_t>(), arg("depths"), arg("ranks"))
+      .def(
+          "record",
+          [](acceptance_counts& c, const in1<node_id>& parent, const in1<node_id>& path) {
+            const tree_view t{nullptr, parent.data(), nullptr, nullptr, static_cast<std::int32_t>(parent.size())};
+            check(c.record(t, span_of(path)));
+          },
+          arg("parent"), arg("path"))
+      .def(
+          "estimate",
+          [](const acceptance_counts& c, double alpha, double beta) {
+            const acceptance_model e = c.estimate(alpha, beta);
+            return std::make_tuple(e.depths, e.ranks, e.p);
+          },
+          arg("alpha") = 0.0, arg("beta") = 0.0)
+      .def("positional_estimate", &acceptance_counts::positional_estimate)
+      .def_ro("depths", &acceptance_counts::depths)
+      .def_ro("ranks", &acceptance_counts::ranks)
+      .def_ro("offered", &acceptance_counts::offered)
+      .def_ro("accepted", &acceptance_counts::accepted)
+      .def_ro("rounds", &acceptance_counts::rounds)
+      .def_ro("accepted_tokens", &acceptance_counts::accepted_tokens);
+}
+
+void bind_memory(nb::module_& m) {
+  using nb::arg;
+  nb::class_<memory_config>(m, "MemoryConfig")
+      .def(nb::init<>())
+      .def_rw("layers", &memory_config::layers)
+      .def_rw("batch", &memory_config::batch)
+      .def_rw("kv_heads", &memory_config::kv_heads)
+      .def_rw("head_dim", &memory_config::head_dim)
+      .def_rw("kv_bytes_per_element", &memory_config::kv_bytes_per_element)
+      .def_rw("tokens_per_turn", &memory_config::tokens_per_turn)
+      .def_rw("vocab_size", &memory_config::vocab_size)
+      .def_rw("buffer_bytes_per_element", &memory_config::buffer_bytes_per_element)
+      .def_rw("head_bytes", &memory_config::head_bytes)
+      .def_rw("model_parameters", &memory_config::model_parameters)
+      .def_rw("model_bytes_per_parameter", &memory_config::model_bytes_per_parameter);
+  m.def(
+      "memory_total_bytes",
+      [](const memory_config& c, double turns, double nodes, double leaves, double heads) {
+        check(c.validate());
+        return total_bytes(c, turns, nodes, leaves, heads);
+      },
+      arg("config"), arg("turns"), arg("nodes"), arg("leaves"), arg("heads"));
+  m.def(
+      "plan_memory",
+      [](const memory_config& c, double budget, std::int64_t turns, std::int64_t max_heads, std::int64_t min_heads,
+         std::int64_t arity, double leaf_fraction, std::int64_t max_nodes) {
+        memory_plan_options o;
+        o.turns = turns;
+        o.max_heads = max_heads;
+        o.min_heads = min_heads;
+        o.arity = arity;
+        o.leaf_fraction = leaf_fraction;
+        o.max_nodes = max_nodes;
+        memory_plan out;
+        check(plan_memory(c, budget, o, out));
+        return std::make_tuple(out.heads, out.nodes, out.leaves, out.kv_bytes, out.total);
+      },
+      arg("config"), arg("budget"), arg("turns"), arg("max_heads"), arg("min_heads"), arg("arity"),
+      arg("leaf_fraction"), arg("max_nodes"));
 }
 
 }  // namespace
 
 void bind_plan(nb::module_& m) {
   using nb::arg;
-  m.def("topk_tree", &topk, arg("drafter"), arg("root_token"), arg("k"), arg("depth"), arg("vocab_size"),
-        arg("max_nodes"));
-  m.def("beam_tree", &beam, arg("drafter"), arg("root_token"), arg("k"), arg("width"), arg("depth"), arg("budget"),
-        arg("vocab_size"), arg("max_nodes"));
-  m.def("sampled_tree", &sampled, arg("drafter"), arg("root_token"), arg("mode"), arg("widths"), arg("vocab_size"),
-        arg("max_nodes"), arg("seed"), arg("request"), arg("round"), arg("uniforms").none());
-  m.def("static_tree", &static_shape, arg("drafter"), arg("root_token"), arg("shape"), arg("mode"), arg("vocab_size"),
-        arg("seed"), arg("request"), arg("round"), arg("uniforms").none());
-  m.def("prune_batch", &prune_many, arg("parent"), arg("scores"), arg("offsets"), arg("budgets"),
-        arg("new_index").noconvert(), arg("kept").noconvert(), arg("request_status").noconvert());
-  m.def("prune_to_budget", &prune, arg("parent"), arg("scores"), arg("budget"), arg("new_index").noconvert());
   m.def("sequoia_tree", &sequoia, arg("p"), arg("budget"), arg("max_depth"));
   m.def("fit_linear_cost", &fit_linear, arg("n"), arg("t"));
   m.def("fit_quadratic_cost", &fit_quadratic, arg("n"), arg("t"));
   m.def("best_tree_size", &best_size, arg("cost"), arg("tau"), arg("draft_time"));
+  m.def("expected_accepted_length", &expected_length, arg("parent"), arg("probs"), arg("reach").noconvert());
+  bind_acceptance_counts(m);
+  bind_memory(m);
 }
 
 }  // namespace specdec::python

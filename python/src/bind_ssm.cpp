@@ -1,14 +1,20 @@
 // Tree-masked selective scan (Mamba2 conventions), the state commit of an
-// accepted path, and the tree causal conv1d with its conv-state commit, for float32 and float64 arrays of any strides.
+// accepted path, and the tree causal conv1d with its conv-state commit, for
+// float32 and float64 arrays of any strides; with the kernels, the scan and
+// the conv1d on CUDA arrays on the caller's stream.
 #include <cstdint>
 #include <optional>
 
 #include <nanobind/stl/optional.h>
 
 #include "common.hpp"
+#include "common_cuda.hpp"
 #include "specdec/ssm/state_commit.hpp"
 #include "specdec/ssm/tree_conv1d.hpp"
 #include "specdec/ssm/tree_scan.hpp"
+#if defined(SPECDEC_PYTHON_HAS_CUDA)
+#include "specdec/kernels/ssm.hpp"
+#endif
 
 namespace specdec::python {
 namespace {
@@ -122,6 +128,124 @@ void bind_typed(nb::module_& m, const char* scan_name, const char* commit_name, 
   m.def(conv_commit_name, &conv1d_commit<T>, arg("parent"), arg("x"), arg("path"), arg("state").noconvert());
 }
 
+#if defined(SPECDEC_PYTHON_HAS_CUDA)
+// ---- CUDA: tree scan and tree conv1d on the caller's stream ----------------
+
+template <class T, int R>
+using dev_opt = std::optional<dev_nd<const T, R>>;
+
+template <class T, int R>
+strided_view<const T, R> dev_view(const dev_opt<T, R>& a) {
+  return a ? view_of<R>(*a) : strided_view<const T, R>{};
+}
+
+std::size_t ssm_staging() { return sizeof(std::int32_t); }
+
+template <class T>
+std::size_t scan_ws_size(std::int64_t N, std::int64_t H, std::int64_t P, std::int64_t S, bool with_states) {
+  std::size_t kernel = 0;
+  if (!with_states && N > 0 && H > 0 && P > 0 && S > 0) {
+    workspace_carver c;
+    (void)c.take<T>(static_cast<std::size_t>(N * H * P * S));
+    kernel = c.bytes_used();
+  }
+  return device_scratch::bytes(kernel, ssm_staging());
+}
+
+//! The launch both SSM kernels share: one scratch for the kernel's
+//! workspace (`size(P)` bytes) and the staged status word, the caller's
+//! status array or that word in P.status_word, `launch(P, workspace, bytes,
+//! stream)`, and with `sync` a wait that raises on a tree fault.
+template <class Params, class Size, class Launch>
+void launch_ssm(Params& P, Size size, Launch launch, const std::optional<dev1<std::int32_t>>& status_out,
+                const std::optional<dev_bytes>& workspace, std::uintptr_t stream, bool sync) {
+  const cudaStream_t s = stream_of(stream);
+  device_scratch ws(size(P), ssm_staging(), workspace, s);
+  const std::int32_t zero = 0;
+  std::int32_t* word = ws.stage(0, &zero, 1);
+  P.status_word = status_out ? status_out->data() : word;
+  ws.upload();
+  check(launch(P, ws.kernel(), ws.kernel_bytes(), s));
+  if (!sync) return;
+  const std::int32_t code = read_back(P.status_word, s);
+  if (code != 0) check(make_status(static_cast<status_code>(code), "parent links are not a topological tree"));
+}
+
+template <class T>
+void cuda_scan(const dev1<const node_id>& parent, const dev_nd<const T, 3>& x, const dev_nd<const T, 2>& dt,
+               const dev_nd<const T, 1>& A, const dev_nd<const T, 3>& B, const dev_nd<const T, 3>& C,
+               const dev_opt<T, 2>& D, const dev_opt<T, 1>& dt_bias, const dev_opt<T, 3>& z, const dev_opt<T, 3>& h0,
+               bool dt_softplus, double dt_min, double dt_max, const dev_nd<T, 3>& y,
+               const std::optional<dev_nd<T, 4>>& states, const std::optional<dev1<std::int32_t>>& status_out,
+               const std::optional<dev_bytes>& workspace, std::uintptr_t stream, bool sync) {
+  device_guard g;
+  g.add(parent, "parent", x, "x", dt, "dt", A, "A", B, "B", C, "C", D, "D", dt_bias, "dt_bias", z, "z", h0, "h0", y,
+        "y", states, "states", status_out, "status", workspace, "workspace");
+  require(!status_out || status_out->size() >= 1, status_code::size_mismatch, "status needs one entry");
+  kernels::tree_scan_params<T> P;
+  P.parent = parent.data();
+  P.in.x = view_of<3>(x);
+  P.in.dt = view_of<2>(dt);
+  P.in.A = view_of<1>(A);
+  P.in.B = view_of<3>(B);
+  P.in.C = view_of<3>(C);
+  P.in.D = dev_view<T, 2>(D);
+  P.in.dt_bias = dev_view<T, 1>(dt_bias);
+  P.in.z = dev_view<T, 3>(z);
+  P.in.h0 = dev_view<T, 3>(h0);
+  P.opt.dt_softplus = dt_softplus;
+  P.opt.dt_min = static_cast<T>(dt_min);
+  P.opt.dt_max = static_cast<T>(dt_max);
+  P.y = view_of<3>(y);
+  if (states) P.states = view_of<4>(*states);
+  require(static_cast<std::int64_t>(parent.size()) == P.in.x.extent[0], status_code::size_mismatch,
+          "parent must have one entry per node");
+  check(kernels::tree_scan_can_implement(P));
+  launch_ssm(
+      P, [](const auto& q) { return kernels::tree_scan_workspace_size(q); },
+      [](const auto&... a) { return kernels::tree_scan(a...); }, status_out, workspace, stream, sync);
+}
+
+template <class T>
+void cuda_conv1d(const dev1<const node_id>& parent, const dev_nd<const T, 2>& x, const dev_nd<const T, 2>& weight,
+                 const dev_opt<T, 1>& bias, const dev_opt<T, 2>& conv_state, bool silu, const dev_nd<T, 2>& out,
+                 const std::optional<dev1<std::int32_t>>& status_out, const std::optional<dev_bytes>& workspace,
+                 std::uintptr_t stream, bool sync) {
+  device_guard g;
+  g.add(parent, "parent", x, "x", weight, "weight", bias, "bias", conv_state, "conv_state", out, "out", status_out,
+        "status", workspace, "workspace");
+  require(!status_out || status_out->size() >= 1, status_code::size_mismatch, "status needs one entry");
+  kernels::tree_conv1d_params<T> P;
+  P.parent = parent.data();
+  P.in.x = view_of<2>(x);
+  P.in.weight = view_of<2>(weight);
+  P.in.bias = dev_view<T, 1>(bias);
+  P.in.conv_state = dev_view<T, 2>(conv_state);
+  P.in.silu = silu;
+  P.out = view_of<2>(out);
+  require(static_cast<std::int64_t>(parent.size()) == P.in.x.extent[0], status_code::size_mismatch,
+          "parent must have one entry per node");
+  check(kernels::tree_conv1d_can_implement(P));
+  launch_ssm(
+      P, [](const auto& q) { return kernels::tree_conv1d_workspace_size(q); },
+      [](const auto&... a) { return kernels::tree_conv1d(a...); }, status_out, workspace, stream, sync);
+}
+
+std::size_t conv1d_ws_size() { return device_scratch::bytes(0, ssm_staging()); }
+
+template <class T>
+void bind_cuda_typed(nb::module_& m, const char* scan_name, const char* conv_name) {
+  using nb::arg;
+  m.def(scan_name, &cuda_scan<T>, arg("parent"), arg("x"), arg("dt"), arg("A"), arg("B"), arg("C"), arg("D").none(),
+        arg("dt_bias").none(), arg("z").none(), arg("h0").none(), arg("dt_softplus"), arg("dt_min"), arg("dt_max"),
+        arg("y").noconvert(), arg("states").noconvert().none(), arg("status").noconvert().none(),
+        arg("workspace").noconvert().none(), arg("stream"), arg("sync"));
+  m.def(conv_name, &cuda_conv1d<T>, arg("parent"), arg("x"), arg("weight"), arg("bias").none(),
+        arg("conv_state").none(), arg("silu"), arg("out").noconvert(), arg("status").noconvert().none(),
+        arg("workspace").noconvert().none(), arg("stream"), arg("sync"));
+}
+#endif
+
 }  // namespace
 
 void bind_ssm(nb::module_& m) {
@@ -129,6 +253,16 @@ void bind_ssm(nb::module_& m) {
                     "tree_conv1d_commit_f32");
   bind_typed<double>(m, "tree_scan_f64", "ssm_commit_path_f64", "ssm_replay_masked_f64", "tree_conv1d_f64",
                      "tree_conv1d_commit_f64");
+#if defined(SPECDEC_PYTHON_HAS_CUDA)
+  using nb::arg;
+  m.def("cuda_tree_scan_workspace_size_f32", &scan_ws_size<float>, arg("nodes"), arg("heads"), arg("headdim"),
+        arg("dstate"), arg("with_states"));
+  m.def("cuda_tree_scan_workspace_size_f64", &scan_ws_size<double>, arg("nodes"), arg("heads"), arg("headdim"),
+        arg("dstate"), arg("with_states"));
+  m.def("cuda_tree_conv1d_workspace_size", &conv1d_ws_size);
+  bind_cuda_typed<float>(m, "cuda_tree_scan_f32", "cuda_tree_conv1d_f32");
+  bind_cuda_typed<double>(m, "cuda_tree_scan_f64", "cuda_tree_conv1d_f64");
+#endif
 }
 
 }  // namespace specdec::python

@@ -1,18 +1,23 @@
 // Trees: building from parents / choice lists / path matrices, DFS and BFS
 // orders, packed / dense / additive masks, depths and positions, and the
-// batched ragged mask build. Every function writes into caller arrays.
+// batched ragged mask build (host, and on CUDA arrays when built with the
+// kernels). Every function writes into caller arrays.
 #include <cstdint>
 #include <optional>
 
 #include <nanobind/stl/optional.h>
 
 #include "common.hpp"
+#include "common_cuda.hpp"
 #include "specdec/tree/batch.hpp"
 #include "specdec/tree/build.hpp"
 #include "specdec/tree/mask.hpp"
 #include "specdec/tree/order.hpp"
 #include "specdec/tree/positions.hpp"
 #include "specdec/tree/validate.hpp"
+#if defined(SPECDEC_PYTHON_HAS_CUDA)
+#include "specdec/kernels/tree.hpp"
+#endif
 
 namespace specdec::python {
 namespace {
@@ -108,29 +113,26 @@ void batched(const in1<node_id>& parents, const in1<std::int32_t>& offsets,
              const std::optional<in1<std::int64_t>>& cache_len, const out_nd<Word, 2>& masks,
              const std::optional<out1<std::int64_t>>& positions_out, const out1<std::int32_t>& tree_status,
              std::int32_t max_nodes) {
-  require(offsets.size() >= 1, status_code::invalid_argument, "offsets needs num_trees + 1 entries");
-  const auto trees = static_cast<std::int32_t>(offsets.size() - 1);
-  require(tree_status.size() >= static_cast<std::size_t>(trees), status_code::buffer_too_small,
-          "tree_status needs num_trees entries");
-  require(!cache_len || cache_len->size() >= static_cast<std::size_t>(trees), status_code::size_mismatch,
-          "cache_len needs num_trees entries");
-  require(masks.shape(0) >= parents.size() && (!positions_out || positions_out->size() >= parents.size()),
-          status_code::buffer_too_small, "masks and positions need one row per node");
-  require(static_cast<std::int64_t>(masks.shape(1)) >= mask_words_per_row<Word>(max_nodes),
-          status_code::buffer_too_small, "mask rows need ceil(max_nodes / W) words");
-  tree_mask_batch<Word> b;
-  b.parents = parents.data();
-  b.offsets = offsets.data();
-  b.cache_len = cache_len ? cache_len->data() : nullptr;
-  b.masks = masks.data();
-  b.positions = positions_out ? positions_out->data() : nullptr;
-  b.tree_status = tree_status.data();
-  b.num_trees = trees;
-  b.max_nodes = max_nodes;
-  b.capacity_nodes = static_cast<std::int32_t>(parents.size());
-  b.row_stride_words = row_stride(masks);
-  check(build_tree_masks_batched<Word>(b));
+  check(build_tree_masks_batched<Word>(
+      tree_batch_of<Word>(parents, offsets, cache_len, masks, positions_out, tree_status, max_nodes)));
 }
+
+#if defined(SPECDEC_PYTHON_HAS_CUDA)
+// ---- CUDA: the batched mask build on the caller's stream -------------------
+
+template <class Word>
+void cuda_batched(const dev1<const node_id>& parents, const dev1<const std::int32_t>& offsets,
+                  const std::optional<dev1<const position_id>>& cache_len, const dev_nd<Word, 2>& masks,
+                  const std::optional<dev1<position_id>>& positions, const dev1<std::int32_t>& tree_status,
+                  std::int32_t max_nodes, std::uintptr_t stream) {
+  device_guard g;
+  g.add(parents, "parents", offsets, "offsets", cache_len, "cache_len", masks, "masks", positions, "positions",
+        tree_status, "tree_status");
+  const auto b = tree_batch_of<Word>(parents, offsets, cache_len, masks, positions, tree_status, max_nodes);
+  check(kernels::build_tree_masks_can_implement(b));
+  check(kernels::build_tree_masks(b, nullptr, 0, stream_of(stream)));
+}
+#endif
 
 }  // namespace
 
@@ -161,6 +163,14 @@ void bind_tree(nb::module_& m) {
   m.def("tree_masks_batched64", &batched<std::uint64_t>, arg("parents"), arg("offsets"), arg("cache_len").none(),
         arg("masks").noconvert(), arg("positions").noconvert().none(), arg("tree_status").noconvert(),
         arg("max_nodes"));
+#if defined(SPECDEC_PYTHON_HAS_CUDA)
+  m.def("cuda_tree_masks_batched32", &cuda_batched<std::uint32_t>, arg("parents"), arg("offsets"),
+        arg("cache_len").none(), arg("masks").noconvert(), arg("positions").noconvert().none(),
+        arg("tree_status").noconvert(), arg("max_nodes"), arg("stream"));
+  m.def("cuda_tree_masks_batched64", &cuda_batched<std::uint64_t>, arg("parents"), arg("offsets"),
+        arg("cache_len").none(), arg("masks").noconvert(), arg("positions").noconvert().none(),
+        arg("tree_status").noconvert(), arg("max_nodes"), arg("stream"));
+#endif
 }
 
 }  // namespace specdec::python

@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -16,7 +17,9 @@
 #include "specdec/cache/kv_layout.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
+#include "specdec/tree/batch.hpp"
 #include "specdec/verify/policy.hpp"
+#include "specdec/verify/verify_params.hpp"
 
 namespace specdec::python {
 
@@ -116,6 +119,91 @@ inline std::optional<caller_uniforms> uniforms_of(const std::optional<in_nd<doub
   return caller_uniforms{u->data(), static_cast<std::int32_t>(u->shape(0)), static_cast<std::int32_t>(u->shape(1))};
 }
 
+//! Whether a 2-D array (host or device) is dense with exactly rows x cols
+//! elements.
+template <class A>
+bool dense_rows(const A& a, std::size_t rows, std::size_t cols) {
+  return a.shape(0) == rows && a.shape(1) == cols && (cols <= 1 || a.stride(1) == 1) &&
+         (rows <= 1 || static_cast<std::size_t>(a.stride(0)) == cols);
+}
+
+//! The Philox key (seed, request, round) as verify_params, the rest default:
+//! what chain_coins and the chain counters read.
+inline verify_params key_params(std::uint64_t seed, std::uint32_t request, std::uint32_t round) {
+  verify_params vp;
+  vp.seed = seed;
+  vp.request = request;
+  vp.round = round;
+  return vp;
+}
+
+//! One verify_params per request: `base` (the bound VerifyParams: the
+//! typical-acceptance settings and the normalization tolerance) with each
+//! request's mode, seed, request and round from the arrays.
+inline std::vector<verify_params> params_batch(const verify_params& base, const in1<std::int32_t>& modes,
+                                               const in1<std::uint64_t>& seeds, const in1<std::uint32_t>& requests,
+                                               const in1<std::uint32_t>& rounds, std::size_t R) {
+  require(modes.size() == R && seeds.size() == R && requests.size() == R && rounds.size() == R,
+          status_code::size_mismatch, "modes, seeds, requests and rounds need one entry per request");
+  std::vector<verify_params> vps(R, base);
+  for (std::size_t r = 0; r < R; ++r) {
+    vps[r].mode = static_cast<verify_mode>(modes.data()[r]);
+    vps[r].seed = seeds.data()[r];
+    vps[r].request = requests.data()[r];
+    vps[r].round = rounds.data()[r];
+  }
+  return vps;
+}
+
+//! The caller's uniforms of a batched call (host or device): a dense
+//! rows x draws float64 array with 1 .. 2^31-1 draws and at least
+//! `min_rows` rows; none when not given.
+template <class A>
+std::optional<caller_uniforms> batch_uniforms(const std::optional<A>& u, std::size_t min_rows) {
+  if (!u) return std::nullopt;
+  require(u->shape(1) > 0 && u->shape(1) <= static_cast<std::size_t>(INT32_MAX) && u->stride(1) == 1 &&
+              (u->shape(0) <= 1 || static_cast<std::size_t>(u->stride(0)) == u->shape(1)),
+          status_code::invalid_argument, "uniforms must be a dense nodes x draws array");
+  require(u->shape(0) >= min_rows, status_code::size_mismatch, "uniforms need one row per node (slot)");
+  return caller_uniforms{u->data(), static_cast<std::int32_t>(std::min<std::size_t>(u->shape(0), INT32_MAX)),
+                         static_cast<std::int32_t>(u->shape(1))};
+}
+
+//! The batched mask build's arguments (host or device arrays alike) after
+//! the shape checks: short outputs are buffer_too_small, a short input
+//! size_mismatch.
+template <class Word, class Parents, class Offsets, class CacheLen, class Masks, class Positions, class Status>
+tree_mask_batch<Word> tree_batch_of(const Parents& parents, const Offsets& offsets,
+                                    const std::optional<CacheLen>& cache_len, const Masks& masks,
+                                    const std::optional<Positions>& positions, const Status& tree_status,
+                                    std::int32_t max_nodes) {
+  require(offsets.size() >= 1, status_code::invalid_argument, "offsets needs num_trees + 1 entries");
+  const std::size_t R = offsets.size() - 1, n = parents.size();
+  require(n <= static_cast<std::size_t>(INT32_MAX) && R <= static_cast<std::size_t>(INT32_MAX),
+          status_code::invalid_argument, "batch too large");
+  require(masks.shape(1) <= 1 || masks.stride(1) == 1, status_code::invalid_argument,
+          "mask rows must be contiguous (last stride 1)");
+  require(tree_status.size() >= R, status_code::buffer_too_small, "tree_status needs num_trees entries");
+  require(!cache_len || cache_len->size() >= R, status_code::size_mismatch, "cache_len needs num_trees entries");
+  require(masks.shape(0) >= n && (!positions || positions->size() >= n), status_code::buffer_too_small,
+          "masks and positions need one row per node");
+  require(static_cast<std::int64_t>(masks.shape(1)) >= mask_words_per_row<Word>(max_nodes),
+          status_code::buffer_too_small, "mask rows need ceil(max_nodes / W) words");
+  tree_mask_batch<Word> b;
+  b.parents = parents.data();
+  b.offsets = offsets.data();
+  b.cache_len = cache_len ? cache_len->data() : nullptr;
+  b.masks = masks.data();
+  b.positions = positions ? positions->data() : nullptr;
+  b.tree_status = tree_status.data();
+  b.num_trees = static_cast<std::int32_t>(R);
+  b.max_nodes = max_nodes;
+  b.capacity_nodes = static_cast<std::int32_t>(n);
+  b.row_stride_words =
+      masks.shape(0) <= 1 ? static_cast<std::int64_t>(masks.shape(1)) : static_cast<std::int64_t>(masks.stride(0));
+  return b;
+}
+
 //! Scratch kept between calls (per thread): the binding allocates only when
 //! a call needs more than any earlier one. 256-byte aligned like
 //! core/workspace.hpp asks.
@@ -131,14 +219,12 @@ inline std::span<std::byte> scratch(std::size_t bytes) {
 
 void bind_tree(nb::module_& m);
 void bind_verify(nb::module_& m);
+void bind_draft(nb::module_& m);
 void bind_cache(nb::module_& m);
 void bind_ssm(nb::module_& m);
 void bind_plan(nb::module_& m);
 void bind_loop(nb::module_& m);
 void bind_interop(nb::module_& m);
-void bind_sglang(nb::module_& m);
-#if defined(SPECDEC_PYTHON_HAS_CUDA)
-void bind_cuda(nb::module_& m);
-#endif
+void bind_interop_sglang(nb::module_& m);
 
 }  // namespace specdec::python

@@ -14,7 +14,6 @@ def root_path(parent, node):
         node = parent[node]
     return np.array(path[::-1], dtype=np.int32)
 
-
 def test_keep_indices_single_and_batch(rng):
     parent = random_tree(rng, 20)
     path = root_path(parent, 19)
@@ -37,7 +36,6 @@ def test_keep_indices_single_and_batch(rng):
     np.testing.assert_array_equal(ko, np.cumsum([0] + [len(p) for p in paths]))
     np.testing.assert_array_equal(keep, np.concatenate([paths[0] + 3, paths[1], paths[2] + 8]))
 
-
 def ref_commit(cache, t_axis, row_axis, cache_len, keep_lists):
     """New cache: per request row r, position cache_len[r] + k takes keep[k]."""
     out = cache.copy()
@@ -48,7 +46,6 @@ def ref_commit(cache, t_axis, row_axis, cache_len, keep_lists):
         idx[t_axis] = slice(cache_len[r], cache_len[r] + len(keep))
         out[tuple(idx)] = src
     return out
-
 
 @pytest.mark.parametrize("layout,dtype", [("SLHTD", np.float32), ("SLTHD", np.float16), ("SHTD", np.int8),
                                           ("STHD", np.float64)])
@@ -69,7 +66,6 @@ def test_contiguous_commit_matches_numpy(rng, layout, dtype):
     assert data_ptr(k_cache) == pk and data_ptr(v_cache) == pv
     np.testing.assert_array_equal(k_cache.view(np.uint8), want_k.view(np.uint8))
     np.testing.assert_array_equal(v_cache.view(np.uint8), want_v.view(np.uint8))
-
 
 def test_paged_commit_matches_numpy(rng):
     pages, L, P, H, D = 10, 2, 4, 2, 3
@@ -92,7 +88,6 @@ def test_paged_commit_matches_numpy(rng):
                       np.array([0, 4, 7], dtype=np.int32), block_table=block_table)
     np.testing.assert_array_equal(pool, want)
 
-
 def test_bad_commits_raise_and_leave_caches_byte_identical(rng):
     cache = rng.standard_normal((2, 1, 2, 8, 4)).astype(np.float32)
     before = cache.copy()
@@ -112,7 +107,6 @@ def test_bad_commits_raise_and_leave_caches_byte_identical(rng):
         specdec.commit_kv([cache, cache[:, :, :, :4]], "SLHTD", 0, [0, 1])  # positions disagree
     np.testing.assert_array_equal(cache.view(np.uint32), before.view(np.uint32))
 
-
 @needs_torch
 def test_torch_fp16_cache_commit_in_place():
     import torch
@@ -125,7 +119,6 @@ def test_torch_fp16_cache_commit_in_place():
     ref[0, :, 2:4] = ref[0, :, [3, 5]]
     ref[1, :, 0:2] = ref[1, :, [1, 2]]
     assert torch.equal(cache, ref)
-
 
 @pytest.mark.parametrize("threads", [2, 3, 8, 0])
 def test_threaded_commit_equals_serial(rng, threads):
@@ -161,13 +154,11 @@ def test_threaded_commit_equals_serial(rng, threads):
     for a, b in zip(caches, before):
         np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
 
-
 def test_commit_threads_argument_checked():
     cache = np.zeros((1, 1, 4, 2), np.float32)
     for t in (-1, 5000):
         with pytest.raises(specdec.Error, match="invalid_argument"):
             specdec.commit_kv([cache], "SHTD", 0, [1], threads=t)
-
 
 def test_commits_from_python_threads_at_once(rng):
     """commit_kv releases the Python lock while bytes move: commits of

@@ -378,7 +378,7 @@ def test_workspace_argument_and_too_small(rng):
 # ---------------------------------------------------------------------------
 
 def test_sglang_greedy_and_sampling_match_host(rng):
-    from test_interop_plan import sglang_batch
+    from test_interop_sglang import sglang_batch
     B, n, V, spec = 16, 9, 6, 9
     cand, ri, nt, ns = sglang_batch(rng, B, n, V)
     bad = nt.copy()
@@ -412,7 +412,7 @@ def test_sglang_greedy_and_sampling_match_host(rng):
 
 @pytest.mark.parametrize("mode", [0, 1, 2, 3])
 def test_sglang_verify_tree_matches_host(rng, mode):
-    from test_interop_plan import sglang_batch
+    from test_interop_sglang import sglang_batch
     B, n, V = 12, 8, 7
     cand, ri, nt, ns = sglang_batch(rng, B, n, V)
     p, q = random_rows(rng, B * n, V), random_rows(rng, B * n, V)
@@ -433,7 +433,7 @@ def test_sglang_verify_tree_matches_host(rng, mode):
 
 @pytest.mark.parametrize("mode", ["full_mask", "qlen_only", "qlen_only_bitpacking"])
 def test_sglang_build_tree_matches_host(rng, mode):
-    from test_sglang_twins import eagle_case
+    from test_interop_sglang import eagle_case
     topk, depth, n, B = 4, 4, 12, 6
     pl, sel, sl = eagle_case(rng, B, topk, depth, n)
     sel[4, -1] = topk * (topk * (depth - 1) + 1)  # request 4: out of range

@@ -14,7 +14,6 @@ def simulate_path(shape, rng, p0=0.8):
             return path
         path.append(kids[0])
 
-
 def test_flat_cost_speculates_and_linear_cost_does_not():
     rng = np.random.default_rng(1)
     flat = specdec.RoundPlanner(max_nodes=16, max_depth=6)
@@ -35,7 +34,6 @@ def test_flat_cost_speculates_and_linear_cost_does_not():
     assert steep.next().kind == "autoregressive"
     assert flat.rounds == 50
 
-
 def test_errors_and_fixed_plan():
     with pytest.raises(specdec.Error, match="invalid_argument"):
         specdec.RoundPlanner(max_nodes=0)
@@ -47,7 +45,6 @@ def test_errors_and_fixed_plan():
     p.fix_plan([-1, 0, 0])
     plan = p.next()
     assert plan.kind == "fixed" and list(plan.shape) == [-1, 0, 0]
-
 
 def test_measured_times_drive_the_plan():
     # An engine reporting its own times: a pass costs 1 ms + 0.5 ms per node.

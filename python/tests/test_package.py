@@ -1,6 +1,11 @@
 """Package-level behaviour: host-only refusal of device arrays, read-only and
 mistyped outputs refused (never written through a copy), docstrings carry
-the C++ descriptions, stubs are installed."""
+the C++ descriptions, stubs are installed.
+
+Bindings added with the CUDA build: tree conv1d and its state commit
+against a per-path numpy reference, batched pruning against per-request
+prune_to_budget, build information, and device dispatch (mixed host and
+CUDA arrays raise before anything runs)."""
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +25,6 @@ class FakeCudaArray:
     def __dlpack__(self, stream=None):  # pragma: no cover - must not be reached
         raise AssertionError("a device array must be refused before it is read")
 
-
 def test_device_arrays_are_refused_with_a_clear_error():
     # Host-only build: any CUDA array is refused. CUDA build: mixing host and
     # device arrays, or a function without a kernel, is refused. Either way
@@ -32,7 +36,6 @@ def test_device_arrays_are_refused_with_a_clear_error():
         specdec.positions([-1, 0], 0, out=FakeCudaArray())
     with pytest.raises(specdec.Error, match=pattern):
         specdec.commit_kv([FakeCudaArray()], "SHTD", 0, [0])
-
 
 def test_read_only_and_mistyped_outputs_are_refused():
     parent = np.array([-1, 0, 0], dtype=np.int32)
@@ -48,7 +51,6 @@ def test_read_only_and_mistyped_outputs_are_refused():
     with pytest.raises(TypeError):
         specdec.positions(parent, 0, out=noncontig)
 
-
 def test_docstrings_and_stubs():
     doc = specdec.verify_tree.__doc__
     assert "C++ specdec::verify_tree" in doc and "Deterministic for a" in doc
@@ -60,3 +62,37 @@ def test_docstrings_and_stubs():
     pkg = Path(specdec.__file__).parent
     assert (pkg / "_core.pyi").is_file() and (pkg / "py.typed").is_file()
     assert "def verify_tree(" in (pkg / "_core.pyi").read_text()
+
+def test_build_info():
+    info = specdec.build_info()
+    assert info["cuda"] == specdec.has_cuda
+    if specdec.has_cuda:
+        assert info["build"].startswith("with CUDA kernels (archs ")
+        assert info["cuda_archs"]
+    else:
+        assert info["build"].startswith("host-only")
+    assert specdec.cuda_available() == (specdec.has_cuda and info["cuda_devices"] > 0)
+
+class FakeCuda:
+    """Claims to live on a CUDA device (DLPack device type 2); never read."""
+
+    def __init__(self, index=0):
+        self.index = index
+
+    def __dlpack_device__(self):
+        return (2, self.index)
+
+def test_mixed_devices_raise_before_running():
+    parent = np.array([-1, 0, 0], dtype=np.int32)
+    p = np.full((3, 4), 0.25, dtype=np.float32)
+    out = np.full(3, -9, dtype=np.int32)
+    with pytest.raises(specdec.Error, match="host memory or all on one CUDA device|host-only"):
+        specdec.verify_tree(parent, FakeCuda(), p, mode=specdec.Mode.GREEDY, path=out, tokens_out=out.copy())
+    assert (out == -9).all()
+    with pytest.raises(specdec.Error, match="all on one CUDA device|host-only"):
+        specdec.tree_scan(parent, FakeCuda(0), FakeCuda(1), FakeCuda(0), FakeCuda(0), FakeCuda(0))
+    with pytest.raises(specdec.Error, match="all on one CUDA device|host-only"):
+        specdec.commit_kv([np.zeros((1, 1, 4, 2)), FakeCuda()], "SHTD", 0, [0])
+    # Functions without a kernel name the problem.
+    with pytest.raises(specdec.Error, match="CUDA memory"):
+        specdec.packed_mask(FakeCuda())

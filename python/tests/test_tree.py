@@ -18,7 +18,6 @@ def ref_packed(parent, w):
                 out[i, j // w] |= np.uint64(1) << np.uint64(j % w)
     return out.astype(np.uint32 if w == 32 else np.uint64)
 
-
 def ref_dfs(parent):
     kids = [[] for _ in parent]
     for i in range(1, len(parent)):
@@ -30,7 +29,6 @@ def ref_dfs(parent):
         stack.extend(reversed(kids[u]))
     return np.array(order, dtype=np.int32)
 
-
 def ref_bfs(parent):
     kids = [[] for _ in parent]
     for i in range(1, len(parent)):
@@ -40,7 +38,6 @@ def ref_bfs(parent):
         order.extend(kids[order[head]])
         head += 1
     return np.array(order, dtype=np.int32)
-
 
 @pytest.mark.parametrize("n", [1, 2, 7, 31, 32, 33, 64, 65, 130])
 def test_masks_positions_orders_match_reference(rng, n):
@@ -62,7 +59,6 @@ def test_masks_positions_orders_match_reference(rng, n):
     n2o, o2n = specdec.bfs_order(parent)
     np.testing.assert_array_equal(n2o, ref_bfs(parent))
 
-
 def test_masks_match_cpp(rng, cpp_ref):
     trees = [random_tree(rng, n) for n in (1, 5, 64, 100)]
     text = "".join(f"mask {len(t)} {' '.join(map(str, t))}\n" for t in trees)
@@ -71,7 +67,6 @@ def test_masks_match_cpp(rng, cpp_ref):
         words = np.array([int(v) for v in lines[2 * k]], dtype=np.uint64)
         np.testing.assert_array_equal(specdec.packed_mask(t).ravel(), words)
         np.testing.assert_array_equal(specdec.positions(t, 7), np.array(lines[2 * k + 1], dtype=np.int64))
-
 
 def test_outputs_are_written_in_place_with_row_stride(rng):
     parent = random_tree(rng, 40)
@@ -84,7 +79,6 @@ def test_outputs_are_written_in_place_with_row_stride(rng):
     full = np.full((40, 10 + 40), 5.0, dtype=np.float32)
     specdec.additive_mask(parent, prefix=10, out=full)
     assert np.isneginf(full).sum() == 40 * 40 - ref_ancestor_mask(parent).sum()
-
 
 def test_bad_trees_raise_and_write_nothing():
     bad = {
@@ -113,7 +107,6 @@ def test_bad_trees_raise_and_write_nothing():
     with pytest.raises(TypeError):
         specdec.packed_mask(np.array([-1, 0], dtype=np.int32), out=np.zeros((2, 1), dtype=np.int64))
 
-
 def test_batched_masks_match_single_tree_and_isolate_failures(rng):
     trees = [random_tree(rng, n) for n in (3, 70, 1, 20)]
     trees[2] = np.array([-1, 5], dtype=np.int32)  # a broken tree in the middle
@@ -133,13 +126,11 @@ def test_batched_masks_match_single_tree_and_isolate_failures(rng):
         np.testing.assert_array_equal(masks[lo:hi, :w], ref_packed(t, 64))
         np.testing.assert_array_equal(pos[lo:hi], ref_depths(t) + cache_len[b])
 
-
 def medusa_ref(choices):
     order = sorted(range(len(choices)), key=lambda k: (len(choices[k]), list(choices[k]), k))
     idx = {tuple(choices[k]): s + 1 for s, k in enumerate(order)}
     parent = [-1] + [0 if len(choices[k]) == 1 else idx[tuple(choices[k][:-1])] for k in order]
     return np.array(parent, dtype=np.int32), np.array([-1] + order, dtype=np.int32)
-
 
 def test_choices_paths_relabel(rng):
     choices = [[0], [1], [0, 0], [2], [0, 1], [1, 0], [0, 0, 0], [0, 1, 3]]
@@ -173,7 +164,6 @@ def test_choices_paths_relabel(rng):
     for i in range(1, 25):
         assert n2o[new_parent[i]] == shuffled[n2o[i]]
     np.testing.assert_array_equal(o2n[n2o], np.arange(25))
-
 
 @needs_torch
 def test_torch_zero_copy():

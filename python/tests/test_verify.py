@@ -1,7 +1,16 @@
 """Verification through Python: every mode against a plain numpy walk on the
 caller's uniforms, Philox results against the C++ program, chain == tree,
 batched == one by one, errors, and chi-square exactness with a negative
-control."""
+control.
+
+The engine's own randomness through Python: every sampled entry point
+takes caller uniforms in the layout u[node, draw] (C++ caller_uniforms).
+Proven here: the keyed Philox stream's values handed back as `uniforms`
+reproduce the seeded runs exactly (verify_tree / chain / batch, sampled and
+static drafting); drafting from caller uniforms follows the inverse-CDF and
+Gumbel-top-k rules written out in numpy; out-of-range or short uniforms
+raise; a whole sampled round on numpy's generator is exact by chi-square,
+with negative controls that must fail."""
 import math
 
 import numpy as np
@@ -10,8 +19,8 @@ import pytest
 import specdec
 from conftest import data_ptr, needs_torch, random_tree
 
-M = specdec.Mode
 
+M = specdec.Mode
 
 def children(parent):
     kids = [[] for _ in parent]
@@ -19,12 +28,10 @@ def children(parent):
         kids[parent[i]].append(i)
     return kids
 
-
 def sample(row, target):
     c = np.cumsum(row.astype(np.float64))
     hit = np.nonzero(target < c)[0]
     return int(hit[0]) if len(hit) else int(np.argmax(row))
-
 
 def ref_verify(parent, tokens, p, q, mode, U):
     """The verification rules written plainly in float64 (docs/verify.md)."""
@@ -73,7 +80,6 @@ def ref_verify(parent, tokens, p, q, mode, U):
         path.append(accepted)
         u = accepted
 
-
 def random_case(rng, n, V, peaked=True):
     parent = random_tree(rng, n)
     # Peaked rows so that drafts are accepted often and walks go deep.
@@ -82,7 +88,6 @@ def random_case(rng, n, V, peaked=True):
     tokens = np.array([int(rng.choice(V, p=q[parent[i]] / q[parent[i]].sum())) if i else 0 for i in range(n)],
                       dtype=np.int32)
     return parent, tokens, p, q
-
 
 @pytest.mark.parametrize("mode", [M.SAMPLED_IID, M.DETERMINISTIC, M.GREEDY, M.NAIVE_MATCHING])
 def test_modes_match_numpy_reference_on_caller_uniforms(rng, mode):
@@ -98,7 +103,6 @@ def test_modes_match_numpy_reference_on_caller_uniforms(rng, mode):
         assert list(r.tokens) == [int(tokens[c]) for c in path[1:]] + [nxt]
         deep += r.accepted >= 2
     assert deep > 0  # the walks did go past the first level
-
 
 @pytest.mark.parametrize("mode", list(M))
 def test_philox_results_match_cpp(rng, cpp_ref, mode):
@@ -118,7 +122,6 @@ def test_philox_results_match_cpp(rng, cpp_ref, mode):
         r = specdec.verify_tree(parent, tokens, p, q, mode=mode, seed=1000 + k, request=k, round=3)
         assert [r.accepted, r.last_node, r.next_token] == [int(v) for v in head]
         assert list(r.tokens) == [int(v) for v in toks]
-
 
 def test_chain_equals_tree_and_batch_equals_single(rng):
     V, gamma = 6, 5
@@ -147,7 +150,6 @@ def test_chain_equals_tree_and_batch_equals_single(rng):
         assert list(toks[r, :one.accepted + 1]) == list(one.tokens)
     for d in range(1, 9):
         assert apd[d - 1] == (res[:, 0] >= d).sum()
-
 
 def test_bad_inputs_raise_and_leave_outputs_untouched(rng):
     parent, tokens, p, q = random_case(rng, 6, 5)
@@ -183,7 +185,6 @@ def test_bad_inputs_raise_and_leave_outputs_untouched(rng):
     assert res[0, 3] == 0 and res[1, 3] == 12  # ok, non_finite
     assert (paths[1] == -3).all()
 
-
 def test_outputs_are_the_callers_memory(rng):
     parent, tokens, p, q = random_case(rng, 8, 5)
     path = np.zeros(8, dtype=np.int32)
@@ -196,7 +197,6 @@ def test_outputs_are_the_callers_memory(rng):
     r2 = specdec.verify_tree(parent, tokens, wide[:, :5], q, seed=0)
     r1 = specdec.verify_tree(parent, tokens, p, q, seed=0)
     assert list(r1.tokens) == list(r2.tokens)
-
 
 @needs_torch
 def test_torch_tensors(rng):
@@ -212,12 +212,9 @@ def test_torch_tensors(rng):
     assert path.data_ptr() == ptr and r.path.data_ptr() == ptr
     assert r.tokens.tolist() == list(ref.tokens)
 
-
-# ---- statistical exactness ------------------------------------------------
-
 P = np.array([0.5, 0.3, 0.2], dtype=np.float32)
-Q = np.array([0.2, 0.3, 0.5], dtype=np.float32)
 
+Q = np.array([0.2, 0.3, 0.5], dtype=np.float32)
 
 def chi_square_first_token(rng, trials, resort_by_q, mode=M.SAMPLED_IID):
     """First emitted token of a root with two i.i.d. children drafted from Q,
@@ -248,7 +245,6 @@ def chi_square_first_token(rng, trials, resort_by_q, mode=M.SAMPLED_IID):
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     return chi2, counts / trials
 
-
 def test_sampled_modes_are_exact_chi_square_with_negative_control(rng):
     # df = 2: P(chi2 > x) = exp(-x / 2); reject at 1e-6 -> x > 27.6.
     crit = -2.0 * math.log(1e-6)
@@ -260,3 +256,88 @@ def test_sampled_modes_are_exact_chi_square_with_negative_control(rng):
     print(f"re-sorted by q (control): chi2={chi2_bad:.2f} freq={freq_bad}")
     assert chi2_bad > crit  # the test can tell a biased verifier from an exact one
     np.testing.assert_allclose(freq_bad, [0.49, 0.21, 0.30], atol=0.005)
+
+SAMPLED = [specdec.Mode.SAMPLED_IID, specdec.Mode.SAMPLED_WITHOUT_REPLACEMENT]
+
+def rows(rng, n, v):
+    r = rng.random((n, v)).astype(np.float32) + 0.05
+    return r / r.sum(axis=1, keepdims=True)
+
+def uniforms_case(rng, n, v):
+    parent = random_tree(rng, n)
+    tokens = rng.integers(0, v, size=n).astype(np.int32)
+    # Siblings distinct, so the without-replacement rule applies as well.
+    for u in range(n):
+        kids = np.flatnonzero(parent == u)
+        tokens[kids] = rng.permutation(v)[:len(kids)]
+    return parent, tokens, rows(rng, n, v), rows(rng, n, v)
+
+def max_children(parent):
+    return int(np.bincount(parent[1:], minlength=len(parent)).max(initial=0)) if len(parent) > 1 else 0
+
+def same(a, b):
+    assert (a.accepted, a.last_node, a.next_token) == (b.accepted, b.last_node, b.next_token)
+    np.testing.assert_array_equal(a.path, b.path)
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+
+@pytest.mark.parametrize("mode", SAMPLED)
+def test_philox_copy_reproduces_seeded_verify_tree(rng, mode):
+    differs = 0
+    for trial in range(60):
+        n, v = int(rng.integers(1, 14)), 16
+        parent, tokens, p, q = uniforms_case(rng, n, v)
+        key = dict(seed=int(rng.integers(0, 2**63)), request=trial % 5, round=trial)
+        seeded = specdec.verify_tree(parent, tokens, p, q, mode=mode, **key)
+        u = specdec.philox_uniforms(n, 1 + max_children(parent), **key)
+        same(specdec.verify_tree(parent, tokens, p, q, mode=mode, uniforms=u), seeded)
+        other = specdec.verify_tree(parent, tokens, p, q, mode=mode, uniforms=rng.random(u.shape))
+        differs += (other.accepted, other.next_token) != (seeded.accepted, seeded.next_token)
+    assert differs > 0  # the uniforms are read, not ignored
+
+def test_philox_copy_reproduces_seeded_chain_and_batch(rng):
+    v = 16
+    for trial in range(30):
+        g = int(rng.integers(0, 6))
+        drafts = rng.integers(0, v, size=g).astype(np.int32)
+        p, q = rows(rng, g + 1, v), rows(rng, g + 1, v)
+        key = dict(seed=1234 + trial, request=3, round=trial)
+        seeded = specdec.verify_chain(drafts, p, q, **key)
+        same(specdec.verify_chain(drafts, p, q, uniforms=specdec.philox_uniforms(g + 1, 2, **key)), seeded)
+    # Batch: request r's rows of the uniforms are its own Philox table.
+    sizes = [1, 5, 9, 3]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+    cases = [uniforms_case(rng, n, v) for n in sizes]
+    parent, tokens, p, q = (np.concatenate([c[i] for c in cases]) for i in range(4))
+    draws = 1 + max(max_children(c[0]) for c in cases)
+    for mode in SAMPLED:
+        kw = dict(modes=int(mode), seeds=[5, 6, 7, 8], requests=[0, 1, 2, 3], rounds=11)
+        pa, to, res = specdec.verify_batch(offsets, parent, tokens, p, q, **kw)
+        u = np.concatenate([specdec.philox_uniforms(n, draws, seed=5 + r, request=r, round=11)
+                            for r, n in enumerate(sizes)])
+        pa2, to2, res2 = specdec.verify_batch(offsets, parent, tokens, p, q, uniforms=u, **kw)
+        np.testing.assert_array_equal(res2, res)
+        for r in range(len(sizes)):  # rows past accepted + 1 are not written
+            k = res[r, 0] + 1
+            np.testing.assert_array_equal(pa2[r, :k], pa[r, :k])
+            np.testing.assert_array_equal(to2[r, :k], to[r, :k])
+        assert (res[:, 3] == 0).all()
+
+def test_philox_uniforms_values():
+    """Verify draws: draw 0 the 53-bit uniform, the rest 24-bit floats; the
+    draft purpose is another stream; both in [0, 1) and deterministic."""
+    a = specdec.philox_uniforms(50, 4, seed=9, request=1, round=2)
+    b = specdec.philox_uniforms(50, 4, seed=9, request=1, round=2, purpose="draft")
+    assert ((a >= 0) & (a < 1)).all() and ((b >= 0) & (b < 1)).all()
+    np.testing.assert_array_equal(a, specdec.philox_uniforms(50, 4, seed=9, request=1, round=2))
+    assert not np.isin(a, b).any()
+    np.testing.assert_array_equal(a[:, 1:], a[:, 1:].astype(np.float32))  # 24-bit draws are floats
+    assert (a[:, 0] != a[:, 0].astype(np.float32)).any()  # draw 0 carries 53 bits
+    assert not np.array_equal(a, specdec.philox_uniforms(50, 4, seed=9, request=2, round=2))
+    # In place into the caller's array.
+    out = np.zeros((50, 4))
+    assert specdec.philox_uniforms(50, 4, seed=9, request=1, round=2, out=out) is out
+    np.testing.assert_array_equal(out, a)
+    with pytest.raises(specdec.Error, match="size_mismatch"):
+        specdec.philox_uniforms(50, 4, out=np.zeros((4, 50)))
+    with pytest.raises(specdec.Error, match="invalid_argument"):
+        specdec.philox_uniforms(5, 4, purpose="other")

@@ -1,4 +1,11 @@
-"""The peers' batch entry points that have CUDA twins, host side through
+"""Peer formats and planning models through Python: SGLang linked lists
+both ways against a plain DFS, greedy-from-ids against Mode.GREEDY,
+Medusa / EAGLE-1 choice buffers against their definitions, Medusa's
+typical selection against the rule written out in numpy, expected accepted
+length against brute force, acceptance counting against manual counts,
+SpecMemo's memory model against its equations.
+
+The peers' batch entry points that have CUDA twins, host side through
 Python: SGLang's EAGLE tree builder against the rules written out in numpy
 (all three mask modes), specdec's walk on SGLang's linked lists against
 verify_tree on the converted tree (caller uniforms and Philox keyed by
@@ -9,8 +16,96 @@ import numpy as np
 import pytest
 
 import specdec
-from test_interop_plan import sglang_batch
+from conftest import random_tree
 
+
+def random_linked(rng, n):
+    """A random tree as SGLang linked lists over shuffled slots (slot 0 the
+    root). Returns (candidates, next_token, next_sibling, children by slot)."""
+    parent = random_tree(rng, n)
+    perm = np.concatenate([[0], 1 + rng.permutation(n - 1)])  # node -> slot
+    children = {int(perm[i]): [] for i in range(n)}
+    for i in range(1, n):
+        children[int(perm[parent[i]])].append(int(perm[i]))
+    for c in children.values():
+        rng.shuffle(c)
+    nt = np.full(n, -1, np.int64)
+    ns = np.full(n, -1, np.int64)
+    for s, cs in children.items():
+        if cs:
+            nt[s] = cs[0]
+        for a, b in zip(cs, cs[1:]):
+            ns[a] = b
+    cand = rng.integers(0, 1000, size=n).astype(np.int64)
+    return cand, nt, ns, children
+
+def sglang_batch(rng, B, D, V):
+    cand = np.zeros((B, D), np.int64)
+    nt = np.full((B, D), -1, np.int64)
+    ns = np.full((B, D), -1, np.int64)
+    for b in range(B):
+        c, t, s, _ = random_linked(rng, D)
+        cand[b], nt[b], ns[b] = c % V, t, s
+    ri = (np.arange(B)[:, None] * D + np.arange(D)[None, :]).astype(np.int64)
+    return cand, ri, nt, ns
+
+def test_sglang_greedy_matches_composition(rng):
+    B, D, V, spec = 20, 9, 6, 4
+    cand, ri, nt, ns = sglang_batch(rng, B, D, V)
+    target_predict = rng.integers(0, V, size=B * D).astype(np.int64)
+    pred, acc_idx, acc_num = specdec.sglang_verify_tree_greedy(cand, ri, nt, ns, target_predict, spec)
+    for b in range(B):
+        parent, tokens, o2n, n2o = specdec.tree_from_linked_list(cand[b], nt[b], ns[b], unused_root=True)
+        ids = target_predict[ri[b][n2o]].astype(np.int32)
+        res = specdec.verify_greedy_ids(parent, tokens, ids, vocab=V, unused_root=True, max_accept=spec - 1)
+        assert acc_num[b] == res.accepted
+        rows = ri[b][n2o[res.path]]
+        np.testing.assert_array_equal(acc_idx[b, :res.accepted + 1], rows)
+        assert (acc_idx[b, res.accepted + 1:] == -1).all()  # untouched
+        np.testing.assert_array_equal(pred[rows], res.tokens)
+
+def test_sglang_sampling_target_only_exact_and_lossy_control(rng):
+    """Root with two children of distinct tokens; the token emitted after
+    the root is distributed as the root's target row with thresholds 1, and
+    visibly not with threshold_acc = 0.5 (SGLang's lossy setting)."""
+    B, D, V = 60000, 3, 5
+    P = np.array([0.1, 0.4, 0.05, 0.3, 0.15], np.float32)
+    cand = np.tile(np.array([0, 1, 3], np.int64), (B, 1))
+    nt = np.tile(np.array([1, -1, -1], np.int64), (B, 1))
+    ns = np.tile(np.array([-1, 2, -1], np.int64), (B, 1))
+    ri = (np.arange(B)[:, None] * D + np.arange(D)[None, :]).astype(np.int64)
+    probs = np.tile(P, (B * D, 1))
+    coins = rng.random(B * D).astype(np.float32)
+    final = rng.random(B).astype(np.float32)
+
+    def first_counts(th_acc):
+        pred, _, _ = specdec.sglang_tree_sampling_target_only(cand, ri, nt, ns, probs, coins, final, 3,
+                                                              threshold_acc=th_acc)
+        return np.bincount(pred[ri[:, 0]], minlength=V)
+
+    def chi2(counts):
+        return float((((counts - B * P) ** 2) / (B * P)).sum())
+
+    exact, lossy = chi2(first_counts(1.0)), chi2(first_counts(0.5))
+    print(f"chi2 exact {exact:.1f}, lossy control {lossy:.1f}")
+    assert exact < 18.47 and lossy > 18.47
+
+def test_chain_acceptance_counts(rng):
+    V, g = 7, 5
+    for trial in range(300):
+        p = rng.random((g + 1, V)).astype(np.float32)
+        p /= p.sum(axis=1, keepdims=True)
+        q = rng.random((g, V)).astype(np.float32)
+        q /= q.sum(axis=1, keepdims=True)
+        drafts = np.array([rng.choice(V, p=q[i] / q[i].sum()) for i in range(g)], np.int32)
+        accepted, emitted = specdec.chain_acceptance_counts(drafts, p, q, seed=3, round=trial)
+        res = specdec.verify_chain(drafts, p, q, seed=3, round=trial)
+        assert emitted == res.accepted
+        coins = rng.random(g).astype(np.float32)
+        a2, e2 = specdec.chain_acceptance_counts(drafts, p, q, coins)
+        passes = [coins[i] * q[i, drafts[i]] < p[i, drafts[i]] for i in range(g)]
+        assert a2 == sum(passes)
+        assert e2 == (passes.index(False) if False in passes else g)
 
 def eagle_case(rng, B, topk, depth, n):
     """parent_list, selected_index (ancestor-closed, sorted) and
@@ -36,7 +131,6 @@ def eagle_case(rng, B, topk, depth, n):
                 chosen.add(f)
         sel[b] = sorted(chosen)
     return pl, sel, rng.integers(0, 7, size=B).astype(np.int64)
-
 
 def build_reference(pl, sel, seq_len, topk, n, mode):
     B = len(seq_len)
@@ -79,7 +173,6 @@ def build_reference(pl, sel, seq_len, topk, n, mode):
             base += n * (int(seq_len[b]) + n)
     return mask, pos, ri, nt, ns
 
-
 @pytest.mark.parametrize("mode", ["full_mask", "qlen_only", "qlen_only_bitpacking"])
 def test_sglang_build_tree_matches_reference(rng, mode):
     for topk, depth, n in ((1, 1, 1), (2, 3, 5), (4, 4, 12), (8, 5, 20)):
@@ -94,7 +187,6 @@ def test_sglang_build_tree_matches_reference(rng, mode):
         assert got[5] is None
         # The linked lists verify like SGLang's own greedy kernel reads them.
         specdec.tree_from_linked_list(np.zeros(n, np.int64), got[3][:n], got[4][:n])
-
 
 def test_sglang_build_tree_errors_per_request(rng):
     topk, depth, n, B = 2, 3, 5, 4
@@ -129,11 +221,9 @@ def test_sglang_build_tree_errors_per_request(rng):
         specdec.sglang_build_tree(np.zeros((1, 1), np.int64), np.zeros((1, 32), np.int64), [0], topk=40, depth=1,
                                   draft_token_num=33, mode="qlen_only_bitpacking")
 
-
 def rows_of(rng, m, v):
     r = rng.random((m, v)).astype(np.float32) + 0.02
     return r / r.sum(axis=1, keepdims=True)
-
 
 @pytest.mark.parametrize("mode", [specdec.Mode.SAMPLED_IID, specdec.Mode.SAMPLED_WITHOUT_REPLACEMENT,
                                   specdec.Mode.GREEDY, specdec.Mode.DETERMINISTIC])
@@ -169,7 +259,6 @@ def test_sglang_verify_tree_equals_verify_tree(rng, mode):
     for a, c in zip(keyed[:3], copied[:3]):
         np.testing.assert_array_equal(a, c)
 
-
 def test_sglang_verify_tree_greedy_agrees_with_sglang_greedy(rng):
     B, n, V = 20, 9, 5
     cand, ri, nt, ns = sglang_batch(rng, B, n, V)
@@ -188,7 +277,6 @@ def test_sglang_verify_tree_greedy_agrees_with_sglang_greedy(rng):
     np.testing.assert_array_equal(acc2, acc)
     np.testing.assert_array_equal(pred2, pred)
     assert num.max() >= 2
-
 
 def test_sglang_verify_tree_errors_per_request(rng):
     B, n, V = 4, 6, 5
@@ -225,10 +313,8 @@ def test_sglang_verify_tree_errors_per_request(rng):
                 specdec.sglang_verify_tree(cand, ri, nt, ns, pp, pp, **args)
         assert (pred == -3).all()
 
-
 def specdec_code(name):
     return next(i for i in range(64) if specdec._core.status_code_name(i) == name)
-
 
 def test_chain_acceptance_counts_batch(rng):
     B, g, V = 30, 5, 7
@@ -260,7 +346,6 @@ def test_chain_acceptance_counts_batch(rng):
     np.testing.assert_array_equal(np.delete(a, 3), np.delete(acc, 3))
     with pytest.raises(specdec.Error, match="size_mismatch"):
         specdec.chain_acceptance_counts_batch(drafts, target, draft, coins[:, :g - 1])
-
 
 def test_sglang_greedy_and_sampling_request_status_on_host(rng):
     """SGLang's two original entry points stop at the first failing request;

@@ -1,14 +1,130 @@
-"""The small interop helpers: SGLang's result scatter from a specdec path
+"""Peer formats and planning models through Python: SGLang linked lists
+both ways against a plain DFS, greedy-from-ids against Mode.GREEDY,
+Medusa / EAGLE-1 choice buffers against their definitions, Medusa's
+typical selection against the rule written out in numpy, expected accepted
+length against brute force, acceptance counting against manual counts,
+SpecMemo's memory model against its equations.
+
+The small interop helpers: SGLang's result scatter from a specdec path
 (against SGLang's own greedy entry point and a plain loop), candidate-token
 gathering from Medusa / EAGLE-1 tree indices, per-depth acceptance
 counters, and specdec's chain coins (against the Philox table and
 verify_chain). Bad input raises and leaves every output untouched."""
+import math
+
 import numpy as np
 import pytest
 
 import specdec
-from test_interop_plan import CHOICES, sglang_batch
+from conftest import random_tree, ref_depths
+from test_interop_sglang import random_linked, sglang_batch
 
+
+def test_linked_list_round_trip(rng):
+    for n in (1, 2, 9, 40):
+        cand, nt, ns, children = random_linked(rng, n)
+        parent, tokens, o2n, n2o = specdec.tree_from_linked_list(cand, nt, ns)
+        # Reference: DFS preorder, siblings in list order.
+        order, stack = [], [0]
+        while stack:
+            s = stack.pop()
+            order.append(s)
+            stack.extend(reversed(children[s]))
+        np.testing.assert_array_equal(n2o, order)
+        np.testing.assert_array_equal(tokens, cand[order])
+        for i, s in enumerate(order):
+            assert o2n[s] == i
+            if i:
+                ps = next(p for p, cs in children.items() if s in cs)
+                assert parent[i] == o2n[ps]
+        nt2, ns2 = specdec.linked_list_from_tree(parent, tokens)
+        p2, t2, _, _ = specdec.tree_from_linked_list(tokens.astype(np.int64), nt2, ns2)
+        np.testing.assert_array_equal(p2, parent)
+        np.testing.assert_array_equal(t2, tokens)
+        # int32 arrays work the same.
+        p3, _, _, _ = specdec.tree_from_linked_list(cand.astype(np.int32), nt.astype(np.int32), ns.astype(np.int32))
+        np.testing.assert_array_equal(p3, parent)
+
+def test_linked_list_errors():
+    cand = np.zeros(3, np.int64)
+    with pytest.raises(specdec.Error, match="cycle"):
+        specdec.tree_from_linked_list(cand, np.array([1, 0, -1]), np.array([-1, -1, -1]))
+    with pytest.raises(specdec.Error, match="out_of_range"):
+        specdec.tree_from_linked_list(cand, np.array([5, -1, -1]), np.array([-1, -1, -1]))
+    with pytest.raises(specdec.Error):
+        specdec.tree_from_linked_list(cand, np.array([1, -1, -1]), np.array([-1, -1, -1]), require_all=True)
+
+def test_verify_greedy_ids_equals_greedy(rng):
+    V = 30
+    for trial in range(50):
+        n = int(rng.integers(1, 25))
+        parent = random_tree(rng, n)
+        logits = rng.standard_normal((n, V)).astype(np.float32)
+        ids = logits.argmax(axis=1).astype(np.int32)
+        tokens = rng.integers(0, V, size=n).astype(np.int32)
+        for i in range(1, n):
+            if rng.random() < 0.6:
+                tokens[i] = ids[parent[i]]
+        want = specdec.verify_tree(parent, tokens, logits, mode=specdec.Mode.GREEDY)
+        got = specdec.verify_greedy_ids(parent, tokens, ids, vocab=V)
+        assert (got.accepted, got.last_node, got.next_token) == (want.accepted, want.last_node, want.next_token)
+        np.testing.assert_array_equal(got.tokens, want.tokens)
+    with pytest.raises(specdec.Error, match="token_out_of_range"):
+        specdec.verify_greedy_ids(np.array([-1, 0], np.int32), np.array([0, 1], np.int32),
+                                  np.array([V + 1, 0], np.int32), vocab=V)
+
+CHOICES = [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (2, 0), (0, 1, 0)]
+
+def test_choice_buffers_medusa():
+    topk = 3
+    parent, ti, ri = specdec.choice_buffers(CHOICES, topk, "medusa")
+    d = ref_depths(parent)
+    _, node_choice = specdec.from_choices(CHOICES)
+    assert ti[0] == 0
+    for i in range(1, len(parent)):
+        c = CHOICES[node_choice[i]]
+        assert ti[i] == 1 + (d[i] - 1) * topk + c[-1]
+    leaves = [i for i in range(len(parent)) if i not in set(parent[1:].tolist())]
+    assert ri.shape == (len(leaves), d.max() + 1)
+    for row, leaf in zip(ri, reversed(leaves)):  # Medusa: leaves in reverse node order
+        path, j = [], leaf
+        while j >= 0:
+            path.append(j)
+            j = parent[j]
+        want = list(reversed(path)) + [-1] * (ri.shape[1] - len(path))
+        np.testing.assert_array_equal(row, want)
+
+def test_choice_buffers_eagle1_rows_sorted():
+    parent, ti, ri = specdec.choice_buffers(CHOICES, 3, "eagle1")
+    _, _, rm = specdec.choice_buffers(CHOICES, 3, "medusa")
+    assert sorted(map(tuple, ri)) == sorted(map(tuple, rm))
+    key = [tuple(v if v >= 0 else 10**9 for v in row) for row in ri]  # padding ranks last
+    assert key == sorted(key)
+    assert ti[0] == 0 and len(set(ti.tolist())) == len(ti)
+
+def ref_typical(retrieve, tokens, p, eps, delta):
+    ent = -(p * np.log(p + 1e-5)).sum(axis=1)
+    thr = np.minimum(eps, delta * np.exp(-ent))
+    best, best_len, best_ll = 0, 0, -math.inf
+    for r, row in enumerate(retrieve):
+        k, ll = 0, 0.0
+        while k + 1 < len(row) and row[k + 1] >= 0 and p[row[k], tokens[row[k + 1]]] > thr[row[k]]:
+            ll += math.log(p[row[k], tokens[row[k + 1]]])
+            k += 1
+        if k > best_len or (k == best_len and k > 0 and ll > best_ll):
+            best, best_len, best_ll = r, k, ll
+    return best, best_len
+
+def test_medusa_typical_select(rng):
+    parent, _, ri = specdec.choice_buffers(CHOICES, 3, "medusa")
+    n, V = len(parent), 8
+    for trial in range(200):
+        logits = rng.standard_normal((n, V)) * 3
+        p = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+        p = p.astype(np.float32)
+        tokens = rng.integers(0, V, size=n).astype(np.int32)
+        got = specdec.medusa_typical_select(ri, tokens, p, epsilon=0.09, delta=0.3)
+        assert got == ref_typical(ri, tokens, p.astype(np.float64), 0.09, 0.3)
 
 def test_write_sglang_results_equals_sglang_greedy(rng):
     B, D, V, spec = 25, 9, 6, 5
@@ -28,7 +144,6 @@ def test_write_sglang_results_equals_sglang_greedy(rng):
         assert out_idx is row and out_pred is pred2 and num == acc_num[b]
     np.testing.assert_array_equal(acc2, acc_idx)
     np.testing.assert_array_equal(pred2, pred)
-
 
 def test_write_sglang_results_reference_and_errors(rng):
     for _ in range(50):
@@ -69,7 +184,6 @@ def test_write_sglang_results_reference_and_errors(rng):
     with pytest.raises(specdec.Error, match="size_mismatch"):  # path shorter than accepted + 1
         specdec.write_sglang_results(path[:2], tokens, 2)
 
-
 @pytest.mark.parametrize("layout", ["medusa", "eagle1"])
 def test_gather_candidate_tokens(rng, layout):
     topk = 3
@@ -87,7 +201,6 @@ def test_gather_candidate_tokens(rng, layout):
     np.testing.assert_array_equal(out, before)
     with pytest.raises(specdec.Error, match="size_mismatch"):
         specdec.gather_candidate_tokens(ti, flat, out=np.zeros(len(ti) - 1, np.int32))
-
 
 def test_count_acceptance_per_depth(rng):
     per_depth = np.zeros(5, np.int64)
@@ -114,7 +227,6 @@ def test_count_acceptance_per_depth(rng):
     np.testing.assert_array_equal(mine, apd)
     with pytest.raises(TypeError):  # counters are int64, written in place, never a converted copy
         specdec.count_acceptance_per_depth([1], np.zeros(3, np.int32))
-
 
 def test_chain_coins(rng):
     c = specdec.chain_coins(6, seed=11, request=2, round=5)

@@ -1,8 +1,10 @@
 """SSM tree scan and state commit against the per-path Mamba2 recurrence in
-numpy; drafting builders, pruning and planners against plain references."""
-import itertools
-import math
+numpy; drafting builders, pruning and planners against plain references.
 
+Bindings added with the CUDA build: tree conv1d and its state commit
+against a per-path numpy reference, batched pruning against per-request
+prune_to_budget, build information, and device dispatch (mixed host and
+CUDA arrays raise before anything runs)."""
 import numpy as np
 import pytest
 
@@ -12,7 +14,6 @@ from conftest import random_tree
 
 def softplus(v):
     return np.log1p(np.exp(-np.abs(v))) + np.maximum(v, 0)
-
 
 def ref_scan(parent, x, dt, A, B, C, D, dt_bias, z, h0):
     """Runs h <- exp(dt' A) h + dt' x B^T, y = C.h + D x along each node's
@@ -39,12 +40,10 @@ def ref_scan(parent, x, dt, A, B, C, D, dt_bias, z, h0):
         y[i] *= z[i] / (1 + np.exp(-z[i]))
     return y, states
 
-
 def ssm_inputs(rng, N, H=4, P=3, G=2, S=5, dtype=np.float64):
     r = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
     return dict(x=r(N, H, P), dt=r(N, H), A=-np.abs(r(H)) - 0.1, B=r(N, G, S), C=r(N, G, S), D=r(H, P),
                 dt_bias=r(H) * 0.1, z=r(N, H, P), h0=r(H, P, S))
-
 
 @pytest.mark.parametrize("method", ["automatic", "recurrent", "dual"])
 @pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-10), (np.float32, 2e-4)])
@@ -77,7 +76,6 @@ def test_tree_scan_matches_path_recurrence(rng, method, dtype, tol):
                                            dt_bias=a["dt_bias"], h0=a["h0"])
             np.testing.assert_allclose(hr, want_states[node], rtol=tol, atol=tol)
 
-
 def test_ssm_errors_write_nothing(rng):
     parent = random_tree(rng, 5)
     a = ssm_inputs(rng, 5)
@@ -102,100 +100,71 @@ def test_ssm_errors_write_nothing(rng):
                                   out=h)
     assert (h == 2.0).all()
 
+def ref_conv1d(parent, x, weight, bias, conv_state, silu):
+    """out[i, c] = bias[c] + sum_m weight[c, W-1-m] * (m-th ancestor of i, or
+    the conv state's newest columns once the root path runs out)."""
+    N, ch = x.shape
+    W = weight.shape[1]
+    L = conv_state.shape[1]
+    out = np.zeros((N, ch))
+    for i in range(N):
+        window, u, r = [], i, 0
+        for _ in range(W):
+            if u >= 0:
+                window.append(x[u])
+                u = parent[u]
+            else:
+                window.append(conv_state[:, L - 1 - r])
+                r += 1
+        acc = bias.astype(np.float64).copy()
+        for m, v in enumerate(window):
+            acc += weight[:, W - 1 - m] * v
+        out[i] = acc / (1 + np.exp(-acc)) if silu else acc
+    return out
 
-def test_topk_tree_from_a_python_drafter(rng):
-    V = 7
-    table = rng.dirichlet(np.full(V, 0.5), size=V).astype(np.float32)  # q depends on the last token
-    calls = []
-
-    def drafter(node, depth, path):
-        calls.append((node, depth, list(path)))
-        return table[path[-1]]
-
-    t = specdec.topk_tree(drafter, 3, k=2, depth=3, vocab_size=V)
-    assert len(t.parent) == 1 + 2 + 4 + 8 and len(calls) == 1 + 2 + 4
-    for i in range(1, len(t.parent)):
-        row = table[t.tokens[t.parent[i]]]
-        sibs = [j for j in range(1, len(t.parent)) if t.parent[j] == t.parent[i]]
-        top = sorted(range(V), key=lambda v: (-row[v], v))[:2]
-        assert [int(t.tokens[j]) for j in sibs] == top
-        assert t.prob[i] == pytest.approx(row[t.tokens[i]])
-        assert t.scores[i] == pytest.approx(t.scores[t.parent[i]] + math.log(row[t.tokens[i]]), rel=1e-5)
-    assert (t.child_mode[t.parent[1:]] == specdec.DraftMode.DETERMINISTIC).all()
-    b = specdec.beam_tree(drafter, 3, k=3, width=2, depth=3, budget=6, vocab_size=V)
-    assert len(b.parent) == 6
-    with pytest.raises(specdec.Error, match="non_finite|negative|zero_mass"):
-        specdec.topk_tree(lambda n, d, p: np.full(V, np.nan, dtype=np.float32), 0, k=2, depth=1, vocab_size=V)
-
-    def failing(node, depth, path):
-        raise KeyError("drafter failed")
-
-    with pytest.raises(KeyError, match="drafter failed"):  # the drafter's own exception comes back intact
-        specdec.beam_tree(failing, 0, k=2, width=2, depth=2, budget=4, vocab_size=V)
-
-
-def test_prune_matches_reference(rng):
-    for _ in range(20):
-        n = int(rng.integers(1, 40))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("silu", [False, True])
+def test_tree_conv1d_matches_reference(rng, dtype, silu):
+    for n in (1, 2, 7, 23):
         parent = random_tree(rng, n)
-        scores = rng.standard_normal(n).astype(np.float32)
-        budget = int(rng.integers(1, n + 2))
-        new_index, kept = specdec.prune_to_budget(parent, scores, budget)
-        eff = scores.copy()
-        for i in range(1, n):
-            eff[i] = min(eff[i], eff[parent[i]])
-        order = sorted(range(n), key=lambda i: (-eff[i], i))[:min(budget, n)]
-        keep = sorted(order)
-        want = np.full(n, -1, dtype=np.int32)
-        want[keep] = np.arange(len(keep))
-        np.testing.assert_array_equal(new_index, want)
-        assert kept == len(keep)
-    out = np.full(3, 9, dtype=np.int32)
+        ch, W, L = 5, 4, 3
+        x = rng.standard_normal((n, ch)).astype(dtype)
+        weight = rng.standard_normal((ch, W)).astype(dtype)
+        bias = rng.standard_normal(ch).astype(dtype)
+        state = rng.standard_normal((ch, L)).astype(dtype)
+        got = specdec.tree_conv1d(parent, x, weight, bias=bias, conv_state=state, silu=silu)
+        want = ref_conv1d(parent, x, weight, bias, state, silu)
+        tol = 1e-5 if dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+def test_tree_conv1d_zero_copy_and_errors(rng):
+    parent = random_tree(rng, 6)
+    x = rng.standard_normal((6, 3)).astype(np.float32)
+    w = rng.standard_normal((3, 2)).astype(np.float32)
+    st = np.zeros((3, 1), dtype=np.float32)
+    out = np.full((6, 3), 7.0, dtype=np.float32)
+    got = specdec.tree_conv1d(parent, x, w, conv_state=st, out=out)
+    assert got is out
+    bad = parent.copy()
+    bad[3] = 5  # not topological
+    out2 = np.full((6, 3), 7.0, dtype=np.float32)
+    with pytest.raises(specdec.Error, match="not_topological|invalid"):
+        specdec.tree_conv1d(bad, x, w, conv_state=st, out=out2)
+    assert (out2 == 7.0).all()
+    xn = x.copy()
+    xn[2, 1] = np.nan
     with pytest.raises(specdec.Error, match="non_finite"):
-        specdec.prune_to_budget(np.array([-1, 0, 0], dtype=np.int32), np.array([0, np.nan, 1], np.float32), 2,
-                                out=out)
-    assert (out == 9).all()
+        specdec.tree_conv1d(parent, xn, w, conv_state=st, out=out2)
+    assert (out2 == 7.0).all()
 
-
-def expected_tokens(parent, rank, p):
-    reach = np.ones(len(parent))
-    for i in range(1, len(parent)):
-        reach[i] = reach[parent[i]] * p[rank[i]]
-    return reach.sum()
-
-
-def test_sequoia_tree_is_optimal_on_small_budgets():
-    p = np.array([0.6, 0.25, 0.1])
-    for budget, depth in [(4, 2), (6, 3), (7, 4)]:
-        parent, rank, value = specdec.sequoia_tree(p, budget, depth)
-        assert len(parent) <= budget
-        assert value == pytest.approx(expected_tokens(parent, rank, p))
-        # brute force over all trees up to `budget` nodes given as parent arrays
-        best = 0.0
-        for n in range(1, budget + 1):
-            for par in itertools.product(*[range(i) for i in range(1, n)]):
-                par = (-1,) + par
-                d = [0] * n
-                ok = True
-                rk = [0] * n
-                for i in range(1, n):
-                    d[i] = d[par[i]] + 1
-                    rk[i] = sum(1 for j in range(1, i) if par[j] == par[i])
-                    ok &= d[i] <= depth and rk[i] < len(p)
-                if ok:
-                    best = max(best, expected_tokens(par, rk, p))
-        assert value == pytest.approx(best)
-
-
-def test_cost_model_fits_and_best_size():
-    n = np.arange(1, 9, dtype=np.float64)
-    k, c = specdec.fit_linear_cost(n, 2.0 * n + 5.0)
-    assert (k, c) == (pytest.approx(2.0), pytest.approx(5.0))
-    a, b, c = specdec.fit_quadratic_cost(n, 0.5 * n * n - n + 3.0)
-    assert (a, b, c) == (pytest.approx(0.5), pytest.approx(-1.0), pytest.approx(3.0))
-    tau = np.array([1.0, 1.7, 2.2, 2.5, 2.6])
-    best, tpt = specdec.best_tree_size((0.1, 1.0), tau, 0.05)
-    times = (0.1 * np.arange(1, 6) + 1.0 + 0.05) / tau
-    assert best == int(np.argmin(times)) + 1 and tpt == pytest.approx(times.min())
-    with pytest.raises(specdec.Error, match="size_mismatch|invalid_argument"):
-        specdec.fit_linear_cost(n, n[:3])
+def test_tree_conv1d_commit_state(rng):
+    parent = np.array([-1, 0, 1, 0, 3], dtype=np.int32)
+    ch, L = 4, 3
+    x = rng.standard_normal((5, ch))
+    state = rng.standard_normal((ch, L))
+    old = state.copy()
+    path = np.array([0, 3, 4], dtype=np.int32)
+    got = specdec.tree_conv1d_commit_state(parent, x, path, state)
+    assert got is state
+    cols = np.concatenate([old, x[path].T], axis=1)
+    np.testing.assert_array_equal(state, cols[:, -L:])

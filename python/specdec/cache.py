@@ -1,0 +1,128 @@
+"""KV caches (include/specdec/cache): keep indices and the KV commit."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import _core
+from ._core import Error
+from ._common import (
+    _EMPTY_I32, _device_of, _doc, _inp, _on_device, _out, _stream_handle, _to_host, _where, _workspace,
+)
+
+
+def keep_indices(parent: Any, path: Any, cache_len: int, *, slot_of_node: Any = None, out: Any = None) -> Any:
+    """Cache positions the accepted path keeps: cache_len + slot(path[k])
+    (slot = node id, or slot_of_node[node] when the nodes were written in
+    another order). A -1 in `path` ends it. Returns the filled prefix of `out`."""
+    par = _inp(parent, np.int32, "parent")
+    pa = _inp(path, np.int32, "path")
+    so = _EMPTY_I32 if slot_of_node is None else _inp(slot_of_node, np.int32, "slot_of_node")
+    o = _out(out, path, (len(pa),), np.int64, "out")
+    count = _core.keep_indices(par, pa, so, int(cache_len), o)
+    return o[:count]
+
+
+def keep_indices_batch(parent: Any, tree_offsets: Any, path: Any, path_offsets: Any, cache_len: Any, *,
+                       slot_of_node: Any = None, keep: Any = None, keep_offsets: Any = None) -> tuple:
+    """Keep lists of a batch (CSR in, CSR out): returns (keep, keep_offsets)
+    ready for commit_kv."""
+    par = _inp(parent, np.int32, "parent")
+    pa = _inp(path, np.int32, "path")
+    cl = _inp(cache_len, np.int64, "cache_len")
+    so = _EMPTY_I32 if slot_of_node is None else _inp(slot_of_node, np.int32, "slot_of_node")
+    k = _out(keep, path, (len(pa),), np.int64, "keep")
+    ko = _out(keep_offsets, path, (len(cl) + 1,), np.int32, "keep_offsets")
+    _core.keep_indices_batch(par, _inp(tree_offsets, np.int32, "tree_offsets"), so, pa,
+                             _inp(path_offsets, np.int32, "path_offsets"), cl, k, ko)
+    return k[:int(ko[len(cl)])], ko
+
+
+def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, keep_offsets: Any = None, *,
+              block_table: Any = None, blocks_used: Any = None, status: Any = None, sync: bool = True,
+              workspace: Any = None, stream: Any = None, threads: int = 1) -> None:
+    """In-place KV commit on the caller's cache tensors: request r's k-th kept
+    position moves to cache_len[r] + k in every layer and head of every tensor.
+    `layout` names each axis of the tensors: S (request row; physical page
+    when `block_table` is given), L (layer, optional), H (kv head), T (position;
+    slot within a page), D (head dim), e.g. "SLHTD", "SLTHD", paged "STHD".
+    Elements move as raw bits (fp16/bf16/fp8 caches are fine). A single
+    request may pass cache_len as an int and keep as one list.
+    CUDA tensors: the kv_commit kernel on `stream` (cache_len, keep,
+    keep_offsets, block_table, blocks_used on the device too; a host int /
+    list is uploaded). It validates on the device and writes nothing unless
+    every check passed; with sync=True (default) the call waits for the
+    stream and raises on failure; with sync=False it returns at once and the
+    result lands in `status` (a 1-element int64 CUDA array, check it with
+    kv_commit_check after synchronizing).
+    Host caches: the Python lock is released while bytes move; `threads`
+    > 1 runs the (tensor, request) items on that many threads (a pool owned
+    by this call; 0 = one per hardware thread). Same bytes for any count;
+    it pays off only with many large items and idle cores."""
+    if isinstance(caches, (list, tuple)):
+        cs = list(caches)
+    else:
+        cs = [caches]
+    dev = _where("status workspace caches[0] caches[1] caches[2] caches[3]", status, workspace, *cs)
+    if dev is not None:
+        if int(threads) != 1:
+            raise Error("invalid_argument: threads applies to host caches (CUDA commits run on the stream)")
+        return _commit_kv_cuda(dev, cs, layout, cache_len, keep, keep_offsets, block_table, blocks_used, status,
+                               sync, workspace, stream)
+    # Host caches: index arrays on a device are refused.
+    _where("cache_len keep keep_offsets block_table blocks_used caches", cache_len, keep, keep_offsets, block_table,
+           blocks_used, cs[0])
+    if np.ndim(cache_len) == 0:
+        cl = np.array([int(cache_len)], dtype=np.int64)
+        kp = _inp(keep, np.int64, "keep")
+        ko = np.array([0, len(kp)], dtype=np.int32) if keep_offsets is None else _inp(keep_offsets, np.int32,
+                                                                                       "keep_offsets")
+    else:
+        cl = _inp(cache_len, np.int64, "cache_len")
+        kp = _inp(keep, np.int64, "keep")
+        if keep_offsets is None:
+            raise Error("invalid_argument: keep_offsets is required for a batch")
+        ko = _inp(keep_offsets, np.int32, "keep_offsets")
+    bt = None if block_table is None else _inp(block_table, np.int32, "block_table")
+    bu = None if blocks_used is None else _inp(blocks_used, np.int32, "blocks_used")
+    _core.commit_kv(cs, layout, cl, ko, kp, bt, bu, int(threads))
+
+
+def _commit_kv_cuda(dev: int, cs: list, layout: str, cache_len: Any, keep: Any, keep_offsets: Any,
+                    block_table: Any, blocks_used: Any, status: Any, sync: bool, workspace: Any,
+                    stream: Any) -> None:
+    like = cs[0]
+    if _device_of(cache_len) is None and np.ndim(cache_len) == 0:
+        cl = _on_device([int(cache_len)], np.int64, like, dev)
+        kp = _on_device(keep, np.int64, like, dev)
+        ko = (_on_device([0, int(kp.shape[0])], np.int32, like, dev) if keep_offsets is None
+              else _on_device(keep_offsets, np.int32, like, dev))
+    else:
+        if keep_offsets is None:
+            raise Error("invalid_argument: keep_offsets is required for a batch")
+        cl = _on_device(cache_len, np.int64, like, dev)
+        kp = _on_device(keep, np.int64, like, dev)
+        ko = _on_device(keep_offsets, np.int32, like, dev)
+    bt = None if block_table is None else _on_device(block_table, np.int32, like, dev).reshape(
+        tuple(block_table.shape))
+    bu = None if blocks_used is None else _on_device(blocks_used, np.int32, like, dev)
+    handle = _stream_handle(stream, dev)
+    workspace = _workspace(int(_core.cuda_commit_kv_workspace_size(len(cs))), like, dev, handle, workspace)
+    _core.cuda_commit_kv(cs, layout, cl, ko, kp, bt, bu, status, workspace, handle, bool(sync))
+
+
+def kv_commit_check(status: Any) -> None:
+    """Raises the error a CUDA commit_kv(sync=False) recorded in `status`
+    (read it after synchronizing the stream); returns if it succeeded."""
+    word = int(np.asarray(_to_host(status) if _device_of(status) is not None else status).reshape(-1)[0])
+    _core.kv_commit_check(word & 0xFFFFFFFFFFFFFFFF)
+
+
+for _name, _key in [
+    ("keep_indices", "keep_indices_from_path"),
+    ("keep_indices_batch", "keep_indices_batch"),
+    ("commit_kv", "commit_kv"),
+]:
+    _doc(globals()[_name], _key)
+del _name, _key

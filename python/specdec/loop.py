@@ -1,0 +1,87 @@
+"""The round planner (include/specdec/loop/planner.hpp)."""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import _core
+
+
+class Plan(NamedTuple):
+    """One round's plan from :class:`RoundPlanner` (loop/planner.hpp)."""
+
+    shape: np.ndarray  #: parent array of the tree to draft (int32, root -1)
+    min_path_probability: np.ndarray  #: per depth: do not expand a node whose draft path probability is below
+    kind: str  #: "autoregressive", "chain", "widths", "optimal" or "fixed"
+    nodes: int  #: planned nodes, root included
+    depth: int  #: planned depth
+    expected_tokens: float  #: predicted tokens of the round (accepted drafts + 1)
+    predicted_seconds: float  #: predicted round time
+
+
+class RoundPlanner:
+    """Sizes every speculative round from measured cost and acceptance.
+
+    An engine with its own loop calls :meth:`next` before drafting (draft the
+    returned shape; a one-node shape is a plain decoding step) and
+    :meth:`observe` after verification with its own step times, e.g. from
+    ``torch.cuda.Event`` timers. Options are those of ``planner_options``
+    (max_nodes, max_depth, max_children, forget, prior_weight, prior_accept,
+    replan_every, cost_window, explore, prior_node_cost, probe_every, rescore_every, prune). Lossless:
+    the plan never depends on the round's target rows (docs/loop.md).
+    """
+
+    def __init__(self, **options: Any) -> None:
+        self._p = _core.RoundPlanner(**options)
+
+    def next(self) -> Plan:
+        """The plan of the next round."""
+        shape, thr, kind, nodes, depth, tokens, seconds = self._p.next()
+        return Plan(np.asarray(shape, dtype=np.int32), np.asarray(thr, dtype=np.float64), kind, nodes, depth, tokens,
+                    seconds)
+
+    def observe(self, parent: Any, path: Any, forward_nodes: int, forward_seconds: float, *, drafter_calls: int = 0,
+                drafted_nodes: int = 0, drafter_seconds: float = 0.0, other_seconds: float = 0.0,
+                draft_prob: Any = None) -> None:
+        """Records one round: the drafted tree's parents, the accepted path
+        from the root (accepted drafts + 1 node ids), the target pass size and
+        time, the drafter's calls, nodes and time, the rest of the round's
+        time, and optionally each node's draft probability."""
+        self._p.observe(np.ascontiguousarray(parent, dtype=np.int32), np.ascontiguousarray(path, dtype=np.int32),
+                        forward_nodes, forward_seconds, drafter_calls, drafted_nodes, drafter_seconds, other_seconds,
+                        None if draft_prob is None else np.ascontiguousarray(draft_prob, dtype=np.float32))
+
+    def set_target_cost(self, n: Any, seconds: Any) -> None:
+        """Uses the caller's pass-time curve (e.g. measured offline) instead of measured times."""
+        self._p.set_target_cost(np.ascontiguousarray(n, dtype=np.float64),
+                                np.ascontiguousarray(seconds, dtype=np.float64))
+
+    def set_drafter_cost(self, per_round: float, per_level: float, per_node: float) -> None:
+        """Fixes the drafter's time model."""
+        self._p.set_drafter_cost(per_round, per_level, per_node)
+
+    def set_loop_cost(self, per_round: float, per_node: float) -> None:
+        """Fixes the loop's own time model."""
+        self._p.set_loop_cost(per_round, per_node)
+
+    def fix_plan(self, shape: Any) -> None:
+        """Drafts `shape` every round (empty: choose again)."""
+        self._p.fix_plan(np.ascontiguousarray(shape, dtype=np.int32))
+
+    def target_seconds(self, n: int) -> float:
+        """Estimated pass time over n nodes."""
+        return self._p.target_seconds(n)
+
+    def drafter_seconds(self, levels: int, nodes: int, tokens: float = 1.0) -> float:
+        """Estimated drafter time of a round (catching up on `tokens` committed since it last ran)."""
+        return self._p.drafter_seconds(levels, nodes, tokens)
+
+    def acceptance(self, depth: int, rank: int) -> float:
+        """Estimated acceptance of a rank-`rank` child at `depth`."""
+        return self._p.acceptance(depth, rank)
+
+    @property
+    def rounds(self) -> int:
+        """Rounds observed."""
+        return self._p.rounds
