@@ -269,6 +269,9 @@ struct batch {
   std::span<const std::uint64_t> mask;
   std::int64_t words = 1;
   std::int32_t first_slot = 0;
+  //! Logits only for rows [first_logit, n), written from logits row 0 (a
+  //! prefill or a drafter's catch-up needs none for the tokens it commits).
+  std::int64_t first_logit = 0;
 };
 
 //! Scratch kept between calls so the hot path does not reallocate.
@@ -546,7 +549,8 @@ inline void forward(const weights& w, state& s, const batch& b, std::span<float>
   const config& c = w.cfg;
   const auto n = static_cast<std::int64_t>(b.tokens.size());
   if (n == 0 || static_cast<std::int64_t>(b.positions.size()) != n ||
-      static_cast<std::int64_t>(b.mask.size()) < n * b.words || static_cast<std::int64_t>(logits.size()) < n * c.vocab)
+      static_cast<std::int64_t>(b.mask.size()) < n * b.words || b.first_logit < 0 || b.first_logit > n ||
+      static_cast<std::int64_t>(logits.size()) < (n - b.first_logit) * c.vocab)
     throw std::invalid_argument("forward: batch sizes disagree");
   if (b.first_slot < 0 || s.cache_len + b.first_slot + n > s.capacity())
     throw std::invalid_argument("forward: KV cache capacity exceeded");
@@ -570,8 +574,10 @@ inline void forward(const weights& w, state& s, const batch& b, std::span<float>
     detail::rms_norm(n, c.d, sc.x.data(), c.d, L.norm2, c.eps, sc.xn.data(), c.d);
     detail::feed_forward(c, L, n, sc);
   }
-  detail::rms_norm(n, c.d, sc.x.data(), c.d, w.norm, c.eps, sc.xn.data(), c.d);
-  kernel::matmul(n, sc.xn.data(), c.d, w.output, logits.data(), c.vocab);
+  const std::int64_t f = b.first_logit;
+  if (f == n) return;
+  detail::rms_norm(n - f, c.d, sc.x.data() + f * c.d, c.d, w.norm, c.eps, sc.xn.data() + f * c.d, c.d);
+  kernel::matmul(n - f, sc.xn.data() + f * c.d, c.d, w.output, logits.data(), c.vocab);
 }
 
 //! Keeps the accepted path (node ids within the last forward, root first,
@@ -621,8 +627,7 @@ inline void prefill(const weights& w, state& s, std::span<const token_id> tokens
   std::vector<std::uint64_t> mask(static_cast<std::size_t>(n * words));
   specdec::throw_if_error(specdec::build_packed_mask<std::uint64_t>(parent, mask));
   specdec::throw_if_error(specdec::build_positions<std::int64_t>(parent, s.cache_len, pos));
-  std::vector<float> logits(static_cast<std::size_t>(n * w.cfg.vocab));
-  forward(w, s, batch{tokens, pos, parent, mask, words, 0}, logits, sc);
+  forward(w, s, batch{tokens, pos, parent, mask, words, 0, n}, {}, sc);
   commit(w, s, parent, path);
 }
 

@@ -65,6 +65,13 @@ struct level_model_drafter {
   std::vector<float> rows;
   std::vector<std::uint64_t> first_masks;  //!< the first level's batch: catch-up chain, then the level
   std::vector<node_id> path;
+  //! Catch-up bound (0: none): a drafter more than `window` committed tokens
+  //! behind (a prompt, or plain steps a planner chose) restarts its cache
+  //! from the last `window` of them, so a speculative round after any plain
+  //! streak costs a bounded catch-up instead of one drafter token per plain
+  //! step. Only the drafts' context shrinks; the output law is the target's.
+  std::int64_t window = 0;
+  std::size_t skipped = 0;  //!< committed tokens before the cache's first position
 
   level_model_drafter(const weights& m, float temp) : w(&m), st(m.cfg, cache_capacity), temperature(temp) {
     if (m.cfg.kinds.find('m') != std::string::npos)
@@ -96,7 +103,7 @@ struct level_model_drafter {
         tokens[static_cast<std::size_t>(i)] = l.tree->token(u);
       }
       const auto k = static_cast<std::int32_t>(missing.size());
-      rows.resize(static_cast<std::size_t>((k + n) * V));
+      rows.resize(static_cast<std::size_t>(n * V));
       if (k == 0) {
         forward(*w, st,
                 batch{tokens, positions, parents,
@@ -108,7 +115,7 @@ struct level_model_drafter {
       }
       ++calls;
       slots += n;
-      const auto rv = specdec::make_view<float>(rows.data() + k * V, n, V);
+      const auto rv = specdec::make_view<float>(rows.data(), n, V);
       const specdec::sampling_params sp{temperature, 0, 1.0f, 0.0f};
       SPECDEC_TRY(specdec::logits_to_probs<float>(rv.as_const(), rv, std::span(&sp, 1), {}));
       out = rv.as_const();
@@ -122,10 +129,18 @@ struct level_model_drafter {
   // Starts a round; returns the committed tokens the cache lacks (those of
   // `history`, the committed tokens before the root, past cache_len).
   std::span<const token_id> start_round(std::span<const token_id> history) {
-    if (static_cast<std::size_t>(st.cache_len) > history.size()) st = state(w->cfg, cache_capacity);  // a new sequence
+    auto covered = skipped + static_cast<std::size_t>(st.cache_len);
+    if (covered > history.size()) {  // a new sequence
+      st = state(w->cfg, cache_capacity);
+      skipped = covered = 0;
+    }
+    if (window > 0 && history.size() - covered > static_cast<std::size_t>(window)) {
+      st = state(w->cfg, cache_capacity);
+      skipped = covered = history.size() - static_cast<std::size_t>(window);
+    }
     std::fill(slot_of.begin(), slot_of.end(), -1);
     slots = 0;
-    return history.subspan(static_cast<std::size_t>(st.cache_len));
+    return history.subspan(covered);
   }
 
   // The first level (n nodes, set up in tokens / positions / masks as if the
@@ -133,7 +148,7 @@ struct level_model_drafter {
   // forward: the missing tokens as a chain in slots [0, k), the level in
   // slots k + i attending to all of them; then the chain is committed in
   // place, which leaves the level's KV in slots [0, n) as the next levels
-  // expect. The level's logits are rows [k, k + n) of `rows`.
+  // expect. Logits only for the level's rows (`rows` holds n rows).
   void first_level_with_catch_up(std::span<const token_id> missing, std::int32_t n) {
     const auto k = static_cast<std::int32_t>(missing.size());
     const std::int32_t m = k + n;
@@ -153,7 +168,7 @@ struct level_model_drafter {
       r[i / 64] |= std::uint64_t{1} << (i % 64);
       if (chain) path[static_cast<std::size_t>(i)] = i;
     }
-    forward(*w, st, batch{all, pos, par, first_masks, cw, 0}, rows, sc);
+    forward(*w, st, batch{all, pos, par, first_masks, cw, 0, k}, rows, sc);
     commit(*w, st, par, path);
   }
 };
@@ -222,6 +237,8 @@ struct spec_options {
   float temperature = 1.0f;                         //!< 0: greedy (argmax, ties to the lowest id)
   std::vector<std::int32_t> widths = {3, 2, 2, 1};  //!< iid tree
   std::int32_t chain_length = 4;
+  //! The drafter's catch-up bound (level_model_drafter::window; 0 = none).
+  std::int64_t drafter_window = 32;
   std::int32_t topk_k = 2, topk_depth = 4;
   std::int32_t beam_k = 4, beam_width = 4, beam_depth = 5, beam_budget = 32;
   specdec::planner_options planner{.max_nodes = 32, .max_depth = 8};  //!< planned runs
@@ -328,6 +345,7 @@ std::vector<token_id> run_session(Builder builder, const weights& target, const 
   const auto t_start = clock::now();
   model_target tgt(target);
   level_model_drafter drafter(draft, o.temperature == 0.0f ? 1.0f : o.temperature);
+  drafter.window = o.drafter_window;
   scratch sc;
   prefill(target, tgt.st, prompt.first(prompt.size() - 1), sc);
   specdec::session_options so;

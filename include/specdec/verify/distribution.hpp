@@ -106,7 +106,7 @@ inline std::size_t logits_to_probs_workspace_size(std::int64_t vocab,
 //!
 //! Passes: (1) one read of the logits validates them and finds the max;
 //! (2) without filters, one more read writes the weights exp((x - max) / T)
-//! (one exp per entry, summed in double) and (3) a pass over `probs`
+//! (one float exp per entry, summed in double) and (3) a pass over `probs`
 //! normalises them. With filters, pass 2 writes zeros and collects the min-p
 //! survivors into `workspace` (size logits_to_probs_workspace_size); top-k
 //! selects in O(C) (nth element), top-p sorts only the surviving candidates
@@ -154,9 +154,9 @@ status logits_to_probs_row(view1d<const T> logits, view1d<float> probs, const sa
     double s = 0.0;
     for (std::int64_t i = 0; i < V; ++i) {
       const float x = detail::to_float(logits(i));
-      const double e = x == -INFINITY ? 0.0 : std::exp(static_cast<double>((x - m) * inv_t));
-      probs(i) = static_cast<float>(e);
-      s += e;
+      const float e = x == -INFINITY ? 0.0f : std::exp((x - m) * inv_t);
+      probs(i) = e;
+      s += static_cast<double>(e);
     }
     const double inv_s = 1.0 / s;
     for (std::int64_t i = 0; i < V; ++i) probs(i) = static_cast<float>(static_cast<double>(probs(i)) * inv_s);
@@ -171,7 +171,7 @@ status logits_to_probs_row(view1d<const T> logits, view1d<float> probs, const sa
     probs(i) = 0.0f;
     const float x = detail::to_float(logits(i));
     if (x == -INFINITY) continue;
-    const float e = static_cast<float>(std::exp(static_cast<double>((x - m) * inv_t)));
+    const float e = std::exp((x - m) * inv_t);
     if (e > 0.0f && e >= params.min_p) cand[c++] = prob_candidate{e, static_cast<token_id>(i)};
   }
   // The argmax always survives (e == 1 >= min_p); c >= 1.
