@@ -468,8 +468,8 @@ TEST_CASE("the executor entry point with separate pass and host workspaces equal
         std::vector<token_id> tokens(static_cast<std::size_t>(c.N));
         verify_result res{};
         host_shard_executor<thread_collective> ex(tc);
-        const status s = verify_tree_sharded_on(ex, bounds, c.view(), matrix(ps, c.N, b1 - b0),
-                                                matrix(qs, c.N, b1 - b0), vp, ew, hw, path, tokens, res);
+        const status s = verify_tree_sharded(ex, bounds, c.view(), matrix(ps, c.N, b1 - b0), matrix(qs, c.N, b1 - b0),
+                                             vp, {ew, hw}, path, tokens, res);
         return record(s, res, path, tokens);
       });
       for (const auto& o : got) CHECK(o == want);
@@ -585,16 +585,16 @@ uniform_runs tree_with_uniforms(thread_collective& tc, const tree_case& c, std::
   std::vector<token_id> tokens(static_cast<std::size_t>(c.N));
   verify_result res{};
   std::vector<std::byte> ws(sharded_verify_workspace_size(bounds, r, P, c.N) + 8);
-  status s = verify_tree_sharded(tc, bounds, c.view(), matrix(ps, c.N, b1 - b0), matrix(qs, c.N, b1 - b0), vp, cu, ws,
-                                 path, tokens, res);
+  status s = verify_tree_sharded(tc, bounds, c.view(), matrix(ps, c.N, b1 - b0), matrix(qs, c.N, b1 - b0), vp, ws, path,
+                                 tokens, res, &cu);
   o.host = record(s, res, path, tokens);
   std::size_t eb = 0, hb = 0;
   if (!sharded_verify_workspace_parts(bounds, r, P, c.N, eb, hb))
     return o;  // o.on stays default (accepted -1): unequal to any real result
   std::vector<std::byte> ew(eb), hw(hb);
   host_shard_executor<thread_collective> ex(tc);
-  s = verify_tree_sharded_on(ex, bounds, c.view(), matrix(ps, c.N, b1 - b0), matrix(qs, c.N, b1 - b0), vp, cu, ew, hw,
-                             path, tokens, res);
+  s = verify_tree_sharded(ex, bounds, c.view(), matrix(ps, c.N, b1 - b0), matrix(qs, c.N, b1 - b0), vp, {ew, hw},
+                          path, tokens, res, &cu);
   o.on = record(s, res, path, tokens);
   return o;
 }
@@ -626,8 +626,8 @@ TEST_CASE("caller uniforms copied from Philox reproduce the seeded sharded run, 
       std::vector<node_id> path(static_cast<std::size_t>(c.N));
       std::vector<token_id> tokens(static_cast<std::size_t>(c.N));
       verify_result res{};
-      const status sp = verify_tree_partitioned(bounds, c.view(), matrix(c.p, c.N, V), matrix(c.q, c.N, V), vp, cu, w,
-                                                path, tokens, res);
+      const status sp = verify_tree_partitioned(bounds, c.view(), matrix(c.p, c.N, V), matrix(c.q, c.N, V), vp, w, path,
+                                                tokens, res, &cu);
       CHECK(record(sp, res, path, tokens) == want);
       const auto got =
           run_ranks<uniform_runs>(P, [&](thread_collective& tc) { return tree_with_uniforms(tc, c, bounds, vp, cu); });
@@ -667,7 +667,7 @@ TEST_CASE("caller uniforms copied from Philox reproduce the seeded sharded run, 
       const auto u = philox_copy(vp, c.N, 2);
       const caller_uniforms cu{u.data(), c.N, 2};
       REQUIRE(
-          verify_chain_partitioned(bounds, drafts, matrix(c.p, c.N, V), matrix(c.q, c.N, V), vp, cu, ws, alt, ar).ok());
+          verify_chain_partitioned(bounds, drafts, matrix(c.p, c.N, V), matrix(c.q, c.N, V), vp, ws, alt, ar, &cu).ok());
       alt.resize(static_cast<std::size_t>(ar.accepted) + 1);
       INFO("chain " << cs << " mode " << verify_mode_name(m));
       CHECK(alt == want);
@@ -679,13 +679,13 @@ TEST_CASE("caller uniforms copied from Philox reproduce the seeded sharded run, 
         std::vector<token_id> t(static_cast<std::size_t>(c.N)), t2(t.size());
         verify_result a{}, b{};
         const status s1 = verify_chain_sharded(tc, bounds, drafts, matrix(ps, c.N, b1 - b0), matrix(qs, c.N, b1 - b0),
-                                               vp, cu, w, t, a);
+                                               vp, w, t, a, &cu);
         std::size_t eb = 0, hb = 0;
         if (!sharded_verify_workspace_parts(bounds, r, P, c.N, eb, hb)) return std::vector<token_id>{};
         std::vector<std::byte> ew(eb), hw(hb);
         host_shard_executor<thread_collective> ex(tc);
-        const status s2 = verify_chain_sharded_on(ex, bounds, drafts, matrix(ps, c.N, b1 - b0),
-                                                  matrix(qs, c.N, b1 - b0), vp, cu, ew, hw, t2, b);
+        const status s2 = verify_chain_sharded(ex, bounds, drafts, matrix(ps, c.N, b1 - b0),
+                                               matrix(qs, c.N, b1 - b0), vp, {ew, hw}, t2, b, &cu);
         if (!s1.ok() || !s2.ok()) return std::vector<token_id>{};
         t.resize(static_cast<std::size_t>(a.accepted) + 1);
         t2.resize(static_cast<std::size_t>(b.accepted) + 1);

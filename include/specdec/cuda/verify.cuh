@@ -1,6 +1,6 @@
 //! \file
 //! Device side of batched verification: the CUDA row-operations policy of
-//! the one verification walk (verify/detail/walk.hpp) and the kernel shell
+//! the one verification walk (verify/walk.hpp) and the kernel shell
 //! around it. No walk lives here: the kernel runs the host's walk and the
 //! host's request checks (verify/request_checks.hpp), one thread block per
 //! request.
@@ -29,7 +29,7 @@
 #include "specdec/kernels/verify.hpp"
 #include "specdec/sample/order.hpp"
 #include "specdec/tree/token_tree.hpp"
-#include "specdec/verify/detail/walk.hpp"
+#include "specdec/verify/walk.hpp"
 #include "specdec/verify/policy.hpp"
 #include "specdec/verify/request_checks.hpp"
 #include "specdec/verify/verify_params.hpp"
@@ -322,7 +322,7 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
 
   const std::size_t slice = kernels::verify_request_workspace_bytes(P.vocab, P.max_nodes);
   workspace_carver w(workspace + slice * static_cast<std::size_t>(r), slice);
-  const specdec::detail::walk_scratch s = specdec::detail::carve_walk_scratch(w, V, n);
+  const specdec::walk_scratch s = specdec::carve_walk_scratch(w, V, n);
   const token_id* tok = P.token + b;
   const node_id* par = P.parent + b;
   if (threadIdx.x == 0)
@@ -333,7 +333,7 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   __syncthreads();
   if (pre != status_code::ok) return fail(pre);
 
-  const specdec::detail::walk_rows rows{P.p + static_cast<std::int64_t>(b) * P.p_row_stride,
+  const specdec::walk_rows rows{P.p + static_cast<std::int64_t>(b) * P.p_row_stride,
                                         P.p_row_stride,
                                         P.p_col_stride,
                                         P.q ? P.q + static_cast<std::int64_t>(b) * P.q_row_stride : nullptr,
@@ -341,14 +341,14 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
                                         P.q_col_stride,
                                         V};
   const parent_topology topo{tok, par, n};
-  specdec::detail::walk_out o{s.path, n, 0, 0, -1};
+  specdec::walk_out o{s.path, n, 0, 0, -1};
   const status st =
       P.uniforms != nullptr
-          ? specdec::detail::verify_walk(
+          ? specdec::verify_walk(
                 topo, ops,
                 caller_uniforms{P.uniforms + static_cast<std::int64_t>(b) * P.draws_per_node, n, P.draws_per_node}, vp,
                 rows, s, o)
-          : specdec::detail::verify_walk(topo, ops, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, vp,
+          : specdec::verify_walk(topo, ops, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, vp,
                                          rows, s, o);
   if (!st.ok()) return fail(st.code());
   __syncthreads();  // the path written by thread 0
