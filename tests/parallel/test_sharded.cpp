@@ -593,8 +593,8 @@ uniform_runs tree_with_uniforms(thread_collective& tc, const tree_case& c, std::
     return o;  // o.on stays default (accepted -1): unequal to any real result
   std::vector<std::byte> ew(eb), hw(hb);
   host_shard_executor<thread_collective> ex(tc);
-  s = verify_tree_sharded(ex, bounds, c.view(), matrix(ps, c.N, b1 - b0), matrix(qs, c.N, b1 - b0), vp, {ew, hw},
-                          path, tokens, res, &cu);
+  s = verify_tree_sharded(ex, bounds, c.view(), matrix(ps, c.N, b1 - b0), matrix(qs, c.N, b1 - b0), vp, {ew, hw}, path,
+                          tokens, res, &cu);
   o.on = record(s, res, path, tokens);
   return o;
 }
@@ -666,8 +666,8 @@ TEST_CASE("caller uniforms copied from Philox reproduce the seeded sharded run, 
       want.resize(static_cast<std::size_t>(wr.accepted) + 1);
       const auto u = philox_copy(vp, c.N, 2);
       const caller_uniforms cu{u.data(), c.N, 2};
-      REQUIRE(
-          verify_chain_partitioned(bounds, drafts, matrix(c.p, c.N, V), matrix(c.q, c.N, V), vp, ws, alt, ar, &cu).ok());
+      REQUIRE(verify_chain_partitioned(bounds, drafts, matrix(c.p, c.N, V), matrix(c.q, c.N, V), vp, ws, alt, ar, &cu)
+                  .ok());
       alt.resize(static_cast<std::size_t>(ar.accepted) + 1);
       INFO("chain " << cs << " mode " << verify_mode_name(m));
       CHECK(alt == want);
@@ -684,8 +684,8 @@ TEST_CASE("caller uniforms copied from Philox reproduce the seeded sharded run, 
         if (!sharded_verify_workspace_parts(bounds, r, P, c.N, eb, hb)) return std::vector<token_id>{};
         std::vector<std::byte> ew(eb), hw(hb);
         host_shard_executor<thread_collective> ex(tc);
-        const status s2 = verify_chain_sharded(ex, bounds, drafts, matrix(ps, c.N, b1 - b0),
-                                               matrix(qs, c.N, b1 - b0), vp, {ew, hw}, t2, b, &cu);
+        const status s2 = verify_chain_sharded(ex, bounds, drafts, matrix(ps, c.N, b1 - b0), matrix(qs, c.N, b1 - b0),
+                                               vp, {ew, hw}, t2, b, &cu);
         if (!s1.ok() || !s2.ok()) return std::vector<token_id>{};
         t.resize(static_cast<std::size_t>(a.accepted) + 1);
         t2.resize(static_cast<std::size_t>(b.accepted) + 1);

@@ -340,8 +340,7 @@ TEST_CASE("the linked-list topology walks exactly like the parent array") {
       const walk_scratch s = carve_walk_scratch(w, V, n);
       walk_out o{s.path, n, 0, 0, -1};
       const walk_rows rows{rq.P.data(), V, 1, rq.Q.data(), V, 1, V};
-      REQUIRE(verify_walk(topo, ops, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, vp, rows, s, o)
-                  .ok());
+      REQUIRE(verify_walk(topo, ops, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, vp, rows, s, o).ok());
       INFO("trial " << trial << " mode " << verify_mode_name(vp.mode));
       CHECK(o.accepted == a.r.accepted);
       CHECK(o.last == a.r.last_node);

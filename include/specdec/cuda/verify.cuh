@@ -29,10 +29,10 @@
 #include "specdec/kernels/verify.hpp"
 #include "specdec/sample/order.hpp"
 #include "specdec/tree/token_tree.hpp"
-#include "specdec/verify/walk.hpp"
 #include "specdec/verify/policy.hpp"
 #include "specdec/verify/request_checks.hpp"
 #include "specdec/verify/verify_params.hpp"
+#include "specdec/verify/walk.hpp"
 
 namespace specdec::cuda {
 
@@ -318,7 +318,7 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   if (n > P.max_nodes) return fail(status_code::size_mismatch);
   // Block and traversal verification run on the host only for now (the
   // walk has them; the device path is not yet tested).
-  if (validate_verify_params(vp).ok() && is_traversal(vp.mode)) return fail(status_code::unsupported);
+  if (validate_verify_params(vp).ok() && !runs_on_device(vp.mode)) return fail(status_code::unsupported);
 
   const std::size_t slice = kernels::verify_request_workspace_bytes(P.vocab, P.max_nodes);
   workspace_carver w(workspace + slice * static_cast<std::size_t>(r), slice);
@@ -334,12 +334,12 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   if (pre != status_code::ok) return fail(pre);
 
   const specdec::walk_rows rows{P.p + static_cast<std::int64_t>(b) * P.p_row_stride,
-                                        P.p_row_stride,
-                                        P.p_col_stride,
-                                        P.q ? P.q + static_cast<std::int64_t>(b) * P.q_row_stride : nullptr,
-                                        P.q_row_stride,
-                                        P.q_col_stride,
-                                        V};
+                                P.p_row_stride,
+                                P.p_col_stride,
+                                P.q ? P.q + static_cast<std::int64_t>(b) * P.q_row_stride : nullptr,
+                                P.q_row_stride,
+                                P.q_col_stride,
+                                V};
   const parent_topology topo{tok, par, n};
   specdec::walk_out o{s.path, n, 0, 0, -1};
   const status st =
@@ -348,8 +348,7 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
                 topo, ops,
                 caller_uniforms{P.uniforms + static_cast<std::int64_t>(b) * P.draws_per_node, n, P.draws_per_node}, vp,
                 rows, s, o)
-          : specdec::verify_walk(topo, ops, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, vp,
-                                         rows, s, o);
+          : specdec::verify_walk(topo, ops, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, vp, rows, s, o);
   if (!st.ok()) return fail(st.code());
   __syncthreads();  // the path written by thread 0
   if (threadIdx.x == 0) {

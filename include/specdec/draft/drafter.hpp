@@ -17,8 +17,8 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
-#include "specdec/tree/token_tree.hpp"
 #include "specdec/sample/uniforms.hpp"
+#include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
 

@@ -35,9 +35,9 @@
 #include "specdec/interop/sglang.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/detail/row_ops.hpp"
-#include "specdec/verify/walk.hpp"
 #include "specdec/verify/policy.hpp"
 #include "specdec/verify/verify_params.hpp"
+#include "specdec/verify/walk.hpp"
 
 namespace specdec {
 
@@ -238,10 +238,9 @@ status sglang_verify_tree(const sglang_verify_inputs<I>& in, const sglang_output
       const verify_params& vp = in.params[r];
       const auto topo = detail::sglang_verify_topology(in, s);
       const auto rows = detail::sglang_verify_rows(in, r);
-      st = in.uniforms != nullptr
-               ? verify_walk(topo, ops, detail::sglang_verify_uniforms(in, r), vp, rows, s.walk, o)
-               : verify_walk(topo, ops, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, vp, rows,
-                                     s.walk, o);
+      st = in.uniforms != nullptr ? verify_walk(topo, ops, detail::sglang_verify_uniforms(in, r), vp, rows, s.walk, o)
+                                  : verify_walk(topo, ops, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}},
+                                                vp, rows, s.walk, o);
     }
     if (st.ok()) st = detail::sglang_verify_finish(in, r, out, s, o);
     if (st.ok()) count_acceptance_per_depth(o.accepted, accepted_per_depth);

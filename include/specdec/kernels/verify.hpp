@@ -32,8 +32,8 @@
 #include "specdec/core/status.hpp"
 #include "specdec/core/workspace.hpp"
 #include "specdec/tree/token_tree.hpp"
-#include "specdec/verify/walk.hpp"
 #include "specdec/verify/verify_params.hpp"
+#include "specdec/verify/walk.hpp"
 
 namespace specdec::kernels {
 

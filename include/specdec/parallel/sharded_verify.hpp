@@ -239,8 +239,8 @@ status verify_tree_sharded_with(Exec& ex, std::span<const std::int64_t> bounds, 
     SPECDEC_TRY(carve_shards(own, bounds.size() - 1, N, exec_ws, host_ws, sc));
     const std::size_t cap = path.size() < tokens.size() ? path.size() : tokens.size();
     const bool has_q = q.data != nullptr || own.width == 0;
-    SPECDEC_TRY(check_request_tree(tree.parent, tree.token, N, bounds.back(), vp, has_q,
-                                   static_cast<std::int64_t>(cap), sc.walk.depth));  // params: check_shards
+    SPECDEC_TRY(check_request_tree(tree.parent, tree.token, N, bounds.back(), vp, has_q, static_cast<std::int64_t>(cap),
+                                   sc.walk.depth));  // params: check_shards
     if (tree.depth != nullptr) SPECDEC_TRY(validate_tree(tree));
     return status::success();
   };
@@ -331,8 +331,8 @@ struct shard_workspace {
   shard_workspace(std::span<std::byte> ws) noexcept : exec(ws), whole(true) {}  // NOLINT: implicit on purpose
   //! One workspace from any contiguous byte range (a std::vector<std::byte>).
   template <class R>
-    requires std::constructible_from<std::span<std::byte>, R&>
-  shard_workspace(R& ws) noexcept : shard_workspace(std::span<std::byte>(ws)) {}  // NOLINT: implicit on purpose
+  requires std::constructible_from<std::span<std::byte>, R&> shard_workspace(R& ws) noexcept
+      : shard_workspace(std::span<std::byte>(ws)) {}  // NOLINT: implicit on purpose
   //! The executor part and the host part.
   shard_workspace(std::span<std::byte> exec_part, std::span<std::byte> host_part) noexcept
       : exec(exec_part), host(host_part) {}
@@ -391,8 +391,8 @@ status verify_tree_sharded(X& ex, std::span<const std::int64_t> bounds, const tr
                            const caller_uniforms* uniforms = nullptr) {
   return detail::with_shard_call(ex, bounds, tree.size, workspace, vp, uniforms,
                                  [&](auto& e, const auto& uni, std::span<std::byte> ew, std::span<std::byte> hw) {
-                                   return detail::verify_tree_sharded_with(e, bounds, tree, p, q, vp, uni, uniforms,
-                                                                           ew, hw, path, tokens, result);
+                                   return detail::verify_tree_sharded_with(e, bounds, tree, p, q, vp, uni, uniforms, ew,
+                                                                           hw, path, tokens, result);
                                  });
 }
 

@@ -25,8 +25,8 @@
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
-#include "specdec/sample/uniforms.hpp"
 #include "specdec/sample/order.hpp"
+#include "specdec/sample/uniforms.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {

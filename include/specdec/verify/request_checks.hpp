@@ -39,7 +39,6 @@ SPECDEC_HD constexpr status check_request_tree(const node_id* parent, const toke
   return status::success();
 }
 
-
 }  // namespace detail
 
 //! Checks one tree request before its walk, in this order: the parameters

@@ -27,10 +27,10 @@
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/validate.hpp"
 #include "specdec/verify/detail/row_ops.hpp"
-#include "specdec/verify/walk.hpp"
 #include "specdec/verify/policy.hpp"
 #include "specdec/verify/request_checks.hpp"
 #include "specdec/verify/verify_params.hpp"
+#include "specdec/verify/walk.hpp"
 
 namespace specdec {
 
