@@ -119,6 +119,23 @@ SPECDEC_HD status check_pq(const Ops& ops, const walk_rows& rows, const walk_scr
   return mass_status(mq, tol, u, true);
 }
 
+//! The token emitted at u from the residual in s.R (tile sums in s.tr)
+//! of mass `mass`: a sample with draw 0 of u, or argmax p_u when the mass
+//! rounded to zero (not positive).
+SPECDEC_NO_EXEC_CHECK
+template <class Ops, class Uni>
+SPECDEC_HD status emit_residual(const Ops& ops, const Uni& uni, const walk_rows& rows, const walk_scratch& s, node_id u,
+                                double mass, token_id& y) noexcept {
+  y = -1;
+  if (mass > 0.0) {
+    double un = 0.0;
+    SPECDEC_TRY(take_uniform(uni, u, 0, un));
+    y = ops.sample(row_ref{s.R, 1}, rows.V, s.tr, un * mass);
+  }
+  if (y < 0) (void)ops.argmax(rows.prow(u), rows.V, y);
+  return status::success();
+}
+
 //! sampled_iid / sampled_without_replacement: multi-step speculative
 //! sampling (q renormalized after each rejection without replacement).
 SPECDEC_NO_EXEC_CHECK
@@ -176,15 +193,7 @@ SPECDEC_HD status walk_sampled(const Topo& t, const Ops& ops, const Uni& uni, co
     }
     // Every child rejected: emit from the residual.
     o.last = u;
-    token_id y = -1;
-    if (M > 0.0) {
-      double un = 0.0;
-      SPECDEC_TRY(take_uniform(uni, u, 0, un));
-      y = ops.sample(row_ref{s.R, 1}, V, s.tr, un * M);
-    }
-    if (y < 0) (void)ops.argmax(pu, V, y);  // residual mass rounded to zero
-    o.next = y;
-    return status::success();
+    return emit_residual(ops, uni, rows, s, u, M, o.next);
   }
 }
 
@@ -285,11 +294,7 @@ SPECDEC_HD status walk_deterministic(const Topo& t, const Ops& ops, const Uni& u
       ops.sync();
       double mr = 0.0;
       (void)ops.mass(row_ref{s.R, 1}, V, s.tr, mr);
-      if (mr > 0.0) {
-        double un = 0.0;
-        SPECDEC_TRY(take_uniform(uni, u, 0, un));
-        y = ops.sample(row_ref{s.R, 1}, V, s.tr, un * mr);
-      }
+      SPECDEC_TRY(emit_residual(ops, uni, rows, s, u, mr, y));
     }
     if (y < 0) (void)ops.argmax(pu, V, y);
     o.next = y;
@@ -480,15 +485,8 @@ SPECDEC_HD status walk_traversal(const Topo& t, const Ops& ops, const Uni& uni, 
     o.accepted = d;
     o.last = u;
     if (f.tried == 0) return sample_p(ops, uni, rows, sc, u, tol, o.next);  // a leaf: its measure is w p_u
-    token_id y = -1;
-    if (f.mass > 0.0 && f.r_mass > 0.0) {  // R and tr still hold u's latest residual
-      double un = 0.0;
-      SPECDEC_TRY(take_uniform(uni, u, 0, un));
-      y = ops.sample(row_ref{sc.R, 1}, rows.V, sc.tr, un * f.r_mass);
-    }
-    if (y < 0) (void)ops.argmax(rows.prow(u), rows.V, y);  // residual mass rounded to zero (root only)
-    o.next = y;
-    return status::success();
+    // R and tr still hold u's latest residual; its mass rounds to zero at the root only.
+    return emit_residual(ops, uni, rows, sc, u, f.mass > 0.0 ? f.r_mass : 0.0, o.next);
   }
 }
 
