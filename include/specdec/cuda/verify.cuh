@@ -318,7 +318,8 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   if (n > P.max_nodes) return fail(status_code::size_mismatch);
   // Block and traversal verification run on the host only for now (the
   // walk has them; the device path is not yet tested).
-  if (validate_verify_params(vp).ok() && !runs_on_device(vp.mode)) return fail(status_code::unsupported);
+  const status params = validate_verify_params(vp);  // validated once per request
+  if (params.ok() && !runs_on_device(vp.mode)) return fail(status_code::unsupported);
 
   const std::size_t slice = kernels::verify_request_workspace_bytes(P.vocab, P.max_nodes);
   workspace_carver w(workspace + slice * static_cast<std::size_t>(r), slice);
@@ -327,7 +328,9 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   const node_id* par = P.parent + b;
   if (threadIdx.x == 0)
     sh.code = static_cast<std::int32_t>(
-        check_verify_request(par, tok, n, V, vp, P.q != nullptr, P.out_stride, s.depth).code());
+        (params.ok() ? specdec::detail::check_request_tree(par, tok, n, V, vp, P.q != nullptr, P.out_stride, s.depth)
+                     : params)
+            .code());
   __syncthreads();
   const auto pre = static_cast<status_code>(sh.code);
   __syncthreads();
