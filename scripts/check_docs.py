@@ -12,7 +12,7 @@ and fails (exit 1, one `file:line: ...` line per problem) when
    - `specdec/...` include paths (`#include <specdec/tree/mask.hpp>`),
      resolved under include/;
    - in inline code only, paths relative to include/specdec
-     (`loop/planner.hpp`, `verify/detail/walk.hpp`, `tree/`);
+     (`loop/planner.hpp`, `verify/walk.hpp`, `tree/`);
    - relative Markdown links (`[loop.md](loop.md)`), from the page's folder.
    - in inline code, a bare file name of the repository's own kinds
      (`order.hpp`, `walk.hpp`, `test_verify.py`, `CMakeLists.txt`) must

@@ -26,6 +26,7 @@
 
 #include "specdec/sample/order.hpp"
 #include "specdec/sample/row.hpp"
+#include "specdec/sample/uniforms.hpp"
 
 #include "specdec/draft/batch_prune.hpp"
 #include "specdec/draft/beam_tree.hpp"

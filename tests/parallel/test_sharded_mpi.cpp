@@ -82,9 +82,9 @@ int main(int argc, char** argv) {
     const std::int64_t b0 = bounds[static_cast<std::size_t>(r)], b1 = bounds[static_cast<std::size_t>(r) + 1];
     const auto ps = shard_of(c.p, V, c.N, b0, b1), qs = shard_of(c.q, V, c.N, b0, b1);
     const status sa =
-        verify_tree_partitioned(bounds, c.view(), matrix(c.p, c.N, V), matrix(c.q, c.N, V), vp, cu, w1, pa, ta, ra);
+        verify_tree_partitioned(bounds, c.view(), matrix(c.p, c.N, V), matrix(c.q, c.N, V), vp, w1, pa, ta, ra, &cu);
     const status sb = verify_tree_sharded(coll, bounds, c.view(), matrix(ps, c.N, b1 - b0), matrix(qs, c.N, b1 - b0),
-                                          vp, cu, w2, pb, tb, rb);
+                                          vp, w2, pb, tb, rb, &cu);
     check(sa.ok() && sb.ok() && record(sa, ra, pa, ta) == record(sb, rb, pb, tb), "caller uniforms", r);
   }
 

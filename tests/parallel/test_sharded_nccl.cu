@@ -75,11 +75,7 @@ outcome run_device_rank(ncclComm_t comm, int dev, int r, int P, const tree_case&
     const auto qd = device_matrix(qs.empty() ? nullptr : dq, c.N, b1 - b0);
     const std::span<std::byte> ew(static_cast<std::byte*>(ws), ex_bytes);
     const std::span<std::byte> hw = std::span<std::byte>(host).first(host_bytes);
-    status s = status::success();
-    if (cu != nullptr)
-      s = verify_tree_sharded_on(ex, bounds, c.view(), pd, qd, vp, *cu, ew, hw, path, tokens, res);
-    else
-      s = verify_tree_sharded_on(ex, bounds, c.view(), pd, qd, vp, ew, hw, path, tokens, res);
+    const status s = verify_tree_sharded(ex, bounds, c.view(), pd, qd, vp, {ew, hw}, path, tokens, res, cu);
     o = record(s, res, path, tokens);
   }
   cudaFree(dp);

@@ -337,11 +337,10 @@ TEST_CASE("the linked-list topology walks exactly like the parent array") {
       REQUIRE(a.code == status_code::ok);
       std::vector<std::byte> ws(verify_workspace_size(V, n));
       workspace_carver w(ws.data(), ws.size());
-      const detail::walk_scratch s = detail::carve_walk_scratch(w, V, n);
-      detail::walk_out o{s.path, n, 0, 0, -1};
-      const detail::walk_rows rows{rq.P.data(), V, 1, rq.Q.data(), V, 1, V};
-      REQUIRE(detail::verify_walk(topo, ops, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, vp, rows, s, o)
-                  .ok());
+      const walk_scratch s = carve_walk_scratch(w, V, n);
+      walk_out o{s.path, n, 0, 0, -1};
+      const walk_rows rows{rq.P.data(), V, 1, rq.Q.data(), V, 1, V};
+      REQUIRE(verify_walk(topo, ops, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, vp, rows, s, o).ok());
       INFO("trial " << trial << " mode " << verify_mode_name(vp.mode));
       CHECK(o.accepted == a.r.accepted);
       CHECK(o.last == a.r.last_node);

@@ -11,6 +11,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/philox.hpp"
@@ -23,8 +24,8 @@
 #include "specdec/interop/sglang_build_tree.hpp"
 #include "specdec/interop/sglang_verify.hpp"
 #include "specdec/kernels/interop.hpp"
-#include "specdec/verify/detail/walk.hpp"
 #include "specdec/verify/policy.hpp"
+#include "specdec/verify/walk.hpp"
 
 namespace specdec::cuda {
 
@@ -131,14 +132,13 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   }
   const verify_params vp = p.in.params[r];
   const linked_topology topo = specdec::detail::sglang_verify_topology(p.in, s);
-  const specdec::detail::walk_rows rows = specdec::detail::sglang_verify_rows(p.in, r);
-  specdec::detail::walk_out o{s.walk.path, n, 0, 0, -1};
+  const specdec::walk_rows rows = specdec::detail::sglang_verify_rows(p.in, r);
+  specdec::walk_out o{s.walk.path, n, 0, 0, -1};
   const status st =
       p.in.uniforms != nullptr
-          ? specdec::detail::verify_walk(topo, ops, specdec::detail::sglang_verify_uniforms(p.in, r), vp, rows, s.walk,
-                                         o)
-          : specdec::detail::verify_walk(topo, ops, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, vp,
-                                         rows, s.walk, o);
+          ? specdec::verify_walk(topo, ops, specdec::detail::sglang_verify_uniforms(p.in, r), vp, rows, s.walk, o)
+          : specdec::verify_walk(topo, ops, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, vp, rows,
+                                 s.walk, o);
   __syncthreads();  // the path written by thread 0
   if (threadIdx.x != 0) return;
   const status fin = st.ok() ? specdec::detail::sglang_verify_finish(p.in, r, p.out, s, o) : st;
@@ -149,6 +149,22 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
 namespace detail {
 inline unsigned request_blocks(std::int32_t requests) noexcept {
   return static_cast<unsigned>((requests + sglang_request_threads - 1) / sglang_request_threads);
+}
+
+//! The shell of the workspace-taking launches below: the entry point's
+//! checks, nothing to do for an empty batch, the workspace check (need(p)
+//! bytes, counted once the checks passed), then kernel<<<grid, block, 0,
+//! stream>>>(p, workspace) and its launch status.
+template <class Params>
+status checked_launch(status checks, std::int64_t batch, const Params& p, void* workspace, std::size_t workspace_bytes,
+                      std::type_identity_t<std::size_t (*)(const Params&)> need, const char* too_small,
+                      std::type_identity_t<void (*)(Params, unsigned char*)> kernel, unsigned grid, unsigned block,
+                      cudaStream_t stream) noexcept {
+  SPECDEC_TRY(checks);
+  if (batch == 0) return status::success();
+  SPECDEC_TRY(check_workspace(workspace, workspace_bytes, need(p), too_small));
+  kernel<<<grid, block, 0, stream>>>(p, static_cast<unsigned char*>(workspace));
+  return last_launch_status();
 }
 }  // namespace detail
 
@@ -167,14 +183,11 @@ inline status chain_acceptance_counts_batch(const kernels::chain_counts_params& 
 //! API's sglang_build_tree, for engines compiling this header).
 inline status sglang_build_tree(const kernels::sglang_build_tree_params& p, void* workspace,
                                 std::size_t workspace_bytes, cudaStream_t stream) noexcept {
-  SPECDEC_TRY(kernels::sglang_build_tree_can_implement(p));
-  if (p.in.batch_size == 0) return status::success();
-  SPECDEC_TRY(check_workspace(workspace, workspace_bytes, kernels::sglang_build_tree_workspace_size(p),
-                              "workspace smaller than sglang_build_tree_workspace_size"));
-  sglang_build_tree_kernel<sglang_request_threads>
-      <<<detail::request_blocks(p.in.batch_size), sglang_request_threads, 0, stream>>>(
-          p, static_cast<unsigned char*>(workspace));
-  return last_launch_status();
+  return detail::checked_launch(kernels::sglang_build_tree_can_implement(p), p.in.batch_size, p, workspace,
+                                workspace_bytes, &kernels::sglang_build_tree_workspace_size,
+                                "workspace smaller than sglang_build_tree_workspace_size",
+                                &sglang_build_tree_kernel<sglang_request_threads>,
+                                detail::request_blocks(p.in.batch_size), sglang_request_threads, stream);
 }
 
 //! Checks and launches sglang_greedy_kernel on `stream` (the kernels API's
@@ -182,13 +195,11 @@ inline status sglang_build_tree(const kernels::sglang_build_tree_params& p, void
 template <std::integral I, std::integral P>
 status sglang_verify_tree_greedy(const kernels::sglang_greedy_params<I, P>& p, void* workspace,
                                  std::size_t workspace_bytes, cudaStream_t stream) noexcept {
-  SPECDEC_TRY(kernels::sglang_verify_tree_greedy_can_implement(p));
-  if (p.tree.batch_size == 0) return status::success();
-  SPECDEC_TRY(check_workspace(workspace, workspace_bytes, kernels::sglang_verify_tree_greedy_workspace_size(p),
-                              "workspace smaller than sglang_verify_tree_greedy_workspace_size"));
-  sglang_greedy_kernel<I, P><<<detail::request_blocks(p.tree.batch_size), sglang_request_threads, 0, stream>>>(
-      p, static_cast<unsigned char*>(workspace));
-  return last_launch_status();
+  return detail::checked_launch(kernels::sglang_verify_tree_greedy_can_implement(p), p.tree.batch_size, p, workspace,
+                                workspace_bytes, &kernels::sglang_verify_tree_greedy_workspace_size<I, P>,
+                                "workspace smaller than sglang_verify_tree_greedy_workspace_size",
+                                &sglang_greedy_kernel<I, P>, detail::request_blocks(p.tree.batch_size),
+                                sglang_request_threads, stream);
 }
 
 //! Checks and launches sglang_sampling_kernel on `stream` (the kernels
@@ -196,13 +207,11 @@ status sglang_verify_tree_greedy(const kernels::sglang_greedy_params<I, P>& p, v
 template <std::integral I, std::integral P>
 status sglang_tree_sampling_target_only(const kernels::sglang_sampling_params<I, P>& p, void* workspace,
                                         std::size_t workspace_bytes, cudaStream_t stream) noexcept {
-  SPECDEC_TRY(kernels::sglang_tree_sampling_target_only_can_implement(p));
-  if (p.tree.batch_size == 0) return status::success();
-  SPECDEC_TRY(check_workspace(workspace, workspace_bytes, kernels::sglang_tree_sampling_target_only_workspace_size(p),
-                              "workspace smaller than sglang_tree_sampling_target_only_workspace_size"));
-  sglang_sampling_kernel<I, P><<<detail::request_blocks(p.tree.batch_size), sglang_request_threads, 0, stream>>>(
-      p, static_cast<unsigned char*>(workspace));
-  return last_launch_status();
+  return detail::checked_launch(
+      kernels::sglang_tree_sampling_target_only_can_implement(p), p.tree.batch_size, p, workspace, workspace_bytes,
+      &kernels::sglang_tree_sampling_target_only_workspace_size<I, P>,
+      "workspace smaller than sglang_tree_sampling_target_only_workspace_size", &sglang_sampling_kernel<I, P>,
+      detail::request_blocks(p.tree.batch_size), sglang_request_threads, stream);
 }
 
 //! Checks and launches sglang_verify_kernel (verify_block_threads threads
@@ -211,14 +220,11 @@ status sglang_tree_sampling_target_only(const kernels::sglang_sampling_params<I,
 template <std::integral I, std::integral P>
 status sglang_verify_tree(const kernels::sglang_verify_params<I, P>& p, void* workspace, std::size_t workspace_bytes,
                           cudaStream_t stream) noexcept {
-  SPECDEC_TRY(kernels::sglang_verify_tree_can_implement(p));
-  if (p.in.tree.batch_size == 0) return status::success();
-  SPECDEC_TRY(check_workspace(workspace, workspace_bytes, kernels::sglang_verify_tree_workspace_size(p),
-                              "workspace smaller than sglang_verify_tree_workspace_size"));
-  sglang_verify_kernel<verify_block_threads, I, P>
-      <<<static_cast<unsigned>(p.in.tree.batch_size), verify_block_threads, 0, stream>>>(
-          p, static_cast<unsigned char*>(workspace));
-  return last_launch_status();
+  return detail::checked_launch(kernels::sglang_verify_tree_can_implement(p), p.in.tree.batch_size, p, workspace,
+                                workspace_bytes, &kernels::sglang_verify_tree_workspace_size<I, P>,
+                                "workspace smaller than sglang_verify_tree_workspace_size",
+                                &sglang_verify_kernel<verify_block_threads, I, P>,
+                                static_cast<unsigned>(p.in.tree.batch_size), verify_block_threads, stream);
 }
 
 }  // namespace specdec::cuda

@@ -1,6 +1,6 @@
 //! \file
 //! Device side of batched verification: the CUDA row-operations policy of
-//! the one verification walk (verify/detail/walk.hpp) and the kernel shell
+//! the one verification walk (verify/walk.hpp) and the kernel shell
 //! around it. No walk lives here: the kernel runs the host's walk and the
 //! host's request checks (verify/request_checks.hpp), one thread block per
 //! request.
@@ -29,10 +29,10 @@
 #include "specdec/kernels/verify.hpp"
 #include "specdec/sample/order.hpp"
 #include "specdec/tree/token_tree.hpp"
-#include "specdec/verify/detail/walk.hpp"
 #include "specdec/verify/policy.hpp"
 #include "specdec/verify/request_checks.hpp"
 #include "specdec/verify/verify_params.hpp"
+#include "specdec/verify/walk.hpp"
 
 namespace specdec::cuda {
 
@@ -318,38 +318,40 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   if (n > P.max_nodes) return fail(status_code::size_mismatch);
   // Block and traversal verification run on the host only for now (the
   // walk has them; the device path is not yet tested).
-  if (validate_verify_params(vp).ok() && is_traversal(vp.mode)) return fail(status_code::unsupported);
+  const status params = validate_verify_params(vp);  // validated once per request
+  if (params.ok() && !runs_on_device(vp.mode)) return fail(status_code::unsupported);
 
   const std::size_t slice = kernels::verify_request_workspace_bytes(P.vocab, P.max_nodes);
   workspace_carver w(workspace + slice * static_cast<std::size_t>(r), slice);
-  const specdec::detail::walk_scratch s = specdec::detail::carve_walk_scratch(w, V, n);
+  const specdec::walk_scratch s = specdec::carve_walk_scratch(w, V, n);
   const token_id* tok = P.token + b;
   const node_id* par = P.parent + b;
   if (threadIdx.x == 0)
     sh.code = static_cast<std::int32_t>(
-        check_verify_request(par, tok, n, V, vp, P.q != nullptr, P.out_stride, s.depth).code());
+        (params.ok() ? specdec::detail::check_request_tree(par, tok, n, V, vp, P.q != nullptr, P.out_stride, s.depth)
+                     : params)
+            .code());
   __syncthreads();
   const auto pre = static_cast<status_code>(sh.code);
   __syncthreads();
   if (pre != status_code::ok) return fail(pre);
 
-  const specdec::detail::walk_rows rows{P.p + static_cast<std::int64_t>(b) * P.p_row_stride,
-                                        P.p_row_stride,
-                                        P.p_col_stride,
-                                        P.q ? P.q + static_cast<std::int64_t>(b) * P.q_row_stride : nullptr,
-                                        P.q_row_stride,
-                                        P.q_col_stride,
-                                        V};
+  const specdec::walk_rows rows{P.p + static_cast<std::int64_t>(b) * P.p_row_stride,
+                                P.p_row_stride,
+                                P.p_col_stride,
+                                P.q ? P.q + static_cast<std::int64_t>(b) * P.q_row_stride : nullptr,
+                                P.q_row_stride,
+                                P.q_col_stride,
+                                V};
   const parent_topology topo{tok, par, n};
-  specdec::detail::walk_out o{s.path, n, 0, 0, -1};
+  specdec::walk_out o{s.path, n, 0, 0, -1};
   const status st =
       P.uniforms != nullptr
-          ? specdec::detail::verify_walk(
+          ? specdec::verify_walk(
                 topo, ops,
                 caller_uniforms{P.uniforms + static_cast<std::int64_t>(b) * P.draws_per_node, n, P.draws_per_node}, vp,
                 rows, s, o)
-          : specdec::detail::verify_walk(topo, ops, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, vp,
-                                         rows, s, o);
+          : specdec::verify_walk(topo, ops, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, vp, rows, s, o);
   if (!st.ok()) return fail(st.code());
   __syncthreads();  // the path written by thread 0
   if (threadIdx.x == 0) {

@@ -17,8 +17,8 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
+#include "specdec/sample/uniforms.hpp"
 #include "specdec/tree/token_tree.hpp"
-#include "specdec/verify/policy.hpp"
 
 namespace specdec {
 
@@ -81,7 +81,7 @@ struct draft_round {
   view2d<float> q_rows{};
   //! Optional: the caller's drafting uniforms, used instead of the keyed
   //! Philox stream when `uniforms.u` is set (same layout as verification's,
-  //! verify/policy.hpp): u[node * draws_per_node + draw] in [0, 1), `node`
+  //! sample/uniforms.hpp): u[node * draws_per_node + draw] in [0, 1), `node`
   //! the tree node whose children are drawn. i.i.d. children: draw j is the
   //! inverse-CDF uniform of child j (draws_per_node >= the largest width).
   //! Without replacement (Gumbel-top-k): draw t is token t's uniform U_t,

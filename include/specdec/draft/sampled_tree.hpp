@@ -101,15 +101,9 @@ class sampled_tree_builder : public owning_build<sampled_tree_builder> {
         SPECDEC_TRY(detail::check_level_rows(rows, lv_.nodes.size(), opt_.vocab_size));
         for (std::size_t i = 0; i < lv_.nodes.size(); ++i) {
           const node_id u = lv_.nodes[i];
-          const auto rv = rows.slice(static_cast<std::int64_t>(i));
+          view1d<const float> rv{};
           double total = 0.0;
-          const status st = validate_probability_row(rv, &total);
-          if (!st.ok()) return make_status(st.code(), st.message(), u);
-          if (q_rows.data != nullptr) {
-            if (q_rows.extent[1] != rv.extent[0])
-              return make_status(status_code::size_mismatch, "q_rows width differs from the drafter row", u);
-            for (std::int64_t t = 0; t < rv.extent[0]; ++t) q_rows(u, t) = static_cast<float>(rv(t) / total);
-          }
+          SPECDEC_TRY(detail::take_level_row(rows, i, u, q_rows, rv, total));
           std::int32_t n = 0;
           SPECDEC_TRY(detail::draw_children(opt_.mode, rv, total, uni, u, w, tok_.data(), val_.data(), key_.data(), n));
           const float base = out.tree.score(u);

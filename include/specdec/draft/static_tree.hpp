@@ -106,15 +106,9 @@ class static_tree_builder : public owning_build<static_tree_builder> {
           SPECDEC_TRY(detail::check_level_rows(rows, lv_.nodes.size(), opt_.vocab_size));
           for (std::size_t i = 0; i < lv_.nodes.size(); ++i) {
             const node_id u = lv_.nodes[i];
-            const auto rv = rows.slice(static_cast<std::int64_t>(i));
+            view1d<const float> rv{};
             double total = 0.0;
-            const status st = validate_probability_row(rv, &total);
-            if (!st.ok()) return make_status(st.code(), st.message(), u);
-            if (round.q_rows.data != nullptr) {
-              if (round.q_rows.extent[1] != rv.extent[0])
-                return make_status(status_code::size_mismatch, "q_rows width differs from the drafter row", u);
-              for (std::int64_t t = 0; t < rv.extent[0]; ++t) round.q_rows(u, t) = static_cast<float>(rv(t) / total);
-            }
+            SPECDEC_TRY(detail::take_level_row(rows, i, u, round.q_rows, rv, total));
             const node_id s = shape_of_[i];
             const std::int32_t k =
                 first_child_[static_cast<std::size_t>(s) + 1] - first_child_[static_cast<std::size_t>(s)];

@@ -16,6 +16,7 @@
 #include "specdec/core/philox.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
+#include "specdec/interop/detail/request_status.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/verify_params.hpp"
 
@@ -174,17 +175,9 @@ SPECDEC_HD status chain_counts_request(const chain_counts_batch& b, std::int32_t
 inline status chain_acceptance_counts_batch(const chain_counts_batch& b,
                                             std::span<status_code> request_status) noexcept {
   SPECDEC_TRY(detail::check_chain_counts(b));
-  if (!request_status.empty() && request_status.size() < static_cast<std::size_t>(b.batch_size))
-    return make_status(status_code::size_mismatch, "request_status needs batch_size entries");
-  for (std::int32_t r = 0; r < b.batch_size; ++r) {
-    const status st = detail::chain_counts_request(b, r);
-    if (request_status.empty()) {
-      if (!st.ok()) return make_status(st.code(), st.message(), r);
-    } else {
-      request_status[static_cast<std::size_t>(r)] = st.code();
-    }
-  }
-  return status::success();
+  SPECDEC_TRY(detail::check_request_status(request_status, b.batch_size));
+  return detail::raise_or_record(b.batch_size, request_status,
+                                 [&](std::int32_t r) { return detail::chain_counts_request(b, r); });
 }
 
 //! The coins specdec's chain verification uses for the acceptance tests

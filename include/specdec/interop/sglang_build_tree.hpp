@@ -38,6 +38,7 @@
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/workspace.hpp"
+#include "specdec/interop/detail/request_status.hpp"
 
 namespace specdec {
 
@@ -200,22 +201,15 @@ inline std::size_t sglang_build_tree_workspace_size(const sglang_build_tree_inpu
 inline status sglang_build_tree(const sglang_build_tree_inputs& in, const sglang_build_tree_outputs& out,
                                 std::span<status_code> request_status, std::span<std::byte> workspace) noexcept {
   SPECDEC_TRY(detail::check_sglang_build_tree(in, out));
-  if (!request_status.empty() && request_status.size() < static_cast<std::size_t>(in.batch_size))
-    return make_status(status_code::size_mismatch, "request_status needs batch_size entries");
+  SPECDEC_TRY(detail::check_request_status(request_status, in.batch_size));
   if (in.batch_size == 0) return status::success();
   workspace_carver w(workspace.data(), workspace.size());
   if (workspace.size() < sglang_build_tree_workspace_size(in))
     return make_status(status_code::buffer_too_small, "workspace smaller than sglang_build_tree_workspace_size");
   if (!w.base_aligned()) return make_status(status_code::invalid_argument, "workspace must be 256-byte aligned");
-  for (std::int32_t r = 0; r < in.batch_size; ++r) {
-    const status st = detail::sglang_build_tree_request(in, r, out, workspace.data());
-    if (request_status.empty()) {
-      if (!st.ok()) return make_status(st.code(), st.message(), r);
-    } else {
-      request_status[static_cast<std::size_t>(r)] = st.code();
-    }
-  }
-  return status::success();
+  return detail::raise_or_record(in.batch_size, request_status, [&](std::int32_t r) {
+    return detail::sglang_build_tree_request(in, r, out, workspace.data());
+  });
 }
 
 }  // namespace specdec

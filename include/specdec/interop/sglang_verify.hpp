@@ -5,7 +5,7 @@
 //! SGLang's target_probs), and the results come out as SGLang's
 //! `accept_index` / `accept_token_num` / `predicts` plus acceptance per
 //! depth. The walk is specdec's one verification walk
-//! (verify/detail/walk.hpp) over linked_topology, so every lossless mode
+//! (verify/walk.hpp) over linked_topology, so every lossless mode
 //! (greedy, sampled i.i.d. / without replacement, deterministic) and the
 //! named lossy ones (naive_matching, typical_lossy) keep their guarantees;
 //! block and traversal verification are refused (`unsupported`).
@@ -30,13 +30,14 @@
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
 #include "specdec/core/workspace.hpp"
+#include "specdec/interop/detail/request_status.hpp"
 #include "specdec/interop/results.hpp"
 #include "specdec/interop/sglang.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/detail/row_ops.hpp"
-#include "specdec/verify/detail/walk.hpp"
 #include "specdec/verify/policy.hpp"
 #include "specdec/verify/verify_params.hpp"
+#include "specdec/verify/walk.hpp"
 
 namespace specdec {
 
@@ -221,8 +222,7 @@ status sglang_verify_tree(const sglang_verify_inputs<I>& in, const sglang_output
                           std::span<std::int64_t> accepted_per_depth, std::span<status_code> request_status,
                           std::span<std::byte> workspace) noexcept {
   SPECDEC_TRY(detail::check_sglang_verify(in, out));
-  if (!request_status.empty() && request_status.size() < static_cast<std::size_t>(in.tree.batch_size))
-    return make_status(status_code::size_mismatch, "request_status needs batch_size entries");
+  SPECDEC_TRY(detail::check_request_status(request_status, in.tree.batch_size));
   if (in.tree.batch_size == 0) return status::success();
   const std::int64_t V = in.p.extent[1];
   workspace_carver w(workspace.data(), workspace.size());
@@ -231,27 +231,21 @@ status sglang_verify_tree(const sglang_verify_inputs<I>& in, const sglang_output
   if (!w.base_aligned()) return make_status(status_code::invalid_argument, "workspace must be 256-byte aligned");
   const detail::sglang_verify_scratch s = detail::carve_sglang_verify(w, V, in.tree.num_draft_tokens);
   const detail::host_row_ops ops{};
-  for (std::int32_t r = 0; r < in.tree.batch_size; ++r) {
-    detail::walk_out o{s.walk.path, in.tree.num_draft_tokens, 0, 0, -1};
+  return detail::raise_or_record(in.tree.batch_size, request_status, [&](std::int32_t r) {
+    walk_out o{s.walk.path, in.tree.num_draft_tokens, 0, 0, -1};
     status st = detail::sglang_verify_prepare(in, r, s);
     if (st.ok()) {
       const verify_params& vp = in.params[r];
       const auto topo = detail::sglang_verify_topology(in, s);
       const auto rows = detail::sglang_verify_rows(in, r);
-      st = in.uniforms != nullptr
-               ? detail::verify_walk(topo, ops, detail::sglang_verify_uniforms(in, r), vp, rows, s.walk, o)
-               : detail::verify_walk(topo, ops, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, vp, rows,
-                                     s.walk, o);
+      st = in.uniforms != nullptr ? verify_walk(topo, ops, detail::sglang_verify_uniforms(in, r), vp, rows, s.walk, o)
+                                  : verify_walk(topo, ops, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}},
+                                                vp, rows, s.walk, o);
     }
     if (st.ok()) st = detail::sglang_verify_finish(in, r, out, s, o);
     if (st.ok()) count_acceptance_per_depth(o.accepted, accepted_per_depth);
-    if (request_status.empty()) {
-      if (!st.ok()) return make_status(st.code(), st.message(), r);
-    } else {
-      request_status[static_cast<std::size_t>(r)] = st.code();
-    }
-  }
-  return status::success();
+    return st;
+  });
 }
 
 }  // namespace specdec

@@ -107,6 +107,12 @@ inline status check_interop_launch(std::int32_t batch_size, const std::int32_t* 
     return make_status(status_code::invalid_argument, "depth_counters must be positive with accepted_per_depth");
   return status::success();
 }
+//! One slice of sglang_workspace_size(num_draft_tokens) per request of `tree`.
+template <std::integral I>
+std::size_t sglang_batch_bytes(const sglang_tree_batch<I>& tree) noexcept {
+  if (tree.batch_size <= 0) return 0;
+  return sglang_request_bytes(tree.num_draft_tokens) * static_cast<std::size_t>(tree.batch_size);
+}
 }  // namespace specdec::detail
 
 namespace specdec::kernels {
@@ -115,8 +121,7 @@ namespace specdec::kernels {
 //! sglang_workspace_size(num_draft_tokens) per request.
 template <std::integral I, std::integral P>
 std::size_t sglang_verify_tree_greedy_workspace_size(const sglang_greedy_params<I, P>& p) noexcept {
-  if (p.tree.batch_size <= 0) return 0;
-  return specdec::detail::sglang_request_bytes(p.tree.num_draft_tokens) * static_cast<std::size_t>(p.tree.batch_size);
+  return specdec::detail::sglang_batch_bytes(p.tree);
 }
 
 //! Host checks of sglang_verify_tree_greedy: the whole-call checks of the
@@ -131,8 +136,7 @@ status sglang_verify_tree_greedy_can_implement(const sglang_greedy_params<I, P>&
 //! Device workspace of sglang_tree_sampling_target_only (as the greedy one).
 template <std::integral I, std::integral P>
 std::size_t sglang_tree_sampling_target_only_workspace_size(const sglang_sampling_params<I, P>& p) noexcept {
-  if (p.tree.batch_size <= 0) return 0;
-  return specdec::detail::sglang_request_bytes(p.tree.num_draft_tokens) * static_cast<std::size_t>(p.tree.batch_size);
+  return specdec::detail::sglang_batch_bytes(p.tree);
 }
 
 //! Host checks of sglang_tree_sampling_target_only: the host twin's

@@ -1,7 +1,7 @@
 //! \file
 //! CUDA batched tree verification: the host API of specdec::kernels. The
 //! kernel (cuda/verify.cuh) runs THE verification walk of the host
-//! verifiers (verify/detail/walk.hpp) with a device row policy, one thread
+//! verifiers (verify/walk.hpp) with a device row policy, one thread
 //! block per request; the request checks are shared too
 //! (verify/request_checks.hpp).
 //! The block and traversal modes are host-only for now: such a request
@@ -32,8 +32,8 @@
 #include "specdec/core/status.hpp"
 #include "specdec/core/workspace.hpp"
 #include "specdec/tree/token_tree.hpp"
-#include "specdec/verify/detail/walk.hpp"
 #include "specdec/verify/verify_params.hpp"
+#include "specdec/verify/walk.hpp"
 
 namespace specdec::kernels {
 
@@ -75,7 +75,7 @@ static_assert(std::is_trivially_copyable_v<verify_batch_params>);
 SPECDEC_HD std::size_t verify_request_workspace_bytes(std::int32_t vocab, std::int32_t max_nodes) noexcept {
   if (vocab <= 0 || max_nodes <= 0) return 0;
   workspace_carver w;
-  (void)detail::carve_walk_scratch(w, vocab, max_nodes);
+  (void)carve_walk_scratch(w, vocab, max_nodes);
   return w.bytes_used();
 }
 

@@ -28,7 +28,8 @@
 #include "specdec/draft/level_drafter.hpp"
 #include "specdec/parallel/collective.hpp"
 #include "specdec/parallel/detail/topk_passes.hpp"
-#include "specdec/parallel/sharded_verify.hpp"
+#include "specdec/parallel/partition.hpp"
+#include "specdec/parallel/shard_executor.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {

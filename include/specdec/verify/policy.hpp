@@ -1,10 +1,10 @@
 //! \file
-//! The three things the one verification walk (verify/detail/walk.hpp) is
+//! The three things the one verification walk (verify/walk.hpp) is
 //! templated on, as C++20 concepts, with the implementations specdec ships:
 //! - a topology: how the children of a node are enumerated (a parent array,
 //!   a chain, the SGLang/EAGLE linked-list format);
 //! - a uniform source: where the walk's uniforms come from (keyed Philox
-//!   streams, or a caller's buffer);
+//!   streams, or a caller's buffer; sample/uniforms.hpp, shared with draft/);
 //! - a row-operations policy: the whole-row passes (validation, masses and
 //!   tile sums in the fixed order of sample/order.hpp, residuals, argmax,
 //!   inverse-CDF sampling). The host policy is verify/detail/row_ops.hpp,
@@ -24,9 +24,9 @@
 #include <cstdint>
 
 #include "specdec/core/config.hpp"
-#include "specdec/core/philox.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/sample/order.hpp"
+#include "specdec/sample/uniforms.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
@@ -40,15 +40,6 @@ concept verify_topology = requires(const T& t, node_id u) {
   { t.first_child(u) } -> std::same_as<node_id>;
   { t.next_sibling(u) } -> std::same_as<node_id>;
   { t.token_of(u) } -> std::same_as<token_id>;
-};
-
-//! A source of the walk's uniforms: `u(node, draw)` in [0, 1), draw 0 the
-//! node's inverse-CDF draw, draw 1 + j the acceptance test of its j-th
-//! child. Any value outside [0, 1) (NaN included) makes the walk return
-//! invalid_argument.
-template <class U>
-concept uniform_source = requires(const U& u, std::uint32_t node, std::uint32_t draw) {
-  { u(node, draw) } -> std::same_as<double>;
 };
 
 //! The row passes of the walk (see the file comment; detail::row_ref is a
@@ -126,33 +117,7 @@ struct linked_topology {
   SPECDEC_HD token_id token_of(node_id c) const noexcept { return token[c]; }
 };
 
-//! The keyed Philox streams of verify_params.hpp: draw 0 is the 53-bit
-//! rng_stream::uniform53(node), draw d >= 1 the 24-bit rng_stream::uniform.
-struct philox_uniforms {
-  rng_stream rng;  //!< the request's keyed Philox stream
-  //! Uniform `draw` of `node`: uniform53(node) for draw 0, else uniform(node, draw).
-  SPECDEC_HD double operator()(std::uint32_t node, std::uint32_t draw) const noexcept {
-    return draw == 0 ? rng.uniform53(node) : static_cast<double>(rng.uniform(node, draw));
-  }
-};
-
-//! Caller-supplied uniforms of one request: u[node * draws_per_node + draw]
-//! (node-major; draw 0 the inverse-CDF draw, draw 1 + j the j-th child's
-//! acceptance test). draws_per_node must exceed the largest child count; a
-//! draw past it reads as -1 (invalid_argument from the walk).
-struct caller_uniforms {
-  const double* u;              //!< nodes x draws_per_node uniforms, node-major
-  std::int32_t nodes;           //!< nodes covered by u
-  std::int32_t draws_per_node;  //!< uniforms per node
-  //! u[node * draws_per_node + draw], or -1 when node or draw is out of range.
-  SPECDEC_HD double operator()(std::uint32_t node, std::uint32_t draw) const noexcept {
-    if (node >= static_cast<std::uint32_t>(nodes) || draw >= static_cast<std::uint32_t>(draws_per_node)) return -1.0;
-    return u[static_cast<std::int64_t>(node) * draws_per_node + draw];
-  }
-};
-
 static_assert(verify_topology<parent_topology> && verify_topology<chain_topology> && verify_topology<linked_topology>);
-static_assert(uniform_source<philox_uniforms> && uniform_source<caller_uniforms>);
 
 //! Checks a linked-list tree of n nodes: every link in [-1, n), no link to
 //! the root, no node linked twice (so following links from the root never

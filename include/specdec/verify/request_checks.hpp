@@ -13,18 +13,13 @@
 
 namespace specdec {
 
-//! Checks one tree request before its walk, in this order: the parameters
-//! (validate_verify_params), the parent array (validate_topological_parents:
-//! empty_input, no_root, multiple_roots, parent_out_of_range,
-//! not_topological), the tokens (token_out_of_range), the presence of q for
-//! a sampled mode with drafts (invalid_argument), the output capacity
-//! (buffer_too_small when the tree is deeper than capacity - 1), and for
-//! verify_mode::block a chain (invalid_argument otherwise). Writes the
-//! node depths to `depth` (n ints). O(n), no allocation.
-SPECDEC_HD constexpr status check_verify_request(const node_id* parent, const token_id* token, std::int32_t n,
-                                                 std::int64_t vocab, const verify_params& vp, bool has_q,
-                                                 std::int64_t capacity, std::int32_t* depth) noexcept {
-  SPECDEC_TRY(validate_verify_params(vp));
+namespace detail {
+
+//! check_verify_request after its parameter check, for callers that validated
+//! the parameters already (one validation per call).
+SPECDEC_HD constexpr status check_request_tree(const node_id* parent, const token_id* token, std::int32_t n,
+                                               std::int64_t vocab, const verify_params& vp, bool has_q,
+                                               std::int64_t capacity, std::int32_t* depth) noexcept {
   if (n > 0 && token == nullptr) return make_status(status_code::invalid_argument, "tree has no token array");
   SPECDEC_TRY(validate_topological_parents(parent, n));
   SPECDEC_TRY(validate_tokens(token, n, vocab));
@@ -42,6 +37,23 @@ SPECDEC_HD constexpr status check_verify_request(const node_id* parent, const to
     return make_status(status_code::invalid_argument,
                        "block verification needs a chain (at most one child per node); use verify_mode::traversal");
   return status::success();
+}
+
+}  // namespace detail
+
+//! Checks one tree request before its walk, in this order: the parameters
+//! (validate_verify_params), the parent array (validate_topological_parents:
+//! empty_input, no_root, multiple_roots, parent_out_of_range,
+//! not_topological), the tokens (token_out_of_range), the presence of q for
+//! a sampled mode with drafts (invalid_argument), the output capacity
+//! (buffer_too_small when the tree is deeper than capacity - 1), and for
+//! verify_mode::block a chain (invalid_argument otherwise). Writes the
+//! node depths to `depth` (n ints). O(n), no allocation.
+SPECDEC_HD constexpr status check_verify_request(const node_id* parent, const token_id* token, std::int32_t n,
+                                                 std::int64_t vocab, const verify_params& vp, bool has_q,
+                                                 std::int64_t capacity, std::int32_t* depth) noexcept {
+  SPECDEC_TRY(validate_verify_params(vp));
+  return detail::check_request_tree(parent, token, n, vocab, vp, has_q, capacity, depth);
 }
 
 }  // namespace specdec

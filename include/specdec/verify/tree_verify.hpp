@@ -4,7 +4,7 @@
 //! that produced u's children), walk the token tree from the root and
 //! return the accepted path plus one more token. See verify_params.hpp for
 //! the modes and the exact random-number keys, docs/verify.md for the math.
-//! The walk itself is verify/detail/walk.hpp, the same code the CUDA kernel
+//! The walk itself is verify/walk.hpp, the same code the CUDA kernel
 //! runs; uniforms come from the keyed Philox streams or from the caller.
 //!
 //! Rows are strided views, so logits-derived buffers (padded rows, a slice
@@ -27,16 +27,17 @@
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/validate.hpp"
 #include "specdec/verify/detail/row_ops.hpp"
-#include "specdec/verify/detail/walk.hpp"
 #include "specdec/verify/policy.hpp"
 #include "specdec/verify/request_checks.hpp"
 #include "specdec/verify/verify_params.hpp"
+#include "specdec/verify/walk.hpp"
 
 namespace specdec {
 
 namespace detail {
 
-//! Shared size/shape checks of the p and q views against N nodes.
+//! Shared size/shape checks of the p and q views against N nodes, after
+//! the parameters (validated once per call, here).
 inline status check_rows(const view2d<const float>& p, const view2d<const float>& q, std::int64_t p_rows,
                          std::int64_t q_rows_min, const verify_params& vp) noexcept {
   SPECDEC_TRY(validate_verify_params(vp));
@@ -83,8 +84,8 @@ status verify_tree_with(const tree_view& tree, const view2d<const float>& p, con
   walk_scratch s{};
   SPECDEC_TRY(carve_checked(workspace, V, tree.size, s));
   const std::size_t cap = path.size() < tokens.size() ? path.size() : tokens.size();
-  SPECDEC_TRY(check_verify_request(tree.parent, tree.token, tree.size, V, vp, q.data != nullptr,
-                                   static_cast<std::int64_t>(cap), s.depth));
+  SPECDEC_TRY(check_request_tree(tree.parent, tree.token, tree.size, V, vp, q.data != nullptr,
+                                 static_cast<std::int64_t>(cap), s.depth));  // params checked by check_rows
   if (tree.depth != nullptr) SPECDEC_TRY(validate_tree(tree));
   walk_out o{s.path, tree.size, 0, 0, -1};
   SPECDEC_TRY(verify_walk(parent_topology{tree.token, tree.parent, tree.size}, ops, uni, vp, rows_of(p, q), s, o));
@@ -130,7 +131,7 @@ status verify_chain_with(std::span<const token_id> drafts, const view2d<const fl
 inline std::size_t verify_workspace_size(std::int64_t vocab, std::int32_t nodes) noexcept {
   if (vocab <= 0 || nodes <= 0) return 0;
   workspace_carver w;
-  (void)detail::carve_walk_scratch(w, vocab, nodes);
+  (void)carve_walk_scratch(w, vocab, nodes);
   return w.bytes_used();
 }
 

@@ -67,6 +67,14 @@ enum class verify_mode : std::int32_t {
   traversal_without_replacement = 8,
 };
 
+//! Number of verify_mode values: they are 0 .. verify_mode_count - 1. A new
+//! mode raises it; tests/verify/test_modes.cpp then fails until every layer
+//! docs/verify.md lists under "Adding a verification mode" handles it.
+inline constexpr std::int32_t verify_mode_count = 9;
+
+static_assert(static_cast<std::int32_t>(verify_mode::traversal_without_replacement) == verify_mode_count - 1,
+              "verify_mode_count must follow the last verify_mode");
+
 //! True for every mode whose output follows the target distribution
 //! (given drafts produced as the mode requires).
 SPECDEC_HD constexpr bool is_lossless(verify_mode m) noexcept { return m != verify_mode::typical_lossy; }
@@ -85,8 +93,12 @@ SPECDEC_HD constexpr bool is_traversal(verify_mode m) noexcept {
 
 //! True for a value that names a mode.
 SPECDEC_HD constexpr bool is_valid_mode(verify_mode m) noexcept {
-  return static_cast<std::int32_t>(m) >= 0 && static_cast<std::int32_t>(m) <= 8;
+  return static_cast<std::int32_t>(m) >= 0 && static_cast<std::int32_t>(m) < verify_mode_count;
 }
+
+//! True for the modes the CUDA verification kernel (cuda/verify.cuh) runs;
+//! a request in another valid mode gets `unsupported` in its result code.
+SPECDEC_HD constexpr bool runs_on_device(verify_mode m) noexcept { return is_valid_mode(m) && !is_traversal(m); }
 
 //! Stable short name of a mode.
 SPECDEC_HD constexpr const char* verify_mode_name(verify_mode m) noexcept {

@@ -72,6 +72,24 @@ inline status check_level_rows(const view2d<const float>& rows, std::size_t node
   return status::success();
 }
 
+//! Row i of a level's rows, for node u: validates it (the status carries
+//! u as index), returns its mass in `total` and, when q_rows is set, writes
+//! the normalized row to q_rows row u (what sampled and static trees hand
+//! the verifier as q_u).
+inline status take_level_row(const view2d<const float>& rows, std::size_t i, node_id u, const view2d<float>& q_rows,
+                             view1d<const float>& rv, double& total) noexcept {
+  rv = rows.slice(static_cast<std::int64_t>(i));
+  total = 0.0;
+  const status st = validate_probability_row(rv, &total);
+  if (!st.ok()) return make_status(st.code(), st.message(), u);
+  if (q_rows.data != nullptr) {
+    if (q_rows.extent[1] != rv.extent[0])
+      return make_status(status_code::size_mismatch, "q_rows width differs from the drafter row", u);
+    for (std::int64_t t = 0; t < rv.extent[0]; ++t) q_rows(u, t) = static_cast<float>(rv(t) / total);
+  }
+  return status::success();
+}
+
 //! Top-k candidates (token, probability; descending, ties by lower id;
 //! positive probabilities only) of every node of `s.nodes` at depth `depth`,
 //! in one call of the level drafter `d`. Node i's candidates are

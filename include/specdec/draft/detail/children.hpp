@@ -12,7 +12,7 @@
 #include "specdec/draft/detail/topk.hpp"
 #include "specdec/draft/drafter.hpp"
 #include "specdec/sample/row.hpp"
-#include "specdec/verify/policy.hpp"
+#include "specdec/sample/uniforms.hpp"
 
 namespace specdec::detail {
 

@@ -1,6 +1,6 @@
 //! \file
 //! The host row-operations policy of the verification walk
-//! (verify/detail/walk.hpp): single-threaded streaming passes with vector
+//! (verify/walk.hpp): single-threaded streaming passes with vector
 //! instructions, tile sums in the fixed order of sample/order.hpp, so its
 //! masses, residuals and samples equal the CUDA policy's bit for bit.
 #pragma once

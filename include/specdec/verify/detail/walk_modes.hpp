@@ -1,20 +1,8 @@
 //! \file
-//! THE verification walk: one SPECDEC_HD implementation of every mode, run
-//! by the host verifiers (verify_tree, verify_chain, verify_batch) with the
-//! host row policy and by the CUDA kernel (one thread block per request)
-//! with the device policy. Templated on a topology, a row-operations
-//! policy and a uniform source (concepts in verify/policy.hpp).
-//!
-//! Device rules the code keeps: control flow depends only on values every
-//! participant computes identically (policy results, uniforms, single
-//! entries read through row_value); writes to scratch go through ops.put
-//! (one writer) and are read only after ops.sync(). Residual entries are
-//! written only through ops.put(R, token, value) with a token id, so a
-//! policy whose R holds a column range (parallel/sharded_verify.hpp) maps
-//! the id itself.
-//!
-//! Adding a mode: add a `walk_X` below with the same arguments and a case
-//! in verify_walk; it may use any policy pass and the scratch arrays.
+//! The modes of the one verification walk (verify/walk.hpp dispatches to
+//! them): token-wise sampled, deterministic, matching (greedy, naive),
+//! typical, and the leaves-to-root block/traversal walk, with the helpers
+//! they share. Internal: call verify_walk.
 #pragma once
 
 #include <cmath>
@@ -22,89 +10,15 @@
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
-#include "specdec/core/workspace.hpp"
 #include "specdec/sample/order.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/policy.hpp"
 #include "specdec/verify/verify_params.hpp"
+#include "specdec/verify/walk_state.hpp"
 
 namespace specdec::detail {
 
-//! The rows of one request: row u of p at p + u * p_rs, element stride p_cs.
-struct walk_rows {
-  const float* p;
-  std::int64_t p_rs, p_cs;
-  const float* q;
-  std::int64_t q_rs, q_cs;
-  std::int64_t V;
-  SPECDEC_HD row_ref prow(node_id u) const noexcept { return row_ref{p + u * p_rs, p_cs}; }
-  SPECDEC_HD row_ref qrow(node_id u) const noexcept { return row_ref{q + u * q_rs, q_cs}; }
-};
-
-//! One level of the block/traversal walk's current root path: node u's
-//! measure is m_u = k * max(p_u - s * q_u, 0) (docs/verify.md).
-struct traversal_frame {
-  double k;             // measure scale
-  double mass;          // M_u, the measure's mass
-  double rejected_q;    // q mass of the distinct tokens rejected so far (without replacement)
-  double r_mass;        // mass of R = max(p_u - s q_u, 0) after u's latest rejection
-  float s;              // measure coefficient of q (rounded once, as the residual pass uses it)
-  node_id node;         // the node
-  node_id last_child;   // last child tried (-1: none yet)
-  std::uint32_t tried;  // children tried so far
-  std::uint32_t draw;   // 1 + u's index among its siblings (u's acceptance draw at its parent)
-};
-
-//! Scratch of one request: R holds V floats; tp, tq, tr sum_tile_count(V)
-//! doubles (tile sums of p, q and R); queue, depth, from, path n ints each;
-//! frames n traversal frames (block and traversal modes).
-struct walk_scratch {
-  float* R;
-  double* tp;
-  double* tq;
-  double* tr;
-  std::int32_t* queue;
-  std::int32_t* depth;
-  std::int32_t* from;
-  std::int32_t* path;  //!< the walk's output path (copied out on success)
-  traversal_frame* frames;
-};
-
-//! The walk's scratch for rows of `width` entries summed in `tiles` tiles,
-//! carved in one fixed order (sizing and running share it; host, device and
-//! the sharded policy use the same layout).
-SPECDEC_HD walk_scratch carve_walk_scratch(workspace_carver& w, std::int64_t width, std::int64_t tiles,
-                                           std::int32_t n) noexcept {
-  const auto nt = static_cast<std::size_t>(tiles);
-  const auto nn = static_cast<std::size_t>(n);
-  walk_scratch s{};
-  s.R = w.take<float>(static_cast<std::size_t>(width));
-  s.tp = w.take<double>(nt);
-  s.tq = w.take<double>(nt);
-  s.tr = w.take<double>(nt);
-  s.queue = w.take<std::int32_t>(nn);
-  s.depth = w.take<std::int32_t>(nn);
-  s.from = w.take<std::int32_t>(nn);
-  s.path = w.take<std::int32_t>(nn);
-  s.frames = w.take<traversal_frame>(nn);
-  return s;
-}
-
-//! The walk's scratch for full rows of V entries.
-SPECDEC_HD walk_scratch carve_walk_scratch(workspace_carver& w, std::int64_t V, std::int32_t n) noexcept {
-  return carve_walk_scratch(w, V, sum_tile_count(V), n);
-}
-
-//! Output of the walk: path[0..accepted] the accepted nodes from the root
-//! (capacity entries), then the emitted token.
-struct walk_out {
-  node_id* path;
-  std::int32_t capacity;
-  std::int32_t accepted;
-  node_id last;
-  token_id next;
-};
-
+//! The status of a row pass that failed with code c at node u.
 SPECDEC_HD constexpr status row_status(status_code c, node_id u, bool is_q) noexcept {
   if (c == status_code::non_finite)
     return make_status(c, is_q ? "draft row q has a NaN or infinite entry" : "target row p has a NaN or infinite entry",
@@ -205,6 +119,23 @@ SPECDEC_HD status check_pq(const Ops& ops, const walk_rows& rows, const walk_scr
   return mass_status(mq, tol, u, true);
 }
 
+//! The token emitted at u from the residual in s.R (tile sums in s.tr)
+//! of mass `mass`: a sample with draw 0 of u, or argmax p_u when the mass
+//! rounded to zero (not positive).
+SPECDEC_NO_EXEC_CHECK
+template <class Ops, class Uni>
+SPECDEC_HD status emit_residual(const Ops& ops, const Uni& uni, const walk_rows& rows, const walk_scratch& s, node_id u,
+                                double mass, token_id& y) noexcept {
+  y = -1;
+  if (mass > 0.0) {
+    double un = 0.0;
+    SPECDEC_TRY(take_uniform(uni, u, 0, un));
+    y = ops.sample(row_ref{s.R, 1}, rows.V, s.tr, un * mass);
+  }
+  if (y < 0) (void)ops.argmax(rows.prow(u), rows.V, y);
+  return status::success();
+}
+
 //! sampled_iid / sampled_without_replacement: multi-step speculative
 //! sampling (q renormalized after each rejection without replacement).
 SPECDEC_NO_EXEC_CHECK
@@ -262,15 +193,7 @@ SPECDEC_HD status walk_sampled(const Topo& t, const Ops& ops, const Uni& uni, co
     }
     // Every child rejected: emit from the residual.
     o.last = u;
-    token_id y = -1;
-    if (M > 0.0) {
-      double un = 0.0;
-      SPECDEC_TRY(take_uniform(uni, u, 0, un));
-      y = ops.sample(row_ref{s.R, 1}, V, s.tr, un * M);
-    }
-    if (y < 0) (void)ops.argmax(pu, V, y);  // residual mass rounded to zero
-    o.next = y;
-    return status::success();
+    return emit_residual(ops, uni, rows, s, u, M, o.next);
   }
 }
 
@@ -371,11 +294,7 @@ SPECDEC_HD status walk_deterministic(const Topo& t, const Ops& ops, const Uni& u
       ops.sync();
       double mr = 0.0;
       (void)ops.mass(row_ref{s.R, 1}, V, s.tr, mr);
-      if (mr > 0.0) {
-        double un = 0.0;
-        SPECDEC_TRY(take_uniform(uni, u, 0, un));
-        y = ops.sample(row_ref{s.R, 1}, V, s.tr, un * mr);
-      }
+      SPECDEC_TRY(emit_residual(ops, uni, rows, s, u, mr, y));
     }
     if (y < 0) (void)ops.argmax(pu, V, y);
     o.next = y;
@@ -566,47 +485,9 @@ SPECDEC_HD status walk_traversal(const Topo& t, const Ops& ops, const Uni& uni, 
     o.accepted = d;
     o.last = u;
     if (f.tried == 0) return sample_p(ops, uni, rows, sc, u, tol, o.next);  // a leaf: its measure is w p_u
-    token_id y = -1;
-    if (f.mass > 0.0 && f.r_mass > 0.0) {  // R and tr still hold u's latest residual
-      double un = 0.0;
-      SPECDEC_TRY(take_uniform(uni, u, 0, un));
-      y = ops.sample(row_ref{sc.R, 1}, rows.V, sc.tr, un * f.r_mass);
-    }
-    if (y < 0) (void)ops.argmax(rows.prow(u), rows.V, y);  // residual mass rounded to zero (root only)
-    o.next = y;
-    return status::success();
+    // R and tr still hold u's latest residual; its mass rounds to zero at the root only.
+    return emit_residual(ops, uni, rows, sc, u, f.mass > 0.0 ? f.r_mass : 0.0, o.next);
   }
-}
-
-//! Runs the walk of `vp.mode`. On success o.path[0..o.accepted], o.last
-//! and o.next hold the result (path entries written through ops.put; call
-//! ops.sync() before reading them from another participant).
-SPECDEC_NO_EXEC_CHECK
-template <verify_topology Topo, verify_row_ops Ops, uniform_source Uni>
-SPECDEC_HD status verify_walk(const Topo& t, const Ops& ops, const Uni& uni, const verify_params& vp,
-                              const walk_rows& rows, const walk_scratch& s, walk_out& o) noexcept {
-  if (o.capacity < 1) return make_status(status_code::buffer_too_small, "path and tokens need max depth + 1 entries");
-  ops.put(o.path, 0, node_id{0});
-  o.accepted = 0;
-  o.last = 0;
-  o.next = -1;
-  switch (vp.mode) {
-    case verify_mode::sampled_iid:
-    case verify_mode::sampled_without_replacement:
-      return walk_sampled(t, ops, uni, vp, rows, s, o);
-    case verify_mode::deterministic:
-      return walk_deterministic(t, ops, uni, rows, s, o);
-    case verify_mode::greedy:
-    case verify_mode::naive_matching:
-      return walk_matching(t, ops, uni, vp, rows, s, o);
-    case verify_mode::typical_lossy:
-      return walk_typical(t, ops, uni, vp, rows, s, o);
-    case verify_mode::block:
-    case verify_mode::traversal:
-    case verify_mode::traversal_without_replacement:
-      return walk_traversal(t, ops, uni, vp, rows, s, o);
-  }
-  return make_status(status_code::invalid_argument, "unknown verify_mode");
 }
 
 }  // namespace specdec::detail
