@@ -17,8 +17,8 @@
 #include "specdec/cache/kv_layout.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
+#include "specdec/sample/uniforms.hpp"
 #include "specdec/tree/batch.hpp"
-#include "specdec/verify/policy.hpp"
 #include "specdec/verify/verify_params.hpp"
 
 namespace specdec::python {

@@ -115,6 +115,7 @@ TEST_CASE("planner: option, cost and feedback errors") {
   CHECK(p.reset(planner_options{.forget = NAN}) == status_code::invalid_argument);
   CHECK(p.reset(planner_options{.prior_accept = 1.5}) == status_code::invalid_argument);
   CHECK(p.reset(planner_options{.explore = 1.0}) == status_code::invalid_argument);
+  CHECK(p.reset(planner_options{.plain_first = -1}) == status_code::invalid_argument);
   REQUIRE(p.reset(planner_options{}).ok());
   const double n[] = {1, 2, 4}, t[] = {1.0, 1.1, 1.3}, bad_n[] = {1, 1, 4}, bad_t[] = {1.0, NAN, 1.3};
   CHECK(p.set_target_cost(std::span<const double>(n, 2), t) == status_code::size_mismatch);
@@ -320,4 +321,58 @@ TEST_CASE("batched planned sessions: one plan per request under the node budget,
     CHECK(std::vector<token_id>(got.begin(), got.end()) == ref);
   }
   CHECK(rounds < 50);  // speculation paid: fewer rounds than tokens
+}
+
+TEST_CASE("planner: the plain step is timed first, probes run two rounds, plain streaks hold") {
+  // Measured (not injected) costs where speculation loses: every node costs
+  // a full step and each drafter level half of one.
+  const true_acceptance a;
+  std::mt19937_64 rng(20261125);
+  const auto run = [&](round_planner& p, int rounds) {
+    std::vector<std::int32_t> nodes;
+    for (int i = 0; i < rounds; ++i) {
+      const round_plan plan = p.next();
+      const std::vector<node_id> shape(plan.shape.begin(), plan.shape.end());
+      const auto path = simulate_path(shape, a, rng);
+      std::vector<token_id> tok(shape.size(), 0);
+      round_feedback f;
+      f.tree = tree_view{tok.data(), shape.data(), nullptr, nullptr, static_cast<std::int32_t>(shape.size())};
+      f.path = path;
+      f.forward_nodes = static_cast<std::int32_t>(shape.size());
+      f.forward_seconds = 1e-3 * f.forward_nodes;
+      f.drafter_calls = plan.summary.depth;
+      f.drafted_nodes = f.forward_nodes - 1;
+      f.drafter_seconds = 0.5e-3 * plan.summary.depth;
+      REQUIRE(p.observe(f).ok());
+      nodes.push_back(f.forward_nodes);
+    }
+    return nodes;
+  };
+  round_planner p(planner_options{.max_nodes = 16, .max_depth = 4});
+  const auto nodes = run(p, 400);
+  // Three plain rounds (the first pass at a size is dropped), then exploration.
+  CHECK(nodes[0] == 1);
+  CHECK(nodes[1] == 1);
+  CHECK(nodes[2] == 1);
+  CHECK(nodes[3] > 1);
+  CHECK(p.measured_sizes().front() == 1.0);
+  // After exploration: plain streaks, broken only by two-round probes.
+  int plain = 0, probes = 0;
+  for (std::size_t i = 100; i < nodes.size(); ++i) {
+    if (nodes[i] == 1) {
+      ++plain;
+      continue;
+    }
+    if (nodes[i - 1] == 1) {
+      ++probes;
+      CHECK(i + 1 < nodes.size());
+      if (i + 1 < nodes.size()) CHECK(nodes[i + 1] > 1);  // the probe's second round
+    }
+  }
+  std::printf("planner measured linear costs: %d plain rounds, %d probes in rounds 100-399\n", plain, probes);
+  CHECK(plain >= 280);
+  CHECK(probes >= 1);
+  // plain_first = 0: the first round already explores.
+  round_planner q(planner_options{.max_nodes = 16, .max_depth = 4, .plain_first = 0});
+  CHECK(run(q, 1)[0] > 1);
 }

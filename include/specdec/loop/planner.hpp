@@ -341,7 +341,7 @@ class round_planner {
     // The first speculative pass after a long plain streak runs on caches
     // the drafter's catch-up just evicted (up to 3x a warm pass measured on
     // a CPU): a cost of switching, not of the size, so it is left out.
-    if (f.tree.size == 1 || since_draft_ < kSwitchStreak) cost_.add(f.forward_nodes, f.forward_seconds);
+    if (f.tree.size == 1 || since_draft_ < switch_streak) cost_.add(f.forward_nodes, f.forward_seconds);
     forget_times();
     // The drafter's first round also fills its cache with the whole prompt:
     // not a per-round cost, so it is left out of the fit.
@@ -638,7 +638,7 @@ class round_planner {
   std::int64_t rounds_ = 0, drafted_rounds_ = 0, catch_up_ = 0, probe_gap_ = 0;
   std::int32_t since_solve_ = 0, since_draft_ = 0;
   bool has_plan_ = false, rescored_now_ = true, probe_hold_ = false;
-  static constexpr std::int32_t kSwitchStreak = 16;  // plain rounds after which a speculative pass is a switch
+  static constexpr std::int32_t switch_streak = 16;  // plain rounds after which a speculative pass is a switch
   std::size_t last_best_ = SIZE_MAX;
   std::int32_t since_score_ = 0;
   plan_summary summary_{};
