@@ -21,7 +21,8 @@
 // chosen from how the tree was drafted -> in-place KV commit and SSM/conv
 // state commit of the accepted path. Throughput is process CPU time (equal
 // to wall time on an idle machine; the demo is single-threaded), the median
-// over `repeats` passes over all rows and prompts; the stage shares are the
+// over `repeats` passes (speedups: ratios to the autoregressive run just
+// before each run on the same prompt); the stage shares are the
 // session's wall-clock stage timers. Exits non-zero if a temperature-0 run is
 // not token-identical to autoregressive greedy decoding on every prompt.
 // Usage: model_demo [models_dir] [tokens=160] [repeats=3]
@@ -83,11 +84,11 @@ struct run_total {
 struct row {
   std::string model, method;
   float temperature = 0;
-  models::decode_stats st;                        // summed over prompts and repeats
-  bool identical = true;                          // T = 0: every prompt's output equals autoregressive decoding's
-  std::vector<run_total> per_repeat;              // [repeat]: all prompts
-  std::vector<std::vector<double>> prompt_rates;  // [prompt][repeat]: tokens per CPU second
-  std::vector<models::token_id> first_out;        // the first prompt's output (first repeat)
+  models::decode_stats st;                         // summed over prompts and repeats
+  bool identical = true;                           // T = 0: every prompt's output equals autoregressive decoding's
+  std::vector<run_total> per_repeat;               // [repeat]: all prompts
+  std::vector<std::vector<double>> prompt_ratios;  // [prompt][repeat]: tokens/s over the adjacent AR run's
+  std::vector<models::token_id> first_out;         // the first prompt's output (first repeat)
 };
 
 std::string text(const std::vector<models::token_id>& t) {
@@ -174,58 +175,76 @@ int main(int argc, char** argv) {
         r.method = m.name;
         r.temperature = temp;
         r.per_repeat.resize(static_cast<std::size_t>(repeats));
-        r.prompt_rates.resize(prompts.size());
+        r.prompt_ratios.resize(prompts.size());
         rows.push_back(std::move(r));
         jobs.push_back({tname, tw, temp, &m});
       }
-  std::vector<std::vector<models::token_id>> reference(prompts.size());  // AR output per prompt, current block
+  const auto options_of = [](const job& jb) {
+    models::spec_options o;
+    o.kind = jb.m->kind;
+    o.sampled_rule = jb.m->rule;
+    o.temperature = jb.temp;
+    return o;
+  };
+  // Every row runs right after the autoregressive row of its (target, T)
+  // group on the same prompt: the speedups are ratios of adjacent runs, so a
+  // slower spell of a shared machine cancels out of them.
   for (int rep = 0; rep < repeats; ++rep) {
     std::fprintf(stderr, "repeat %d/%d:", rep + 1, repeats);
+    // "warm": the planner first serves an earlier request on another prompt
+    // (untimed), then carries what it measured from prompt to prompt, as in
+    // an engine whose planner outlives requests; "cold" starts from nothing
+    // on every prompt.
+    std::vector<specdec::round_planner> carried(jobs.size());
     for (std::size_t j = 0; j < jobs.size(); ++j) {
-      const job& jb = jobs[j];
-      row& r = rows[j];
-      models::spec_options o;
-      o.kind = jb.m->kind;
-      o.sampled_rule = jb.m->rule;
-      o.temperature = jb.temp;
-      // "warm": the planner first serves an earlier request on another
-      // prompt (untimed), then carries what it measured from prompt to
-      // prompt, as in an engine whose planner outlives requests; "cold"
-      // starts from nothing on every prompt.
-      specdec::round_planner carried;
-      if (std::string(jb.m->name) == "planned, warm") {
-        o.carry = &carried;
-        models::decode_stats untimed;
-        (void)models::generate_speculative(*jb.tw, draft, warm_prompt, n_tokens, o, untimed);
-      }
+      if (std::string(jobs[j].m->name) != "planned, warm") continue;
+      models::spec_options o = options_of(jobs[j]);
+      o.carry = &carried[j];
+      models::decode_stats untimed;
+      (void)models::generate_speculative(*jobs[j].tw, draft, warm_prompt, n_tokens, o, untimed);
+    }
+    for (std::size_t g = 0; g < jobs.size();) {
+      std::size_t end = g + 1;
+      while (end < jobs.size() && jobs[end].m->speculative) ++end;  // the group: its AR row, then the others
       for (std::size_t p = 0; p < prompts.size(); ++p) {
-        models::decode_stats st;
-        std::vector<models::token_id> out;
-        if (!jb.m->speculative) {
-          out = models::generate_autoregressive(*jb.tw, prompts[p], n_tokens, o, st);
-          reference[p] = out;
-        } else {
-          out = models::generate_speculative(*jb.tw, draft, prompts[p], n_tokens, o, st);
-          if (jb.temp == 0.0f && out != reference[p]) r.identical = false;
+        std::vector<models::token_id> reference;
+        double ar_rate = 0;
+        for (std::size_t j = g; j < end; ++j) {
+          const job& jb = jobs[j];
+          row& r = rows[j];
+          models::spec_options o = options_of(jb);
+          if (std::string(jb.m->name) == "planned, warm") o.carry = &carried[j];
+          models::decode_stats st;
+          std::vector<models::token_id> out;
+          if (!jb.m->speculative) {
+            out = models::generate_autoregressive(*jb.tw, prompts[p], n_tokens, o, st);
+            reference = out;
+          } else {
+            out = models::generate_speculative(*jb.tw, draft, prompts[p], n_tokens, o, st);
+            if (jb.temp == 0.0f && out != reference) r.identical = false;
+          }
+          const double rate = static_cast<double>(st.tokens) / st.seconds;
+          if (!jb.m->speculative) ar_rate = rate;
+          r.per_repeat[static_cast<std::size_t>(rep)].tokens += st.tokens;
+          r.per_repeat[static_cast<std::size_t>(rep)].seconds += st.seconds;
+          r.prompt_ratios[p].push_back(rate / ar_rate);
+          if (rep == 0 && p == 0) r.first_out = out;
+          r.st.tokens += st.tokens;
+          r.st.target_calls += st.target_calls;
+          r.st.drafter_calls += st.drafter_calls;
+          r.st.rounds += st.rounds;
+          r.st.seconds += st.seconds;
+          r.st.stages.draft += st.stages.draft;
+          r.st.stages.mask += st.stages.mask;
+          r.st.stages.forward += st.stages.forward;
+          r.st.stages.verify += st.stages.verify;
+          r.st.stages.commit += st.stages.commit;
+          for (const auto& [shape, n] : st.plans) r.st.plans[shape] += n;
+          if (!st.planner_estimates.empty()) r.st.planner_estimates = st.planner_estimates;
         }
-        r.per_repeat[static_cast<std::size_t>(rep)].tokens += st.tokens;
-        r.per_repeat[static_cast<std::size_t>(rep)].seconds += st.seconds;
-        r.prompt_rates[p].push_back(static_cast<double>(st.tokens) / st.seconds);
-        if (rep == 0 && p == 0) r.first_out = out;
-        r.st.tokens += st.tokens;
-        r.st.target_calls += st.target_calls;
-        r.st.drafter_calls += st.drafter_calls;
-        r.st.rounds += st.rounds;
-        r.st.seconds += st.seconds;
-        r.st.stages.draft += st.stages.draft;
-        r.st.stages.mask += st.stages.mask;
-        r.st.stages.forward += st.stages.forward;
-        r.st.stages.verify += st.stages.verify;
-        r.st.stages.commit += st.stages.commit;
-        for (const auto& [shape, n] : st.plans) r.st.plans[shape] += n;
-        if (!st.planner_estimates.empty()) r.st.planner_estimates = st.planner_estimates;
       }
       std::fputc('.', stderr);
+      g = end;
     }
     std::fprintf(stderr, "\n");
   }
@@ -237,11 +256,11 @@ int main(int argc, char** argv) {
   print_curve("drafter", draft, prompt);
 
   std::printf(
-      "\nTokens per CPU second: the median over repeats of each repeat's total over the prompts; speedup is\n"
-      "that over autoregressive decoding's; per prompt: the lowest and highest prompt's ratio of medians.\n");
+      "\nTokens per CPU second: the median over repeats of each repeat's total over the prompts. Speedup: the\n"
+      "median over prompts and repeats of the run's tokens/s over the autoregressive run just before it on the\n"
+      "same prompt; per prompt: the lowest and the highest prompt's median of those ratios.\n");
   std::printf("%-11s %3s %-28s %9s %10s %11s %12s %8s %15s %9s\n", "target", "T", "decoding", "tok/CPU-s",
               "tokens/pass", "target/tok", "drafter/tok", "speedup", "per prompt", "T=0 == AR");
-  const row* base = nullptr;
   bool all_identical = true;
   const auto rate = [](const row& r) {
     std::vector<double> v;
@@ -250,18 +269,18 @@ int main(int argc, char** argv) {
   };
   for (const auto& r : rows) {
     const bool ar = r.st.drafter_calls == 0 && r.st.stages.total() == 0;
-    if (ar) base = &r;
     const double per_pass = static_cast<double>(r.st.tokens) / static_cast<double>(r.st.target_calls);
     double lo = 1e300, hi = 0;
-    for (std::size_t p = 0; p < r.prompt_rates.size(); ++p) {
-      const double q = median(r.prompt_rates[p]) / median(base->prompt_rates[p]);
-      lo = std::min(lo, q);
-      hi = std::max(hi, q);
+    std::vector<double> all;
+    for (const auto& q : r.prompt_ratios) {
+      lo = std::min(lo, median(q));
+      hi = std::max(hi, median(q));
+      all.insert(all.end(), q.begin(), q.end());
     }
     std::printf("%-11s %3.0f %-28s %9.0f %10.2f %11.3f %12.3f %7.2fx %6.2fx-%5.2fx %9s\n", r.model.c_str(),
                 static_cast<double>(r.temperature), r.method.c_str(), rate(r), per_pass, 1.0 / per_pass,
-                static_cast<double>(r.st.drafter_calls) / static_cast<double>(r.st.tokens), rate(r) / rate(*base), lo,
-                hi, r.temperature != 0.0f ? "-" : (ar ? "(ref)" : (r.identical ? "yes" : "NO")));
+                static_cast<double>(r.st.drafter_calls) / static_cast<double>(r.st.tokens), median(all), lo, hi,
+                r.temperature != 0.0f ? "-" : (ar ? "(ref)" : (r.identical ? "yes" : "NO")));
     if (r.temperature == 0.0f && !r.identical) all_identical = false;
   }
 
