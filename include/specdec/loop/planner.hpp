@@ -30,91 +30,12 @@
 
 #include "specdec/core/status.hpp"
 #include "specdec/loop/detail/plan_estimators.hpp"
+#include "specdec/loop/plan_types.hpp"
 #include "specdec/plan/cost_model.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/validate.hpp"
 
 namespace specdec {
-
-//! Options of a round_planner (checked by round_planner::reset).
-struct planner_options {
-  std::int32_t max_nodes = 32;     //!< node budget of one round, root included (1 .. 1024)
-  std::int32_t max_depth = 8;      //!< deepest drafted level (0 .. 64; 0 = never speculate)
-  std::int32_t max_children = 4;   //!< children per node, i.e. sibling ranks planned (1 .. 16)
-  double forget = 0.97;            //!< per-round decay of acceptance counts and time fits, in (0, 1]
-  double prior_weight = 2.0;       //!< pseudo-observations behind the acceptance prior (> 0)
-  double prior_accept = 0.5;       //!< prior acceptance of a rank-0 child (rank r: halved r times), in [0, 1]
-  std::int32_t replan_every = 32;  //!< rounds between re-solving the tree program (>= 1)
-  std::int32_t cost_window = 8;    //!< pass times kept per tree size; their median is the estimate (>= 1)
-  double explore = 0.05;           //!< optimism for rarely measured sizes: time x (1 - explore / sqrt(1 + seen))
-  double prior_node_cost = 0.25;   //!< before two sizes are measured, each further node costs this share of one
-  //! After this many root-only rounds, one speculative round (0 = never); doubles per probe that loses.
-  std::int32_t probe_every = 64;
-  //! Rounds between full scorings of the candidates (>= 1); the last choice is kept in between.
-  std::int32_t rescore_every = 4;
-  bool prune = true;  //!< per-depth early-stop thresholds (draft probability below marginal cost)
-  //! Root-only rounds timed (after the first, dropped) before any speculation (>= 0): every
-  //! shape is priced against the plain step, so it is measured rather than extrapolated.
-  std::int32_t plain_first = 2;
-};
-
-//! Where a round's shape came from.
-enum class plan_kind : std::uint8_t {
-  none = 0,            //!< no planner (fixed builder)
-  autoregressive = 1,  //!< root only: one target step, no drafting
-  chain = 2,           //!< one child per level
-  widths = 3,          //!< the same number of children for every node of a level
-  optimal = 4,         //!< the acceptance-optimal tree for its size and depth
-  fixed = 5,           //!< the caller's fixed shape (round_planner::fix_plan)
-};
-
-//! Short stable name of a plan kind.
-constexpr const char* plan_kind_name(plan_kind k) noexcept {
-  switch (k) {
-    case plan_kind::autoregressive:
-      return "autoregressive";
-    case plan_kind::chain:
-      return "chain";
-    case plan_kind::widths:
-      return "widths";
-    case plan_kind::optimal:
-      return "optimal";
-    case plan_kind::fixed:
-      return "fixed";
-    default:
-      return "none";
-  }
-}
-
-//! What a plan decided and predicted (copied into round_stats::plan).
-struct plan_summary {
-  plan_kind kind = plan_kind::none;  //!< where the shape came from
-  std::int32_t nodes = 0;            //!< planned nodes, root included (pruning may draft fewer)
-  std::int32_t depth = 0;            //!< planned depth
-  double expected_tokens = 0;        //!< predicted tokens of the round (accepted drafts + 1)
-  double predicted_seconds = 0;      //!< predicted round time (target + drafter + loop)
-};
-
-//! One round's plan: the shape to draft and per-depth early-stop thresholds.
-//! Spans point into the planner and stay valid until its next non-const call.
-struct round_plan {
-  std::span<const node_id> shape{};                //!< parent array, root first (-1)
-  std::span<const double> min_path_probability{};  //!< static_tree_options::min_path_probability
-  plan_summary summary{};                          //!< decision and prediction
-};
-
-//! What the caller measured in one round, for round_planner::observe.
-struct round_feedback {
-  tree_view tree{};                     //!< the drafted tree (parents; tokens unused)
-  std::span<const float> draft_prob{};  //!< q_parent(token) per node (drafted_tree::prob), may be empty
-  std::span<const node_id> path{};      //!< accepted path from the root, accepted drafts + 1 entries
-  std::int32_t forward_nodes = 0;       //!< nodes the target pass ran (a batch's total)
-  double forward_seconds = 0;           //!< target pass time
-  std::int32_t drafter_calls = 0;       //!< drafter (level) calls this round
-  std::int32_t drafted_nodes = 0;       //!< nodes the drafter expanded
-  double drafter_seconds = 0;           //!< time inside the drafter
-  double other_seconds = 0;             //!< the rest of the round (masks, verification, commit)
-};
 
 //! Per-round planner of tree shapes from measured cost and acceptance.
 //! Deterministic: the same feedback sequence gives the same plans, so the
