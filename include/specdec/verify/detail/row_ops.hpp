@@ -70,30 +70,10 @@ struct host_row_ops {
   }
 
   //! Later residuals: R = max(R - s * q, 0) in float, product and
-  //! difference rounded separately; tile sums into `tr`, returns the mass.
+  //! difference rounded separately (scaled_residual with p = R: the same
+  //! operations element by element); tile sums into `tr`, returns the mass.
   double update_residual(row_ref q, float* R, float s, std::int64_t V, double* tr) const noexcept {
-    std::uint32_t sr = 0;
-    const std::int64_t nt = sum_tile_count(V);
-    for (std::int64_t t = 0; t < nt; ++t) {
-      const std::int64_t b = t * sum_tile;
-      const std::int64_t n = V - b < sum_tile ? V - b : sum_tile;
-      std::int64_t i = 0;
-#ifdef SPECDEC_SAMPLE_SIMD
-      if (q.s == 1) {
-        const simd::fv sv = simd::fv{} + s;
-        for (; i + simd::fw <= n; i += simd::fw) {
-          const simd::fv prod = opaque(sv * simd::loadv(q.d + b + i));
-          simd::storev(R + b + i, simd::reluv(simd::loadv(R + b + i) - prod));
-        }
-      }
-#endif
-      for (; i < n; ++i) {
-        const float d = R[b + i] - opaque(s * q[b + i]);
-        R[b + i] = d > 0.0f ? d : 0.0f;
-      }
-      tr[t] = detail::tile_sum(row_ref{R, 1}, V, t, sr);
-    }
-    return sum_tiles(tr, nt);
+    return scaled_residual(row_ref{R, 1}, q, R, s, V, tr);
   }
 
   //! R = max(p - s * q, 0) in one read of p and q: bit for bit what copy
