@@ -1,24 +1,11 @@
-"""SSM tree scan and state commit against the per-path Mamba2 recurrence in
-numpy; drafting builders, pruning and planners against plain references.
-
-Bindings added with the CUDA build: tree conv1d and its state commit
-against a per-path numpy reference, batched pruning against per-request
-prune_to_budget, build information, and device dispatch (mixed host and
-CUDA arrays raise before anything runs).
-
-Sampled and static-shape builders through Python: shapes and q rows,
-agreement with the top-k builder on a full shape, and exactness of the
-whole Python path (sampled tree -> sampled verification) by chi-square over
-many rounds, with negative controls that must fail.
-
-The engine's own randomness through Python: every sampled entry point
-takes caller uniforms in the layout u[node, draw] (C++ caller_uniforms).
-Proven here: the keyed Philox stream's values handed back as `uniforms`
-reproduce the seeded runs exactly (verify_tree / chain / batch, sampled and
-static drafting); drafting from caller uniforms follows the inverse-CDF and
-Gumbel-top-k rules written out in numpy; out-of-range or short uniforms
-raise; a whole sampled round on numpy's generator is exact by chi-square,
-with negative controls that must fail."""
+"""Drafting through Python: the top-k builder from a Python drafter,
+pruning against a plain reference and batched pruning against
+per-request prune_to_budget, sampled and static-shape builders (shapes and
+q rows, a full static shape equal to the top-k tree), exactness of the whole
+Python path (sampled tree -> sampled verification) by chi-square with
+negative controls, and drafting from caller uniforms (u[node, draw]):
+Philox values handed back reproduce the seeded builders, short or
+out-of-range uniforms raise, and a round on numpy's generator is exact."""
 import math
 
 import numpy as np

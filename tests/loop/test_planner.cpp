@@ -71,6 +71,28 @@ struct sim_result {
   std::map<std::pair<int, int>, int> shapes;  // (nodes, depth) -> rounds
 };
 
+// One simulated round: the planner's next plan, the path verification
+// would accept under `a`, and that round's feedback observed (`fill` sets
+// the times).
+struct simulated_round {
+  plan_summary summary;
+  std::vector<node_id> path;
+};
+template <class Fill>
+simulated_round simulate_round(round_planner& p, const true_acceptance& a, std::mt19937_64& rng, Fill&& fill) {
+  const round_plan plan = p.next();
+  const std::vector<node_id> shape(plan.shape.begin(), plan.shape.end());
+  simulated_round r{plan.summary, simulate_path(shape, a, rng)};
+  std::vector<token_id> tok(shape.size(), 0);
+  round_feedback f;
+  f.tree = tree_view{tok.data(), shape.data(), nullptr, nullptr, static_cast<std::int32_t>(shape.size())};
+  f.path = r.path;
+  f.forward_nodes = static_cast<std::int32_t>(shape.size());
+  fill(f, plan.summary);
+  REQUIRE(p.observe(f).ok());
+  return r;
+}
+
 // Runs `rounds` planned rounds against the simulated acceptance with the
 // planner's own injected costs as the round time.
 sim_result simulate(round_planner& p, const true_acceptance& a, int rounds, std::uint64_t seed) {
@@ -79,22 +101,15 @@ sim_result simulate(round_planner& p, const true_acceptance& a, int rounds, std:
   double tokens = 0, seconds = 0, pred_tokens = 0, pred_seconds = 0;
   const int warm = rounds / 2;
   for (int i = 0; i < rounds; ++i) {
-    const round_plan plan = p.next();
-    const std::vector<node_id> shape(plan.shape.begin(), plan.shape.end());
-    const auto path = simulate_path(shape, a, rng);
-    std::vector<token_id> tok(shape.size(), 0);
-    round_feedback f;
-    f.tree = tree_view{tok.data(), shape.data(), nullptr, nullptr, static_cast<std::int32_t>(shape.size())};
-    f.path = path;
-    f.forward_nodes = static_cast<std::int32_t>(shape.size());
-    f.forward_seconds = p.target_seconds(f.forward_nodes);
-    REQUIRE(p.observe(f).ok());
+    const simulated_round r = simulate_round(p, a, rng, [&](round_feedback& f, const plan_summary&) {
+      f.forward_seconds = p.target_seconds(f.forward_nodes);
+    });
     if (i < warm) continue;
-    ++s.shapes[{plan.summary.nodes, plan.summary.depth}];
-    tokens += static_cast<double>(path.size());
-    seconds += plan.summary.predicted_seconds;
-    pred_tokens += plan.summary.expected_tokens;
-    pred_seconds += plan.summary.predicted_seconds;
+    ++s.shapes[{r.summary.nodes, r.summary.depth}];
+    tokens += static_cast<double>(r.path.size());
+    seconds += r.summary.predicted_seconds;
+    pred_tokens += r.summary.expected_tokens;
+    pred_seconds += r.summary.predicted_seconds;
   }
   const double n = rounds - warm;
   s.tokens_per_round = tokens / n;
@@ -331,20 +346,15 @@ TEST_CASE("planner: the plain step is timed first, probes run two rounds, plain 
   const auto run = [&](round_planner& p, int rounds) {
     std::vector<std::int32_t> nodes;
     for (int i = 0; i < rounds; ++i) {
-      const round_plan plan = p.next();
-      const std::vector<node_id> shape(plan.shape.begin(), plan.shape.end());
-      const auto path = simulate_path(shape, a, rng);
-      std::vector<token_id> tok(shape.size(), 0);
-      round_feedback f;
-      f.tree = tree_view{tok.data(), shape.data(), nullptr, nullptr, static_cast<std::int32_t>(shape.size())};
-      f.path = path;
-      f.forward_nodes = static_cast<std::int32_t>(shape.size());
-      f.forward_seconds = 1e-3 * f.forward_nodes;
-      f.drafter_calls = plan.summary.depth;
-      f.drafted_nodes = f.forward_nodes - 1;
-      f.drafter_seconds = 0.5e-3 * plan.summary.depth;
-      REQUIRE(p.observe(f).ok());
-      nodes.push_back(f.forward_nodes);
+      std::int32_t n = 0;
+      (void)simulate_round(p, a, rng, [&](round_feedback& f, const plan_summary& plan) {
+        f.forward_seconds = 1e-3 * f.forward_nodes;
+        f.drafter_calls = plan.depth;
+        f.drafted_nodes = f.forward_nodes - 1;
+        f.drafter_seconds = 0.5e-3 * plan.depth;
+        n = f.forward_nodes;
+      });
+      nodes.push_back(n);
     }
     return nodes;
   };
