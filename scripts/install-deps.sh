@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what specdec's build, tests and benchmarks need, from Debian's
 # packages, and nothing that is already there. Needs root (or sudo).
-#   cmake, g++            build
+#   cmake, g++, ninja-build  build (the ci and sanitize presets use Ninja)
 #   catch2                tests (Catch2 v2)
 #   libeigen3-dev         dense math in the host SSM dual form and examples
 #   libbenchmark-dev      benchmarks (Google Benchmark)
@@ -26,7 +26,7 @@
 #                         comes from PyPI into a venv
 set -euo pipefail
 
-want=(cmake g++ make catch2 libeigen3-dev libbenchmark-dev clang-format clang-tidy doxygen python3-dev python3-venv python3-pip
+want=(cmake g++ make ninja-build catch2 libeigen3-dev libbenchmark-dev clang-format clang-tidy doxygen python3-dev python3-venv python3-pip
       openmpi-bin libopenmpi-dev)
 for arg in "$@"; do
   case "$arg" in

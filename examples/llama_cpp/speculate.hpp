@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "drafters.hpp"
 #include "llama_adapter.hpp"
 #include "specdec/draft/verify_mode.hpp"
 #include "specdec/loop/planner.hpp"

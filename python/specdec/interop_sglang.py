@@ -121,9 +121,7 @@ def sglang_verify_tree_greedy(candidates: Any, retrive_index: Any, retrive_next_
                                                  st, ws, handle)
         _sglang_launch(dev, c[0], B, request_status, stream, "sglang_verify_tree_greedy", launch)
         return outs
-    c = [_inp(a, np.int64, n) for a, n in ((candidates, "candidates"), (retrive_index, "retrive_index"),
-                                           (retrive_next_token, "retrive_next_token"),
-                                           (retrive_next_sibling, "retrive_next_sibling"))]
+    c = _sglang_tree_host(candidates, retrive_index, retrive_next_token, retrive_next_sibling)
     tp = _inp(target_predict, np.int64, "target_predict")
     outs = _sglang_outputs(c[0], len(tp), num_speculative_tokens, predicts, accept_index, accept_token_num)
     B = int(c[0].shape[0])
@@ -169,9 +167,7 @@ def sglang_tree_sampling_target_only(candidates: Any, retrive_index: Any, retriv
                                                         handle)
         _sglang_launch(dev, c[0], B, request_status, stream, "sglang_tree_sampling_target_only", launch)
         return outs
-    c = [_inp(a, np.int64, n) for a, n in ((candidates, "candidates"), (retrive_index, "retrive_index"),
-                                           (retrive_next_token, "retrive_next_token"),
-                                           (retrive_next_sibling, "retrive_next_sibling"))]
+    c = _sglang_tree_host(candidates, retrive_index, retrive_next_token, retrive_next_sibling)
     tp = _strided(target_probs, np.float32, "target_probs")
     outs = _sglang_outputs(c[0], int(tp.shape[0]), num_speculative_tokens, predicts, accept_index,
                            accept_token_num)
@@ -200,6 +196,13 @@ def _request_codes_or_raise(status: Any, handle: int, what: str) -> None:
 
 def _sglang_tree_cuda(arrays: Sequence[Any]) -> list:
     return [_cuda_in(a, np.int64) for a in arrays]
+
+
+def _sglang_tree_host(candidates: Any, retrive_index: Any, retrive_next_token: Any,
+                      retrive_next_sibling: Any) -> list:
+    return [_inp(a, np.int64, n) for a, n in ((candidates, "candidates"), (retrive_index, "retrive_index"),
+                                           (retrive_next_token, "retrive_next_token"),
+                                           (retrive_next_sibling, "retrive_next_sibling"))]
 
 
 def _sglang_outputs_cuda(like: Any, dev: int, B: int, rows: int, num_speculative_tokens: int, predicts: Any,

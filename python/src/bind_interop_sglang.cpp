@@ -293,6 +293,19 @@ std::size_t cuda_greedy_ws_size(std::int64_t B, std::int64_t n) {
   return device_scratch::bytes(kernels::sglang_verify_tree_greedy_workspace_size(P), 0);
 }
 
+// The outputs and per-request codes, as the greedy and sampling params both hold them.
+template <class Params>
+void set_outputs(Params& P, device_guard& g, std::size_t batch, const dev1<std::int32_t>& predicts,
+                 const dev_nd<std::int32_t, 2>& accept_index, const dev1<std::int32_t>& accept_token_num,
+                 const std::optional<dev1<std::int64_t>>& accepted_per_depth,
+                 const dev1<std::int32_t>& request_status) {
+  P.out = sglang_out(predicts, accept_index, accept_token_num);
+  const dev_codes c = codes_of(g, batch, request_status, accepted_per_depth);
+  P.request_status = c.status;
+  P.accepted_per_depth = c.per_depth;
+  P.depth_counters = c.depth_counters;
+}
+
 void cuda_greedy(const dev_i64_2d& candidates, const dev_i64_2d& retrive_index, const dev_i64_2d& next_token,
                  const dev_i64_2d& next_sibling, const dev1<const std::int64_t>& target_predict,
                  std::int32_t num_speculative_tokens, const dev1<std::int32_t>& predicts,
@@ -306,11 +319,7 @@ void cuda_greedy(const dev_i64_2d& candidates, const dev_i64_2d& retrive_index, 
   P.tree = sglang_batch_of(candidates, retrive_index, next_token, next_sibling);
   P.target_predict = span_of(target_predict);
   P.num_speculative_tokens = num_speculative_tokens;
-  P.out = sglang_out(predicts, accept_index, accept_token_num);
-  const dev_codes c = codes_of(g, candidates.shape(0), request_status, accepted_per_depth);
-  P.request_status = c.status;
-  P.accepted_per_depth = c.per_depth;
-  P.depth_counters = c.depth_counters;
+  set_outputs(P, g, candidates.shape(0), predicts, accept_index, accept_token_num, accepted_per_depth, request_status);
   check(kernels::sglang_verify_tree_greedy_can_implement(P));
   const cudaStream_t s = stream_of(stream);
   device_scratch ws(kernels::sglang_verify_tree_greedy_workspace_size(P), 0, workspace, s);
@@ -336,11 +345,7 @@ void cuda_sampling(const dev_i64_2d& candidates, const dev_i64_2d& retrive_index
   P.final_coins = span_of(final_coins);
   P.num_speculative_tokens = num_speculative_tokens;
   P.thresholds = sglang_thresholds{threshold_single, threshold_acc};
-  P.out = sglang_out(predicts, accept_index, accept_token_num);
-  const dev_codes c = codes_of(g, candidates.shape(0), request_status, accepted_per_depth);
-  P.request_status = c.status;
-  P.accepted_per_depth = c.per_depth;
-  P.depth_counters = c.depth_counters;
+  set_outputs(P, g, candidates.shape(0), predicts, accept_index, accept_token_num, accepted_per_depth, request_status);
   check(kernels::sglang_tree_sampling_target_only_can_implement(P));
   const cudaStream_t s = stream_of(stream);
   device_scratch ws(kernels::sglang_tree_sampling_target_only_workspace_size(P), 0, workspace, s);

@@ -42,6 +42,14 @@ SPECDEC_DEVICE workspace_carver request_slice(unsigned char* ws, std::size_t sli
   return workspace_carver(ws + slice * static_cast<std::size_t>(r), slice);
 }
 
+// Request r's scratch for the SGLang greedy and sampling walks: its slice of
+// the launch workspace, carved as the host twins carve theirs.
+SPECDEC_DEVICE specdec::detail::sglang_scratch sglang_request_scratch(unsigned char* ws, std::int32_t nodes,
+                                                                      std::int32_t r) {
+  workspace_carver w = request_slice(ws, specdec::detail::sglang_request_bytes(nodes), r);
+  return specdec::detail::carve_sglang(w, nodes);
+}
+
 }  // namespace detail
 
 //! Threads per block of the one-thread-per-request SGLang kernels.
@@ -78,9 +86,7 @@ SPECDEC_KERNEL void __launch_bounds__(sglang_request_threads)
   const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= p.tree.batch_size) return;
   const auto ri = static_cast<std::int32_t>(r);
-  workspace_carver w =
-      detail::request_slice(workspace, specdec::detail::sglang_request_bytes(p.tree.num_draft_tokens), ri);
-  const specdec::detail::sglang_scratch s = specdec::detail::carve_sglang(w, p.tree.num_draft_tokens);
+  const specdec::detail::sglang_scratch s = detail::sglang_request_scratch(workspace, p.tree.num_draft_tokens, ri);
   std::int32_t accepted = 0;
   const status st = specdec::detail::sglang_greedy_request(p.tree, ri, p.target_predict, p.num_speculative_tokens,
                                                            p.out, s, accepted);
@@ -96,9 +102,7 @@ SPECDEC_KERNEL void __launch_bounds__(sglang_request_threads)
   const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= p.tree.batch_size) return;
   const auto ri = static_cast<std::int32_t>(r);
-  workspace_carver w =
-      detail::request_slice(workspace, specdec::detail::sglang_request_bytes(p.tree.num_draft_tokens), ri);
-  const specdec::detail::sglang_scratch s = specdec::detail::carve_sglang(w, p.tree.num_draft_tokens);
+  const specdec::detail::sglang_scratch s = detail::sglang_request_scratch(workspace, p.tree.num_draft_tokens, ri);
   const float acc = p.thresholds.threshold_acc > 1e-9f ? p.thresholds.threshold_acc : 1e-9f;
   std::int32_t accepted = 0;
   const status st = specdec::detail::sglang_sampling_request(

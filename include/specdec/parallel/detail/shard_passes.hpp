@@ -78,20 +78,21 @@ struct pass_probe {
   }
 };
 
-//! Mass of the owned ranges of r (tile sums into `tiles`); false when a
-//! range holds a bad entry.
+//! d[0] = mass of the owned ranges of r (tile sums into `tiles`), d[1] = 1
+//! when a range holds a bad entry (else 0).
 SPECDEC_NO_EXEC_CHECK
 template <class Inner>
-SPECDEC_HD bool shard_mass(const Inner& ops, const shard_span& sh, row_ref r, double* tiles, double& m) {
+SPECDEC_HD void put_shard_mass(const Inner& ops, const shard_span& sh, row_ref r, double* tiles, double* d) {
   bool ok = true;
-  m = 0.0;
+  double m = 0.0;
   for (std::int32_t k = sh.first; k < sh.last; ++k) {
     double mk = 0.0;
     if (!ops.mass(sh.sub(r, k), sh.len(k), tiles, mk)) ok = false;
     m += mk;
     tiles += sum_tile_count(sh.len(k));
   }
-  return ok;
+  ops.put(d, 0, m);
+  ops.put(d, 1, ok ? 0.0 : 1.0);
 }
 
 //! d = {mass, bad flag, probe}; tile sums of every owned range into tiles.
@@ -103,10 +104,7 @@ struct pass_mass {
   SPECDEC_NO_EXEC_CHECK
   template <class Inner>
   SPECDEC_HD void operator()(const Inner& ops, double* d, std::int64_t*) const {
-    double m = 0.0;
-    const bool ok = shard_mass(ops, sh, r, tiles, m);
-    ops.put(d, 0, m);
-    ops.put(d, 1, ok ? 0.0 : 1.0);
+    put_shard_mass(ops, sh, r, tiles, d);
     write_probe(ops, sh, pr, d + 2);
   }
 };
@@ -121,13 +119,8 @@ struct pass_mass_pair {
   SPECDEC_NO_EXEC_CHECK
   template <class Inner>
   SPECDEC_HD void operator()(const Inner& ops, double* d, std::int64_t*) const {
-    double mp = 0.0, mq = 0.0;
-    const bool okp = shard_mass(ops, sh, p, tp, mp);
-    const bool okq = shard_mass(ops, sh, q, tq, mq);
-    ops.put(d, 0, mp);
-    ops.put(d, 1, okp ? 0.0 : 1.0);
-    ops.put(d, 2, mq);
-    ops.put(d, 3, okq ? 0.0 : 1.0);
+    put_shard_mass(ops, sh, p, tp, d);
+    put_shard_mass(ops, sh, q, tq, d + 2);
     write_probe(ops, sh, pr, d + 4);
   }
 };

@@ -1,0 +1,60 @@
+"""CUDA entry points of the KV commit: bit-identical caches (contiguous and
+paged), and bad inputs raise with the cache untouched.
+
+The host bindings on the same inputs are the reference (torch CUDA
+tensors on the device). Skipped unless this build has the CUDA kernels,
+torch is installed and a CUDA device is visible."""
+import numpy as np
+import pytest
+
+import specdec
+from cuda_util import needs_cuda, DEV, cu, host, torch
+
+pytestmark = needs_cuda
+
+
+def test_commit_kv_contiguous_matches_host(rng):
+    R, L, H, T, D = 3, 2, 4, 32, 8
+    cache = rng.standard_normal((R, L, H, T, D)).astype(np.float16)
+    cache_len = np.array([0, 5, 10], np.int64)
+    keep = np.array([3, 5, 9, 10, 12, 20, 21], np.int64)
+    keep_offsets = np.array([0, 1, 3, 7], np.int32)
+    want = [cache.copy(), cache.copy() + 1]
+    specdec.commit_kv(want, "SLHTD", cache_len, keep, keep_offsets)
+    got = [cu(cache), cu(cache.copy() + 1)]
+    ptrs = [t.data_ptr() for t in got]
+    specdec.commit_kv(got, "SLHTD", cu(cache_len), cu(keep), cu(keep_offsets))
+    assert [t.data_ptr() for t in got] == ptrs
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(host(g), w)
+
+
+def test_commit_kv_paged_matches_host(rng):
+    pages, P, H, D = 12, 4, 2, 16
+    cache = rng.standard_normal((pages, P, H, D)).astype(np.float32)
+    table = np.array([[3, 7, 1, 0], [2, 9, 11, 5]], np.int32)
+    cache_len = np.array([2, 6], np.int64)
+    keep = np.array([4, 6, 7, 8, 11, 13], np.int64)
+    keep_offsets = np.array([0, 3, 6], np.int32)
+    want = cache.copy()
+    specdec.commit_kv([want], "STHD", cache_len, keep, keep_offsets, block_table=table)
+    got = cu(cache)
+    specdec.commit_kv([got], "STHD", cu(cache_len), cu(keep), cu(keep_offsets), block_table=cu(table))
+    np.testing.assert_array_equal(host(got), want)
+
+
+def test_commit_kv_bad_input_raises_untouched(rng):
+    cache = rng.standard_normal((2, 2, 16, 4)).astype(np.float32)
+    got = cu(cache)
+    with pytest.raises(specdec.Error):  # keep index past the cache
+        specdec.commit_kv([got], "SHTD", cu(np.array([0, 3], np.int64)), cu(np.array([1, 40], np.int64)),
+                          cu(np.array([0, 1, 2], np.int32)))
+    np.testing.assert_array_equal(host(got), cache)
+    # sync=False: the failure is recorded in `status`, raised by kv_commit_check.
+    status = torch.zeros(1, dtype=torch.int64, device=DEV)
+    specdec.commit_kv([got], "SHTD", cu(np.array([0, 3], np.int64)), cu(np.array([1, 40], np.int64)),
+                      cu(np.array([0, 1, 2], np.int32)), status=status, sync=False)
+    torch.cuda.synchronize()
+    with pytest.raises(specdec.Error):
+        specdec.kv_commit_check(status)
+    np.testing.assert_array_equal(host(got), cache)

@@ -1,0 +1,54 @@
+"""CUDA entry points of the tree scan and tree conv1d: floats within 1e-4
+absolute + 1e-4 relative (the tolerance tests/gpu/test_ssm.cpp uses,
+float32) and 1e-10 (float64).
+
+The host bindings on the same inputs are the reference (torch CUDA
+tensors on the device). Skipped unless this build has the CUDA kernels,
+torch is installed and a CUDA device is visible."""
+import numpy as np
+import pytest
+
+import specdec
+from conftest import random_tree
+from cuda_util import needs_cuda, DEV, cu, host, torch
+
+pytestmark = needs_cuda
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-4), (np.float64, 1e-10)])
+def test_tree_scan_matches_host(rng, dtype, tol):
+    N, H, P, G, S = 19, 4, 8, 2, 16
+    parent = random_tree(rng, N)
+    a = dict(x=rng.standard_normal((N, H, P)), dt=rng.standard_normal((N, H)), A=-np.exp(rng.standard_normal(H)),
+             B=rng.standard_normal((N, G, S)), C=rng.standard_normal((N, G, S)), D=rng.standard_normal((H, P)),
+             dt_bias=rng.standard_normal(H), z=rng.standard_normal((N, H, P)), h0=rng.standard_normal((H, P, S)))
+    a = {k: v.astype(dtype) for k, v in a.items()}
+    states = np.zeros((N, H, P, S), dtype)
+    y = specdec.tree_scan(parent, **a, states=states, method="recurrent")
+    ys = torch.zeros((N, H, P), dtype=getattr(torch, np.dtype(dtype).name), device=DEV)
+    st = torch.zeros((N, H, P, S), dtype=ys.dtype, device=DEV)
+    g = specdec.tree_scan(cu(parent), **{k: cu(v) for k, v in a.items()}, y=ys, states=st)
+    assert g.data_ptr() == ys.data_ptr()
+    np.testing.assert_allclose(host(g), y, rtol=tol, atol=tol)
+    np.testing.assert_allclose(host(st), states, rtol=tol, atol=tol)
+    # Without per-node states (workspace path).
+    g2 = specdec.tree_scan(cu(parent), **{k: cu(v) for k, v in a.items()})
+    np.testing.assert_allclose(host(g2), y, rtol=tol, atol=tol)
+    # A bad tree is found by the kernel and raises (sync=True).
+    bad = parent.copy()
+    bad[5] = 7
+    with pytest.raises(specdec.Error, match="not_topological"):
+        specdec.tree_scan(cu(bad), **{k: cu(v) for k, v in a.items()})
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-4), (np.float64, 1e-10)])
+def test_tree_conv1d_matches_host(rng, dtype, tol):
+    N, ch, W = 30, 12, 4
+    parent = random_tree(rng, N)
+    x = rng.standard_normal((N, ch)).astype(dtype)
+    w = rng.standard_normal((ch, W)).astype(dtype)
+    b = rng.standard_normal(ch).astype(dtype)
+    st = rng.standard_normal((ch, W - 1)).astype(dtype)
+    want = specdec.tree_conv1d(parent, x, w, bias=b, conv_state=st, silu=True)
+    got = specdec.tree_conv1d(cu(parent), cu(x), cu(w), bias=cu(b), conv_state=cu(st), silu=True)
+    np.testing.assert_allclose(host(got), want, rtol=tol, atol=tol)
