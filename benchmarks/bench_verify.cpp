@@ -8,10 +8,16 @@
 //   the ratio verify / stream.
 // - BM_stream_visited_rows: that streaming read on its own.
 // - BM_verify_batch: 32 requests (16-node trees, V = 32000), requests/s.
+// - BM_logits_to_probs/V: one row at temperature 1, no filters (the
+//   planner-driven loop's per-token cost at T > 0), bytes = the row read
+//   and written once; BM_logits_to_probs_std_exp/V: the same three passes
+//   with std::exp per entry (the form before the vector exp), and
+//   BM_row_copy/V: memcpy of the row, the stream figure of the same run.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <ctime>
 #include <random>
 #include <vector>
@@ -263,5 +269,69 @@ void BM_verify_batch(benchmark::State& state) {
   state.SetLabel("32 requests, 16-node trees, V=32000, 3/4 sampled_iid + 1/4 greedy; items = requests");
 }
 BENCHMARK(BM_verify_batch)->Unit(benchmark::kMicrosecond);
+
+// Gaussian logits (sd 3) with a few masked tokens.
+std::vector<float> random_logits(std::int64_t V) {
+  std::mt19937 gen(11);
+  std::normal_distribution<float> N(0.0f, 3.0f);
+  std::vector<float> x(static_cast<std::size_t>(V));
+  for (auto& v : x) v = N(gen);
+  for (std::int64_t i = 0; i < V; i += 97) x[static_cast<std::size_t>(i)] = -INFINITY;
+  return x;
+}
+
+void set_row_bytes(benchmark::State& state, std::int64_t V) {
+  state.SetBytesProcessed(2 * V * static_cast<std::int64_t>(sizeof(float)) *
+                          static_cast<std::int64_t>(state.iterations()));
+}
+
+void BM_logits_to_probs(benchmark::State& state) {
+  const std::int64_t V = state.range(0);
+  const auto x = random_logits(V);
+  std::vector<float> p(static_cast<std::size_t>(V));
+  const sampling_params sp{};
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(logits_to_probs_row(make_view(x.data(), V), make_view(p.data(), V), sp, {}).ok());
+    benchmark::ClobberMemory();
+  }
+  set_row_bytes(state, V);
+}
+BENCHMARK(BM_logits_to_probs)->Arg(256)->Arg(49152)->Arg(152064)->Unit(benchmark::kMicrosecond);
+
+void BM_logits_to_probs_std_exp(benchmark::State& state) {
+  const std::int64_t V = state.range(0);
+  const auto x = random_logits(V);
+  std::vector<float> p(static_cast<std::size_t>(V));
+  for (auto _ : state) {
+    float m = -INFINITY;
+    for (std::int64_t i = 0; i < V; ++i) m = std::max(m, x[static_cast<std::size_t>(i)]);
+    double s = 0.0;
+    for (std::int64_t i = 0; i < V; ++i) {
+      const float v = x[static_cast<std::size_t>(i)];
+      const float e = v == -INFINITY ? 0.0f : std::exp(v - m);
+      p[static_cast<std::size_t>(i)] = e;
+      s += static_cast<double>(e);
+    }
+    const double inv = 1.0 / s;
+    for (auto& v : p) v = static_cast<float>(static_cast<double>(v) * inv);
+    benchmark::DoNotOptimize(p.data());
+    benchmark::ClobberMemory();
+  }
+  set_row_bytes(state, V);
+}
+BENCHMARK(BM_logits_to_probs_std_exp)->Arg(256)->Arg(49152)->Arg(152064)->Unit(benchmark::kMicrosecond);
+
+void BM_row_copy(benchmark::State& state) {
+  const std::int64_t V = state.range(0);
+  const auto x = random_logits(V);
+  std::vector<float> p(static_cast<std::size_t>(V));
+  for (auto _ : state) {
+    std::memcpy(p.data(), x.data(), x.size() * sizeof(float));
+    benchmark::DoNotOptimize(p.data());
+    benchmark::ClobberMemory();
+  }
+  set_row_bytes(state, V);
+}
+BENCHMARK(BM_row_copy)->Arg(256)->Arg(49152)->Arg(152064)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

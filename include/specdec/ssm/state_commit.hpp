@@ -51,7 +51,7 @@ void ssm_commit_step(const tree_ssm_inputs<T>& in, const tree_ssm_options<T>& op
     const T bias = in.dt_bias.data != nullptr ? in.dt_bias(h) : T(0);
     // The scans' dt' and exp (one-lane host vectors), so commits match their states.
     const T dt = ssm_dt_host(in.dt(j, h), bias, opt);
-    const T decay = ssm_simd<T, false>::exp(ssm_log_decay(dt, in.A(h)));
+    const T decay = vec_ops<T, false>::exp(ssm_log_decay(dt, in.A(h)));
     for (std::int64_t p = 0; p < s.headdim; ++p) {
       const T xdt = dt * in.x(j, h, p);
       if (rows) {

@@ -91,7 +91,7 @@ inline constexpr std::int64_t tree_conv1d_tile = 64;
 //! and applies SiLU on vectors. Inputs already validated.
 template <class T>
 void tree_conv1d_tiles(std::span<const node_id> parent, const tree_conv1d_inputs<T>& in, view2d<T> out) noexcept {
-  using S = ssm_simd<T>;
+  using S = vec_ops<T>;
   constexpr std::int64_t tile = tree_conv1d_tile;
   const std::int64_t n = in.x.extent[0], ch = in.x.extent[1], w = in.weight.extent[1];
   const std::int64_t len = in.conv_state.data != nullptr ? in.conv_state.extent[1] : 0;
@@ -125,7 +125,7 @@ void tree_conv1d_tiles(std::span<const node_id> parent, const tree_conv1d_inputs
       for (std::int64_t c = full; c < nc; ++c) {
         T acc = bt[c];
         for (std::int64_t m = 0; m < w; ++m) acc += wt[m][c] * src[m][c];
-        dst[c] = in.silu ? ssm_simd<T, false>::silu(acc) : acc;
+        dst[c] = in.silu ? vec_ops<T, false>::silu(acc) : acc;
       }
     }
   }
@@ -189,7 +189,7 @@ status tree_conv1d(std::span<const node_id> parent, const tree_conv1d_inputs<T>&
         const T v = src >= 0 ? in.x(src, c) : in.conv_state(c, len - 1 - (-src - 1));
         acc += in.weight(c, w - 1 - m) * v;
       }
-      out(i, c) = in.silu ? detail::ssm_simd<T, false>::silu(acc) : acc;
+      out(i, c) = in.silu ? detail::vec_ops<T, false>::silu(acc) : acc;
     }
   }
   return status::success();

@@ -87,12 +87,12 @@ void tree_scan_dense_mask_rows(view2d<const std::uint8_t> mask, const tree_ssm_i
       // y doubles as the accumulator (it may not overlap the inputs).
       T* yrow = &y(i, h, 0);
       const T* crow = &in.C(i, g, 0);
-      const T e0 = ssm_simd<T, false>::exp(a_tree[i]);
+      const T e0 = vec_ops<T, false>::exp(a_tree[i]);
       for (std::int64_t p = 0; p < P; ++p)
         yrow[p] = in.h0.data != nullptr ? e0 * ssm_dot_row(&in.h0(h, p, 0), crow, S) : T(0);
       for (std::int64_t j = 0; j <= i; ++j) {
         if (mask(i, j) == 0) continue;
-        const T w = ssm_simd<T, false>::exp(a_tree[i] - a_tree[j]) * dt_eff[j] * ssm_dot_row(crow, &in.B(j, g, 0), S);
+        const T w = vec_ops<T, false>::exp(a_tree[i] - a_tree[j]) * dt_eff[j] * ssm_dot_row(crow, &in.B(j, g, 0), S);
         ssm_axpy_row(w, &in.x(j, h, 0), yrow, P);
       }
       ssm_output_row(yrow, &in.x(i, h, 0), drow, in.z.data != nullptr ? &in.z(i, h, 0) : nullptr, yrow, P);

@@ -161,7 +161,7 @@ status tree_scan_dual(std::span<const node_id> parent, const tree_ssm_inputs<T>&
         }
         detail::ssm_gemm_nt(crows, cld, h0p, h0ld, acc, P, N, P, S);
         for (std::int64_t i = 0; i < N; ++i) {
-          const T e0 = detail::ssm_simd<T, false>::exp(a_tree[i]);
+          const T e0 = detail::vec_ops<T, false>::exp(a_tree[i]);
           for (std::int64_t p = 0; p < P; ++p) acc[i * P + p] *= e0;
         }
       } else {

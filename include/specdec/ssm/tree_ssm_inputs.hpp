@@ -11,9 +11,9 @@
 #include <type_traits>
 
 #include "specdec/core/config.hpp"
+#include "specdec/core/detail/simd.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
-#include "specdec/ssm/detail/ssm_simd.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/tree/validate.hpp"
 
@@ -104,7 +104,7 @@ SPECDEC_HD T ssm_log_decay(T dt_eff, T a) noexcept {
   return v < floor ? floor : v;
 }
 
-//! dt' on vectors of ssm_simd type S: softplus (when enabled), then the
+//! dt' on vectors of vec_ops type S: softplus (when enabled), then the
 //! clamp to [dt_min, dt_max]; the host twin of ssm_dt_effective.
 template <class S, class T>
 typename S::vec ssm_dt_transform(typename S::vec v, const tree_ssm_options<T>& opt) noexcept {
@@ -117,7 +117,7 @@ typename S::vec ssm_dt_transform(typename S::vec v, const tree_ssm_options<T>& o
 //! dt' of one (node, head) on the host (the one-lane ssm_dt_transform).
 template <class T>
 T ssm_dt_host(T raw, T bias, const tree_ssm_options<T>& opt) noexcept {
-  return ssm_dt_transform<ssm_simd<T, false>>(raw + bias, opt);
+  return ssm_dt_transform<vec_ops<T, false>>(raw + bias, opt);
 }
 
 //! dt' of one head for all n nodes into the contiguous `out`, from
@@ -125,16 +125,16 @@ T ssm_dt_host(T raw, T bias, const tree_ssm_options<T>& opt) noexcept {
 template <class T>
 void ssm_dt_column(const T* raw, std::int64_t stride, T bias, const tree_ssm_options<T>& opt, T* out,
                    std::int64_t n) noexcept {
-  using S = ssm_simd<T>;
+  using S = vec_ops<T>;
   for (std::int64_t i = 0; i < n; ++i) out[i] = raw[i * stride] + bias;
   const std::int64_t full = n - n % S::lanes;
   for (std::int64_t i = 0; i < full; i += S::lanes) S::store(out + i, ssm_dt_transform<S>(S::load(out + i), opt));
-  for (std::int64_t i = full; i < n; ++i) out[i] = ssm_dt_transform<ssm_simd<T, false>>(out[i], opt);
+  for (std::int64_t i = full; i < n; ++i) out[i] = ssm_dt_transform<vec_ops<T, false>>(out[i], opt);
 }
 
 //! True when every entry of the view is finite (absent views are). Rows
 //! with a unit innermost stride are tested as integers on vectors
-//! (ssm_row_finite, no early exit: one cheap read pass); other layouts
+//! (row_finite, no early exit: one cheap read pass); other layouts
 //! entry by entry.
 template <class V>
 inline bool ssm_view_finite(const V& v) noexcept {
@@ -149,15 +149,15 @@ inline bool ssm_view_finite(const V& v) noexcept {
     is_packed = is_packed && (v.extent[d] == 1 || v.stride[d] == packed);
     packed *= v.extent[d];
   }
-  if (is_packed) return ssm_row_finite(v.data, packed);
+  if (is_packed) return row_finite(v.data, packed);
   const std::int64_t inner = v.extent[r - 1];
   // Short rows (e.g. [channels, W] weights seen through a gap): entry by
   // entry, which beats a vector pass per row.
   const bool unit = v.stride[r - 1] == 1 && inner >= 16;
   auto row_ok = [&](const auto* p) {
-    if (unit) return ssm_row_finite(p, inner);
+    if (unit) return row_finite(p, inner);
     bool fine = true;
-    for (std::int64_t k = 0; k < inner; ++k) fine &= ssm_row_finite(p + k * v.stride[r - 1], 1);
+    for (std::int64_t k = 0; k < inner; ++k) fine &= row_finite(p + k * v.stride[r - 1], 1);
     return fine;
   };
   bool ok = true;

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "specdec/core/config.hpp"
+#include "specdec/core/detail/simd.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
 #include "specdec/sample/row.hpp"
@@ -99,6 +100,40 @@ inline std::size_t logits_to_probs_workspace_size(std::int64_t vocab,
   return w;
 }
 
+namespace detail {
+
+//! exp(z) for a softmax weight, z <= 0: the vector exp of core/detail/
+//! simd.hpp on one lane (a few ulp from std::exp; 0 below -87.3, i.e. for
+//! weights under 2^-126, and for z = -inf).
+inline float weight_exp(float z) noexcept { return vec_ops<float, false>::exp(z); }
+
+//! Sum of softmax weights in a fixed order whatever the row's layout: four
+//! partial sums in double (entry i goes to sum i mod 4; independent chains,
+//! so the adds pipeline), then (s0 + s1) + (s2 + s3).
+struct weight_sum {
+  double part[4] = {0.0, 0.0, 0.0, 0.0};
+  void add(std::int64_t i, float e) noexcept { part[i & 3] += static_cast<double>(e); }
+  double total() const noexcept { return (part[0] + part[1]) + (part[2] + part[3]); }
+};
+
+//! e[i] = weight_exp((x[i] - m) * inv_t) for a contiguous float row, on
+//! vectors; returns their weight_sum total. x may hold -inf (weight 0);
+//! x <= m everywhere.
+inline double softmax_weights(const float* x, float* e, std::int64_t n, float m, float inv_t) noexcept {
+  using S = vec_ops<float>;
+  const S::vec mv = S::splat(m), tv = S::splat(inv_t);
+  std::int64_t i = 0;
+  for (; i + S::lanes <= n; i += S::lanes) S::store(e + i, S::exp((S::load(x + i) - mv) * tv));
+  for (; i < n; ++i) e[i] = weight_exp((x[i] - m) * inv_t);
+  weight_sum sum;
+  for (i = 0; i + 4 <= n; i += 4)
+    for (int l = 0; l < 4; ++l) sum.part[l] += static_cast<double>(e[i + l]);
+  for (; i < n; ++i) sum.add(i, e[i]);
+  return sum.total();
+}
+
+}  // namespace detail
+
 //! Converts one row of logits to probabilities under `params`, writing
 //! `probs` (same extent). Logits may contain -inf (a masked token,
 //! probability 0); NaN or +inf gives non_finite, an all -inf row gives
@@ -149,14 +184,26 @@ status logits_to_probs_row(view1d<const T> logits, view1d<float> probs, const sa
     return status::success();
   }
   if (!filtered) {
-    // Pass 2: weights exp((x - m) / T) in (0, 1] (one exp per entry) and
-    // their sum in double; pass 3 normalises.
+    // Pass 2: weights exp((x - m) / T) in [0, 1] (one exp per entry) and
+    // their sum in double (detail::weight_sum's order); pass 3 normalises.
+    // Contiguous float rows run on vectors, other rows one entry at a time,
+    // with the same exp and the same sum: the same probabilities either way.
     double s = 0.0;
-    for (std::int64_t i = 0; i < V; ++i) {
-      const float x = detail::to_float(logits(i));
-      const float e = x == -INFINITY ? 0.0f : std::exp((x - m) * inv_t);
-      probs(i) = e;
-      s += static_cast<double>(e);
+    bool done = false;
+    if constexpr (std::is_same_v<T, float>) {
+      if (logits.stride[0] == 1 && probs.stride[0] == 1) {
+        s = detail::softmax_weights(logits.data, probs.data, V, m, inv_t);
+        done = true;
+      }
+    }
+    if (!done) {
+      detail::weight_sum sum;
+      for (std::int64_t i = 0; i < V; ++i) {
+        const float e = detail::weight_exp((detail::to_float(logits(i)) - m) * inv_t);
+        probs(i) = e;
+        sum.add(i, e);
+      }
+      s = sum.total();
     }
     const double inv_s = 1.0 / s;
     for (std::int64_t i = 0; i < V; ++i) probs(i) = static_cast<float>(static_cast<double>(probs(i)) * inv_s);
@@ -171,7 +218,7 @@ status logits_to_probs_row(view1d<const T> logits, view1d<float> probs, const sa
     probs(i) = 0.0f;
     const float x = detail::to_float(logits(i));
     if (x == -INFINITY) continue;
-    const float e = std::exp((x - m) * inv_t);
+    const float e = detail::weight_exp((x - m) * inv_t);
     if (e > 0.0f && e >= params.min_p) cand[c++] = prob_candidate{e, static_cast<token_id>(i)};
   }
   // The argmax always survives (e == 1 >= min_p); c >= 1.

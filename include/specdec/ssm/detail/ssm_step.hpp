@@ -1,7 +1,7 @@
 //! \file
 //! The inner step of every SSM recurrence in specdec: one state row update
 //! h[n] = decay * h_in[n] + xdt * B[n], fused with the output dot C . h,
-//! on short vectors (ssm_simd.hpp), several rows at a time so B and C are
+//! on short vectors (core/detail/simd.hpp), several rows at a time so B and C are
 //! loaded once for all of them.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <type_traits>
 
 #include "specdec/core/config.hpp"
-#include "specdec/ssm/detail/ssm_simd.hpp"
+#include "specdec/core/detail/simd.hpp"
 
 namespace specdec::detail {
 
@@ -22,12 +22,12 @@ namespace specdec::detail {
 template <int R, bool HasIn, class T>
 inline void ssm_step_rows(const T* h_in, std::int64_t in_ld, T* h_out, std::int64_t out_ld, const T* b, const T* c,
                           T decay, const T* xdt, T* out, std::int64_t s) noexcept {
-  using S = ssm_simd<T>;
+  using S = vec_ops<T>;
   using V = typename S::vec;
   constexpr int lanes = S::lanes;
   V acc[R];
   V xv[R];
-  SPECDEC_SSM_UNROLL
+  SPECDEC_VEC_UNROLL
   for (int r = 0; r < R; ++r) {
     acc[r] = V{};
     xv[r] = S::splat(xdt[r]);
@@ -37,7 +37,7 @@ inline void ssm_step_rows(const T* h_in, std::int64_t in_ld, T* h_out, std::int6
   for (std::int64_t n = 0; n < full; n += lanes) {
     const V bv = S::load(b + n);
     const V cv = c != nullptr ? S::load(c + n) : V{};
-    SPECDEC_SSM_UNROLL
+    SPECDEC_VEC_UNROLL
     for (int r = 0; r < R; ++r) {
       V v = xv[r] * bv;
       if constexpr (HasIn) v = dv * S::load(h_in + r * in_ld + n) + v;
@@ -92,7 +92,7 @@ inline T ssm_step_row(const T* h_in, T* h_out, const T* b, const T* c, T decay, 
 //! gate when `z` is null): the epilogue of every scan, SiLU on vectors.
 template <class T>
 inline void ssm_output_row(const T* acc, const T* x, const T* d, const T* z, T* y, std::int64_t P) noexcept {
-  using S = ssm_simd<T>;
+  using S = vec_ops<T>;
   const std::int64_t full = P - P % S::lanes;
   for (std::int64_t p = 0; p < full; p += S::lanes) {
     auto v = S::load(acc + p) + S::load(d + p) * S::load(x + p);
@@ -101,7 +101,7 @@ inline void ssm_output_row(const T* acc, const T* x, const T* d, const T* z, T* 
   }
   for (std::int64_t p = full; p < P; ++p) {
     T v = acc[p] + d[p] * x[p];
-    if (z != nullptr) v *= ssm_simd<T, false>::silu(z[p]);
+    if (z != nullptr) v *= vec_ops<T, false>::silu(z[p]);
     y[p] = v;
   }
 }
@@ -109,7 +109,7 @@ inline void ssm_output_row(const T* acc, const T* x, const T* d, const T* z, T* 
 //! C . h for one contiguous row (vector lanes, then the scalar tail).
 template <class T>
 inline T ssm_dot_row(const T* h, const T* c, std::int64_t s) noexcept {
-  using S = ssm_simd<T>;
+  using S = vec_ops<T>;
   using V = typename S::vec;
   V acc0{}, acc1{};
   const std::int64_t full2 = s - s % (2 * S::lanes), full = s - s % S::lanes;
@@ -129,7 +129,7 @@ inline T ssm_dot_row(const T* h, const T* c, std::int64_t s) noexcept {
 template <int MI, int MP, class T>
 inline void ssm_gemm_nt_tile(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
                              std::int64_t k) noexcept {
-  using S = ssm_simd<T>;
+  using S = vec_ops<T>;
   using V = typename S::vec;
   V acc[MI][MP];
   for (int i = 0; i < MI; ++i)
@@ -137,12 +137,12 @@ inline void ssm_gemm_nt_tile(const T* a, std::int64_t lda, const T* b, std::int6
   const std::int64_t full = k - k % S::lanes;
   for (std::int64_t n = 0; n < full; n += S::lanes) {
     V av[MI], bv[MP];
-    SPECDEC_SSM_UNROLL
+    SPECDEC_VEC_UNROLL
     for (int i = 0; i < MI; ++i) av[i] = S::load(a + i * lda + n);
-    SPECDEC_SSM_UNROLL
+    SPECDEC_VEC_UNROLL
     for (int j = 0; j < MP; ++j) bv[j] = S::load(b + j * ldb + n);
-    SPECDEC_SSM_UNROLL
-    for (int i = 0; i < MI; ++i) SPECDEC_SSM_UNROLL
+    SPECDEC_VEC_UNROLL
+    for (int i = 0; i < MI; ++i) SPECDEC_VEC_UNROLL
     for (int j = 0; j < MP; ++j) acc[i][j] += av[i] * bv[j];
   }
   for (int i = 0; i < MI; ++i)
@@ -179,16 +179,16 @@ inline void ssm_gemm_nt(const T* a, std::int64_t lda, const T* b, std::int64_t l
 //! v[i] = exp(v[i]) over a contiguous array (vector exp, scalar tail).
 template <class T>
 inline void ssm_exp_inplace(T* v, std::int64_t n) noexcept {
-  using S = ssm_simd<T>;
+  using S = vec_ops<T>;
   const std::int64_t full = n - n % S::lanes;
   for (std::int64_t i = 0; i < full; i += S::lanes) S::store(v + i, S::exp(S::load(v + i)));
-  for (std::int64_t i = full; i < n; ++i) v[i] = ssm_simd<T, false>::exp(v[i]);
+  for (std::int64_t i = full; i < n; ++i) v[i] = vec_ops<T, false>::exp(v[i]);
 }
 
 //! y[p] += w * x[p] over P contiguous entries.
 template <class T>
 inline void ssm_axpy_row(T w, const T* x, T* y, std::int64_t P) noexcept {
-  using S = ssm_simd<T>;
+  using S = vec_ops<T>;
   const auto wv = S::splat(w);
   const std::int64_t full = P - P % S::lanes;
   for (std::int64_t p = 0; p < full; p += S::lanes) S::store(y + p, S::load(y + p) + wv * S::load(x + p));

@@ -1,7 +1,8 @@
 //! \file
-//! Short vectors for the host SSM kernels: GNU vector extensions (16 bytes,
-//! 4 floats or 2 doubles: SSE2 on x86-64, NEON on AArch64) under GCC and
-//! Clang, plain scalars (one lane) elsewhere or with SPECDEC_NO_SIMD, so
+//! Short vectors for host kernels (the SSM scans, the softmax weights of
+//! logits_to_probs): GNU vector extensions (16 bytes, 4 floats or 2
+//! doubles: SSE2 on x86-64, NEON on AArch64) under GCC and Clang, plain
+//! scalars (one lane) elsewhere, under nvcc or with SPECDEC_NO_SIMD, so
 //! every kernel is written once. The vector code does not depend on the
 //! optimisation level or on the auto-vectoriser (GCC's -O2 "very cheap"
 //! model neither vectorises float reductions nor loops whose stores may
@@ -14,33 +15,33 @@
 #include <cstring>
 
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && !defined(SPECDEC_NO_SIMD)
-#define SPECDEC_SSM_SIMD 1
+#define SPECDEC_HOST_VEC 1
 #else
-#define SPECDEC_SSM_SIMD 0
+#define SPECDEC_HOST_VEC 0
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
 //! Fully unrolls the next short fixed-count loop (register tiles; GCC's -O2
 //! keeps small arrays of vectors in memory otherwise).
-#define SPECDEC_SSM_UNROLL _Pragma("GCC unroll 8")
+#define SPECDEC_VEC_UNROLL _Pragma("GCC unroll 8")
 #else
 //! Other compilers: no hint.
-#define SPECDEC_SSM_UNROLL
+#define SPECDEC_VEC_UNROLL
 #endif
 
 namespace specdec::detail {
 
 //! Bit layout of a scalar type.
 template <class T>
-struct ssm_float_bits;
+struct float_bits;
 template <>
-struct ssm_float_bits<float> {
+struct float_bits<float> {
   using uint = std::uint32_t;
   static constexpr int mantissa = 23;
   static constexpr uint bias = 127;
 };
 template <>
-struct ssm_float_bits<double> {
+struct float_bits<double> {
   using uint = std::uint64_t;
   static constexpr int mantissa = 52;
   static constexpr uint bias = 1023;
@@ -49,27 +50,27 @@ struct ssm_float_bits<double> {
 //! The vector types of T: `vec` (`lanes` values of T) and `uvec` (as
 //! unsigned integers). Wide = false: plain scalars (one lane).
 template <class T, bool Wide>
-struct ssm_vec_types {
-  using uint = typename ssm_float_bits<T>::uint;
+struct vec_types {
+  using uint = typename float_bits<T>::uint;
   static constexpr int lanes = 1;
   using vec = T;
   using uvec = uint;
 };
-#if SPECDEC_SSM_SIMD
+#if SPECDEC_HOST_VEC
 template <class T>
-struct ssm_vec_types<T, true> {
-  using uint = typename ssm_float_bits<T>::uint;
+struct vec_types<T, true> {
+  using uint = typename float_bits<T>::uint;
   static constexpr int lanes = static_cast<int>(16 / sizeof(T));
   typedef T vec __attribute__((vector_size(16)));
   typedef uint uvec __attribute__((vector_size(16)));
 };
 #endif
 
-//! Operations on ssm_vec_types<T, Wide>; ssm_simd<T, false> runs the same
+//! Operations on vec_types<T, Wide>; vec_ops<T, false> runs the same
 //! code on one scalar (loop tails), so tails and vectors round alike.
-template <class T, bool Wide = SPECDEC_SSM_SIMD != 0>
-struct ssm_simd : ssm_vec_types<T, Wide> {
-  using base = ssm_vec_types<T, Wide>;
+template <class T, bool Wide = SPECDEC_HOST_VEC != 0>
+struct vec_ops : vec_types<T, Wide> {
+  using base = vec_types<T, Wide>;
   using base::lanes;
   using typename base::uint;
   using typename base::uvec;
@@ -137,8 +138,8 @@ struct ssm_simd : ssm_vec_types<T, Wide> {
       for (int k = 1; k < 12; ++k) p = p * r + splat(T(inv_fact[k]));
       p = p * r * r + r + splat(T(1));
     }
-    constexpr int mant = ssm_float_bits<T>::mantissa;
-    const uvec scale = (std::bit_cast<uvec>(t) + ssm_float_bits<T>::bias) << mant;
+    constexpr int mant = float_bits<T>::mantissa;
+    const uvec scale = (std::bit_cast<uvec>(t) + float_bits<T>::bias) << mant;
     const vec res = p * std::bit_cast<vec>(scale);
     return std::bit_cast<vec>(std::bit_cast<uvec>(res) & ~under);
   }
@@ -170,10 +171,10 @@ struct ssm_simd : ssm_vec_types<T, Wide> {
 //! "exponent all ones" over the row as integers (no branch per entry,
 //! unaffected by -ffinite-math-only).
 template <class T>
-bool ssm_row_finite(const T* p, std::int64_t n) noexcept {
-  using S = ssm_simd<T>;
+bool row_finite(const T* p, std::int64_t n) noexcept {
+  using S = vec_ops<T>;
   using U = typename S::uint;
-  constexpr int mant = ssm_float_bits<T>::mantissa;
+  constexpr int mant = float_bits<T>::mantissa;
   constexpr U expo = ((U(1) << (8 * sizeof(T) - 1)) - 1) & ~((U(1) << mant) - 1);  // exponent field
   constexpr U one = U(1) << mant;
   constexpr int top = static_cast<int>(8 * sizeof(T)) - 1;
