@@ -36,7 +36,7 @@ struct cli {
   bool repack = false;  // llama.cpp weight repacking (extra buffer types); off = safe on AMX Xeons
   bool curve = true;    // print the pass cost curve t(n) / t(1)
   std::string methods = "all";
-  std::int32_t probe_every = 4;  // planner_options::probe_every of the planned methods  // besides plain decoding:
+  std::int32_t probe_every = 0;  // planner_options::probe_every of the planned methods  // besides plain decoding:
                                  // ",lookup,suffix,...," or all
   std::string plain_out;         // file for the plain decoding text
 };
@@ -52,7 +52,7 @@ struct cli {
                "  --plain-out  write the plain decoding text to FILE\n"
                "  --repack     llama.cpp weight repacking / extra buffer types (default 0: off, as run.sh's -nr)\n"
                "  --no-curve   skip the pass cost curve (time of a pass over 1, 2, 4, ... tokens)\n"
-               "  --probe-every  planner: one speculative round after this many plain steps (default 4)\n"
+               "  --probe-every  planner: one speculative round after this many plain steps (default 0: none)\n"
                "  --methods    comma list of lookup,suffix,planned-lookup,planned-suffix,chain,tree (default all)\n");
   std::exit(code);
 }
@@ -171,8 +171,8 @@ int main(int argc, char** argv) {
       specdec::planner_options po;
       po.max_nodes = max_nodes;
       po.max_depth = c.depth;
-      // Model-free drafts find something only where the text repeats: probe
-      // often, so the acceptance of the drafts that are made stays measured.
+      // plan_drafted needs no probes: its acceptance-by-confidence estimates
+      // decay back toward the drafter's own confidence while it steps plainly.
       po.probe_every = c.probe_every;
       auto p = std::make_unique<specdec::round_planner>(po);
       if (!curve_n.empty()) check(p->set_target_cost(curve_n, curve_t), "set_target_cost");

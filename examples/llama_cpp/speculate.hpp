@@ -188,10 +188,10 @@ inline run_stats plain_decode(const model& m, tree_target& tgt, std::span<const 
 //! were made, matching_verify_mode) and the accepted path is committed.
 //! `draft_ctx` (may be null) is the drafter's context, for its call count.
 //! With a `planner` (specdec/loop/planner.hpp), a round that drafted
-//! something asks it for a plan: a root-only plan is a plain decoding step,
-//! otherwise the tree keeps the plan's depth and its first plan-size nodes
-//! (model-free builders emit them most confident first) and loses the nodes
-//! below the plan's per-depth path-probability thresholds; after
+//! something asks it to size the drafted tree (plan_drafted: the drafts
+//! cost microseconds, so the plan can read them): a root-only plan is a
+//! plain decoding step, otherwise the tree keeps its first plan-size nodes
+//! (model-free builders emit them most confident first); after
 //! verification the planner observes the round (tree, draft confidences,
 //! accepted path, llama_decode time of the pass, drafting time, the rest).
 //! Plans depend on earlier rounds and this round's drafts only, never on
@@ -217,11 +217,14 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
     // planner sizes the round (it may also make it a plain step).
     draft(std::span<const llama_token>(tgt.committed()), d);
     if (planner != nullptr && d.tree.size() > 1) {
-      const specdec::round_plan plan = planner->next();
+      specdec::round_plan plan;
+      check(planner->plan_drafted(d.tree, plan), "round_planner::plan_drafted");
       if (plan.summary.nodes <= 1 || plan.summary.depth == 0) {
         d.tree.reset(tgt.committed().back());
         d.q.clear();
-      } else {
+      } else if (plan.summary.kind == specdec::plan_kind::drafted) {
+        detail::keep_first(d.tree, plan.summary.nodes);
+      } else {  // a fixed plan (fix_plan)
         detail::keep_within(d.tree, plan.summary.nodes, plan.summary.depth);
         detail::prune_below(d.tree, plan.min_path_probability);
       }

@@ -227,6 +227,21 @@ TEST_CASE("F32 model: every tree node's row equals its path decoded alone to rou
   std::printf("F32 lookup tree: %lld rounds, %lld accepted, text %s plain greedy\n", static_cast<long long>(s.rounds),
               static_cast<long long>(s.accepted), s.tokens == plain.tokens ? "==" : "!=");
   CHECK(s.tokens == plain.tokens);
+
+  // The same with the round planner sizing each drafted tree (plan_drafted):
+  // prefixes of the lookup tree or plain steps, the same greedy text.
+  specdec::planner_options po;
+  po.max_nodes = 64;
+  po.max_depth = 6;
+  specdec::round_planner planner(po);
+  const run_stats sp = speculate(
+      "F32 planned lookup", m32, tgt, [&](std::span<const llama_token> c, draft_output& dd) { tree.draft(c, dd); },
+      nullptr, prompt, go, &planner);
+  std::printf("F32 planned lookup: %lld rounds (%lld plain), %lld accepted, text %s plain greedy\n",
+              static_cast<long long>(sp.rounds), static_cast<long long>(sp.plain_rounds),
+              static_cast<long long>(sp.accepted), sp.tokens == plain.tokens ? "==" : "!=");
+  CHECK(sp.tokens == plain.tokens);
+  CHECK(planner.rounds() == sp.rounds);
 }
 
 TEST_CASE("greedy tree speculation with the self-drafter accepts every draft and reproduces plain greedy text") {

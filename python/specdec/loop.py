@@ -13,11 +13,17 @@ class Plan(NamedTuple):
 
     shape: np.ndarray  #: parent array of the tree to draft (int32, root -1)
     min_path_probability: np.ndarray  #: per depth: do not expand a node whose draft path probability is below
-    kind: str  #: "autoregressive", "chain", "widths", "optimal" or "fixed"
+    kind: str  #: "autoregressive", "chain", "widths", "optimal", "fixed" or "drafted"
     nodes: int  #: planned nodes, root included
     depth: int  #: planned depth
     expected_tokens: float  #: predicted tokens of the round (accepted drafts + 1)
     predicted_seconds: float  #: predicted round time
+
+
+def _plan(t: tuple) -> Plan:
+    shape, thr, kind, nodes, depth, tokens, seconds = t
+    return Plan(np.asarray(shape, dtype=np.int32), np.asarray(thr, dtype=np.float64), kind, nodes, depth, tokens,
+                seconds)
 
 
 class RoundPlanner:
@@ -38,9 +44,18 @@ class RoundPlanner:
 
     def next(self) -> Plan:
         """The plan of the next round."""
-        shape, thr, kind, nodes, depth, tokens, seconds = self._p.next()
-        return Plan(np.asarray(shape, dtype=np.int32), np.asarray(thr, dtype=np.float64), kind, nodes, depth, tokens,
-                    seconds)
+        return _plan(self._p.next())
+
+    def plan_drafted(self, parent: Any, draft_prob: Any) -> Plan:
+        """The plan of a round drafted before planning, with deterministic
+        drafts that cost next to nothing (prompt lookup, a suffix index): a
+        prefix of the drafted tree (`parent`, topological, root first;
+        `draft_prob` = q_parent of each node, 1 for the root), sized by the
+        drafter's confidences as past rounds calibrated them. A one-node
+        shape is a plain step. Sampled drafts are planned with :meth:`next`
+        before drafting (docs/loop.md)."""
+        return _plan(self._p.plan_drafted(np.ascontiguousarray(parent, dtype=np.int32),
+                                          np.ascontiguousarray(draft_prob, dtype=np.float32)))
 
     def observe(self, parent: Any, path: Any, forward_nodes: int, forward_seconds: float, *, drafter_calls: int = 0,
                 drafted_nodes: int = 0, drafter_seconds: float = 0.0, other_seconds: float = 0.0,

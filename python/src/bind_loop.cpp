@@ -1,5 +1,6 @@
 // The round planner (loop/planner.hpp) for engines with their own loop in
-// Python: next() gives the shape to draft, observe() takes the round's times
+// Python: next() gives the shape to draft (plan_drafted() sizes a
+// deterministic draft made first), observe() takes the round's times
 // and accepted path, and the estimates can be read back.
 #include <cstdint>
 #include <optional>
@@ -13,9 +14,22 @@
 #include <nanobind/stl/vector.h>
 
 #include "common.hpp"
+#include "specdec/draft/drafter.hpp"
 #include "specdec/loop/planner.hpp"
+#include "specdec/tree/validate.hpp"
 
 namespace specdec::python {
+namespace {
+
+// A plan as Python receives it: (shape, thresholds, kind, nodes, depth, expected tokens, predicted seconds).
+auto plan_tuple(const round_plan& r) {
+  const plan_summary& s = r.summary;
+  return std::make_tuple(std::vector<node_id>(r.shape.begin(), r.shape.end()),
+                         std::vector<double>(r.min_path_probability.begin(), r.min_path_probability.end()),
+                         std::string(plan_kind_name(s.kind)), s.nodes, s.depth, s.expected_tokens, s.predicted_seconds);
+}
+
+}  // namespace
 
 void bind_loop(nb::module_& m) {
   using nb::arg;
@@ -46,15 +60,22 @@ void bind_loop(nb::module_& m) {
           arg("prior_weight") = 2.0, arg("prior_accept") = 0.5, arg("replan_every") = 32, arg("cost_window") = 8,
           arg("explore") = 0.05, arg("prior_node_cost") = 0.25, arg("probe_every") = 64, arg("rescore_every") = 4,
           arg("prune") = true, arg("plain_first") = 2)
-      .def("next",
-           [](round_planner& p) {
-             const round_plan r = p.next();
-             const plan_summary& s = r.summary;
-             return std::make_tuple(std::vector<node_id>(r.shape.begin(), r.shape.end()),
-                                    std::vector<double>(r.min_path_probability.begin(), r.min_path_probability.end()),
-                                    std::string(plan_kind_name(s.kind)), s.nodes, s.depth, s.expected_tokens,
-                                    s.predicted_seconds);
-           })
+      .def("next", [](round_planner& p) { return plan_tuple(p.next()); })
+      .def(
+          "plan_drafted",
+          [](round_planner& p, const in1<node_id>& parent, const in1<float>& draft_prob) {
+            require(parent.size() >= 1 && parent.size() == draft_prob.size(), status_code::size_mismatch,
+                    "parent and draft_prob need one entry per node, root included");
+            check(validate_topological_parents(parent.data(), static_cast<std::int32_t>(parent.size())));
+            drafted_tree d;  // Python drafts are deterministic: the caller's model-free candidates
+            d.reset(0);
+            for (std::size_t i = 1; i < parent.size(); ++i)
+              d.add(parent.data()[i], 0, draft_prob.data()[i], 0.0f, draft_mode::deterministic);
+            round_plan r;
+            check(p.plan_drafted(d, r));
+            return plan_tuple(r);
+          },
+          arg("parent"), arg("draft_prob"))
       .def(
           "observe",
           [](round_planner& p, const in1<node_id>& parent, const in1<node_id>& path, std::int32_t forward_nodes,

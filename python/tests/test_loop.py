@@ -57,3 +57,30 @@ def test_measured_times_drive_the_plan():
                   drafted_nodes=max(plan.nodes - 1, 0), drafter_seconds=1e-4 * plan.depth, other_seconds=1e-5)
     assert p.target_seconds(4) == pytest.approx(3e-3, rel=1e-6)  # linear times: interpolation is exact
     assert p.next().nodes > 1  # 90% acceptance pays for a chain at this cost
+
+
+def test_plan_drafted_follows_the_draft_confidence():
+    # A chain of 6 deterministic drafts per round, confident (q = 0.95, each
+    # accepted with 0.95) or weak (q = 0.15); passes cost 1 + 0.7 (n - 1).
+    p = specdec.RoundPlanner(max_nodes=16, probe_every=0)
+    p.set_target_cost([1.0, 16.0], [1.0, 11.5])
+    p.set_loop_cost(0.0, 0.0)
+    rng = np.random.default_rng(11)
+    parent = np.arange(-1, 6, dtype=np.int32)
+    chosen = {True: [], False: []}
+    for i in range(600):
+        strong = bool(rng.random() < 0.5)
+        q = np.full(7, 0.95 if strong else 0.15, dtype=np.float32)
+        q[0] = 1.0
+        plan = p.plan_drafted(parent, q)
+        assert (plan.shape == parent[:plan.nodes]).all()  # a prefix of the draft
+        path = [0]
+        while len(path) < plan.nodes and rng.random() < q[1]:
+            path.append(path[-1] + 1)
+        p.observe(plan.shape, path, plan.nodes, 1.0 + 0.7 * (plan.nodes - 1), draft_prob=q[:plan.nodes])
+        if i >= 150:
+            chosen[strong].append(plan.nodes)
+    assert np.mean(np.array(chosen[True]) > 1) > 0.9
+    assert np.mean(np.array(chosen[False]) == 1) > 0.9
+    with pytest.raises(specdec.Error, match="size_mismatch"):
+        p.plan_drafted(parent, q[:3])

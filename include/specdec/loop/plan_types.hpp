@@ -6,9 +6,11 @@
 //! engine's bookkeeping) needs no planner.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <span>
 
+#include "specdec/core/status.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
@@ -43,7 +45,31 @@ enum class plan_kind : std::uint8_t {
   widths = 3,          //!< the same number of children for every node of a level
   optimal = 4,         //!< the acceptance-optimal tree for its size and depth
   fixed = 5,           //!< the caller's fixed shape (round_planner::fix_plan)
+  drafted = 6,         //!< a prefix of this round's drafted tree (round_planner::plan_drafted)
 };
+
+//! Checks planner options (the ranges documented on each field).
+//! Errors: invalid_argument, naming the first field out of range.
+inline status validate_planner_options(const planner_options& o) noexcept {
+  if (o.max_nodes < 1 || o.max_nodes > 1024) return make_status(status_code::invalid_argument, "max_nodes in 1..1024");
+  if (o.max_depth < 0 || o.max_depth > 64) return make_status(status_code::invalid_argument, "max_depth in 0..64");
+  if (o.max_children < 1 || o.max_children > 16)
+    return make_status(status_code::invalid_argument, "max_children in 1..16");
+  if (!(o.forget > 0.0 && o.forget <= 1.0)) return make_status(status_code::invalid_argument, "forget in (0, 1]");
+  if (!(o.prior_weight > 0.0) || !std::isfinite(o.prior_weight))
+    return make_status(status_code::invalid_argument, "prior_weight must be > 0");
+  if (!(o.prior_accept >= 0.0 && o.prior_accept <= 1.0))
+    return make_status(status_code::invalid_argument, "prior_accept in [0, 1]");
+  if (o.replan_every < 1 || o.cost_window < 1)
+    return make_status(status_code::invalid_argument, "replan_every and cost_window must be >= 1");
+  if (!(o.explore >= 0.0 && o.explore < 1.0)) return make_status(status_code::invalid_argument, "explore in [0, 1)");
+  if (!(o.prior_node_cost >= 0.0) || !std::isfinite(o.prior_node_cost))
+    return make_status(status_code::invalid_argument, "prior_node_cost must be >= 0");
+  if (o.probe_every < 0) return make_status(status_code::invalid_argument, "probe_every must be >= 0");
+  if (o.rescore_every < 1) return make_status(status_code::invalid_argument, "rescore_every must be >= 1");
+  if (o.plain_first < 0) return make_status(status_code::invalid_argument, "plain_first must be >= 0");
+  return status::success();
+}
 
 //! Short stable name of a plan kind.
 constexpr const char* plan_kind_name(plan_kind k) noexcept {
@@ -58,6 +84,8 @@ constexpr const char* plan_kind_name(plan_kind k) noexcept {
       return "optimal";
     case plan_kind::fixed:
       return "fixed";
+    case plan_kind::drafted:
+      return "drafted";
     default:
       return "none";
   }

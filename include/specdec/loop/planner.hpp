@@ -15,7 +15,8 @@
 //! the thresholds, on this round's drafter rows, never on this round's target
 //! rows or verification randomness (docs/loop.md, "Planned rounds").
 //!
-//! Usable alone (an engine's own loop calls next() and observe() each round)
+//! Usable alone (an engine's own loop calls next() and observe() each round;
+//! with deterministic drafts made first, plan_drafted() instead of next())
 //! or through `planned_tree_builder` (loop/planned_builder.hpp) inside
 //! speculative_session and batched_session.
 #pragma once
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "specdec/core/status.hpp"
+#include "specdec/draft/drafter.hpp"
 #include "specdec/loop/detail/plan_estimators.hpp"
 #include "specdec/loop/plan_types.hpp"
 #include "specdec/plan/cost_model.hpp"
@@ -52,33 +54,16 @@ class round_planner {
 
   //! Forgets everything and takes options `o`. Errors: invalid_argument.
   status reset(const planner_options& o) {
-    if (o.max_nodes < 1 || o.max_nodes > 1024)
-      return make_status(status_code::invalid_argument, "max_nodes in 1..1024");
-    if (o.max_depth < 0 || o.max_depth > 64) return make_status(status_code::invalid_argument, "max_depth in 0..64");
-    if (o.max_children < 1 || o.max_children > 16)
-      return make_status(status_code::invalid_argument, "max_children in 1..16");
-    if (!(o.forget > 0.0 && o.forget <= 1.0)) return make_status(status_code::invalid_argument, "forget in (0, 1]");
-    if (!(o.prior_weight > 0.0) || !std::isfinite(o.prior_weight))
-      return make_status(status_code::invalid_argument, "prior_weight must be > 0");
-    if (!(o.prior_accept >= 0.0 && o.prior_accept <= 1.0))
-      return make_status(status_code::invalid_argument, "prior_accept in [0, 1]");
-    if (o.replan_every < 1 || o.cost_window < 1)
-      return make_status(status_code::invalid_argument, "replan_every and cost_window must be >= 1");
-    if (!(o.explore >= 0.0 && o.explore < 1.0)) return make_status(status_code::invalid_argument, "explore in [0, 1)");
-    if (!(o.prior_node_cost >= 0.0) || !std::isfinite(o.prior_node_cost))
-      return make_status(status_code::invalid_argument, "prior_node_cost must be >= 0");
-    if (o.probe_every < 0) return make_status(status_code::invalid_argument, "probe_every must be >= 0");
-    if (o.rescore_every < 1) return make_status(status_code::invalid_argument, "rescore_every must be >= 1");
-    if (o.plain_first < 0) return make_status(status_code::invalid_argument, "plain_first must be >= 0");
+    SPECDEC_TRY(validate_planner_options(o));
     opt_ = o;
     const std::int32_t D = std::min(o.max_depth, o.max_nodes - 1);
     depth_cap_ = std::max(D, 0);
     cost_.reset(o.max_nodes, o.cost_window);
     acc_.reset(std::max(depth_cap_, 1), o.max_children, o.prior_weight, o.prior_accept);
+    conf_.reset(o.prior_weight);
     draft_ = {};
     loop_ = {};
-    injected_n_.clear();
-    injected_t_.clear();
+    curve_.clear();
     draft_fixed_ = loop_fixed_ = false;
     fixed_.clear();
     family_.clear();
@@ -108,16 +93,7 @@ class round_planner {
   //! last two. Measured pass times are then recorded but not used. Empty
   //! spans go back to measuring. Errors: size_mismatch, invalid_argument.
   status set_target_cost(std::span<const double> n, std::span<const double> seconds) {
-    if (n.size() != seconds.size()) return make_status(status_code::size_mismatch, "one time per node count");
-    for (std::size_t i = 0; i < n.size(); ++i) {
-      if (!(n[i] >= 1.0) || !std::isfinite(n[i]) || (i > 0 && !(n[i] > n[i - 1])))
-        return make_status(status_code::invalid_argument, "node counts must increase from 1",
-                           static_cast<std::int64_t>(i));
-      if (!(seconds[i] > 0.0) || !std::isfinite(seconds[i]))
-        return make_status(status_code::invalid_argument, "times must be finite and > 0", static_cast<std::int64_t>(i));
-    }
-    injected_n_.assign(n.begin(), n.end());
-    injected_t_.assign(seconds.begin(), seconds.end());
+    SPECDEC_TRY(curve_.set(n, seconds));
     forget_times();
     return status::success();
   }
@@ -174,13 +150,7 @@ class round_planner {
     }
     // The plain step first: a pass over one node costs less than the
     // per-node slope of larger passes says (t(N) is concave at small N).
-    if (injected_n_.empty() && cost_.kept(1) < opt_.plain_first) {
-      const auto ar = static_cast<std::size_t>(
-          std::find_if(cands_.begin(), cands_.end(), [](const candidate& c) { return c.nodes == 1; }) - cands_.begin());
-      choose(ar, predict_seconds(cands_[ar]));
-      rescored_now_ = true;
-      return plan();
-    }
+    if (curve_.empty() && cost_.kept(1) < opt_.plain_first) return plain_plan();
     // A probe runs twice: its first round pays the switch (see observe).
     if (probe_hold_) {
       probe_hold_ = false;
@@ -190,7 +160,7 @@ class round_planner {
     // Before any pass is measured, and every probe_every plain steps, try
     // the best small speculative shape: costs and acceptance stay measured
     // where speculation was switched off.
-    const bool unmeasured = injected_n_.empty() && cost_.empty();
+    const bool unmeasured = curve_.empty() && cost_.empty();
     const bool probe = probe_gap_ > 0 && since_draft_ >= probe_gap_;
     // Estimates move little from one round to the next: between full
     // scorings the last choice is kept (its prediction refreshed). Plain
@@ -208,10 +178,7 @@ class round_planner {
     }
     since_score_ = 0;
     rescored_now_ = false;
-    // Measured costs are extrapolated to larger sizes, but a size far above
-    // every measured one is not tried: trees grow about 1.5x per step.
-    const std::int32_t grow_to =
-        !injected_n_.empty() ? opt_.max_nodes : std::max(3, cost_.largest() + cost_.largest() / 2 + 1);
+    const std::int32_t grow_to = grow_limit();
     std::size_t best = 0;
     double best_rate = -1.0, best_t = 0.0;
     for (std::size_t i = 0; i < cands_.size(); ++i) {
@@ -232,9 +199,72 @@ class round_planner {
       probe_gap_ = opt_.probe_every;
     }
     // A size not measured yet holds for one round only (a probe for two).
-    if (unmeasured || probe || (injected_n_.empty() && cost_.kept(cands_[best].nodes) == 0)) rescored_now_ = true;
+    if (unmeasured || probe || (curve_.empty() && cost_.kept(cands_[best].nodes) == 0)) rescored_now_ = true;
     choose(best, best_t);
     return plan();
+  }
+
+  //! The plan of a round drafted before planning, with deterministic drafts
+  //! that cost next to nothing (prompt lookup, a suffix index): the first n
+  //! nodes of `d` (ids are topological, so a prefix is a tree; builders emit
+  //! their most confident nodes first), n chosen for the most expected
+  //! tokens per second. A node counts with the chance that its path is
+  //! accepted, from the drafter's own confidences (`d.prob`, q_parent per
+  //! node) as the rounds so far calibrated them; n = 1 is a plain step. The
+  //! plain step timed first and probes work as in next(); a fixed plan
+  //! (fix_plan) is returned as next() returns it. Lossless: a deterministic
+  //! tree cut by its own confidences is still a function of the history
+  //! (docs/loop.md). Errors: invalid_argument (empty or malformed tree, or
+  //! sampled children: those are planned before drafting, with next()),
+  //! size_mismatch (prob or child_mode shorter than the tree).
+  status plan_drafted(const drafted_tree& d, round_plan& out) {
+    const tree_view drafted = d.tree.view();
+    const std::span<const float> draft_prob = d.prob;
+    if (drafted.size < 1) return make_status(status_code::invalid_argument, "the drafted tree needs its root");
+    SPECDEC_TRY(validate_topological_parents(drafted.parent, drafted.size));
+    if (draft_prob.size() < static_cast<std::size_t>(drafted.size) || d.child_mode.size() < draft_prob.size())
+      return make_status(status_code::size_mismatch, "one draft probability and child mode per drafted node");
+    for (std::size_t i = 0; i < d.child_mode.size(); ++i)
+      if (d.child_mode[i] == draft_mode::iid || d.child_mode[i] == draft_mode::without_replacement)
+        return make_status(status_code::invalid_argument,
+                           "sampled drafts are planned before drafting (next()): cutting them by their own "
+                           "confidences would change their law",
+                           static_cast<std::int64_t>(i));
+    refresh();
+    if (!fixed_.empty() || (curve_.empty() && cost_.kept(1) < opt_.plain_first)) {
+      out = next();
+      return status::success();
+    }
+    const auto n = static_cast<std::size_t>(std::min(drafted.size, opt_.max_nodes));
+    conf_.reach(drafted, draft_prob, n, reach_, node_depth_, kid_sum_);
+    const bool probe = probe_gap_ > 0 && since_draft_ >= probe_gap_;
+    const std::int32_t grow_to = grow_limit();
+    std::int32_t best = 1, depth = 0, best_depth = 0;
+    double value = 0.0, best_value = 0.0, best_rate = -1.0;
+    for (std::int32_t m = 1; m <= static_cast<std::int32_t>(n) && m <= grow_to; ++m) {
+      if (m > 1) {
+        const auto i = static_cast<std::size_t>(m - 1);
+        if (node_depth_[i] > depth_cap_) break;
+        value += reach_[i];
+        depth = std::max(depth, node_depth_[i]);
+      } else if (probe) {
+        continue;
+      }
+      const double t = target_at(m) + loop_seconds(m);
+      const double rate = (1.0 + value) / (t * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(m))));
+      if (rate > best_rate) best_rate = rate, best = m, best_value = value, best_depth = depth;
+    }
+    if (probe)
+      probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 1 << 16);
+    else if (best > 1)
+      probe_gap_ = opt_.probe_every;
+    shape_.assign(drafted.parent, drafted.parent + best);
+    thresholds_.clear();
+    const double t = target_at(best) + loop_seconds(best);
+    summary_ = {best > 1 ? plan_kind::drafted : plan_kind::autoregressive, best, best_depth, 1.0 + best_value, t};
+    has_plan_ = true;
+    out = plan();
+    return status::success();
   }
 
   //! The last plan handed out by next() or plan_batch().
@@ -278,8 +308,10 @@ class round_planner {
     const double y[2] = {1.0, static_cast<double>(f.forward_nodes)};
     loop_.add(y, f.other_seconds, opt_.forget);
     acc_.decay(opt_.forget);
+    conf_.decay(opt_.forget);
     if (f.tree.size > 1) {
       acc_.record(f.tree, f.path, f.draft_prob, nchild_, rank_);
+      conf_.record(f.tree, f.path, f.draft_prob);
       since_draft_ = 0;
     } else {
       ++since_draft_;
@@ -382,16 +414,7 @@ class round_planner {
     tmemo_.assign(static_cast<std::size_t>(opt_.max_nodes) + 2, std::numeric_limits<double>::quiet_NaN());
   }
   double target_uncached(std::int32_t n) {
-    if (!injected_n_.empty()) {
-      const auto x = static_cast<double>(n);
-      const std::size_t m = injected_n_.size();
-      if (m == 1) return injected_t_[0];
-      std::size_t hi =
-          static_cast<std::size_t>(std::lower_bound(injected_n_.begin(), injected_n_.end(), x) - injected_n_.begin());
-      hi = std::clamp<std::size_t>(hi, 1, m - 1);
-      const double w = (x - injected_n_[hi - 1]) / (injected_n_[hi] - injected_n_[hi - 1]);
-      return std::max(injected_t_[hi - 1] + w * (injected_t_[hi] - injected_t_[hi - 1]), 0.0);
-    }
+    if (!curve_.empty()) return curve_.at(n);
     cost_.refresh(opt_.prior_node_cost);
     const double t = cost_.at(n);
     // Before any measurement every size looks alike: the first rounds probe.
@@ -540,10 +563,24 @@ class round_planner {
     cands_.resize(kept);
   }
 
+  // Measured costs are extrapolated to larger sizes, but a size far above
+  // every measured one is not tried: trees grow about 1.5x per step.
+  std::int32_t grow_limit() const {
+    return !curve_.empty() ? opt_.max_nodes : std::max(3, cost_.largest() + cost_.largest() / 2 + 1);
+  }
+  round_plan plain_plan() {
+    const auto ar = static_cast<std::size_t>(
+        std::find_if(cands_.begin(), cands_.end(), [](const candidate& c) { return c.nodes == 1; }) - cands_.begin());
+    choose(ar, predict_seconds(cands_[ar]));
+    rescored_now_ = true;
+    return plan();
+  }
+
   planner_options opt_{};
   std::int32_t depth_cap_ = 0;
   detail::pass_cost_table cost_;
   detail::acceptance_estimator acc_;
+  detail::confidence_estimator conf_;
   detail::decayed_regression<4> draft_;
   detail::decayed_regression<2> loop_;
   std::vector<detail::tree_program> programs_;
@@ -551,11 +588,12 @@ class round_planner {
   std::vector<candidate> family_;
   double drafter_w_[4] = {0, 0, 0, 0}, loop_w_[2] = {0, 0};
   bool draft_fixed_ = false, loop_fixed_ = false;
-  std::vector<double> injected_n_, injected_t_, tmemo_;
+  detail::cost_curve curve_;
+  std::vector<double> tmemo_;
   std::vector<node_id> fixed_, store_, shape_;
   std::vector<candidate> cands_;
-  std::vector<double> thresholds_, reach_;
-  std::vector<std::int32_t> width_, depth_, nchild_, rank_;
+  std::vector<double> thresholds_, reach_, kid_sum_;
+  std::vector<std::int32_t> width_, depth_, nchild_, rank_, node_depth_;
   std::int64_t rounds_ = 0, drafted_rounds_ = 0, catch_up_ = 0, probe_gap_ = 0;
   std::int32_t since_solve_ = 0, since_draft_ = 0;
   bool has_plan_ = false, rescored_now_ = true, probe_hold_ = false;

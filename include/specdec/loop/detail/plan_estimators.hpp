@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "specdec/core/status.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec::detail {
@@ -301,6 +302,100 @@ class acceptance_estimator {
   std::int32_t D_ = 1, K_ = 1;
   double w_ = 2.0, prior_ = 0.5, q_sum_ = 0.0, acc_sum_ = 0.0;
   std::vector<double> off_, acc_, p_;
+};
+
+//! A target pass-time curve handed in by the caller: seconds[i] for n[i]
+//! nodes, linear between points and beyond the last two.
+class cost_curve {
+ public:
+  status set(std::span<const double> n, std::span<const double> seconds) {
+    if (n.size() != seconds.size()) return make_status(status_code::size_mismatch, "one time per node count");
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      if (!(n[i] >= 1.0) || !std::isfinite(n[i]) || (i > 0 && !(n[i] > n[i - 1])))
+        return make_status(status_code::invalid_argument, "node counts must increase from 1",
+                           static_cast<std::int64_t>(i));
+      if (!(seconds[i] > 0.0) || !std::isfinite(seconds[i]))
+        return make_status(status_code::invalid_argument, "times must be finite and > 0", static_cast<std::int64_t>(i));
+    }
+    n_.assign(n.begin(), n.end());
+    t_.assign(seconds.begin(), seconds.end());
+    return status::success();
+  }
+  void clear() noexcept {
+    n_.clear();
+    t_.clear();
+  }
+  [[nodiscard]] bool empty() const noexcept { return n_.empty(); }
+  [[nodiscard]] double at(std::int32_t nodes) const {
+    const auto x = static_cast<double>(nodes);
+    const std::size_t m = n_.size();
+    if (m == 1) return t_[0];
+    std::size_t hi = static_cast<std::size_t>(std::lower_bound(n_.begin(), n_.end(), x) - n_.begin());
+    hi = std::clamp<std::size_t>(hi, 1, m - 1);
+    const double w = (x - n_[hi - 1]) / (n_[hi] - n_[hi - 1]);
+    return std::max(t_[hi - 1] + w * (t_[hi] - t_[hi - 1]), 0.0);
+  }
+
+ private:
+  std::vector<double> n_, t_;
+};
+
+//! Acceptance as a function of the drafter's own confidence: for a child c
+//! of a reached node, drafted with q = q_parent(c), the rate at which c was
+//! the accepted child, in bins of q (decayed counts). Estimate: the bin's
+//! counts shrunk toward q itself (a calibrated drafter's rate), so the
+//! drafter's confidence is trusted until rounds say otherwise.
+class confidence_estimator {
+ public:
+  static constexpr int bins = 10;
+  void reset(double prior_weight) {
+    w_ = prior_weight;
+    for (int b = 0; b < bins; ++b) off_[b] = acc_[b] = 0.0;
+  }
+  void decay(double forget) {
+    for (int b = 0; b < bins; ++b) off_[b] *= forget, acc_[b] *= forget;
+  }
+  //! One verified tree (prob: q_parent per node; path: the accepted path).
+  void record(const tree_view& t, std::span<const node_id> path, std::span<const float> prob) {
+    if (prob.size() < static_cast<std::size_t>(t.size)) return;
+    for (std::size_t i = 0; i < path.size(); ++i) {
+      const node_id next = i + 1 < path.size() ? path[i + 1] : -1;
+      for (node_id c = path[i] + 1; c < t.size; ++c) {
+        if (t.parent[c] != path[i]) continue;
+        const int b = bin(prob[static_cast<std::size_t>(c)]);
+        off_[b] += 1.0;
+        if (c == next) acc_[b] += 1.0;
+      }
+    }
+  }
+  //! reach[i]: the chance that the path to node i of `t` (its first n nodes)
+  //! is accepted, siblings' estimates scaled to sum to at most 1; depth[i]
+  //! its depth. kids: scratch.
+  void reach(const tree_view& t, std::span<const float> prob, std::size_t n, std::vector<double>& reach,
+             std::vector<std::int32_t>& depth, std::vector<double>& kids) const {
+    reach.assign(n, 1.0);
+    depth.assign(n, 0);
+    kids.assign(n, 0.0);
+    for (std::size_t i = 1; i < n; ++i) kids[static_cast<std::size_t>(t.parent[i])] += at(prob[i]);
+    for (std::size_t i = 1; i < n; ++i) {
+      const auto u = static_cast<std::size_t>(t.parent[i]);
+      reach[i] = reach[u] * at(prob[i]) / std::max(kids[u], 1.0);
+      depth[i] = depth[u] + 1;
+    }
+  }
+  //! Estimated probability that a child drafted with confidence q is accepted once its parent is reached.
+  [[nodiscard]] double at(float q) const noexcept {
+    const int b = bin(q);
+    const double prior = std::clamp(static_cast<double>(q), 0.0, 1.0);
+    return (acc_[b] + w_ * prior) / (off_[b] + w_);
+  }
+
+ private:
+  static int bin(float q) noexcept {
+    const double x = std::clamp(static_cast<double>(q), 0.0, 1.0);
+    return std::min(static_cast<int>(x * bins), bins - 1);
+  }
+  double w_ = 2.0, off_[bins] = {}, acc_[bins] = {};
 };
 
 //! Sequoia's dynamic program with acceptance depending on depth: for a depth
