@@ -204,43 +204,37 @@ class round_planner {
     return plan();
   }
 
-  //! The plan of a round drafted before planning, with deterministic drafts
-  //! that cost next to nothing (prompt lookup, a suffix index): the first n
-  //! nodes of `d` (ids are topological, so a prefix is a tree; builders emit
-  //! their most confident nodes first), n chosen for the most expected
-  //! tokens per second. A node counts with the chance that its path is
-  //! accepted, from the drafter's own confidences (`d.prob`, q_parent per
-  //! node) as the rounds so far calibrated them; n = 1 is a plain step. The
-  //! plain step timed first and probes work as in next(); a fixed plan
-  //! (fix_plan) is returned as next() returns it. Lossless: a deterministic
-  //! tree cut by its own confidences is still a function of the history
-  //! (docs/loop.md). Errors: invalid_argument (empty or malformed tree, or
-  //! sampled children: those are planned before drafting, with next()),
-  //! size_mismatch (prob or child_mode shorter than the tree).
+  //! The plan of a round whose deterministic draft was made first (drafts
+  //! that cost next to nothing: prompt lookup, a suffix index): the first n
+  //! nodes of `d` (a prefix of a topological tree is a tree; builders emit
+  //! their most confident nodes first), n giving the most expected tokens
+  //! per second, each node counting with its path's chance of acceptance
+  //! from the drafter's confidences (`d.prob`) as past rounds calibrated
+  //! them; n = 1 is a plain step. Plain-first, probes and fixed plans as in
+  //! next(). Lossless: the cut tree is still a function of the history
+  //! (docs/loop.md). Errors: invalid_argument (empty or malformed tree;
+  //! sampled children, planned by next() before drafting), size_mismatch.
   status plan_drafted(const drafted_tree& d, round_plan& out) {
-    const tree_view drafted = d.tree.view();
-    const std::span<const float> draft_prob = d.prob;
-    if (drafted.size < 1) return make_status(status_code::invalid_argument, "the drafted tree needs its root");
-    SPECDEC_TRY(validate_topological_parents(drafted.parent, drafted.size));
-    if (draft_prob.size() < static_cast<std::size_t>(drafted.size) || d.child_mode.size() < draft_prob.size())
+    const tree_view t = d.tree.view();
+    if (t.size < 1) return make_status(status_code::invalid_argument, "the drafted tree needs its root");
+    SPECDEC_TRY(validate_topological_parents(t.parent, t.size));
+    if (d.prob.size() < static_cast<std::size_t>(t.size) || d.child_mode.size() < d.prob.size())
       return make_status(status_code::size_mismatch, "one draft probability and child mode per drafted node");
     for (std::size_t i = 0; i < d.child_mode.size(); ++i)
       if (d.child_mode[i] == draft_mode::iid || d.child_mode[i] == draft_mode::without_replacement)
-        return make_status(status_code::invalid_argument,
-                           "sampled drafts are planned before drafting (next()): cutting them by their own "
-                           "confidences would change their law",
+        return make_status(status_code::invalid_argument, "sampled drafts are planned before drafting, by next()",
                            static_cast<std::int64_t>(i));
     refresh();
     if (!fixed_.empty() || (curve_.empty() && cost_.kept(1) < opt_.plain_first)) {
       out = next();
       return status::success();
     }
-    const auto n = static_cast<std::size_t>(std::min(drafted.size, opt_.max_nodes));
-    conf_.reach(drafted, draft_prob, n, reach_, node_depth_, kid_sum_);
+    const auto n = static_cast<std::size_t>(std::min(t.size, opt_.max_nodes));
+    conf_.reach(t, d.prob, n, reach_, node_depth_, kid_sum_);
     const bool probe = probe_gap_ > 0 && since_draft_ >= probe_gap_;
     const std::int32_t grow_to = grow_limit();
     std::int32_t best = 1, depth = 0, best_depth = 0;
-    double value = 0.0, best_value = 0.0, best_rate = -1.0;
+    double value = 0.0, best_value = 0.0, best_rate = -1.0, best_t = target_at(1) + loop_seconds(1);
     for (std::int32_t m = 1; m <= static_cast<std::int32_t>(n) && m <= grow_to; ++m) {
       if (m > 1) {
         const auto i = static_cast<std::size_t>(m - 1);
@@ -250,18 +244,17 @@ class round_planner {
       } else if (probe) {
         continue;
       }
-      const double t = target_at(m) + loop_seconds(m);
-      const double rate = (1.0 + value) / (t * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(m))));
-      if (rate > best_rate) best_rate = rate, best = m, best_value = value, best_depth = depth;
+      const double tm = target_at(m) + loop_seconds(m);
+      const double rate = (1.0 + value) / (tm * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(m))));
+      if (rate > best_rate) best_rate = rate, best = m, best_value = value, best_depth = depth, best_t = tm;
     }
     if (probe)
       probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 1 << 16);
     else if (best > 1)
       probe_gap_ = opt_.probe_every;
-    shape_.assign(drafted.parent, drafted.parent + best);
+    shape_.assign(t.parent, t.parent + best);
     thresholds_.clear();
-    const double t = target_at(best) + loop_seconds(best);
-    summary_ = {best > 1 ? plan_kind::drafted : plan_kind::autoregressive, best, best_depth, 1.0 + best_value, t};
+    summary_ = {best > 1 ? plan_kind::drafted : plan_kind::autoregressive, best, best_depth, 1.0 + best_value, best_t};
     has_plan_ = true;
     out = plan();
     return status::success();
