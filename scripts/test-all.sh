@@ -45,6 +45,7 @@ ctest --preset sanitize -j "$jobs"
 step "clang-tidy (every public header, through the header-check sources)"
 mapfile -t tus < <(ls build/ci/tests/headers/*.cpp)
 if ! printf '%s\n' "${tus[@]}" | xargs -P "$jobs" -n 8 clang-tidy -p build/ci --quiet --warnings-as-errors='*' \
+    --extra-arg=-DSPECDEC_HEADER_ALONE \
     >build/ci/clang-tidy.log 2>&1; then
   grep -v 'warnings generated' build/ci/clang-tidy.log
   exit 1
