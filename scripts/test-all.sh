@@ -4,7 +4,7 @@
 # (build with -Werror, all kernels for sm_80/sm_90, every header alone, all
 # tests incl. packaging), the ASan+UBSan configuration, clang-tidy, and the
 # Python package (pip install . then pytest).
-# Usage: bash scripts/test-all.sh        (from anywhere; ~41 min on 2 cores)
+# Usage: bash scripts/test-all.sh        (from anywhere; ~41-44 min on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
