@@ -280,57 +280,48 @@ std::vector<float> random_logits(std::int64_t V) {
   return x;
 }
 
-void set_row_bytes(benchmark::State& state, std::int64_t V) {
+// Times `pass(x, p, V)` over one row of random logits x into p; bytes = the
+// row read once and written once.
+template <class Pass>
+void time_row(benchmark::State& state, Pass pass) {
+  const std::int64_t V = state.range(0);
+  const auto x = random_logits(V);
+  std::vector<float> p(static_cast<std::size_t>(V));
+  for (auto _ : state) {
+    pass(x.data(), p.data(), V);
+    benchmark::DoNotOptimize(p.data());
+    benchmark::ClobberMemory();
+  }
   state.SetBytesProcessed(2 * V * static_cast<std::int64_t>(sizeof(float)) *
                           static_cast<std::int64_t>(state.iterations()));
 }
 
 void BM_logits_to_probs(benchmark::State& state) {
-  const std::int64_t V = state.range(0);
-  const auto x = random_logits(V);
-  std::vector<float> p(static_cast<std::size_t>(V));
-  const sampling_params sp{};
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(logits_to_probs_row(make_view(x.data(), V), make_view(p.data(), V), sp, {}).ok());
-    benchmark::ClobberMemory();
-  }
-  set_row_bytes(state, V);
+  time_row(state, [](const float* x, float* p, std::int64_t V) {
+    benchmark::DoNotOptimize(logits_to_probs_row(make_view(x, V), make_view(p, V), sampling_params{}, {}).ok());
+  });
 }
 BENCHMARK(BM_logits_to_probs)->Arg(256)->Arg(49152)->Arg(152064)->Unit(benchmark::kMicrosecond);
 
 void BM_logits_to_probs_std_exp(benchmark::State& state) {
-  const std::int64_t V = state.range(0);
-  const auto x = random_logits(V);
-  std::vector<float> p(static_cast<std::size_t>(V));
-  for (auto _ : state) {
+  time_row(state, [](const float* x, float* p, std::int64_t V) {
     float m = -INFINITY;
-    for (std::int64_t i = 0; i < V; ++i) m = std::max(m, x[static_cast<std::size_t>(i)]);
+    for (std::int64_t i = 0; i < V; ++i) m = std::max(m, x[i]);
     double s = 0.0;
     for (std::int64_t i = 0; i < V; ++i) {
-      const float v = x[static_cast<std::size_t>(i)];
-      const float e = v == -INFINITY ? 0.0f : std::exp(v - m);
-      p[static_cast<std::size_t>(i)] = e;
-      s += static_cast<double>(e);
+      p[i] = x[i] == -INFINITY ? 0.0f : std::exp(x[i] - m);
+      s += static_cast<double>(p[i]);
     }
     const double inv = 1.0 / s;
-    for (auto& v : p) v = static_cast<float>(static_cast<double>(v) * inv);
-    benchmark::DoNotOptimize(p.data());
-    benchmark::ClobberMemory();
-  }
-  set_row_bytes(state, V);
+    for (std::int64_t i = 0; i < V; ++i) p[i] = static_cast<float>(static_cast<double>(p[i]) * inv);
+  });
 }
 BENCHMARK(BM_logits_to_probs_std_exp)->Arg(256)->Arg(49152)->Arg(152064)->Unit(benchmark::kMicrosecond);
 
 void BM_row_copy(benchmark::State& state) {
-  const std::int64_t V = state.range(0);
-  const auto x = random_logits(V);
-  std::vector<float> p(static_cast<std::size_t>(V));
-  for (auto _ : state) {
-    std::memcpy(p.data(), x.data(), x.size() * sizeof(float));
-    benchmark::DoNotOptimize(p.data());
-    benchmark::ClobberMemory();
-  }
-  set_row_bytes(state, V);
+  time_row(state, [](const float* x, float* p, std::int64_t V) {
+    std::memcpy(p, x, static_cast<std::size_t>(V) * sizeof(float));
+  });
 }
 BENCHMARK(BM_row_copy)->Arg(256)->Arg(49152)->Arg(152064)->Unit(benchmark::kMicrosecond);
 
