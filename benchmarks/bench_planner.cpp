@@ -9,6 +9,9 @@
 // iteration with a round of the demo (bash scripts/demo.sh prints t(1) of the
 // target: a round costs at least that).
 //
+// BM_planner_drafted: plan_drafted() + observe() per iteration on a 16-node
+// deterministic draft (rounds planned per second).
+//
 // BM_planner_curve/c: the planner fed one hardware curve (injected), run for
 // 4000 simulated rounds against the same acceptance; counters: the shape it
 // settles on (nodes, depth), its predicted tokens per round and speedup over
@@ -23,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "specdec/loop/planner.hpp"
@@ -110,6 +114,47 @@ void BM_planner_round(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());  // rounds planned per second
 }
 BENCHMARK(BM_planner_round)->Args({16, 6})->Args({32, 8})->Args({64, 10})->Unit(benchmark::kMicrosecond);
+
+// plan_drafted + observe() per iteration: a 16-node drafted lookup-like
+// tree (a chain of 6 with two siblings per level, confidences 0.9 / 0.3 /
+// 0.1), paths accepted at 0.8 per level, pass time injected as 1 + 0.7 (n - 1).
+void BM_planner_drafted(benchmark::State& state) {
+  specdec::round_planner p(specdec::planner_options{.max_nodes = 16, .max_depth = 6});
+  const double n[2] = {1.0, 16.0}, t[2] = {1.0, 11.5};
+  (void)p.set_target_cost(n, t);
+  specdec::drafted_tree d;
+  d.reset(0);
+  for (node_id u = 0; d.size() < 16;) {
+    const node_id top = d.add(u, 1, 0.9f, 0.0f, specdec::draft_mode::deterministic);
+    if (d.size() < 16) d.add(u, 2, 0.3f, 0.0f, specdec::draft_mode::deterministic);
+    if (d.size() < 16) d.add(u, 3, 0.1f, 0.0f, specdec::draft_mode::deterministic);
+    u = top;
+  }
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  std::vector<node_id> path;
+  for (auto _ : state) {
+    specdec::round_plan plan;
+    (void)p.plan_drafted(d, plan);
+    const auto m = static_cast<std::int32_t>(plan.shape.size());
+    path.assign(1, 0);
+    for (node_id c = 1; c < m && U(rng) < 0.8; c += 3) {  // the top child of each level
+      if (d.tree.parent(c) != path.back()) break;
+      path.push_back(c);
+    }
+    specdec::round_feedback f;
+    f.tree = d.tree.view();
+    f.tree.size = m;
+    f.draft_prob = std::span<const float>(d.prob).first(static_cast<std::size_t>(m));
+    f.path = path;
+    f.forward_nodes = m;
+    f.forward_seconds = 1.0 + 0.7 * (m - 1);
+    benchmark::DoNotOptimize(p.observe(f));
+  }
+  state.counters["nodes"] = p.plan().summary.nodes;
+  state.SetItemsProcessed(state.iterations());  // rounds planned per second
+}
+BENCHMARK(BM_planner_drafted)->Unit(benchmark::kMicrosecond);
 
 void BM_planner_curve(benchmark::State& state) {
   const auto c = state.range(0);
