@@ -18,7 +18,8 @@ _SCAN_METHODS = {"automatic": 0, "recurrent": 1, "dual": 2}
 
 
 def _ssm_dtype(x: Any) -> Any:
-    s = str(getattr(x, "dtype", np.asarray(x).dtype))
+    # Not getattr's default: np.asarray of a CUDA tensor raises.
+    s = str(x.dtype) if hasattr(x, "dtype") else str(np.asarray(x).dtype)
     return np.float64 if s in ("float64", "torch.float64") else np.float32
 
 

@@ -1,0 +1,209 @@
+// GPU batched verification (specdec::kernels::verify_batch) at engine shapes:
+// R requests of n-node chains over a vocabulary of V (Llama-2 32000,
+// Llama-3 128256, Qwen2 152064), fp32 rows, time per call with CUDA events.
+//
+// greedy: every draft is the argmax of its parent's row, so the walk accepts
+// the whole chain and reads each of the R x n rows exactly once: the
+// bytes_per_second counter is then the rows' read bandwidth, next to a
+// device-to-device copy of the same bytes (copy_baseline:1, counting the
+// bytes read and written) in the same run.
+// sampled_iid: drafts from a q that differs from p (rejections happen);
+// only the time per call is comparable (the walk reads the rows it visits).
+// Rows come from a pool of 8 random rows replicated on the device.
+// Exits without benchmarks when no device is present.
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "specdec/kernels.hpp"
+
+namespace {
+
+using namespace specdec;
+constexpr int kPool = 8;
+
+struct dev_buf {
+  void* p = nullptr;
+  explicit dev_buf(std::size_t bytes) {
+    if (cudaMalloc(&p, std::max<std::size_t>(bytes, 1)) != cudaSuccess) p = nullptr;
+  }
+  ~dev_buf() {
+    if (p != nullptr) cudaFree(p);
+  }
+  dev_buf(const dev_buf&) = delete;
+  dev_buf& operator=(const dev_buf&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+template <class T>
+bool upload(dev_buf& d, const std::vector<T>& h) {
+  return d.p != nullptr && cudaMemcpy(d.p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess;
+}
+
+// kPool peaked random rows (softmax of 3 x normal logits) and their argmaxes.
+std::vector<float> pool_rows(std::int64_t V, std::uint32_t seed, std::vector<token_id>& argmax) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<double> N(0.0, 3.0);
+  std::vector<float> rows(static_cast<std::size_t>(kPool * V));
+  argmax.assign(kPool, 0);
+  std::vector<double> w(static_cast<std::size_t>(V));
+  for (int k = 0; k < kPool; ++k) {
+    double mx = -1e300, s = 0;
+    for (auto& x : w) mx = std::max(mx, x = N(gen));
+    for (auto& x : w) s += (x = std::exp(x - mx));
+    float* r = rows.data() + k * V;
+    for (std::int64_t i = 0; i < V; ++i) r[i] = static_cast<float>(w[static_cast<std::size_t>(i)] / s);
+    argmax[static_cast<std::size_t>(k)] = static_cast<token_id>(std::max_element(r, r + V) - r);
+  }
+  return rows;
+}
+
+// Fills `rows` row-major rows of V with the pool, row i = pool row (i + shift) % kPool.
+bool fill(float* dst, std::int64_t rows, std::int64_t V, const float* pool, int shift) {
+  const std::size_t row_bytes = static_cast<std::size_t>(V) * sizeof(float);
+  for (std::int64_t i = 0; i < std::min<std::int64_t>(rows, kPool); ++i)
+    if (cudaMemcpy(dst + i * V, pool + ((i + shift) % kPool) * V, row_bytes, cudaMemcpyDeviceToDevice) != cudaSuccess)
+      return false;
+  // Doubling copies: rows [done, 2 done) from [0, done) keep the period kPool.
+  for (std::int64_t done = kPool; done < rows; done *= 2) {
+    const std::int64_t m = std::min(done, rows - done);
+    if (cudaMemcpy(dst + done * V, dst, static_cast<std::size_t>(m) * row_bytes, cudaMemcpyDeviceToDevice) !=
+        cudaSuccess)
+      return false;
+  }
+  return true;
+}
+
+void BM_gpu_verify(benchmark::State& state) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  const auto R = static_cast<std::int32_t>(state.range(0));
+  const std::int64_t V = state.range(1);
+  const auto n = static_cast<std::int32_t>(state.range(2));
+  const bool greedy = state.range(3) == 0;
+  const bool copy = state.range(4) != 0;
+  const std::int64_t rows = static_cast<std::int64_t>(R) * n;
+  const std::int64_t row_bytes = rows * V * static_cast<std::int64_t>(sizeof(float));
+
+  std::vector<token_id> pmax, qmax;
+  const auto hp = pool_rows(V, 11, pmax);
+  const auto hq = pool_rows(V, 23, qmax);
+  dev_buf pool(hp.size() * sizeof(float)), qpool(hq.size() * sizeof(float));
+  dev_buf P(static_cast<std::size_t>(row_bytes)), Q(greedy ? 0 : static_cast<std::size_t>(row_bytes));
+  if (!upload(pool, hp) || !upload(qpool, hq) || P.p == nullptr || Q.p == nullptr ||
+      !fill(P.as<float>(), rows, V, pool.as<float>(), 0) ||
+      (!greedy && !fill(Q.as<float>(), rows, V, qpool.as<float>(), 0))) {
+    state.SkipWithError("device allocation or fill failed");
+    return;
+  }
+  // Chains: node i's token is the argmax of its parent's p row (greedy) or
+  // of its parent's q row (sampled_iid, drafted greedily from q).
+  std::vector<std::int32_t> offsets(static_cast<std::size_t>(R) + 1);
+  std::vector<token_id> token(static_cast<std::size_t>(rows));
+  std::vector<node_id> parent(static_cast<std::size_t>(rows));
+  std::vector<verify_params> params(static_cast<std::size_t>(R));
+  for (std::int32_t r = 0; r < R; ++r) {
+    offsets[static_cast<std::size_t>(r) + 1] = (r + 1) * n;
+    for (std::int32_t i = 0; i < n; ++i) {
+      const auto g = static_cast<std::size_t>(r * n + i);
+      const auto par_row = static_cast<std::size_t>((g - 1) % kPool);
+      parent[g] = i - 1;
+      token[g] = i == 0 ? 0 : (greedy ? pmax : qmax)[par_row];
+    }
+    auto& vp = params[static_cast<std::size_t>(r)];
+    vp.mode = greedy ? verify_mode::greedy : verify_mode::sampled_iid;
+    vp.seed = 1234;
+    vp.request = static_cast<std::uint32_t>(r);
+    vp.round = 1;
+  }
+  const std::int32_t L = n + 1;
+  dev_buf d_off(offsets.size() * 4), d_tok(token.size() * 4), d_par(parent.size() * 4),
+      d_params(params.size() * sizeof(verify_params)), d_paths(static_cast<std::size_t>(R) * L * 4),
+      d_toks(static_cast<std::size_t>(R) * L * 4), d_res(static_cast<std::size_t>(R) * sizeof(verify_result));
+  if (!upload(d_off, offsets) || !upload(d_tok, token) || !upload(d_par, parent) || !upload(d_params, params)) {
+    state.SkipWithError("upload failed");
+    return;
+  }
+  kernels::verify_batch_params p;
+  p.offsets = d_off.as<std::int32_t>();
+  p.token = d_tok.as<token_id>();
+  p.parent = d_par.as<node_id>();
+  p.p = P.as<float>();
+  p.p_row_stride = V;
+  p.q = greedy ? nullptr : Q.as<float>();
+  p.q_row_stride = greedy ? 0 : V;
+  p.params = d_params.as<verify_params>();
+  p.num_requests = R;
+  p.vocab = static_cast<std::int32_t>(V);
+  p.max_nodes = n;
+  p.out_stride = L;
+  p.paths = d_paths.as<node_id>();
+  p.tokens = d_toks.as<token_id>();
+  p.results = d_res.as<verify_result>();
+  const std::size_t ws_bytes = kernels::verify_batch_workspace_size(p);
+  dev_buf ws(ws_bytes), dst(copy ? static_cast<std::size_t>(row_bytes) : 0);
+  if (ws.p == nullptr || dst.p == nullptr) {
+    state.SkipWithError("workspace allocation failed");
+    return;
+  }
+
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (auto _ : state) {
+    cudaEventRecord(e0);
+    if (copy) {
+      cudaMemcpyAsync(dst.p, P.p, static_cast<std::size_t>(row_bytes), cudaMemcpyDeviceToDevice);
+    } else if (!kernels::verify_batch(p, ws.p, ws_bytes, nullptr).ok()) {
+      state.SkipWithError("verify_batch failed to launch");
+      break;
+    }
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    state.SetIterationTime(static_cast<double>(ms) / 1e3);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  if (!copy) {
+    std::vector<verify_result> res(static_cast<std::size_t>(R));
+    cudaMemcpy(res.data(), d_res.p, res.size() * sizeof(verify_result), cudaMemcpyDeviceToHost);
+    double accepted = 0;
+    for (const auto& x : res) {
+      if (x.code != status_code::ok) {
+        state.SkipWithError("a request failed");
+        return;
+      }
+      accepted += x.accepted;
+    }
+    state.counters["accepted"] = accepted / R;
+    if (greedy && accepted != static_cast<double>(R) * (n - 1))
+      state.SkipWithError("greedy did not accept every draft");
+  }
+  // The copy counts the bytes it reads and writes: memory traffic, like greedy's reads.
+  if (greedy || copy) state.SetBytesProcessed(state.iterations() * row_bytes * (copy ? 2 : 1));
+  state.counters["rows_MiB"] = static_cast<double>(row_bytes) / (1 << 20);
+}
+
+}  // namespace
+
+// R x V x n x mode (0 greedy, 1 sampled_iid) x copy_baseline; the copy
+// baseline only beside greedy (its bytes are the rows greedy reads).
+BENCHMARK(BM_gpu_verify)
+    ->ArgNames({"R", "V", "n", "sampled", "copy_baseline"})
+    ->ArgsProduct({{1, 64, 256}, {32000, 128256, 152064}, {1, 8, 64}, {0, 1}, {0}})
+    ->ArgsProduct({{1, 64, 256}, {32000, 128256, 152064}, {1, 8, 64}, {0}, {1}})
+    ->MinTime(0.05)
+    ->UseManualTime();
