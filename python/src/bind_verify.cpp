@@ -138,7 +138,7 @@ std::size_t verify_staging(std::size_t R, bool upload_offsets) {
 std::size_t verify_ws_size(std::int64_t R, std::int32_t vocab, std::int32_t max_nodes, bool upload_offsets) {
   if (R <= 0) return 0;
   return device_scratch::bytes(
-      kernels::verify_request_workspace_bytes(vocab, std::max(max_nodes, 1)) * static_cast<std::size_t>(R),
+      kernels::verify_batch_workspace_bytes(static_cast<std::int32_t>(R), vocab, std::max(max_nodes, 1)),
       verify_staging(static_cast<std::size_t>(R), upload_offsets));
 }
 
@@ -206,7 +206,7 @@ void verify(const any_i32& offsets, const dev1<const node_id>& parent, const dev
     P.accepted_per_depth = reinterpret_cast<unsigned long long*>(accepted_per_depth->data());
     P.depth_counters = static_cast<std::int32_t>(accepted_per_depth->size());
   }
-  const std::size_t kernel_bytes = kernels::verify_request_workspace_bytes(V, P.max_nodes) * R;
+  const std::size_t kernel_bytes = kernels::verify_batch_workspace_size(P);
   device_scratch ws(kernel_bytes, verify_staging(R, !o.on_device), workspace, s);
   P.params = ws.stage(0, vps.data(), R);
   if (o.on_device) {

@@ -266,6 +266,14 @@ TEST_CASE("GPU verify_batch can_implement rejects bad launches") {
   kp.num_requests = 2;
   kp.vocab = 10;
   kp.max_nodes = 3;
-  CHECK(kernels::verify_batch_workspace_size(kp) == 2 * kernels::verify_request_workspace_bytes(10, 3));
+  // Two slices, then the greedy pre-pass's table (one partial per row: V = 10 is one chunk).
+  CHECK(kernels::verify_argmax_splits(2, 10, 3) == 1);
+  CHECK(kernels::verify_argmax_table_bytes(2, 10, 3) == workspace_alignment);
+  CHECK(kernels::verify_batch_workspace_size(kp) ==
+        2 * kernels::verify_request_workspace_bytes(10, 3) + kernels::verify_argmax_table_bytes(2, 10, 3));
+  // Splits: about verify_argmax_target_blocks blocks, chunks of >= verify_argmax_min_chunk.
+  CHECK(kernels::verify_argmax_splits(1, 128256, 1) == 32);
+  CHECK(kernels::verify_argmax_splits(1, 128256, 64) == 16);
+  CHECK(kernels::verify_argmax_splits(64, 128256, 64) == 1);
   CHECK(kernels::verify_request_workspace_bytes(10, 3) % workspace_alignment == 0);
 }

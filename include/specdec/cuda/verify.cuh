@@ -75,6 +75,12 @@ struct block_row_ops {
     std::int32_t code;
   };
   storage& sh;
+  //! The greedy pre-pass's partials of this request (null: argmax scans the
+  //! row): `splits` per row, rows of p at base + u * rs (column stride cs).
+  const kernels::verify_argmax_partial* table = nullptr;
+  const float* base = nullptr;
+  std::int64_t rs = 0, cs = 1;
+  std::int32_t rows = 0, splits = 0;
 
   //! One warp's sum of tile t of K element streams (valid in lane 0).
   template <int K, class Elem>
@@ -236,13 +242,54 @@ struct block_row_ops {
     return out;
   }
 
+  //! Loads in flight per thread in argmax: one block reads a whole row, so
+  //! its bandwidth is what the loads in flight allow (one at a time read
+  //! 11 GB/s on an H200; benchmarks/results/gpu-h200-2026-11-26.md).
+  static constexpr int argmax_loads = 16;
+
+  //! Row u of the table when r is row u of this request's p, else -1.
+  SPECDEC_DEVICE std::int64_t table_row(row_ref r) const {
+    if (table == nullptr || r.s != cs) return -1;
+    // Integer addresses: r may point into q, another allocation.
+    const std::intptr_t bytes = reinterpret_cast<std::intptr_t>(r.d) - reinterpret_cast<std::intptr_t>(base);
+    if (bytes % static_cast<std::intptr_t>(sizeof(float)) != 0) return -1;
+    const std::int64_t off = bytes / static_cast<std::intptr_t>(sizeof(float));
+    const std::int64_t u = rs == 0 ? (off == 0 ? 0 : -1) : (off >= 0 && off % rs == 0 ? off / rs : -1);
+    return u < rows ? u : -1;
+  }
+
   SPECDEC_DEVICE bool argmax(row_ref r, std::int64_t V, token_id& a) const {
     argmax_item best{-INFINITY, LLONG_MAX};
     bool nan = false;
-    for (std::int64_t i = threadIdx.x; i < V; i += Block) {
-      const float x = r[i];
-      nan |= x != x;
-      if (specdec::detail::argmax_beats(x, i, best.v, best.i)) best = argmax_item{x, i};
+    if (const std::int64_t u = table_row(r); u >= 0) {
+      // Every thread combines the row's partials in the same order (the
+      // merge is a total order, so the result is the whole row's argmax).
+      const kernels::verify_argmax_partial* t = table + u * splits;
+      for (std::int32_t c = 0; c < splits; ++c) {
+        const kernels::verify_argmax_partial e = t[c];
+        nan |= e.nan != 0;
+        if (e.i >= 0 && specdec::detail::argmax_beats(e.v, e.i, best.v, best.i)) best = argmax_item{e.v, e.i};
+      }
+      a = static_cast<token_id>(best.i == LLONG_MAX ? 0 : best.i);
+      __syncthreads();  // every pass ends with a barrier
+      return !nan;
+    }
+    for (std::int64_t i0 = threadIdx.x; i0 < V; i0 += static_cast<std::int64_t>(Block) * argmax_loads) {
+      float x[argmax_loads];
+#pragma unroll
+      for (int k = 0; k < argmax_loads; ++k) {
+        const std::int64_t i = i0 + static_cast<std::int64_t>(k) * Block;
+        x[k] = i < V ? r[i] : -INFINITY;
+      }
+      // In increasing index order, as one load at a time would (the order
+      // does not change the result: argmax_beats is a total order).
+#pragma unroll
+      for (int k = 0; k < argmax_loads; ++k) {
+        const std::int64_t i = i0 + static_cast<std::int64_t>(k) * Block;
+        if (i >= V) break;
+        nan |= x[k] != x[k];
+        if (specdec::detail::argmax_beats(x[k], i, best.v, best.i)) best = argmax_item{x[k], i};
+      }
     }
     const bool any_nan = __syncthreads_or(nan) != 0;
     const argmax_item b = reduce_a(sh.tmp.ra).Reduce(best, argmax_op{});
@@ -295,16 +342,59 @@ struct block_row_ops {
 
 }  // namespace detail
 
-//! The kernel: block r verifies request r (launch with Block threads and
-//! grid = num_requests; workspace = num_requests slices of
-//! kernels::verify_request_workspace_bytes).
+//! The greedy pre-pass: block (c, j, r) writes the argmax of chunk c of
+//! row j of request r to table[(r * max_nodes + j) * splits + c], for
+//! greedy requests whose node count is in (0, max_nodes] (the others are
+//! the walk's to report; their blocks return at once).
 template <int Block>
 SPECDEC_KERNEL void __launch_bounds__(Block)
-    verify_batch_kernel(kernels::verify_batch_params P, unsigned char* workspace) {
+    verify_argmax_kernel(const kernels::verify_batch_params P, kernels::verify_argmax_partial* table,
+                         std::int32_t splits, std::int64_t chunk) {
+  using reduce_a = cub::BlockReduce<detail::argmax_item, Block>;
+  __shared__ typename reduce_a::TempStorage tmp;
+  const auto r = static_cast<std::int64_t>(blockIdx.z);
+  const auto j = static_cast<std::int32_t>(blockIdx.y);
+  const std::int32_t b = P.offsets[r];
+  const std::int32_t n = P.offsets[r + 1] - b;
+  if (n <= 0 || n > P.max_nodes || j >= n || P.params[r].mode != verify_mode::greedy) return;
+  const detail::row_ref row{P.p + static_cast<std::int64_t>(b + j) * P.p_row_stride, P.p_col_stride};
+  const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * chunk;
+  const std::int64_t hi = lo + chunk < P.vocab ? lo + chunk : P.vocab;
+  constexpr int loads = detail::block_row_ops<Block>::argmax_loads;
+  detail::argmax_item best{-INFINITY, LLONG_MAX};
+  bool nan = false;
+  for (std::int64_t i0 = lo + threadIdx.x; i0 < hi; i0 += static_cast<std::int64_t>(Block) * loads) {
+    float x[loads];
+#pragma unroll
+    for (int k = 0; k < loads; ++k) {
+      const std::int64_t i = i0 + static_cast<std::int64_t>(k) * Block;
+      x[k] = i < hi ? row[i] : -INFINITY;
+    }
+#pragma unroll
+    for (int k = 0; k < loads; ++k) {
+      const std::int64_t i = i0 + static_cast<std::int64_t>(k) * Block;
+      if (i >= hi) break;
+      nan |= x[k] != x[k];
+      if (specdec::detail::argmax_beats(x[k], i, best.v, best.i)) best = detail::argmax_item{x[k], i};
+    }
+  }
+  const bool any_nan = __syncthreads_or(nan) != 0;
+  const detail::argmax_item m = reduce_a(tmp).Reduce(best, detail::argmax_op{});
+  if (threadIdx.x == 0)
+    table[(r * P.max_nodes + j) * splits + blockIdx.x] =
+        kernels::verify_argmax_partial{m.v, m.i < hi ? static_cast<std::int32_t>(m.i) : -1, any_nan ? 1 : 0, 0};
+}
+
+//! The kernel: block r verifies request r (launch with Block threads and
+//! grid = num_requests; workspace as kernels::verify_batch_workspace_bytes:
+//! num_requests slices of kernels::verify_request_workspace_bytes, then the
+//! pre-pass's table, read by greedy requests when `splits` > 0).
+template <int Block>
+SPECDEC_KERNEL void __launch_bounds__(Block)
+    verify_batch_kernel(kernels::verify_batch_params P, unsigned char* workspace, std::int32_t splits) {
   using ops_t = detail::block_row_ops<Block>;
   static_assert(verify_row_ops<ops_t>);
   __shared__ typename ops_t::storage sh;
-  const ops_t ops{sh};
   const int r = static_cast<int>(blockIdx.x);
   const std::int32_t b = P.offsets[r];
   const std::int32_t n = P.offsets[r + 1] - b;
@@ -345,6 +435,16 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
                                 V};
   const parent_topology topo{tok, par, n};
   specdec::walk_out o{s.path, n, 0, 0, -1};
+  const bool use_table = splits > 0 && vp.mode == verify_mode::greedy;
+  const std::size_t slices = slice * static_cast<std::size_t>(P.num_requests);
+  const auto* table = reinterpret_cast<const kernels::verify_argmax_partial*>(workspace + slices);
+  const ops_t ops{sh,
+                  use_table ? table + static_cast<std::int64_t>(r) * P.max_nodes * splits : nullptr,
+                  rows.p,
+                  P.p_row_stride,
+                  P.p_col_stride,
+                  n,
+                  splits};
   const status st =
       P.uniforms != nullptr
           ? specdec::verify_walk(
@@ -381,8 +481,21 @@ inline status verify_batch(const kernels::verify_batch_params& P, void* workspac
   if (P.num_requests == 0) return status::success();
   SPECDEC_TRY(check_workspace(workspace, workspace_bytes, kernels::verify_batch_workspace_size(P),
                               "workspace smaller than verify_batch_workspace_size"));
-  verify_batch_kernel<verify_block_threads><<<static_cast<unsigned>(P.num_requests), verify_block_threads, 0, stream>>>(
-      P, static_cast<unsigned char*>(workspace));
+  auto* ws = static_cast<unsigned char*>(workspace);
+  // The greedy pre-pass (grid: chunk, node, request; CUDA's y and z limits).
+  std::int32_t splits = kernels::verify_argmax_splits(P.num_requests, P.vocab, P.max_nodes);
+  if (P.max_nodes > 65535 || P.num_requests > 65535) splits = 0;
+  if (splits > 0) {
+    const std::int64_t chunk = (static_cast<std::int64_t>(P.vocab) + splits - 1) / splits;
+    auto* table = reinterpret_cast<kernels::verify_argmax_partial*>(
+        ws + kernels::verify_request_workspace_bytes(P.vocab, P.max_nodes) * static_cast<std::size_t>(P.num_requests));
+    verify_argmax_kernel<verify_block_threads><<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(P.max_nodes),
+                                                      static_cast<unsigned>(P.num_requests)),
+                                                 verify_block_threads, 0, stream>>>(P, table, splits, chunk);
+    SPECDEC_TRY(last_launch_status());
+  }
+  verify_batch_kernel<verify_block_threads>
+      <<<static_cast<unsigned>(P.num_requests), verify_block_threads, 0, stream>>>(P, ws, splits);
   return last_launch_status();
 }
 

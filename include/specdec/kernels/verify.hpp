@@ -5,7 +5,10 @@
 //! block per request; the request checks are shared too
 //! (verify/request_checks.hpp).
 //! The block and traversal modes are host-only for now: such a request
-//! gets `unsupported` in its result code.
+//! gets `unsupported` in its result code. Greedy requests first have every
+//! row's argmax computed by a pre-pass that splits rows over blocks (a
+//! second launch on the same stream, verify_argmax_splits); their walk
+//! combines the partials instead of scanning rows.
 //!
 //! Equality with the host path (verify_batch in verify/batch_verify.hpp):
 //! same walk, same checks and status codes, same uniforms (keyed Philox or
@@ -79,11 +82,59 @@ SPECDEC_HD std::size_t verify_request_workspace_bytes(std::int32_t vocab, std::i
   return w.bytes_used();
 }
 
-//! Bytes of device workspace: num_requests slices of
-//! verify_request_workspace_bytes. 0 for an empty or malformed launch.
+//! The greedy pre-pass splits each row into at most ceil(vocab /
+//! verify_argmax_min_chunk) chunks, one block each, so that a launch has
+//! about verify_argmax_target_blocks blocks: a batch of one request is then
+//! read by the whole GPU, not by one multiprocessor.
+inline constexpr std::int32_t verify_argmax_min_chunk = 4096;
+//! Blocks the greedy pre-pass aims for (a few per multiprocessor).
+inline constexpr std::int64_t verify_argmax_target_blocks = 1024;
+
+//! Chunks per row of the greedy pre-pass for a launch's sizes: enough for
+//! verify_argmax_target_blocks blocks over num_requests x max_nodes rows,
+//! at least 1, at most ceil(vocab / verify_argmax_min_chunk).
+SPECDEC_HD std::int32_t verify_argmax_splits(std::int32_t num_requests, std::int32_t vocab,
+                                             std::int32_t max_nodes) noexcept {
+  if (num_requests <= 0 || vocab <= 0 || max_nodes <= 0) return 0;
+  const std::int64_t rows = static_cast<std::int64_t>(num_requests) * max_nodes;
+  const std::int64_t most = (static_cast<std::int64_t>(vocab) + verify_argmax_min_chunk - 1) / verify_argmax_min_chunk;
+  const std::int64_t want = (verify_argmax_target_blocks + rows - 1) / rows;
+  return static_cast<std::int32_t>(want < most ? want : most);
+}
+
+//! One block's share of a row's argmax: the best entry of its chunk (value,
+//! index; -1 if the chunk has no comparable entry), and whether the chunk
+//! holds a NaN.
+struct verify_argmax_partial {
+  float v;
+  std::int32_t i;
+  std::int32_t nan;
+  std::int32_t unused;
+};
+
+//! Bytes of the greedy pre-pass's table: num_requests x max_nodes rows of
+//! verify_argmax_splits partials, 256-byte aligned.
+SPECDEC_HD std::size_t verify_argmax_table_bytes(std::int32_t num_requests, std::int32_t vocab,
+                                                 std::int32_t max_nodes) noexcept {
+  const std::int32_t splits = verify_argmax_splits(num_requests, vocab, max_nodes);
+  return align_up(static_cast<std::size_t>(num_requests) * static_cast<std::size_t>(max_nodes) *
+                  static_cast<std::size_t>(splits) * sizeof(verify_argmax_partial));
+}
+
+//! Bytes of device workspace for num_requests requests of at most
+//! max_nodes nodes over vocab: num_requests slices of
+//! verify_request_workspace_bytes, then the greedy pre-pass's table
+//! (verify_argmax_table_bytes). 0 for an empty or malformed launch.
+SPECDEC_HD std::size_t verify_batch_workspace_bytes(std::int32_t num_requests, std::int32_t vocab,
+                                                    std::int32_t max_nodes) noexcept {
+  if (num_requests <= 0) return 0;
+  return verify_request_workspace_bytes(vocab, max_nodes) * static_cast<std::size_t>(num_requests) +
+         verify_argmax_table_bytes(num_requests, vocab, max_nodes);
+}
+
+//! verify_batch_workspace_bytes of the launch's sizes.
 inline std::size_t verify_batch_workspace_size(const verify_batch_params& P) noexcept {
-  if (P.num_requests <= 0) return 0;
-  return verify_request_workspace_bytes(P.vocab, P.max_nodes) * static_cast<std::size_t>(P.num_requests);
+  return verify_batch_workspace_bytes(P.num_requests, P.vocab, P.max_nodes);
 }
 
 //! Checks what can be checked on the host without reading device memory:
