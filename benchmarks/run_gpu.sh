@@ -105,7 +105,6 @@ if want bench; then
   done
 fi
 
-
 # The Python package builds (its own copy of the kernels, for the machine's
 # torch) while compute-sanitizer runs, after the timings.
 py_ok=

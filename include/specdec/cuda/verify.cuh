@@ -53,6 +53,33 @@ struct max_i64_op {
   SPECDEC_DEVICE std::int64_t operator()(std::int64_t a, std::int64_t b) const { return a > b ? a : b; }
 };
 
+//! Loads in flight per thread in an argmax scan: one block reads a whole
+//! row (or chunk), so its bandwidth is what the loads in flight allow (one
+//! at a time read 11 GB/s on an H200; benchmarks/results/gpu-h200-2026-11-26.md).
+inline constexpr int argmax_loads = 16;
+
+//! This thread's share of the argmax of r[lo, hi) (elements lo + threadIdx.x
+//! + k Block), merged into best, NaNs into nan. The merge is a total order,
+//! so any split of a row merges to the row's argmax.
+template <int Block>
+SPECDEC_DEVICE void thread_argmax(row_ref r, std::int64_t lo, std::int64_t hi, argmax_item& best, bool& nan) {
+  for (std::int64_t i0 = lo + threadIdx.x; i0 < hi; i0 += static_cast<std::int64_t>(Block) * argmax_loads) {
+    float x[argmax_loads];
+#pragma unroll
+    for (int k = 0; k < argmax_loads; ++k) {
+      const std::int64_t i = i0 + static_cast<std::int64_t>(k) * Block;
+      x[k] = i < hi ? r[i] : -INFINITY;
+    }
+#pragma unroll
+    for (int k = 0; k < argmax_loads; ++k) {
+      const std::int64_t i = i0 + static_cast<std::int64_t>(k) * Block;
+      if (i >= hi) break;
+      nan |= x[k] != x[k];
+      if (specdec::detail::argmax_beats(x[k], i, best.v, best.i)) best = argmax_item{x[k], i};
+    }
+  }
+}
+
 //! The CUDA row-operations policy: every pass is called by all Block
 //! threads of the block with the same arguments, returns the same value to
 //! all of them, and ends with a barrier (its writes are then visible).
@@ -242,11 +269,6 @@ struct block_row_ops {
     return out;
   }
 
-  //! Loads in flight per thread in argmax: one block reads a whole row, so
-  //! its bandwidth is what the loads in flight allow (one at a time read
-  //! 11 GB/s on an H200; benchmarks/results/gpu-h200-2026-11-26.md).
-  static constexpr int argmax_loads = 16;
-
   //! Row u of the table when r is row u of this request's p, else -1.
   SPECDEC_DEVICE std::int64_t table_row(row_ref r) const {
     if (table == nullptr || r.s != cs) return -1;
@@ -274,23 +296,7 @@ struct block_row_ops {
       __syncthreads();  // every pass ends with a barrier
       return !nan;
     }
-    for (std::int64_t i0 = threadIdx.x; i0 < V; i0 += static_cast<std::int64_t>(Block) * argmax_loads) {
-      float x[argmax_loads];
-#pragma unroll
-      for (int k = 0; k < argmax_loads; ++k) {
-        const std::int64_t i = i0 + static_cast<std::int64_t>(k) * Block;
-        x[k] = i < V ? r[i] : -INFINITY;
-      }
-      // In increasing index order, as one load at a time would (the order
-      // does not change the result: argmax_beats is a total order).
-#pragma unroll
-      for (int k = 0; k < argmax_loads; ++k) {
-        const std::int64_t i = i0 + static_cast<std::int64_t>(k) * Block;
-        if (i >= V) break;
-        nan |= x[k] != x[k];
-        if (specdec::detail::argmax_beats(x[k], i, best.v, best.i)) best = argmax_item{x[k], i};
-      }
-    }
+    thread_argmax<Block>(r, 0, V, best, nan);
     const bool any_nan = __syncthreads_or(nan) != 0;
     const argmax_item b = reduce_a(sh.tmp.ra).Reduce(best, argmax_op{});
     if (threadIdx.x == 0) sh.l = b.i;
@@ -360,24 +366,9 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   const detail::row_ref row{P.p + static_cast<std::int64_t>(b + j) * P.p_row_stride, P.p_col_stride};
   const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * chunk;
   const std::int64_t hi = lo + chunk < P.vocab ? lo + chunk : P.vocab;
-  constexpr int loads = detail::block_row_ops<Block>::argmax_loads;
   detail::argmax_item best{-INFINITY, LLONG_MAX};
   bool nan = false;
-  for (std::int64_t i0 = lo + threadIdx.x; i0 < hi; i0 += static_cast<std::int64_t>(Block) * loads) {
-    float x[loads];
-#pragma unroll
-    for (int k = 0; k < loads; ++k) {
-      const std::int64_t i = i0 + static_cast<std::int64_t>(k) * Block;
-      x[k] = i < hi ? row[i] : -INFINITY;
-    }
-#pragma unroll
-    for (int k = 0; k < loads; ++k) {
-      const std::int64_t i = i0 + static_cast<std::int64_t>(k) * Block;
-      if (i >= hi) break;
-      nan |= x[k] != x[k];
-      if (specdec::detail::argmax_beats(x[k], i, best.v, best.i)) best = detail::argmax_item{x[k], i};
-    }
-  }
+  detail::thread_argmax<Block>(row, lo, hi, best, nan);
   const bool any_nan = __syncthreads_or(nan) != 0;
   const detail::argmax_item m = reduce_a(tmp).Reduce(best, detail::argmax_op{});
   if (threadIdx.x == 0)

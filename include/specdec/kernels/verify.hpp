@@ -106,10 +106,10 @@ SPECDEC_HD std::int32_t verify_argmax_splits(std::int32_t num_requests, std::int
 //! index; -1 if the chunk has no comparable entry), and whether the chunk
 //! holds a NaN.
 struct verify_argmax_partial {
-  float v;
-  std::int32_t i;
-  std::int32_t nan;
-  std::int32_t unused;
+  float v;              //!< the chunk's largest entry
+  std::int32_t i;       //!< its index in the row (lowest on ties), -1 if none
+  std::int32_t nan;     //!< 1 if the chunk holds a NaN
+  std::int32_t unused;  //!< padding to 16 bytes
 };
 
 //! Bytes of the greedy pre-pass's table: num_requests x max_nodes rows of
