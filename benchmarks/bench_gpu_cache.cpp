@@ -15,27 +15,18 @@
 #include <vector>
 
 #include "cache_workload.hpp"
+#include "gpu_bench.hpp"
 
 #include "specdec/kernels.hpp"
 
 namespace {
 
 using namespace cache_bench;
-
-template <class T>
-T* device_copy(const std::vector<T>& h) {
-  T* d = nullptr;
-  cudaMalloc(reinterpret_cast<void**>(&d), std::max<std::size_t>(1, h.size()) * sizeof(T));
-  if (!h.empty()) cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return d;
-}
+using gpu_bench::dev_buf;
+using gpu_bench::device_copy;
 
 void BM_gpu_commit(benchmark::State& state) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    state.SkipWithError("no CUDA device");
-    return;
-  }
+  if (gpu_bench::skip_without_device(state)) return;
   const std::int64_t R = state.range(0);
   const bool paged = state.range(1) != 0;
   const bool baseline = state.range(2) != 0;
@@ -43,63 +34,43 @@ void BM_gpu_commit(benchmark::State& state) {
   const std::int64_t moved_bytes = w.moved_rows * kLayers * kHeads * kDim * 2 * 2;
   const std::int64_t pages = w.pages, per_row = w.per_row;
   const std::int64_t elems = paged ? pages * kLayers * kPage * kHeads * kDim : R * kLayers * kHeads * kCapacity * kDim;
-  std::uint16_t *k = nullptr, *v = nullptr;
-  cudaMalloc(reinterpret_cast<void**>(&k), static_cast<std::size_t>(elems) * 2);
-  cudaMalloc(reinterpret_cast<void**>(&v), static_cast<std::size_t>(elems) * 2);
+  dev_buf k(static_cast<std::size_t>(elems) * 2), v(static_cast<std::size_t>(elems) * 2);
   std::vector<specdec::kv_tensor<void>> ts;
-  for (auto* p : {k, v}) {
-    const auto t = paged ? specdec::make_kv_tensor_paged_nhd(p, pages, kLayers, kPage, kHeads, kDim)
-                         : specdec::make_kv_tensor_lhsd(p, R, kLayers, kHeads, kCapacity, kDim);
-    ts.push_back(specdec::erase_kv_tensor(t));
+  for (const dev_buf* t : {&k, &v}) {
+    auto* d = t->as<std::uint16_t>();
+    const auto kt = paged ? specdec::make_kv_tensor_paged_nhd(d, pages, kLayers, kPage, kHeads, kDim)
+                          : specdec::make_kv_tensor_lhsd(d, R, kLayers, kHeads, kCapacity, kDim);
+    ts.push_back(specdec::erase_kv_tensor(kt));
   }
-  auto* d_ts = device_copy(ts);
-  auto* d_clen = device_copy(w.clen);
-  auto* d_koff = device_copy(w.koff);
-  auto* d_keep = device_copy(w.keep);
-  auto* d_table = device_copy(w.table);
-  std::uint64_t* d_status = nullptr;
-  cudaMalloc(reinterpret_cast<void**>(&d_status), 8);
-  unsigned char *a = nullptr, *b = nullptr;
-  cudaMalloc(reinterpret_cast<void**>(&a), static_cast<std::size_t>(moved_bytes));
-  cudaMalloc(reinterpret_cast<void**>(&b), static_cast<std::size_t>(moved_bytes));
+  const dev_buf d_ts = device_copy(ts), d_clen = device_copy(w.clen), d_koff = device_copy(w.koff),
+                d_keep = device_copy(w.keep), d_table = device_copy(w.table);
+  dev_buf d_status(8), a(static_cast<std::size_t>(moved_bytes)), b(static_cast<std::size_t>(moved_bytes));
+  if (k.p == nullptr || v.p == nullptr || a.p == nullptr || b.p == nullptr) {
+    state.SkipWithError("cudaMalloc failed");
+    return;
+  }
   specdec::kernels::kv_commit_params p;
-  p.tensors = d_ts;
+  p.tensors = d_ts.as<specdec::kv_tensor<void>>();
   p.num_tensors = 2;
   p.elem_bytes = 2;
   p.max_layers = kLayers;
   p.max_heads = kHeads;
-  p.map = paged ? specdec::paged_positions(d_table, per_row, kPage, pages) : specdec::contiguous_positions(kCapacity);
-  p.batch = specdec::kv_commit_batch{static_cast<std::int32_t>(R), d_clen, d_koff, d_keep};
+  p.map = paged ? specdec::paged_positions(d_table.as<std::int32_t>(), per_row, kPage, pages)
+                : specdec::contiguous_positions(kCapacity);
+  p.batch = specdec::kv_commit_batch{static_cast<std::int32_t>(R), d_clen.as<specdec::position_id>(),
+                                     d_koff.as<std::int32_t>(), d_keep.as<specdec::position_id>()};
   p.total_keep = static_cast<std::int64_t>(w.keep.size());
-  p.status_word = d_status;
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (auto _ : state) {
-    cudaEventRecord(e0);
-    if (baseline) {
-      cudaMemcpyAsync(b, a, static_cast<std::size_t>(moved_bytes), cudaMemcpyDeviceToDevice);
-    } else if (!specdec::kernels::kv_commit(p, nullptr, 0, nullptr).ok()) {
-      state.SkipWithError("kv_commit failed");
-      break;
-    }
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    state.SetIterationTime(static_cast<double>(ms) / 1e3);
-  }
+  p.status_word = d_status.as<std::uint64_t>();
+  gpu_bench::timed_loop(state, [&] {
+    if (baseline)
+      return cudaMemcpyAsync(b.p, a.p, static_cast<std::size_t>(moved_bytes), cudaMemcpyDeviceToDevice) == cudaSuccess;
+    return specdec::kernels::kv_commit(p, nullptr, 0, nullptr).ok();
+  });
   std::uint64_t word = 0;
-  cudaMemcpy(&word, d_status, 8, cudaMemcpyDeviceToHost);
+  cudaMemcpy(&word, d_status.p, 8, cudaMemcpyDeviceToHost);
   if (!baseline && !specdec::kernels::kv_commit_result(word).ok()) state.SkipWithError("device reported an error");
   state.SetBytesProcessed(state.iterations() * moved_bytes);
   state.counters["moved_KiB"] = static_cast<double>(moved_bytes) / 1024.0;
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  for (void* ptr : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(d_ts), static_cast<void*>(d_clen),
-                    static_cast<void*>(d_koff), static_cast<void*>(d_keep), static_cast<void*>(d_table),
-                    static_cast<void*>(d_status), static_cast<void*>(a), static_cast<void*>(b)})
-    cudaFree(ptr);
 }
 
 }  // namespace

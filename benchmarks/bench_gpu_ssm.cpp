@@ -13,38 +13,21 @@
 
 #include <cuda_runtime.h>
 
+#include "gpu_bench.hpp"
 #include "specdec/kernels.hpp"
 
 namespace {
 
+using gpu_bench::dev_buf;
+using gpu_bench::upload;
+
 using specdec::node_id;
 constexpr std::int64_t kHeaddim = 64, kDstate = 128;
-
-struct dev_array {
-  void* p = nullptr;
-  explicit dev_array(std::size_t bytes) {
-    if (cudaMalloc(&p, bytes) != cudaSuccess) p = nullptr;
-  }
-  ~dev_array() {
-    if (p != nullptr) cudaFree(p);
-  }
-  dev_array(const dev_array&) = delete;
-  dev_array& operator=(const dev_array&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
-
-template <class T>
-void upload(dev_array& d, const std::vector<T>& h) {
-  cudaMemcpy(d.p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
-}
 
 // Inputs of one scan problem (a tree, or one gathered root-to-leaf chain) on the device.
 struct dev_problem {
   std::int64_t n, heads;
-  dev_array parent, x, dt, A, B, C, y, states;
+  dev_buf parent, x, dt, A, B, C, y, states;
   dev_problem(const std::vector<node_id>& par, std::int64_t h, std::mt19937_64& rng)
       : n(static_cast<std::int64_t>(par.size())),
         heads(h),
@@ -91,10 +74,7 @@ std::vector<node_id> binary_tree(std::int64_t n) {
 }
 
 void BM_gpu_ssm_tree_scan(benchmark::State& st) {
-  if (specdec::kernels::device_count() == 0) {
-    st.SkipWithError("no CUDA device");
-    return;
-  }
+  if (gpu_bench::skip_without_device(st)) return;
   std::mt19937_64 rng(7);
   dev_problem pb(binary_tree(st.range(0)), st.range(1), rng);
   if (!pb.ok()) {
@@ -110,10 +90,7 @@ void BM_gpu_ssm_tree_scan(benchmark::State& st) {
 }
 
 void BM_gpu_ssm_unrolled_sequences(benchmark::State& st) {
-  if (specdec::kernels::device_count() == 0) {
-    st.SkipWithError("no CUDA device");
-    return;
-  }
+  if (gpu_bench::skip_without_device(st)) return;
   const std::int64_t n = st.range(0);
   const std::int64_t leaves = (n + 1) / 2, depth = [&] {
     std::int64_t d = 0;

@@ -20,33 +20,15 @@
 #include <random>
 #include <vector>
 
+#include "gpu_bench.hpp"
 #include "specdec/kernels.hpp"
 
 namespace {
 
 using namespace specdec;
+using gpu_bench::dev_buf;
+using gpu_bench::upload;
 constexpr int kPool = 8;
-
-struct dev_buf {
-  void* p = nullptr;
-  explicit dev_buf(std::size_t bytes) {
-    if (cudaMalloc(&p, std::max<std::size_t>(bytes, 1)) != cudaSuccess) p = nullptr;
-  }
-  ~dev_buf() {
-    if (p != nullptr) cudaFree(p);
-  }
-  dev_buf(const dev_buf&) = delete;
-  dev_buf& operator=(const dev_buf&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
-
-template <class T>
-bool upload(dev_buf& d, const std::vector<T>& h) {
-  return d.p != nullptr && cudaMemcpy(d.p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess;
-}
 
 // kPool peaked random rows (softmax of 3 x normal logits) and their argmaxes.
 std::vector<float> pool_rows(std::int64_t V, std::uint32_t seed, std::vector<token_id>& argmax) {
@@ -83,11 +65,7 @@ bool fill(float* dst, std::int64_t rows, std::int64_t V, const float* pool, int 
 }
 
 void BM_gpu_verify(benchmark::State& state) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    state.SkipWithError("no CUDA device");
-    return;
-  }
+  if (gpu_bench::skip_without_device(state)) return;
   const auto R = static_cast<std::int32_t>(state.range(0));
   const std::int64_t V = state.range(1);
   const auto n = static_cast<std::int32_t>(state.range(2));
@@ -158,25 +136,11 @@ void BM_gpu_verify(benchmark::State& state) {
     return;
   }
 
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (auto _ : state) {
-    cudaEventRecord(e0);
-    if (copy) {
-      cudaMemcpyAsync(dst.p, P.p, static_cast<std::size_t>(row_bytes), cudaMemcpyDeviceToDevice);
-    } else if (!kernels::verify_batch(p, ws.p, ws_bytes, nullptr).ok()) {
-      state.SkipWithError("verify_batch failed to launch");
-      break;
-    }
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    state.SetIterationTime(static_cast<double>(ms) / 1e3);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  gpu_bench::timed_loop(state, [&] {
+    if (copy)
+      return cudaMemcpyAsync(dst.p, P.p, static_cast<std::size_t>(row_bytes), cudaMemcpyDeviceToDevice) == cudaSuccess;
+    return kernels::verify_batch(p, ws.p, ws_bytes, nullptr).ok();
+  });
   if (!copy) {
     std::vector<verify_result> res(static_cast<std::size_t>(R));
     cudaMemcpy(res.data(), d_res.p, res.size() * sizeof(verify_result), cudaMemcpyDeviceToHost);
