@@ -166,6 +166,36 @@ TEST_CASE("planner: option, cost and feedback errors") {
   CHECK(p.rounds() == 1);
 }
 
+TEST_CASE("planner: acceptance estimates follow the drafted rounds") {
+  // Chains of 4 drafts, every draft accepted, with 4 sibling ranks planned:
+  // ranks never offered must not shrink the measured rank-0 rate, and plain
+  // steps afterwards bring no evidence, so they must not age it.
+  round_planner p(planner_options{.max_children = 4});
+  const node_id chain[] = {-1, 0, 1, 2, 3}, plain[] = {-1}, all[] = {0, 1, 2, 3, 4}, root[] = {0};
+  const token_id tokens[] = {0, 0, 0, 0, 0};
+  round_feedback f;
+  f.forward_seconds = 1e-3;
+  for (int i = 0; i < 40; ++i) {
+    f.tree = tree_view{tokens, chain, nullptr, nullptr, 5};
+    f.path = all;
+    f.forward_nodes = 5;
+    REQUIRE(p.observe(f).ok());
+  }
+  for (std::int32_t d = 1; d <= 4; ++d) CHECK(p.acceptance(d, 0) > 0.95);
+  for (std::int32_t d = 1; d <= 4; ++d)
+    for (std::int32_t r = 0; r < 4; ++r) CHECK(p.acceptance(d, r) >= 0.0);
+  // Ranks of one depth share at most one acceptance.
+  CHECK(p.acceptance(1, 0) + p.acceptance(1, 1) + p.acceptance(1, 2) + p.acceptance(1, 3) <= 1.0 + 1e-12);
+  const double before = p.acceptance(2, 0);
+  for (int i = 0; i < 300; ++i) {
+    f.tree = tree_view{tokens, plain, nullptr, nullptr, 1};
+    f.path = root;
+    f.forward_nodes = 1;
+    REQUIRE(p.observe(f).ok());
+  }
+  CHECK(p.acceptance(2, 0) == Approx(before));
+}
+
 TEST_CASE("planner: plain decoding where speculation cannot pay, large trees where passes are flat") {
   const true_acceptance a;
   SECTION("every node costs a full step and drafting costs more: autoregressive") {

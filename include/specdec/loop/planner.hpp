@@ -300,9 +300,13 @@ class round_planner {
                                     : catch_up_ + static_cast<std::int64_t>(f.path.size());
     const double y[2] = {1.0, static_cast<double>(f.forward_nodes)};
     loop_.add(y, f.other_seconds, opt_.forget);
-    acc_.decay(opt_.forget);
-    conf_.decay(opt_.forget);
     if (f.tree.size > 1) {
+      // Acceptance ages with new evidence, not with time: plain steps bring
+      // none, and decaying through a plain streak would pull the estimates
+      // back to the prior, which keeps speculation off (measured: a greedy
+      // chain accepting 0.95 per level looked like 0.6 after 150 plain steps).
+      acc_.decay(opt_.forget);
+      conf_.decay(opt_.forget);
       acc_.record(f.tree, f.path, f.draft_prob, nchild_, rank_);
       conf_.record(f.tree, f.path, f.draft_prob);
       since_draft_ = 0;
