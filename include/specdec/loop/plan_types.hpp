@@ -17,10 +17,12 @@ namespace specdec {
 
 //! Options of a round_planner (checked by round_planner::reset).
 struct planner_options {
-  std::int32_t max_nodes = 32;     //!< node budget of one round, root included (1 .. 1024)
-  std::int32_t max_depth = 8;      //!< deepest drafted level (0 .. 64; 0 = never speculate)
-  std::int32_t max_children = 4;   //!< children per node, i.e. sibling ranks planned (1 .. 16)
-  double forget = 0.97;            //!< decay of acceptance counts per drafted round, of time fits per sample, in (0, 1]
+  std::int32_t max_nodes = 32;    //!< node budget of one round, root included (1 .. 1024)
+  std::int32_t max_depth = 8;     //!< deepest drafted level (0 .. 64; 0 = never speculate)
+  std::int32_t max_children = 4;  //!< children per node, i.e. sibling ranks planned (1 .. 16)
+  //! Decay in (0, 1] of the acceptance counts by depth (per drafted round), by confidence (per round) and of the
+  //! time fits (per sample).
+  double forget = 0.97;
   double prior_weight = 2.0;       //!< pseudo-observations behind the acceptance prior (> 0)
   double prior_accept = 0.5;       //!< prior acceptance of a rank-0 child (rank r: halved r times), in [0, 1]
   std::int32_t replan_every = 32;  //!< rounds between re-solving the tree program (>= 1)

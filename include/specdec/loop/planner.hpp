@@ -300,13 +300,16 @@ class round_planner {
                                     : catch_up_ + static_cast<std::int64_t>(f.path.size());
     const double y[2] = {1.0, static_cast<double>(f.forward_nodes)};
     loop_.add(y, f.other_seconds, opt_.forget);
+    // Acceptance by confidence drifts back toward the drafter's own
+    // confidence through plain steps: plan_drafted's way of trying again.
+    conf_.decay(opt_.forget);
     if (f.tree.size > 1) {
-      // Acceptance ages with new evidence, not with time: plain steps bring
-      // none, and decaying through a plain streak would pull the estimates
-      // back to the prior, which keeps speculation off (measured: a greedy
-      // chain accepting 0.95 per level looked like 0.6 after 150 plain steps).
+      // Acceptance per depth and rank ages with new evidence, not with time:
+      // plain steps bring none, and decaying through a plain streak pulled
+      // the estimates back to the prior, which kept speculation off
+      // (measured: a greedy chain accepting 0.95 per level read as 0.6 after
+      // 150 plain steps). Probes try again instead.
       acc_.decay(opt_.forget);
-      conf_.decay(opt_.forget);
       acc_.record(f.tree, f.path, f.draft_prob, nchild_, rank_);
       conf_.record(f.tree, f.path, f.draft_prob);
       since_draft_ = 0;
