@@ -39,19 +39,22 @@ struct cli {
   std::int32_t probe_every = 0;  // planner_options::probe_every of the planned methods  // besides plain decoding:
                                  // ",lookup,suffix,...," or all
   std::string plain_out;         // file for the plain decoding text
+  std::string format;            // non-empty: decode with a copy of the model in this weight format
 };
 
 [[noreturn]] void usage(int code) {
   std::fprintf(code == 0 ? stdout : stderr,
                "usage: specdec_llama_compare [-m MODEL.gguf] [-md DRAFT.gguf] (-p PROMPT | -f FILE) [-n N]\n"
                "                             [--temp T] [--seed S] [-t THREADS] [--depth D] [--show-text]\n"
-               "                             [--plain-out FILE] [--repack 0|1] [--no-curve]\n"
+               "                             [--plain-out FILE] [--repack 0|1] [--no-curve] [--format F]\n"
                "  -m      target model (default: the cached SmolLM2-135M-Instruct.Q4_1.gguf)\n"
                "  -md     draft model for the model drafter (default: the target itself)\n"
                "  --depth draft depth of every speculative method (default 6)\n"
                "  --plain-out  write the plain decoding text to FILE\n"
                "  --repack     llama.cpp weight repacking / extra buffer types (default 0: off, as run.sh's -nr)\n"
                "  --no-curve   skip the pass cost curve (time of a pass over 1, 2, 4, ... tokens)\n"
+               "  --format     F32, F16, Q8_0 or Q4_0: a copy of the model in that weight format, made next to it\n"
+               "               by llama.cpp's quantizer on first use (<name>.<F>.gguf; its path is printed)\n"
                "  --probe-every  planner: one speculative round after this many plain steps (default 0: none)\n"
                "  --methods    comma list of lookup,suffix,planned-lookup,planned-suffix,chain,tree (default all)\n");
   std::exit(code);
@@ -97,6 +100,8 @@ cli parse(int argc, char** argv) {
       c.plain_out = val();
     else if (a == "--repack")
       c.repack = std::atoi(val().c_str()) != 0;
+    else if (a == "--format")
+      c.format = val();
     else if (a == "--no-curve")
       c.curve = false;
     else if (a == "--probe-every")
@@ -125,7 +130,9 @@ int main(int argc, char** argv) {
   int rc = 0;
   try {
     const model_options mo{c.repack};
-    const model target(c.model, mo);
+    const std::string model_path = c.format.empty() ? c.model : model_copy(c.model, c.format);
+    if (!c.format.empty()) std::printf("model copy (%s): %s\n", c.format.c_str(), model_path.c_str());
+    const model target(model_path, mo);
     const model* draft_model = &target;
     std::unique_ptr<model> owned_draft;
     if (!c.draft_model.empty()) {
@@ -231,7 +238,7 @@ int main(int argc, char** argv) {
     }
 
     std::printf("\nmodel %s, prompt %zu tokens, n_predict %d, temperature %g, threads %d, flash_attn off, repack %s\n",
-                c.model.c_str(), prompt.size(), c.n_predict, static_cast<double>(c.temperature), c.threads,
+                model_path.c_str(), prompt.size(), c.n_predict, static_cast<double>(c.temperature), c.threads,
                 c.repack ? "on" : "off");
     std::printf(
         "| method | tokens | tokens/s | target calls | tokens/target call | accepted/target call | "

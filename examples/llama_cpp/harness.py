@@ -5,6 +5,7 @@ and tree nodes per call, and the median over the prompts.
 
   python3 harness.py --compare BIN --llama-build DIR --model GGUF --prompts PATH
                      [--runs 3] [-n 128] [--temp 0] [-t 1] [--depth 6] [--methods LIST] [--out DIR]
+                     [--format F32|F16|Q8_0|Q4_0]
 
 Methods: plain decoding and specdec's (from specdec_llama_compare --methods),
 llama.cpp's llama-lookup and llama-speculative (draft model = target), all
@@ -54,7 +55,12 @@ def main():
     ap.add_argument("--depth", type=int, default=6)
     ap.add_argument("--methods", default="lookup,suffix,planned-lookup,planned-suffix")
     ap.add_argument("--out", default="/tmp/specdec-harness")
+    ap.add_argument("--format", help="F32, F16, Q8_0 or Q4_0: every program runs a copy of --model in that format")
     a = ap.parse_args()
+    if a.format:  # the compare program makes the copy (llama.cpp's quantizer) and prints its path
+        out = subprocess.run([a.compare, "-m", a.model, "--format", a.format, "-p", "x", "-n", "1", "--no-curve",
+                              "--methods", "none"], capture_output=True, text=True, check=True)
+        a.model = re.search(r"model copy \(\S+\): (\S+)", out.stdout).group(1)
     prompts = ([os.path.join(a.prompts, f) for f in sorted(os.listdir(a.prompts)) if f.endswith(".txt")]
                if os.path.isdir(a.prompts) else [a.prompts])
     os.makedirs(a.out, exist_ok=True)
@@ -66,7 +72,7 @@ def main():
         name = os.path.basename(p).removesuffix(".txt")
         for r in range(a.runs):
             runs = table.setdefault(name, {})
-            out = subprocess.run([a.compare, "-f", p, "-n", str(a.n), "--temp", a.temp, "-t", str(a.t), "--depth",
+            out = subprocess.run([a.compare, "-m", a.model, "-f", p, "-n", str(a.n), "--temp", a.temp, "-t", str(a.t), "--depth",
                                   str(a.depth), "--methods", a.methods], capture_output=True, text=True)
             open(os.path.join(a.out, f"{name}.{r}.specdec.txt"), "w").write(out.stdout + out.stderr)
             for m, row in specdec_rows(out.stdout).items():

@@ -29,9 +29,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "specdec/cache/keep_indices.hpp"
@@ -120,29 +122,42 @@ struct kv_full_error : llama_error {
   using llama_error::llama_error;
 };
 
-//! An exactly dequantized F32 copy of a GGUF model (llama_model_quantize
-//! to LLAMA_FTYPE_ALL_F32 with requantizing allowed), written next to it as
-//! `<name>.F32.gguf` on first use and reused after. Returns its path. The
-//! strict per-node test runs on it: without activation quantization a batch
-//! and one-token decoding agree to rounding (docs/llama_cpp.md).
-inline std::string f32_copy(const std::string& path) {
+//! A copy of a GGUF model in another weight format, made by llama.cpp's own
+//! quantizer (llama_model_quantize, requantizing allowed) and written next
+//! to it as `<name>.<format>.gguf` on first use, reused after. Returns its
+//! path. Formats: "F32" (exactly dequantized: the strict per-node test runs
+//! on it, since without activation quantization a batch and one-token
+//! decoding agree to rounding), "F16", "Q8_0", "Q4_0". A copy is at best as
+//! good as its source (docs/llama_cpp.md gives what each costs and how
+//! its passes batch).
+inline std::string model_copy(const std::string& path, const std::string& format) {
+  static const std::pair<const char*, llama_ftype> kFormats[] = {{"F32", LLAMA_FTYPE_ALL_F32},
+                                                                 {"F16", LLAMA_FTYPE_MOSTLY_F16},
+                                                                 {"Q8_0", LLAMA_FTYPE_MOSTLY_Q8_0},
+                                                                 {"Q4_0", LLAMA_FTYPE_MOSTLY_Q4_0}};
+  const auto* f =
+      std::find_if(std::begin(kFormats), std::end(kFormats), [&](const auto& k) { return format == k.first; });
+  if (f == std::end(kFormats)) throw llama_error("unknown weight format " + format + " (F32, F16, Q8_0, Q4_0)");
   const std::string::size_type dot = path.rfind('.');
   const std::string base = path.substr(0, dot);
   const std::string::size_type q = base.rfind('.');  // "name.Q4_1" -> "name"
-  const std::string out = (q != std::string::npos ? base.substr(0, q) : base) + ".F32.gguf";
-  if (std::FILE* f = std::fopen(out.c_str(), "rb")) {
-    std::fclose(f);
+  const std::string out = (q != std::string::npos ? base.substr(0, q) : base) + "." + format + ".gguf";
+  if (std::FILE* file = std::fopen(out.c_str(), "rb")) {
+    std::fclose(file);
     return out;
   }
   llama_model_quantize_params qp = llama_model_quantize_default_params();
-  qp.ftype = LLAMA_FTYPE_ALL_F32;
+  qp.ftype = f->second;
   qp.allow_requantize = true;
   qp.nthread = 1;
   const std::string tmp = out + ".part";
   if (llama_model_quantize(path.c_str(), tmp.c_str(), &qp) != 0 || std::rename(tmp.c_str(), out.c_str()) != 0)
-    throw llama_error("could not write the F32 copy " + out);
+    throw llama_error("could not write the " + format + " copy " + out);
   return out;
 }
+
+//! The exactly dequantized F32 copy (model_copy(path, "F32")).
+inline std::string f32_copy(const std::string& path) { return model_copy(path, "F32"); }
 
 //! Settings of a context. Flash attention stays off by default: with it on,
 //! a tree pass and a chain pass reduce attention in different orders and

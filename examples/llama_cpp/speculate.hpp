@@ -38,11 +38,10 @@ struct run_stats {
   std::int64_t target_tokens = 0;   //!< tokens (tree nodes) those calls decoded
   std::int64_t draft_calls = 0;     //!< llama_decode calls of a model drafter
   std::int64_t rounds = 0;
-  std::int64_t drafted = 0;   //!< draft nodes proposed (root excluded)
-  std::int64_t accepted = 0;  //!< draft tokens accepted
-  std::int64_t shrunk = 0;
-  std::int64_t plain_rounds = 0;  //!< planned rounds that were plain decoding steps (no draft, or nothing paid)    //!<
-                                  //!< rounds whose tree was cut because llama_decode found no KV cells
+  std::int64_t drafted = 0;       //!< draft nodes proposed (root excluded)
+  std::int64_t accepted = 0;      //!< draft tokens accepted
+  std::int64_t shrunk = 0;        //!< rounds whose tree was cut because llama_decode found no KV cells
+  std::int64_t plain_rounds = 0;  //!< planned rounds that were plain decoding steps (no draft, or nothing paid)
   double seconds = 0.0;           //!< wall time of generation (prompt excluded)
   //! Plain decoding only: per token, the gap between the two largest
   //! logits (how close the greedy choice was to a tie).
@@ -138,9 +137,13 @@ inline std::vector<llama_token> generated(const model& m, const std::vector<llam
   return out;
 }
 
+//! Whether the generation is over: n_predict tokens, or an end-of-generation
+//! token anywhere among them (a round may commit tokens past it: they are
+//! not output, and the loop must stop rather than decode on behind it).
 inline bool done(const model& m, const std::vector<llama_token>& committed, std::size_t n0, const gen_options& o) {
-  return generated(m, committed, n0, o).size() >= static_cast<std::size_t>(o.n_predict) ||
-         (o.stop_at_eog && llama_vocab_is_eog(m.vocab(), committed.back()));
+  const std::vector<llama_token> g = generated(m, committed, n0, o);
+  return g.size() >= static_cast<std::size_t>(o.n_predict) ||
+         (o.stop_at_eog && !g.empty() && llama_vocab_is_eog(m.vocab(), g.back()));
 }
 
 }  // namespace detail

@@ -525,6 +525,24 @@ TEST_CASE("a long prompt decodes to the end with the largest tree of each method
   CHECK(t.shrunk > 0);
 }
 
+TEST_CASE("generation ends at an end-of-generation token committed in the middle of a round") {
+  // A round can commit tokens past the end-of-generation token: they are
+  // not output, and decoding must stop there (it went on to n_predict, which
+  // counted target calls after the end: 127 calls for 70 tokens measured).
+  model& m = the_model();
+  const llama_token eog = llama_vocab_eos(m.vocab()), a = m.tokenize("a").back();
+  REQUIRE(llama_vocab_is_eog(m.vocab(), eog));
+  const gen_options go{40, 0.0f, 1, true};
+  const std::vector<llama_token> prompt{a, a};
+  std::vector<llama_token> committed = prompt;
+  committed.insert(committed.end(), {a, a});
+  CHECK_FALSE(detail::done(m, committed, prompt.size(), go));
+  committed.insert(committed.end(), {eog, a, a});  // one round: the end, then two more accepted drafts
+  CHECK(detail::done(m, committed, prompt.size(), go));
+  CHECK(detail::generated(m, committed, prompt.size(), go).size() == 3);
+  CHECK_FALSE(detail::done(m, committed, prompt.size(), gen_options{40, 0.0f, 1, false}));
+}
+
 TEST_CASE("bad trees are rejected before anything is decoded") {
   model& m = the_model();
   const std::vector<llama_token> prompt = m.tokenize(kPrompt);
