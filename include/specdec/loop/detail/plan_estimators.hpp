@@ -352,7 +352,7 @@ class cost_curve {
 //! of a reached node, drafted with q = q_parent(c), the rate at which c was
 //! the accepted child, in bins of q (decayed counts). Estimate: the bin's
 //! counts shrunk toward q itself (a calibrated drafter's rate), plus an
-//! optimism bonus 0.5 / sqrt(1 + offers in the bin) (an upper confidence
+//! optimism bonus 0.5 / (1 + offers in the bin) (an upper confidence
 //! bound): a bin that was rarely tried is tried, so a drafter whose q
 //! understates its acceptance (count-based confidences with a prior) is
 //! found out without forced probes.
@@ -398,7 +398,7 @@ class confidence_estimator {
   [[nodiscard]] double at(float q) const noexcept {
     const int b = bin(q);
     const double prior = std::clamp(static_cast<double>(q), 0.0, 1.0);
-    return std::min((acc_[b] + w_ * prior) / (off_[b] + w_) + 0.5 / std::sqrt(1.0 + off_[b]), 1.0);
+    return std::min((acc_[b] + w_ * prior) / (off_[b] + w_) + 0.5 / (1.0 + off_[b]), 1.0);
   }
 
  private:
