@@ -9,6 +9,9 @@
 #   N=256 TEMP=0.8 THREADS=2 DEPTH=6 PROMPT_FILE=... bash examples/llama_cpp/run.sh
 #   bash examples/llama_cpp/run.sh --harness  # every prompt of PROMPTS (file or folder,
 #                                               default examples/llama_cpp/prompts), RUNS=3 runs, medians
+#   FORMAT=F16 bash examples/llama_cpp/run.sh  # every program on a copy of the model in another weight
+#                                               format (F32, F16, Q8_0, Q4_0; made once by llama.cpp's
+#                                               quantizer; docs/llama_cpp.md compares them)
 #
 # Environment: SPECDEC_LLAMA_CACHE (cache folder), SPECDEC_LLAMA_CUDA=1 (CUDA
 # build of llama.cpp for sm_90; untested here), SPECDEC_JOBS (build jobs).
@@ -40,12 +43,19 @@ cmake -S "$HERE" -B "$EX_BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DSPECDEC
   -DSPECDEC_LLAMA_CUDA="$CUDA_OPT" >/dev/null
 cmake --build "$EX_BUILD" -j "$JOBS" --target specdec_llama_compare test_llama_adapter
 
+MODEL="$SMOLLM2_GGUF"
+if [[ -n "${FORMAT:-}" ]]; then
+  MODEL="$("$EX_BUILD/specdec_llama_compare" -m "$SMOLLM2_GGUF" --format "$FORMAT" -p x -n 1 --no-curve \
+    --methods none | sed -n 's/^model copy ([^)]*): //p')"
+  [[ -n "$MODEL" ]] || { echo "could not make the $FORMAT copy" >&2; exit 1; }
+fi
+
 if [[ "$MODE" == "--test" ]]; then
   exec ctest --test-dir "$EX_BUILD" -R llama_cpp_adapter --output-on-failure
 fi
 if [[ "$MODE" == "--harness" ]]; then
   exec python3 "$HERE/harness.py" --compare "$EX_BUILD/specdec_llama_compare" --llama-build "$LLAMA_BUILD" \
-    --model "$SMOLLM2_GGUF" --prompts "${PROMPTS:-$HERE/prompts}" --runs "${RUNS:-3}" -n "$N" --temp "$TEMP" \
+    --model "$MODEL" --prompts "${PROMPTS:-$HERE/prompts}" --runs "${RUNS:-3}" -n "$N" --temp "$TEMP" \
     -t "$THREADS" --depth "$DEPTH" --out "$CACHE/last-harness"
 fi
 
@@ -57,10 +67,10 @@ mkdir -p "$OUT"
 # token, and specdec_llama_compare loads with it off too). llama-speculative
 # drafts with the same model (the only GGUF at hand whose vocabulary
 # matches); llama-lookup is its prompt lookup.
-COMMON=(-m "$SMOLLM2_GGUF" -f "$PROMPT_FILE" -n "$N" --temp "$TEMP" -t "$THREADS" -fa off -c 4096 -s 1
+COMMON=(-m "$MODEL" -f "$PROMPT_FILE" -n "$N" --temp "$TEMP" -t "$THREADS" -fa off -c 4096 -s 1
   -nr --spec-draft-n-max "$DEPTH")
 echo "== llama.cpp llama-speculative (draft model = target)"
-"$LLAMA_BUILD/bin/llama-speculative" "${COMMON[@]}" -md "$SMOLLM2_GGUF" >"$OUT/llama-speculative.txt" 2>&1 ||
+"$LLAMA_BUILD/bin/llama-speculative" "${COMMON[@]}" -md "$MODEL" >"$OUT/llama-speculative.txt" 2>&1 ||
   echo "llama-speculative failed (see $OUT/llama-speculative.txt)"
 echo "== llama.cpp llama-lookup"
 "$LLAMA_BUILD/bin/llama-lookup" "${COMMON[@]}" >"$OUT/llama-lookup.txt" 2>&1 ||
@@ -68,7 +78,7 @@ echo "== llama.cpp llama-lookup"
 
 echo "== specdec inside llama.cpp (plain, prompt lookup chain/tree, self-draft chain/tree)"
 set +e
-"$EX_BUILD/specdec_llama_compare" -f "$PROMPT_FILE" -n "$N" --temp "$TEMP" -t "$THREADS" --depth "$DEPTH" \
+"$EX_BUILD/specdec_llama_compare" -m "$MODEL" -f "$PROMPT_FILE" -n "$N" --temp "$TEMP" -t "$THREADS" --depth "$DEPTH" \
   --plain-out "$OUT/plain.txt" | tee "$OUT/specdec.txt"
 SPECDEC_RC=${PIPESTATUS[0]}
 set -e
