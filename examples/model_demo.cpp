@@ -3,7 +3,9 @@
 // Models (examples/models/, trained by examples/models/train.py): a 1.7M-
 // parameter Llama-style transformer target, a 0.25M drafter distilled from
 // it, and a 1M-parameter hybrid target with Mamba2 layers next to
-// attention layers (drafted by the same small transformer). For each target
+// attention layers, drafted by a transformer of the drafter's shape
+// distilled from the hybrid (a drafter taught by another target agrees
+// with it less often). For each target
 // and temperature 0 / 1 the demo decodes four prompts
 //   - autoregressively (one target call per token),
 //   - with a speculative chain (4 drafts),
@@ -109,11 +111,12 @@ int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : SPECDEC_MODELS_DIR;
   const std::int64_t n_tokens = argc > 2 ? std::atoll(argv[2]) : 160;
   const int repeats = argc > 3 ? std::max(1, std::atoi(argv[3])) : 3;
-  models::weights target, draft, hybrid;
+  models::weights target, draft, hybrid, hybrid_draft;
   try {
     target = models::load(dir + "/target.gguf");
     draft = models::load(dir + "/drafter.gguf");
     hybrid = models::load(dir + "/hybrid.gguf");
+    hybrid_draft = models::load(dir + "/hybrid_drafter.gguf");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cannot load the models: %s\n", e.what());
     return 2;
@@ -132,8 +135,8 @@ int main(int argc, char** argv) {
   const std::string warm_text = "class Config:\n    def __init__(self, path):\n        self.path = path\n";
   const std::vector<models::token_id> warm_prompt(warm_text.begin(), warm_text.end());
   std::printf(
-      "specdec model demo: target %s (%lld layers, d=%lld), hybrid (%s), drafter (%lld layers, d=%lld); "
-      "%lld tokens per run after each of %zu prompts, %d repeats\n",
+      "specdec model demo: target %s (%lld layers, d=%lld), hybrid (%s), drafters (%lld layers, d=%lld, one "
+      "distilled from each target); %lld tokens per run after each of %zu prompts, %d repeats\n",
       target.cfg.arch.c_str(), static_cast<long long>(target.cfg.layers), static_cast<long long>(target.cfg.d),
       hybrid.cfg.kinds.c_str(), static_cast<long long>(draft.cfg.layers), static_cast<long long>(draft.cfg.d),
       static_cast<long long>(n_tokens), prompts.size(), repeats);
@@ -155,18 +158,24 @@ int main(int argc, char** argv) {
       {"beam 4x4, depth 5, 32 nodes", true, models::tree_kind::beam_tree},
       {"planned, cold", true, models::tree_kind::planned},
       {"planned, warm", true, models::tree_kind::planned}};
-  const std::pair<const char*, const models::weights*> targets[] = {{"transformer", &target}, {"hybrid", &hybrid}};
+  struct target_model {
+    const char* name;
+    const models::weights* target;
+    const models::weights* drafter;
+  };
+  const target_model targets[] = {{"transformer", &target, &draft}, {"hybrid", &hybrid, &hybrid_draft}};
   // The rows, then the runs: every repeat runs every row on every prompt, so
   // a slower spell of a shared machine falls on all rows alike.
   struct job {
     const char* tname;
     const models::weights* tw;
+    const models::weights* dw;
     float temp;
     const method* m;
   };
   std::vector<row> rows;
   std::vector<job> jobs;
-  for (const auto& [tname, tw] : targets)
+  for (const auto& [tname, tw, dw] : targets)
     for (const float temp : {0.0f, 1.0f})
       for (const auto& m : methods) {
         if (m.sampled_only && temp == 0.0f) continue;
@@ -177,7 +186,7 @@ int main(int argc, char** argv) {
         r.per_repeat.resize(static_cast<std::size_t>(repeats));
         r.prompt_ratios.resize(prompts.size());
         rows.push_back(std::move(r));
-        jobs.push_back({tname, tw, temp, &m});
+        jobs.push_back({tname, tw, dw, temp, &m});
       }
   const auto options_of = [](const job& jb) {
     models::spec_options o;
@@ -201,7 +210,7 @@ int main(int argc, char** argv) {
       models::spec_options o = options_of(jobs[j]);
       o.carry = &carried[j];
       models::decode_stats untimed;
-      (void)models::generate_speculative(*jobs[j].tw, draft, warm_prompt, n_tokens, o, untimed);
+      (void)models::generate_speculative(*jobs[j].tw, *jobs[j].dw, warm_prompt, n_tokens, o, untimed);
     }
     for (std::size_t g = 0; g < jobs.size();) {
       std::size_t end = g + 1;
@@ -220,7 +229,7 @@ int main(int argc, char** argv) {
             out = models::generate_autoregressive(*jb.tw, prompts[p], n_tokens, o, st);
             reference = out;
           } else {
-            out = models::generate_speculative(*jb.tw, draft, prompts[p], n_tokens, o, st);
+            out = models::generate_speculative(*jb.tw, *jb.dw, prompts[p], n_tokens, o, st);
             if (jb.temp == 0.0f && out != reference) r.identical = false;
           }
           const double rate = static_cast<double>(st.tokens) / st.seconds;
@@ -254,6 +263,7 @@ int main(int argc, char** argv) {
   print_curve("transformer", target, prompt);
   print_curve("hybrid", hybrid, prompt);
   print_curve("drafter", draft, prompt);
+  print_curve("hy-drafter", hybrid_draft, prompt);
 
   std::printf(
       "\nTokens per CPU second: the median over repeats of each repeat's total over the prompts. Speedup: the\n"

@@ -12,13 +12,27 @@
 // any x86-64 or ARM target (the vector width follows -march; nothing here
 // needs AVX-512 or AVX2 to be correct). benchmarks/bench_engine.cpp compares
 // it with Eigen and libxsmm; examples/models/README.md has the numbers.
+//
+// Weights that are exactly f16 values (the shipped targets store f16) stay
+// f16 in the panels where the CPU converts in hardware (F16C): the products
+// are bit for bit those of the f32 panels, and a pass reads half the bytes.
+// That matters more than the conversion's cost: a pass over a few nodes
+// streams the weights from L3 or memory, and between the passes of a
+// speculative round (the drafter runs in between) other work evicts part of
+// them, so the pass re-reads them from memory (README: pass cost after a
+// pause).
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <utility>
 #include <vector>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 namespace models::kernel {
 
@@ -41,17 +55,62 @@ inline void pin([[maybe_unused]] v8& v) {
 #endif
 }
 
+//! Whether this build stores exactly-f16 weights as f16 (F16C conversions).
+#if defined(__F16C__)
+inline constexpr bool f16_panels = true;
+#else
+inline constexpr bool f16_panels = false;
+#endif
+
+//! An IEEE half, as stored in f16 panels.
+struct half_bits {
+  std::uint16_t bits;
+};
+
+// One row of eight B values as floats (a vector of 8 f32 or 8 f16).
+inline void load8(v8& out, const float* p) { std::memcpy(&out, p, sizeof(v8)); }
+inline void load8(v8& out, const half_bits* p) {
+#if defined(__F16C__)
+  const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  std::memcpy(&out, &f, sizeof(v8));
+#else  // never reached (pack keeps f32 panels without F16C); kept correct anyway
+  for (int i = 0; i < 8; ++i) {
+    const std::uint32_t h = p[i].bits, sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    float v = e == 0 ? std::ldexp(static_cast<float>(m), -24)
+                     : (e == 31 ? (m != 0 ? NAN : INFINITY) : std::ldexp(static_cast<float>(m | 0x400u), e - 25));
+    out[i] = sign != 0 ? -v : v;
+  }
+#endif
+}
+
+// f32 -> f16 -> f32 is the identity for v (F16C builds only).
+inline bool exact_half([[maybe_unused]] float v, [[maybe_unused]] half_bits& h) {
+#if defined(__F16C__)
+  h.bits = static_cast<std::uint16_t>(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT));
+  return _cvtsh_ss(h.bits) == v;
+#else
+  return false;
+#endif
+}
+
 //! A weight matrix W [rows = out, cols = in] for y = x W^T, packed as
-//! ceil(rows / 16) panels of [cols][16] (the last panel zero-padded).
+//! ceil(rows / 16) panels of [cols][16] (the last panel zero-padded), in f32
+//! or, when every value is exactly an f16 and the CPU converts, in f16.
 struct packed_matrix {
   std::int64_t rows = 0, cols = 0;
-  std::vector<float> data;
+  std::vector<float> data;      //!< f32 panels (empty when `half` holds them)
+  std::vector<half_bits> half;  //!< f16 panels
   std::int64_t panels() const { return (rows + panel_width - 1) / panel_width; }
+  bool is_half() const { return !half.empty(); }
   const float* panel(std::int64_t p) const { return data.data() + p * cols * panel_width; }
+  const half_bits* half_panel(std::int64_t p) const { return half.data() + p * cols * panel_width; }
+  std::int64_t bytes() const {
+    return static_cast<std::int64_t>(data.size() * sizeof(float) + half.size() * sizeof(half_bits));
+  }
 };
 
 //! Packs row-major blocks [rows_i, cols] stacked on top of each other (one
-//! fused product for q/k/v or gate/up).
+//! fused product for q/k/v or gate/up); in f16 when every value is one.
 inline packed_matrix pack(const std::vector<std::pair<const float*, std::int64_t>>& blocks, std::int64_t cols) {
   packed_matrix m;
   m.cols = cols;
@@ -63,14 +122,22 @@ inline packed_matrix pack(const std::vector<std::pair<const float*, std::int64_t
       for (std::int64_t k = 0; k < cols; ++k)
         m.data[static_cast<std::size_t>(((row / panel_width) * cols + k) * panel_width + row % panel_width)] =
             w[i * cols + k];
+  if constexpr (f16_panels) {
+    std::vector<half_bits> h(m.data.size());
+    for (std::size_t i = 0; i < h.size(); ++i)
+      if (!exact_half(m.data[i], h[i])) return m;
+    m.half = std::move(h);
+    m.data = {};
+  }
   return m;
 }
 
 //! C[R rows][P * 16 cols] (+)= A[R][K] * B, with B(k, p * 16 + j) at
-//! b[p * pstride + k * kstride + j]. Only the first `cols` columns of C are
-//! written (a partial last panel). The accumulators are R * P vectors.
-template <int R, int P>
-inline void micro(const float* a, std::int64_t lda, const float* b, std::int64_t kstride, std::int64_t pstride,
+//! b[p * pstride + k * kstride + j] (f32 or f16). Only the first `cols`
+//! columns of C are written (a partial last panel). The accumulators are
+//! R * P vectors.
+template <int R, int P, class B>
+inline void micro(const float* a, std::int64_t lda, const B* b, std::int64_t kstride, std::int64_t pstride,
                   std::int64_t K, float* c, std::int64_t ldc, std::int64_t cols, bool accumulate) {
   constexpr int V = P * v8_per_panel;
   v8 acc[R][V];
@@ -84,7 +151,7 @@ inline void micro(const float* a, std::int64_t lda, const float* b, std::int64_t
       v8 bk[V];
 #pragma GCC unroll 16
       for (int v = 0; v < V; ++v) {
-        std::memcpy(&bk[v], b + (v / v8_per_panel) * pstride + k * kstride + (v % v8_per_panel) * 8, sizeof(v8));
+        load8(bk[v], b + (v / v8_per_panel) * pstride + k * kstride + (v % v8_per_panel) * 8);
         pin(bk[v]);
       }
 #pragma GCC unroll 16
@@ -101,7 +168,7 @@ inline void micro(const float* a, std::int64_t lda, const float* b, std::int64_t
 #pragma GCC unroll 16
       for (int v = 0; v < V; ++v) {
         v8 bv;
-        std::memcpy(&bv, b + (v / v8_per_panel) * pstride + k * kstride + (v % v8_per_panel) * 8, sizeof(v8));
+        load8(bv, b + (v / v8_per_panel) * pstride + k * kstride + (v % v8_per_panel) * 8);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) acc[r][v] += av[r] * bv;
       }
@@ -139,7 +206,8 @@ inline void micro(const float* a, std::int64_t lda, const float* b, std::int64_t
 //! Rows [0, n) against one 16-column panel, in blocks of four rows (eight
 //! AVX2 accumulators; measured faster than blocks of six once B stays in
 //! registers, see pin); five or six remaining rows run as one block.
-inline void panel_rows(std::int64_t n, const float* a, std::int64_t lda, const float* b, std::int64_t kstride,
+template <class B>
+inline void panel_rows(std::int64_t n, const float* a, std::int64_t lda, const B* b, std::int64_t kstride,
                        std::int64_t K, float* c, std::int64_t ldc, std::int64_t cols, bool accumulate) {
   while (n > 0) {
     const std::int64_t rows = n == 5 || n == 6 ? n : std::min<std::int64_t>(n, 4);
@@ -172,25 +240,46 @@ inline void panel_rows(std::int64_t n, const float* a, std::int64_t lda, const f
 //! y[n, W.rows] (+)= x[n, W.cols] W^T; x rows `ldx` apart, y rows `ldy` apart.
 //! Register blocks (rows x 16-column panels) chosen by measurement on AVX2
 //! (README): one row takes four panels per step (a matrix-vector product
-//! needs independent accumulators to hide the multiply-add latency), two
+//! needs independent accumulators to hide the multiply-add latency; so do
+//! the last two or three panels), two
 //! rows take two panels, more rows take one panel in blocks of four (each
 //! loaded panel row feeds all of them). The outer loop runs over panels, so
 //! each panel of W is read from memory once and stays in L1 while every
 //! row block uses it.
-inline void matmul(std::int64_t n, const float* x, std::int64_t ldx, const packed_matrix& w, float* y, std::int64_t ldy,
-                   bool accumulate = false) {
+namespace detail {
+template <class B>
+inline void matmul_panels(std::int64_t n, const float* x, std::int64_t ldx, const packed_matrix& w, const B* panels0,
+                          float* y, std::int64_t ldy, bool accumulate) {
   const std::int64_t K = w.cols, ps = K * panel_width, panels = w.panels();
   std::int64_t p = 0;
   if (n == 1) {
     for (; p + 4 <= panels && (p + 4) * panel_width <= w.rows; p += 4)
-      micro<1, 4>(x, ldx, w.panel(p), panel_width, ps, K, y + p * panel_width, ldy, 4 * panel_width, accumulate);
+      micro<1, 4>(x, ldx, panels0 + p * ps, panel_width, ps, K, y + p * panel_width, ldy, 4 * panel_width, accumulate);
+    // Two or three full panels left: still several accumulators per step
+    // (one panel alone waits on the multiply-add latency).
+    if (p + 3 <= panels && (p + 3) * panel_width <= w.rows) {
+      micro<1, 3>(x, ldx, panels0 + p * ps, panel_width, ps, K, y + p * panel_width, ldy, 3 * panel_width, accumulate);
+      p += 3;
+    } else if (p + 2 <= panels && (p + 2) * panel_width <= w.rows) {
+      micro<1, 2>(x, ldx, panels0 + p * ps, panel_width, ps, K, y + p * panel_width, ldy, 2 * panel_width, accumulate);
+      p += 2;
+    }
   } else if (n == 2) {
     for (; p + 2 <= panels && (p + 2) * panel_width <= w.rows; p += 2)
-      micro<2, 2>(x, ldx, w.panel(p), panel_width, ps, K, y + p * panel_width, ldy, 2 * panel_width, accumulate);
+      micro<2, 2>(x, ldx, panels0 + p * ps, panel_width, ps, K, y + p * panel_width, ldy, 2 * panel_width, accumulate);
   }
   for (; p < panels; ++p)
-    panel_rows(n, x, ldx, w.panel(p), panel_width, K, y + p * panel_width, ldy,
+    panel_rows(n, x, ldx, panels0 + p * ps, panel_width, K, y + p * panel_width, ldy,
                std::min(panel_width, w.rows - p * panel_width), accumulate);
+}
+}  // namespace detail
+
+inline void matmul(std::int64_t n, const float* x, std::int64_t ldx, const packed_matrix& w, float* y, std::int64_t ldy,
+                   bool accumulate = false) {
+  if (w.is_half())
+    detail::matmul_panels(n, x, ldx, w, w.half.data(), y, ldy, accumulate);
+  else
+    detail::matmul_panels(n, x, ldx, w, w.data.data(), y, ldy, accumulate);
 }
 
 }  // namespace models::kernel

@@ -5,12 +5,13 @@ Three byte-level models (vocab = the 256 byte values), trained on the CPU:
   target  a Llama-style transformer (RMSNorm, RoPE, SwiGLU, grouped-query attention)
   drafter a much smaller transformer of the same kind, distilled from the target
   hybrid  Mamba2 layers next to attention layers (the SSM path)
+  hybrid_drafter  the drafter's shape, distilled from the hybrid (the hybrid's own drafter)
 Corpus: the Python standard library's own top-level sources (/usr/lib/python3.11/*.py,
 PSF licence), read as bytes; every 20th file (index % 20 == 7 in sorted order) is held out.
 
 Writes <name>.gguf (the weights) and <name>.ref.gguf (a prompt and the model's logits at
 every prompt position, for the C++ test) into --out. Not part of CI.
-Usage: python3 train.py {target,drafter,hybrid} --out examples/models [--steps N] [--seed S]
+Usage: python3 train.py {target,drafter,hybrid,hybrid_drafter} --out examples/models [--steps N] [--seed S]
 """
 import argparse
 import glob
@@ -32,6 +33,8 @@ CONFIGS = {
     "hybrid": dict(d=128, heads=4, kv_heads=2, ffn=384, kinds="mama",
                    ssm_heads=8, ssm_headdim=32, ssm_groups=1, ssm_state=16, conv=4),
 }
+CONFIGS["hybrid_drafter"] = CONFIGS["drafter"]
+TEACHERS = {"drafter": "target", "hybrid_drafter": "hybrid"}  # distilled models and their teachers
 CTX = 256
 ROPE_BASE = 10000.0
 EPS = 1e-5
@@ -287,6 +290,34 @@ def rewrite_metadata(name, path):
     os.replace(path + ".tmp", path)
 
 
+def round_file_to_f16(name, out):
+    """Rounds a trained model's matrices to f16 (half the bytes a forward
+    streams) and rewrites the file, its reference logits and its description."""
+    import gguf
+    path = f"{out}/{name}.gguf"
+    r = gguf.GGUFReader(path)
+    f = r.fields["general.description"]
+    text = bytes(f.parts[f.data[0]]).decode()
+    del r
+    model = Model(CONFIGS[name])
+    load_gguf_into(model, path)
+    model.eval()
+    round_to_f16(model)
+    _, val = load_corpus()
+    teacher = None
+    if name in TEACHERS:
+        teacher = Model(CONFIGS[TEACHERS[name]])
+        load_gguf_into(teacher, f"{out}/{TEACHERS[name]}.gguf")
+        teacher.eval()
+    bpb, agree = evaluate(model, val, teacher)
+    text = text.split(", held-out")[0] + f", matrices rounded to f16, held-out {bpb:.3f} bits/byte" + (
+        f", top-1 agreement with {TEACHERS[name]} {agree:.3f}" if agree is not None else "")
+    print(text, flush=True)
+    write_gguf(CONFIGS[name], name, path + ".tmp", True, text, model_tensors(model))
+    os.replace(path + ".tmp", path)
+    write_reference(model, f"{out}/{name}.ref.gguf", val)
+
+
 def write_reference(model, path, val):
     import gguf
     prompt = val[1000:1000 + 48].astype(np.int32)
@@ -311,11 +342,18 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--init", help="start from this GGUF's weights (same shape) instead of random ones")
     ap.add_argument("--rewrite-metadata", action="store_true",
                     help="rewrite <out>/<model>.gguf's metadata, keeping its tensors, instead of training")
+    ap.add_argument("--round-f16", action="store_true",
+                    help="round <out>/<model>.gguf's matrices to f16 and rewrite it and its reference, instead of "
+                         "training (how the shipped drafters, trained in f32, became f16)")
     args = ap.parse_args()
     if args.rewrite_metadata:
         rewrite_metadata(args.model, f"{args.out}/{args.model}.gguf")
+        return
+    if args.round_f16:
+        round_file_to_f16(args.model, args.out)
         return
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -323,10 +361,12 @@ def main():
     train, val = load_corpus()
     c = CONFIGS[args.model]
     model = Model(c)
+    if args.init:
+        load_gguf_into(model, args.init)
     teacher = None
-    if args.model == "drafter":
-        teacher = Model(CONFIGS["target"])
-        load_gguf_into(teacher, f"{args.out}/target.gguf")
+    if args.model in TEACHERS:
+        teacher = Model(CONFIGS[TEACHERS[args.model]])
+        load_gguf_into(teacher, f"{args.out}/{TEACHERS[args.model]}.gguf")
         teacher.eval()
     nparam = sum(p.numel() for p in model.parameters())
     print(f"{args.model}: {nparam} parameters, corpus {len(train)} train / {len(val)} val bytes", flush=True)
@@ -352,39 +392,46 @@ def main():
             print(f"step {step} loss {loss.item() / math.log(2):.3f} bits lr {lr:.2e} {time.time() - t0:.0f}s",
                   flush=True)
     model.eval()
-    f16 = args.model != "drafter"
-    if f16:
-        round_to_f16(model)
+    round_to_f16(model)
     bpb, agree = evaluate(model, val, teacher)
     text = (f"specdec example {args.model}: {nparam} params, {args.steps} steps x {args.batch} x {args.seq} bytes, "
             f"seed {args.seed}, held-out {bpb:.3f} bits/byte"
-            + (f", top-1 agreement with target {agree:.3f}" if agree is not None else ""))
+            + (f", top-1 agreement with {TEACHERS[args.model]} {agree:.3f}" if agree is not None else ""))
     print(text, f"train time {time.time() - t0:.0f}s", flush=True)
-    write_gguf(c, args.model, f"{args.out}/{args.model}.gguf", f16, text, model_tensors(model))
+    write_gguf(c, args.model, f"{args.out}/{args.model}.gguf", True, text, model_tensors(model))
     write_reference(model, f"{args.out}/{args.model}.ref.gguf", val)
 
 
 def load_gguf_into(model, path):
-    """Loads our own GGUF back (the drafter's teacher)."""
+    """Loads our own GGUF back (a distilled drafter's teacher): the inverse of model_tensors."""
     import gguf
     r = gguf.GGUFReader(path)
     t = {x.name: torch.from_numpy(np.array(x.data, dtype=np.float32).reshape(list(reversed(
         [int(v) for v in x.shape])))) for x in r.tensors}
+    params = {}
+    for name, p in zip([n for n, _ in model_tensors(model)], model_parameters_in_gguf_order(model)):
+        params[name] = p
     with torch.no_grad():
-        model.embed.weight.copy_(t["token_embd.weight"])
-        for i, blk in enumerate(model.blocks):
-            p = f"blk.{i}."
-            blk.norm1.weight.copy_(t[p + "attn_norm.weight"])
-            blk.mixer.wq.weight.copy_(t[p + "attn_q.weight"])
-            blk.mixer.wk.weight.copy_(t[p + "attn_k.weight"])
-            blk.mixer.wv.weight.copy_(t[p + "attn_v.weight"])
-            blk.mixer.wo.weight.copy_(t[p + "attn_output.weight"])
-            blk.norm2.weight.copy_(t[p + "ffn_norm.weight"])
-            blk.gate.weight.copy_(t[p + "ffn_gate.weight"])
-            blk.up.weight.copy_(t[p + "ffn_up.weight"])
-            blk.down.weight.copy_(t[p + "ffn_down.weight"])
-        model.norm.weight.copy_(t["output_norm.weight"])
-        model.output.weight.copy_(t["output.weight"])
+        for name, (p, to_param) in params.items():
+            p.copy_(to_param(t[name]).reshape(p.shape))
+
+
+def model_parameters_in_gguf_order(model):
+    """(parameter, GGUF value -> parameter value) in model_tensors' order."""
+    same = lambda v: v  # noqa: E731
+    out = [(model.embed.weight, same)]
+    for blk in model.blocks:
+        out.append((blk.norm1.weight, same))
+        m = blk.mixer
+        if blk.kind == "a":
+            out += [(m.wq.weight, same), (m.wk.weight, same), (m.wv.weight, same), (m.wo.weight, same)]
+        else:
+            out += [(m.in_proj.weight, same), (m.conv.weight, same), (m.conv.bias, same),
+                    (m.A_log, lambda v: torch.log(-v)), (m.D, same), (m.dt_bias, same),
+                    (m.norm.weight, same), (m.out_proj.weight, same)]
+        out += [(blk.norm2.weight, same), (blk.gate.weight, same), (blk.up.weight, same), (blk.down.weight, same)]
+    out += [(model.norm.weight, same), (model.output.weight, same)]
+    return out
 
 
 if __name__ == "__main__":

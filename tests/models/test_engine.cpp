@@ -118,6 +118,10 @@ void check_model(const std::string& name) {
   pair_run p(w, rw, name);
   std::mt19937 rng(17);
   const std::vector<token_id> prompt(prompt_text.begin(), prompt_text.end());
+  // Every shipped model stores f16 matrices: f16 panels where the CPU
+  // converts them (this test is built with -march=native), f32 elsewhere.
+  CHECK(w.output.is_half() == models::kernel::f16_panels);
+  std::printf("engine: %s output matrix in %s panels\n", name.c_str(), w.output.is_half() ? "f16" : "f32");
 
   // Prefill as one chain (84 nodes: two mask words), every row compared.
   const std::vector<token_id> head(prompt.begin(), prompt.end() - 1);
@@ -206,6 +210,9 @@ void check_model(const std::string& name) {
 
 TEST_CASE("batched engine == reference forward: transformer target", "[models][engine]") { check_model("target"); }
 TEST_CASE("batched engine == reference forward: drafter", "[models][engine]") { check_model("drafter"); }
+TEST_CASE("batched engine == reference forward: hybrid's drafter", "[models][engine]") {
+  check_model("hybrid_drafter");
+}
 TEST_CASE("batched engine == reference forward: hybrid (Mamba2 + attention)", "[models][engine]") {
   check_model("hybrid");
 }
@@ -223,29 +230,37 @@ TEST_CASE("batched engine: exp and the packed product against plain loops", "[mo
     else
       CHECK(std::abs(e[i] - std::exp(x[i])) <= 3e-7f * std::exp(x[i]) + 1e-44f);
   }
-  // Every row count and a partial last panel (37 columns), accumulate or not.
+  // Every row count, accumulate or not; 37 columns (two full panels and a
+  // partial one) and 112 (seven full panels: four, then three together).
+  // Weights of any float value (f32 panels), then weights that are all
+  // f16 values (f16 panels where the build converts in hardware).
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1, 1);
-  const std::int64_t out = 37, in = 29;
-  std::vector<float> wt(out * in);
-  for (auto& v : wt) v = u(rng);
-  const auto packed = models::kernel::pack({{wt.data(), out}}, in);
-  for (std::int64_t n = 1; n <= 14; ++n)
-    for (const bool acc : {false, true}) {
-      std::vector<float> xs(static_cast<std::size_t>(n * in)), y(static_cast<std::size_t>(n * out), 0.5f);
-      for (auto& v : xs) v = u(rng);
-      auto want = y;
-      for (std::int64_t r = 0; r < n; ++r)
-        for (std::int64_t o = 0; o < out; ++o) {
-          float d = 0;
-          for (std::int64_t k = 0; k < in; ++k) d += xs[static_cast<std::size_t>(r * in + k)] * wt[o * in + k];
-          auto& dst = want[static_cast<std::size_t>(r * out + o)];
-          dst = acc ? dst + d : d;
+  const std::int64_t in = 29;
+  for (const std::int64_t out : {37, 112})
+    for (const bool halves : {false, true}) {
+      std::vector<float> wt(static_cast<std::size_t>(out * in));
+      for (auto& v : wt) v = halves ? std::round(u(rng) * 256.0f) / 256.0f : u(rng);
+      const auto packed = models::kernel::pack({{wt.data(), out}}, in);
+      CHECK(packed.is_half() == (halves && models::kernel::f16_panels));
+      for (std::int64_t n = 1; n <= 14; ++n)
+        for (const bool acc : {false, true}) {
+          std::vector<float> xs(static_cast<std::size_t>(n * in)), y(static_cast<std::size_t>(n * out), 0.5f);
+          for (auto& v : xs) v = u(rng);
+          auto want = y;
+          for (std::int64_t r = 0; r < n; ++r)
+            for (std::int64_t o = 0; o < out; ++o) {
+              float d = 0;
+              for (std::int64_t k = 0; k < in; ++k)
+                d += xs[static_cast<std::size_t>(r * in + k)] * wt[static_cast<std::size_t>(o * in + k)];
+              auto& dst = want[static_cast<std::size_t>(r * out + o)];
+              dst = acc ? dst + d : d;
+            }
+          models::kernel::matmul(n, xs.data(), in, packed, y.data(), out, acc);
+          float diff = 0;
+          for (std::size_t i = 0; i < y.size(); ++i) diff = std::max(diff, std::abs(y[i] - want[i]));
+          INFO("n = " << n << ", columns = " << out << ", accumulate = " << acc << ", f16 values = " << halves);
+          CHECK(diff < 1e-5f);
         }
-      models::kernel::matmul(n, xs.data(), in, packed, y.data(), out, acc);
-      float diff = 0;
-      for (std::size_t i = 0; i < y.size(); ++i) diff = std::max(diff, std::abs(y[i] - want[i]));
-      INFO("n = " << n << ", accumulate = " << acc);
-      CHECK(diff < 1e-5f);
     }
 }

@@ -161,7 +161,7 @@ TEST_CASE("gguf: the shipped files parse and corrupted copies give clear errors"
 }
 
 TEST_CASE("the shipped weights reproduce the reference logits saved at training time", "[models]") {
-  for (const std::string name : {"target", "drafter", "hybrid"}) {
+  for (const std::string name : {"target", "drafter", "hybrid", "hybrid_drafter"}) {
     const auto& w = model(name);
     const auto ref = gguf::file::open(dir + "/" + name + ".ref.gguf");
     const auto prompt = ref.ints("prompt");

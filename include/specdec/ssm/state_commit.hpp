@@ -52,19 +52,25 @@ void ssm_commit_step(const tree_ssm_inputs<T>& in, const tree_ssm_options<T>& op
     // The scans' dt' and exp (one-lane host vectors), so commits match their states.
     const T dt = ssm_dt_host(in.dt(j, h), bias, opt);
     const T decay = vec_ops<T, false>::exp(ssm_log_decay(dt, in.A(h)));
+    if (rows) {
+      // The head's rows in blocks (ssm_step_row_block: 4 rows per step, so
+      // one loaded B vector feeds four rows), chunk by chunk of x dt.
+      constexpr std::int64_t chunk = 64;
+      T xdt[chunk];
+      T unused[chunk];  // C . h: not needed by a commit
+      const T* b = &in.B(j, g, 0);
+      for (std::int64_t p0 = 0; p0 < s.headdim; p0 += chunk) {
+        const std::int64_t np = s.headdim - p0 < chunk ? s.headdim - p0 : chunk;
+        for (std::int64_t q = 0; q < np; ++q) xdt[q] = dt * in.x(j, h, p0 + q);
+        const T* h_in = !first ? &h_out(h, p0, 0) : (has_h0 ? &in.h0(h, p0, 0) : nullptr);
+        const std::int64_t in_ld = !first ? h_out.stride[1] : (has_h0 ? in.h0.stride[1] : 0);
+        ssm_step_row_block(h_in, in_ld, &h_out(h, p0, 0), h_out.stride[1], b, static_cast<const T*>(nullptr), decay,
+                           xdt, unused, np, s.dstate);
+      }
+      continue;
+    }
     for (std::int64_t p = 0; p < s.headdim; ++p) {
       const T xdt = dt * in.x(j, h, p);
-      if (rows) {
-        T* out = &h_out(h, p, 0);
-        const T* b = &in.B(j, g, 0);
-        if (first && !has_h0)
-          ssm_step_rows<1, false>(static_cast<const T*>(nullptr), 0, out, 0, b, static_cast<const T*>(nullptr), decay,
-                                  &xdt, static_cast<T*>(nullptr), s.dstate);
-        else
-          ssm_step_rows<1, true>(first ? &in.h0(h, p, 0) : out, 0, out, 0, b, static_cast<const T*>(nullptr), decay,
-                                 &xdt, static_cast<T*>(nullptr), s.dstate);
-        continue;
-      }
       for (std::int64_t k = 0; k < s.dstate; ++k) {
         const T prev = first ? (has_h0 ? in.h0(h, p, k) : T(0)) : h_out(h, p, k);
         h_out(h, p, k) = decay * prev + xdt * in.B(j, g, k);
