@@ -65,6 +65,13 @@ struct level_model_drafter {
   std::vector<float> rows;
   std::vector<std::uint64_t> first_masks;  //!< the first level's batch: catch-up chain, then the level
   std::vector<node_id> path;
+  //! This round's slots: token and parent slot (-1: the root). At the next
+  //! round's start the committed tokens are matched against them: the
+  //! accepted drafts' KV is already in the cache, so it is committed in
+  //! place instead of recomputed (KV depends only on the tokens of the path).
+  std::vector<token_id> slot_token;
+  std::vector<std::int32_t> slot_parent;
+  std::int64_t reused = 0;  //!< committed tokens whose KV came from an earlier round's slots
   //! Catch-up bound (0: none): a drafter more than `window` committed tokens
   //! behind (a prompt, or plain steps a planner chose) restarts its cache
   //! from the last `window` of them, so a speculative round after any plain
@@ -101,6 +108,10 @@ struct level_model_drafter {
         r[k / 64] |= std::uint64_t{1} << (k % 64);
         slot_of[static_cast<std::size_t>(u)] = k;
         tokens[static_cast<std::size_t>(i)] = l.tree->token(u);
+        slot_token.resize(static_cast<std::size_t>(k + 1));
+        slot_parent.resize(static_cast<std::size_t>(k + 1));
+        slot_token[static_cast<std::size_t>(k)] = l.tree->token(u);
+        slot_parent[static_cast<std::size_t>(k)] = par >= 0 ? slot_of[static_cast<std::size_t>(par)] : -1;
       }
       const auto k = static_cast<std::int32_t>(missing.size());
       rows.resize(static_cast<std::size_t>(n * V));
@@ -133,7 +144,9 @@ struct level_model_drafter {
     if (covered > history.size()) {  // a new sequence
       st = state(w->cfg, cache_capacity);
       skipped = covered = 0;
+      slots = 0;
     }
+    covered += reuse_slots(history.subspan(covered));
     if (window > 0 && history.size() - covered > static_cast<std::size_t>(window)) {
       st = state(w->cfg, cache_capacity);
       skipped = covered = history.size() - static_cast<std::size_t>(window);
@@ -141,6 +154,27 @@ struct level_model_drafter {
     std::fill(slot_of.begin(), slot_of.end(), -1);
     slots = 0;
     return history.subspan(covered);
+  }
+
+  // Commits the last round's slots along the path whose tokens begin
+  // `missing` (root slot first); returns how many tokens that covered.
+  std::size_t reuse_slots(std::span<const token_id> missing) {
+    path.clear();
+    std::int32_t cur = -1;
+    for (const token_id t : missing) {
+      std::int32_t next = -1;
+      for (std::int32_t k = cur + 1; k < slots && next < 0; ++k)  // a child's slot follows its parent's
+        if (slot_parent[static_cast<std::size_t>(k)] == cur && slot_token[static_cast<std::size_t>(k)] == t) next = k;
+      if (next < 0) break;
+      path.push_back(next);
+      cur = next;
+    }
+    if (!path.empty()) {
+      commit(*w, st, std::span<const node_id>(slot_parent.data(), static_cast<std::size_t>(slots)), path);
+      reused += static_cast<std::int64_t>(path.size());
+    }
+    slots = 0;
+    return path.size();
   }
 
   // The first level (n nodes, set up in tokens / positions / masks as if the

@@ -328,6 +328,56 @@ TEST_CASE("hybrid: every node's SSM state equals the recurrence along its root p
   CHECK(worst < 1e-4f);
 }
 
+TEST_CASE("the level drafter commits the accepted drafts' KV instead of recomputing it", "[models][drafter]") {
+  const auto& w = model("drafter");
+  const std::string text = "def read_config(path):\n    with open(";
+  std::vector<token_id> history(text.begin(), text.end() - 1);  // committed tokens before the root
+  const token_id root = text.back();
+  const auto argmax = [](const specdec::view2d<const float>& rows) {
+    token_id best = 0;
+    for (std::int64_t v = 1; v < rows.extent[1]; ++v)
+      if (rows(0, v) > rows(0, best)) best = static_cast<token_id>(v);
+    return best;
+  };
+  // Round 1: a chain of three drafts, each the drafter's own argmax.
+  models::level_model_drafter d(w, 1.0f);
+  specdec::token_tree t(root);
+  std::vector<node_id> frontier{0};
+  std::vector<token_id> drafts;
+  for (std::int32_t depth = 0; depth < 3; ++depth) {
+    specdec::view2d<const float> rows;
+    REQUIRE(d.level_probabilities({depth, frontier, &t, history}, rows).ok());
+    drafts.push_back(argmax(rows));
+    frontier = {t.add_child(frontier[0], drafts.back())};
+  }
+  // The target accepted the first two drafts and emitted 'x': the root, both
+  // drafts are in the drafter's slots; only the new root is computed.
+  std::vector<token_id> next = history;
+  next.insert(next.end(), {root, drafts[0], drafts[1]});
+  specdec::token_tree t2('x');
+  const std::vector<node_id> root_only{0};
+  specdec::view2d<const float> rows;
+  REQUIRE(d.level_probabilities({0, root_only, &t2, next}, rows).ok());
+  CHECK(d.reused == 3);
+  const std::vector<float> reused(rows.data, rows.data + rows.extent[1]);
+  models::level_model_drafter fresh(w, 1.0f);  // the same round, every committed token recomputed
+  REQUIRE(fresh.level_probabilities({0, root_only, &t2, next}, rows).ok());
+  CHECK(fresh.reused == 0);
+  float diff = 0;
+  for (std::int64_t v = 0; v < rows.extent[1]; ++v)
+    diff = std::max(diff, std::abs(rows(0, v) - reused[static_cast<std::size_t>(v)]));
+  std::printf("models: drafter KV reuse max |p - recomputed p| = %.3g\n", static_cast<double>(diff));
+  CHECK(diff < 1e-5f);
+  // A round whose committed tokens are not the drafts reuses nothing beyond the match.
+  std::vector<token_id> other = next;
+  other.insert(other.end(), {'x', 'y'});
+  models::level_model_drafter e(w, 1.0f);
+  REQUIRE(e.level_probabilities({0, root_only, &t2, next}, rows).ok());
+  specdec::token_tree t3('z');
+  REQUIRE(e.level_probabilities({0, root_only, &t3, other}, rows).ok());
+  CHECK(e.reused == 1);  // 'x' was the last round's root slot; 'y' was never drafted
+}
+
 TEST_CASE("greedy speculative decoding equals greedy autoregressive decoding for every demo tree shape",
           "[models][greedy]") {
   const std::vector<token_id> prompt(prompt_text.begin(), prompt_text.end());
