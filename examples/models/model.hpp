@@ -61,8 +61,12 @@ struct state {
   std::vector<std::vector<float>> ssm_state;                           //!< per layer [heads, headdim, dstate]
   std::vector<std::vector<float>> round_xbc_raw, round_xbc, round_dt;  //!< per layer, this round's scan inputs
   std::vector<node_id> round_parent;                                   //!< the tree of the last forward over SSM layers
-  bool keep_node_states = false;                                       //!< ask the scan for per-node states (tests)
-  std::vector<std::vector<float>> node_states;  //!< per layer [n, heads, headdim, dstate] when kept
+  bool keep_node_states = false;                                       //!< always keep per-node states (tests)
+  //! Per layer [n, heads, headdim, dstate]: each node's state from the last
+  //! forward, kept whenever the scan runs its recurrent form (then the
+  //! commit copies the accepted node's state instead of recomputing it).
+  std::vector<std::vector<float>> node_states;
+  std::vector<char> node_states_kept;  //!< per layer: node_states holds the last forward's states
 
   state() = default;
   state(const config& c, std::int64_t capacity) {
@@ -84,6 +88,7 @@ struct state {
     round_xbc.resize(ssm_layers);
     round_dt.resize(ssm_layers);
     node_states.resize(ssm_layers);
+    node_states_kept.assign(ssm_layers, 0);
   }
   std::int64_t capacity() const { return pages * page; }
   //! Keys of logical page `lp`, layer, KV head h: [head dim][page].
@@ -360,15 +365,24 @@ inline void mamba(const weights& w, const layer_weights& L, state& s, const batc
   const specdec::tree_ssm_options<float> opt{};
   grow(sc.y, n * di);
   grow(sc.yn, n * di);
+  specdec::tree_ssm_shape shape;
+  specdec::throw_if_error(specdec::validate_tree_ssm_shapes(in, shape));
+  // A round's tree (up to 16 nodes, or up to 64 where the recurrent form is
+  // the faster one anyway) runs the recurrent scan and keeps every node's
+  // state: the commit then copies one state instead of replaying the
+  // accepted path (hybrid chain of 5: commit 36 -> 6 us per round, the
+  // forward unchanged within noise). Long prefills do not.
   specdec::view4d<float> states{};
   auto method = specdec::tree_scan_method::automatic;
-  if (s.keep_node_states) {
-    s.node_states[li].assign(static_cast<std::size_t>(n * H * c.ssm_headdim * c.ssm_state), 0.0f);
+  const bool keep =
+      s.keep_node_states || n <= 16 ||
+      (n <= 64 && specdec::tree_scan_choose(b.parent, shape, false, true) == specdec::tree_scan_method::recurrent);
+  s.node_states_kept[li] = keep ? 1 : 0;
+  if (keep) {
+    s.node_states[li].resize(static_cast<std::size_t>(n * H * c.ssm_headdim * c.ssm_state));
     states = specdec::make_view<float>(s.node_states[li].data(), n, H, c.ssm_headdim, c.ssm_state);
     method = specdec::tree_scan_method::recurrent;
   }
-  specdec::tree_ssm_shape shape;
-  specdec::throw_if_error(specdec::validate_tree_ssm_shapes(in, shape));
   sc.ws.resize(std::max(sc.ws.size(), specdec::tree_scan_workspace_size<float>(b.parent, shape, method)));
   specdec::throw_if_error(specdec::tree_scan(
       b.parent, in, opt, specdec::make_view<float>(sc.y.data(), n, H, c.ssm_headdim), states, sc.ws, method));
@@ -453,10 +467,17 @@ inline void commit(const weights& w, state& s, std::span<const node_id> parent, 
     const std::int64_t n = static_cast<std::int64_t>(s.round_parent.size()), ch = c.conv_channels();
     if (n != static_cast<std::int64_t>(parent.size()))
       throw std::invalid_argument("commit: parent does not match the last forward");
-    const auto in = detail::ssm_inputs(c, L, s.round_xbc[li].data(), s.round_dt[li].data(), s.ssm_state[li].data(), n);
-    specdec::throw_if_error(specdec::tree_ssm_commit_path(
-        parent, in, specdec::tree_ssm_options<float>{}, path,
-        specdec::make_view<float>(s.ssm_state[li].data(), c.ssm_heads, c.ssm_headdim, c.ssm_state)));
+    if (s.node_states_kept[li] != 0 && !path.empty()) {  // the accepted node's state, from the scan
+      const std::size_t size = s.ssm_state[li].size();
+      std::copy_n(s.node_states[li].data() + static_cast<std::size_t>(path.back()) * size, size,
+                  s.ssm_state[li].data());
+    } else {
+      const auto in =
+          detail::ssm_inputs(c, L, s.round_xbc[li].data(), s.round_dt[li].data(), s.ssm_state[li].data(), n);
+      specdec::throw_if_error(specdec::tree_ssm_commit_path(
+          parent, in, specdec::tree_ssm_options<float>{}, path,
+          specdec::make_view<float>(s.ssm_state[li].data(), c.ssm_heads, c.ssm_headdim, c.ssm_state)));
+    }
     specdec::throw_if_error(
         specdec::tree_conv1d_commit_state(parent, specdec::make_view<const float>(s.round_xbc_raw[li].data(), n, ch),
                                           path, specdec::make_view<float>(s.conv_state[li].data(), ch, c.conv - 1)));

@@ -227,8 +227,9 @@ TEST_CASE("after the commit, the next round equals a cache built by plain decodi
     models::scratch sc;
     models::prefill(w, s, std::span(ctx).first(ctx.size() - 1), sc);
     std::vector<token_id> committed(ctx);
+    bool copied = false;  // a round whose SSM commit copied the scan's node state
     for (int round = 0; round < 3; ++round) {
-      const std::int32_t n = 40;
+      const std::int32_t n = round == 0 ? 40 : (round == 1 ? 5 : 12);
       const auto parent = random_tree(n, rng);
       std::vector<token_id> tokens{committed.back()};
       for (std::int32_t i = 1; i < n; ++i) tokens.push_back(std::uniform_int_distribution<token_id>(32, 126)(rng));
@@ -241,7 +242,16 @@ TEST_CASE("after the commit, the next round equals a cache built by plain decodi
       // Accept the root path of a random node (deep nodes are likely late).
       std::vector<node_id> path;
       const auto accepted = root_path(parent, tokens, std::uniform_int_distribution<node_id>(n / 2, n - 1)(rng), &path);
+      // The same commit replaying the path through specdec's
+      // tree_ssm_commit_path (what the engine does when the scan kept no
+      // node states) gives the same state.
+      models::state replay = s;
+      std::fill(replay.node_states_kept.begin(), replay.node_states_kept.end(), 0);
+      for (const char k : s.node_states_kept) copied = copied || k != 0;
       models::commit(w, s, parent, path);
+      models::commit(w, replay, parent, path);
+      for (std::size_t l = 0; l < s.ssm_state.size(); ++l)
+        CHECK(max_abs_diff(s.ssm_state[l], replay.ssm_state[l]) < 1e-6f);
       committed.insert(committed.end(), accepted.begin() + 1, accepted.end());
       committed.push_back(std::uniform_int_distribution<token_id>(32, 126)(rng));  // the bonus token
       REQUIRE(s.cache_len == static_cast<specdec::position_id>(committed.size()) - 1);
@@ -268,6 +278,7 @@ TEST_CASE("after the commit, the next round equals a cache built by plain decodi
         CHECK(max_abs_diff(s.conv_state[l], plain.conv_state[l]) < 1e-5f);
       }
     }
+    if (name == "hybrid") CHECK(copied);
   }
 }
 
