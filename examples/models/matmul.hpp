@@ -13,14 +13,14 @@
 // needs AVX-512 or AVX2 to be correct). benchmarks/bench_engine.cpp compares
 // it with Eigen and libxsmm; examples/models/README.md has the numbers.
 //
-// Weights that are exactly f16 values (the shipped targets store f16) stay
+// Weights that are exactly f16 values (every shipped model stores f16) stay
 // f16 in the panels where the CPU converts in hardware (F16C): the products
 // are bit for bit those of the f32 panels, and a pass reads half the bytes.
 // That matters more than the conversion's cost: a pass over a few nodes
 // streams the weights from L3 or memory, and between the passes of a
 // speculative round (the drafter runs in between) other work evicts part of
-// them, so the pass re-reads them from memory (README: pass cost after a
-// pause).
+// them, so the pass re-reads them from memory (README, "Pass cost and the
+// caches").
 #pragma once
 
 #include <algorithm>
@@ -102,11 +102,6 @@ struct packed_matrix {
   std::vector<half_bits> half;  //!< f16 panels
   std::int64_t panels() const { return (rows + panel_width - 1) / panel_width; }
   bool is_half() const { return !half.empty(); }
-  const float* panel(std::int64_t p) const { return data.data() + p * cols * panel_width; }
-  const half_bits* half_panel(std::int64_t p) const { return half.data() + p * cols * panel_width; }
-  std::int64_t bytes() const {
-    return static_cast<std::int64_t>(data.size() * sizeof(float) + half.size() * sizeof(half_bits));
-  }
 };
 
 //! Packs row-major blocks [rows_i, cols] stacked on top of each other (one
@@ -237,15 +232,6 @@ inline void panel_rows(std::int64_t n, const float* a, std::int64_t lda, const B
   }
 }
 
-//! y[n, W.rows] (+)= x[n, W.cols] W^T; x rows `ldx` apart, y rows `ldy` apart.
-//! Register blocks (rows x 16-column panels) chosen by measurement on AVX2
-//! (README): one row takes four panels per step (a matrix-vector product
-//! needs independent accumulators to hide the multiply-add latency; so do
-//! the last two or three panels), two
-//! rows take two panels, more rows take one panel in blocks of four (each
-//! loaded panel row feeds all of them). The outer loop runs over panels, so
-//! each panel of W is read from memory once and stays in L1 while every
-//! row block uses it.
 namespace detail {
 template <class B>
 inline void matmul_panels(std::int64_t n, const float* x, std::int64_t ldx, const packed_matrix& w, const B* panels0,
@@ -274,6 +260,15 @@ inline void matmul_panels(std::int64_t n, const float* x, std::int64_t ldx, cons
 }
 }  // namespace detail
 
+//! y[n, W.rows] (+)= x[n, W.cols] W^T; x rows `ldx` apart, y rows `ldy` apart.
+//! Register blocks (rows x 16-column panels) chosen by measurement on AVX2
+//! (README): one row takes four panels per step (a matrix-vector product
+//! needs independent accumulators to hide the multiply-add latency; the
+//! last two or three panels go together for the same reason), two rows
+//! take two panels, more rows take one panel in blocks of four (each
+//! loaded panel row feeds all of them). The outer loop runs over panels, so
+//! each panel of W is read from memory once and stays in L1 while every
+//! row block uses it.
 inline void matmul(std::int64_t n, const float* x, std::int64_t ldx, const packed_matrix& w, float* y, std::int64_t ldy,
                    bool accumulate = false) {
   if (w.is_half())

@@ -63,8 +63,9 @@ struct state {
   std::vector<node_id> round_parent;                                   //!< the tree of the last forward over SSM layers
   bool keep_node_states = false;                                       //!< always keep per-node states (tests)
   //! Per layer [n, heads, headdim, dstate]: each node's state from the last
-  //! forward, kept whenever the scan runs its recurrent form (then the
-  //! commit copies the accepted node's state instead of recomputing it).
+  //! forward, kept for a round's tree (mamba(): up to 16 nodes, or 64 where
+  //! the recurrent scan is faster anyway); the commit then copies the
+  //! accepted node's state instead of replaying the path.
   std::vector<std::vector<float>> node_states;
   std::vector<char> node_states_kept;  //!< per layer: node_states holds the last forward's states
 

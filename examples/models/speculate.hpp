@@ -110,7 +110,7 @@ struct level_model_drafter {
         tokens[static_cast<std::size_t>(i)] = l.tree->token(u);
         slot_token.resize(static_cast<std::size_t>(k + 1));
         slot_parent.resize(static_cast<std::size_t>(k + 1));
-        slot_token[static_cast<std::size_t>(k)] = l.tree->token(u);
+        slot_token[static_cast<std::size_t>(k)] = tokens[static_cast<std::size_t>(i)];
         slot_parent[static_cast<std::size_t>(k)] = par >= 0 ? slot_of[static_cast<std::size_t>(par)] : -1;
       }
       const auto k = static_cast<std::int32_t>(missing.size());

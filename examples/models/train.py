@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Train the example models that examples/model_demo.cpp runs through specdec.
 
-Three byte-level models (vocab = the 256 byte values), trained on the CPU:
+Four byte-level models (vocab = the 256 byte values), trained on the CPU:
   target  a Llama-style transformer (RMSNorm, RoPE, SwiGLU, grouped-query attention)
   drafter a much smaller transformer of the same kind, distilled from the target
   hybrid  Mamba2 layers next to attention layers (the SSM path)
-  hybrid_drafter  the drafter's shape, distilled from the hybrid (the hybrid's own drafter)
+  hybrid_drafter  the drafter's shape, distilled from the hybrid (shipped: started from the
+          drafter with --init)
 Corpus: the Python standard library's own top-level sources (/usr/lib/python3.11/*.py,
 PSF licence), read as bytes; every 20th file (index % 20 == 7 in sorted order) is held out.
 
@@ -408,11 +409,9 @@ def load_gguf_into(model, path):
     r = gguf.GGUFReader(path)
     t = {x.name: torch.from_numpy(np.array(x.data, dtype=np.float32).reshape(list(reversed(
         [int(v) for v in x.shape])))) for x in r.tensors}
-    params = {}
-    for name, p in zip([n for n, _ in model_tensors(model)], model_parameters_in_gguf_order(model)):
-        params[name] = p
+    names = [n for n, _ in model_tensors(model)]
     with torch.no_grad():
-        for name, (p, to_param) in params.items():
+        for name, (p, to_param) in zip(names, model_parameters_in_gguf_order(model)):
             p.copy_(to_param(t[name]).reshape(p.shape))
 
 
