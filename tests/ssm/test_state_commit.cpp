@@ -67,6 +67,9 @@ TEST_CASE("state commit: path commit and masked replay equal the per-node state"
   check_commit<float>({19, 4, 6, 2, 10}, flags{}, 72, 2e-5);
   check_commit<double>({70, 2, 3, 1, 5}, flags{true, true, true, false, true}, 73, 1e-12);  // N > 64: two mask words
   check_commit<float>({130, 2, 4, 2, 8}, flags{}, 74, 2e-5);
+  // headdim 70: the commit's rows go in chunks of 64 (then 4-, 2-, 1-row blocks).
+  check_commit<double>({9, 2, 70, 1, 7}, flags{}, 75, 1e-12);
+  check_commit<float>({9, 3, 70, 1, 16}, flags{}, 76, 2e-5);
 }
 
 TEST_CASE("state commit: in place over h0, and chained rounds equal one long sequence") {
