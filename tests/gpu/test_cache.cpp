@@ -66,10 +66,10 @@ std::vector<kv_tensor<T>> tensors_for(const gpu_case& g, T* base, std::int64_t& 
   return ts;
 }
 
-gpu_case random_case(std::mt19937& g, int layout) {
+gpu_case random_case(std::mt19937& g, int layout, int requests = 0) {
   gpu_case c;
   c.layout = layout;
-  c.R = std::uniform_int_distribution<int>(1, 6)(g);
+  c.R = requests > 0 ? requests : std::uniform_int_distribution<int>(1, 6)(g);
   c.L = std::uniform_int_distribution<int>(1, 4)(g);
   c.H = std::uniform_int_distribution<int>(1, 4)(g);
   const int dims[] = {1, 3, 8, 64, 128, 130};
@@ -220,15 +220,15 @@ TEST_CASE("GPU kv_commit rejects a bad batch and writes nothing") {
 }
 
 TEST_CASE("GPU kv_commit: entries wider than the staging capacity are copied straight through") {
-  // 700 two-byte units per entry (misaligned base or strided head_dim) exceed
-  // the 128 threads x 4 staged units of a wave.
+  // 1500 two-byte units per entry (misaligned base or strided head_dim)
+  // exceed the 256 threads x 4 staged units of a wave.
   for (std::uint32_t seed = 1; seed <= 3; ++seed)
     for (int layout : {0, 4}) {
       INFO("seed " << seed << " layout " << layout);
       std::mt19937 g(seed * 101 + static_cast<std::uint32_t>(layout));
       std::mt19937_64 g64(seed);
       auto c = random_case(g, layout);
-      c.D = 700;
+      c.D = 1500;
       c.misalign = 1;
       specdec::status hs, ds;
       bool equal = false, untouched = false;
@@ -237,6 +237,35 @@ TEST_CASE("GPU kv_commit: entries wider than the staging capacity are copied str
       CHECK(ds.ok());
       CHECK(equal);
     }
+}
+
+TEST_CASE("GPU kv_commit: a batch too large for the fused checks (validation launch first) equals the host") {
+  // 300 requests + 2 tensors exceed the copy block's threads, so the
+  // one-block validation kernel runs before the copy (cuda/cache.cuh).
+  for (int layout : {0, 2}) {
+    INFO("layout " << layout);
+    std::mt19937 g(23 + static_cast<std::uint32_t>(layout));
+    std::mt19937_64 g64(23);
+    auto c = random_case(g, layout, 300);
+    c.D = 16;
+    c.misalign = 0;
+    specdec::status hs, ds;
+    bool equal = false, untouched = false;
+    run_both<std::uint16_t>(c, g64, hs, ds, equal, untouched);
+    REQUIRE(hs.ok());
+    CHECK(ds.ok());
+    CHECK(equal);
+    CHECK(!untouched);
+    // The same batch with request 150's keep list out of order: nothing moves.
+    const auto lo = static_cast<std::size_t>(c.koff[150]);
+    REQUIRE(c.koff[151] - c.koff[150] >= 1);
+    c.keep[lo] = c.clen[150] - 1;  // below cache_len
+    run_both<std::uint16_t>(c, g64, hs, ds, equal, untouched);
+    CHECK(!hs.ok());
+    CHECK(ds.code() == hs.code());
+    CHECK(ds.index() == hs.index());
+    CHECK(untouched);
+  }
 }
 
 TEST_CASE("GPU kv_commit: a grid smaller than a tensor's layers is an error, not a partial commit") {

@@ -1,8 +1,12 @@
 //! \file
 //! Device side of the KV commit: a validation kernel and one copy kernel
-//! for strided and paged caches, gridded over (head, tensor x layer,
-//! request). Engines compiling with nvcc may launch these templates
-//! directly; specdec::kernels::kv_commit wraps them (kernels/cache.cu).
+//! for strided and paged caches, gridded over (tensor x layer, request),
+//! each block moving every head of its layer (one block per head left most
+//! of each block idle: 21% of copy bandwidth on an H100,
+//! benchmarks/results/gpu-h100-2026-11-26.md). Small batches skip the
+//! validation launch: every copy block runs the checks itself. Engines
+//! compiling with nvcc may launch these templates directly;
+//! specdec::kernels::kv_commit wraps them (kernels/cache.cu).
 //!
 //! Parallel safety. Within one (tensor, request,
 //! layer, head) row, entry k reads position s_k = keep[k] and writes
@@ -12,7 +16,7 @@
 //! only if d_k = s_j for some entry j, i.e. j + t_j = k: that requires
 //! j <= k, and j = k only when t_k = 0 (entry k is a no-op, skipped). So
 //! the only hazard is a LATER entry writing the source of an EARLIER one;
-//! never the other way round. The block therefore processes a row in waves
+//! never the other way round. The block therefore processes its rows in waves
 //! of consecutive entries: every thread loads its share of the wave into
 //! registers, the block synchronizes, then every thread stores. A wave's
 //! stores can only hit sources of the same wave (already loaded before the
@@ -45,31 +49,27 @@ SPECDEC_HD constexpr std::uint64_t encode_kv_status(std::uint32_t rank, status_c
   return (static_cast<std::uint64_t>(rank) << 32) | static_cast<std::uint32_t>(code);
 }
 
-//! Validation, one block of at most Threads threads: thread 0
-//! checks the header, then the threads stride over the items, rank r < R
-//! checking request r (its CSR range against total_keep first, then
+namespace detail {
+
+//! The checks of one commit, run by every thread of one block (any size):
+//! thread 0 checks the header, then the threads stride over the items, rank
+//! r < R checking request r (its CSR range against total_keep first, then
 //! validate_kv_commit_request) and rank R + t checking tensor t
-//! (validate_kv_tensor, then that the copy grid's max_layers x max_heads
-//! covers it: a device-only argument, invalid_argument otherwise). The
-//! lowest failing rank wins (atomicMin in shared memory, so the result does
-//! not depend on scheduling) and thread 0 writes the word: kv_status_ok or
-//! encode_kv_status(rank, code). One block also resets the word, so no
-//! separate memset is needed. A template (on the block size) so that an
-//! engine including this header from several translation units gets one
-//! weak definition instead of duplicate strong symbols.
-template <int Threads>
-SPECDEC_KERNEL void __launch_bounds__(Threads)
-    kv_commit_validate_kernel(const kv_tensor<void>* tensors, std::int32_t num_tensors, std::int32_t max_layers,
-                              std::int32_t max_heads, kv_position_map map, kv_commit_batch batch,
-                              std::int64_t total_keep, std::uint64_t* status_word) {
+//! (validate_kv_tensor, then that max_layers x max_heads covers it: a
+//! device-only argument, invalid_argument otherwise). The lowest failing
+//! rank wins (atomicMin in shared memory, so the result does not depend on
+//! scheduling). Returns kv_status_ok or encode_kv_status(rank, code) to
+//! every thread.
+SPECDEC_DEVICE std::uint64_t kv_commit_check(const kernels::kv_commit_params& p) {
   __shared__ unsigned long long worst;
+  const kv_commit_batch& batch = p.batch;
   const std::int32_t R = batch.num_requests;
   if (threadIdx.x == 0) {
     worst = kv_status_ok;
-    const status h = validate_kv_commit_header(batch, map);
+    const status h = validate_kv_commit_header(batch, p.map);
     if (!h.ok())
       worst = encode_kv_status(0, h.code());
-    else if (R > 0 && batch.keep_offsets[R] != total_keep)
+    else if (R > 0 && batch.keep_offsets[R] != p.total_keep)
       worst = encode_kv_status(0, status_code::size_mismatch);
   }
   __syncthreads();
@@ -80,138 +80,170 @@ SPECDEC_KERNEL void __launch_bounds__(Threads)
   const bool header_ok = worst == kv_status_ok;
   __syncthreads();  // everyone read `worst` before any atomicMin changes it
   if (header_ok) {
-    const std::int64_t items = static_cast<std::int64_t>(R) + num_tensors;
+    const std::int64_t items = static_cast<std::int64_t>(R) + p.num_tensors;
     for (std::int64_t i = threadIdx.x; i < items; i += blockDim.x) {
       if (i < R) {
         const auto r = static_cast<std::int32_t>(i);
         const std::int64_t lo = batch.keep_offsets[r], hi = batch.keep_offsets[r + 1];
         // The CSR range is checked before any keep entry is read.
-        if (lo < 0 || hi < lo || hi > total_keep) {
+        if (lo < 0 || hi < lo || hi > p.total_keep) {
           fail(r, status_code::not_sorted);
           continue;
         }
-        const status s = validate_kv_commit_request(batch, map, r);
+        const status s = validate_kv_commit_request(batch, p.map, r);
         if (!s.ok()) fail(r, s.code());
       } else {
-        const kv_tensor<void>& t = tensors[i - R];
-        const status s = validate_kv_tensor(t, map, R);
+        const kv_tensor<void>& t = p.tensors[i - R];
+        const status s = validate_kv_tensor(t, p.map, R);
         if (!s.ok())
           fail(i, s.code());
-        else if (t.layers > max_layers || t.heads > max_heads)
+        else if (t.layers > p.max_layers || t.heads > p.max_heads)
           fail(i, status_code::invalid_argument);  // the copy grid would skip layers or heads
       }
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0) *status_word = worst;
+  const std::uint64_t w = worst;
+  __syncthreads();  // a later call may reset `worst`
+  return w;
+}
+
+}  // namespace detail
+
+//! Validation, one block of at most Threads threads (detail::kv_commit_check);
+//! thread 0 writes the status word, so no separate reset is needed. A
+//! template (on the block size) so that an engine including this header
+//! from several translation units gets one weak definition instead of
+//! duplicate strong symbols.
+template <int Threads>
+SPECDEC_KERNEL void __launch_bounds__(Threads) kv_commit_validate_kernel(const kernels::kv_commit_params p) {
+  const std::uint64_t w = detail::kv_commit_check(p);
+  if (threadIdx.x == 0) *p.status_word = w;
 }
 
 namespace detail {
 
-//! Copies the kept entries [k0, count) of one row in waves (see the file
-//! comment). Units of one entry are U words laid out by `plan`
-//! (kv_plan_row). Each thread stages at most Regs units per wave. An entry
-//! larger than the block's staging capacity is a wave of its own and is
-//! copied straight through: its source and destination are different
-//! positions, hence disjoint.
+//! Copies the kept entries [k0, count) of every head of one (tensor,
+//! layer, request) in waves (see the file comment and kv_plan_waves).
+//! Units of one entry are U words laid out by `plan` (kv_plan_row). Each
+//! thread stages at most Regs units per wave. Rows of different heads never
+//! overlap, so one wave may hold several heads.
 template <class U, int Regs>
-SPECDEC_DEVICE void kv_copy_row(unsigned char* base, const kv_tensor<void>& t, const kv_position_map& map,
-                                std::int64_t r, std::int64_t layer, std::int64_t head, std::int64_t c,
-                                const position_id* keep, std::int64_t k0, std::int64_t count,
-                                const ::specdec::detail::kv_copy_plan& plan, std::int64_t elem_bytes) {
+SPECDEC_DEVICE void kv_copy_layer(unsigned char* base, const kv_tensor<void>& t, const kv_position_map& map,
+                                  std::int64_t r, std::int64_t layer, std::int64_t c, const position_id* keep,
+                                  std::int64_t k0, std::int64_t count, const ::specdec::detail::kv_copy_plan& plan,
+                                  std::int64_t elem_bytes) {
+  namespace sd = ::specdec::detail;
   const std::int64_t units = plan.units;
   const std::int64_t capacity = static_cast<std::int64_t>(blockDim.x) * Regs;
-  const std::int64_t per_wave = ::specdec::detail::kv_wave_entries(units, capacity);
-  for (std::int64_t w0 = k0; w0 < count; w0 += per_wave) {
-    const std::int64_t w1 = w0 + per_wave < count ? w0 + per_wave : count;
-    const std::int64_t total = (w1 - w0) * units;
-    if (total > capacity) {
-      // One oversized entry: straight copy, then the barrier below.
-      const std::int64_t k = w0;
-      const std::int64_t so = ::specdec::detail::kv_offset(t, map, r, layer, head, keep[k]) * elem_bytes;
-      const std::int64_t dof = ::specdec::detail::kv_offset(t, map, r, layer, head, c + k) * elem_bytes;
-      for (std::int64_t u = threadIdx.x; u < units; u += blockDim.x) {
-        const std::int64_t uo = ::specdec::detail::kv_unit_offset(plan, u);
-        *reinterpret_cast<U*>(base + dof + uo) = *reinterpret_cast<const U*>(base + so + uo);
-      }
-    } else {
-      U reg[Regs];
-      std::int64_t dst[Regs];
-#pragma unroll
-      for (int j = 0; j < Regs; ++j) {
-        const std::int64_t g = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
-        dst[j] = -1;
-        if (g < total) {
-          std::int64_t k = 0, u = 0;
-          ::specdec::detail::kv_wave_unit(g, units, w0, k, u);
-          const std::int64_t uo = ::specdec::detail::kv_unit_offset(plan, u);
-          const std::int64_t so = ::specdec::detail::kv_offset(t, map, r, layer, head, keep[k]) * elem_bytes;
-          dst[j] = ::specdec::detail::kv_offset(t, map, r, layer, head, c + k) * elem_bytes + uo;
-          reg[j] = *reinterpret_cast<const U*>(base + so + uo);
+  const sd::kv_wave_shape shape = sd::kv_plan_waves(units, t.heads, count - k0, capacity);
+  auto offset = [&](std::int64_t head, std::int64_t pos) {
+    return sd::kv_offset(t, map, r, layer, head, pos) * elem_bytes;
+  };
+  for (std::int64_t h0 = 0; h0 < t.heads; h0 += shape.heads_per_group) {
+    const std::int64_t hn = h0 + shape.heads_per_group < t.heads ? shape.heads_per_group : t.heads - h0;
+    for (std::int64_t w0 = k0; w0 < count; w0 += shape.entries_per_wave) {
+      const std::int64_t we = w0 + shape.entries_per_wave < count ? shape.entries_per_wave : count - w0;
+      const std::int64_t total = hn * we * units;
+      if (total > capacity) {
+        // One oversized entry of one head: straight copy, then the barrier below.
+        const std::int64_t so = offset(h0, keep[w0]), dof = offset(h0, c + w0);
+        for (std::int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+          const std::int64_t uo = sd::kv_unit_offset(plan, u);
+          *reinterpret_cast<U*>(base + dof + uo) = *reinterpret_cast<const U*>(base + so + uo);
         }
-      }
-      __syncthreads();  // every load of the wave before any store of it
+      } else {
+        U reg[Regs];
+        std::int64_t dst[Regs];
 #pragma unroll
-      for (int j = 0; j < Regs; ++j)
-        if (dst[j] >= 0) *reinterpret_cast<U*>(base + dst[j]) = reg[j];
+        for (int j = 0; j < Regs; ++j) {
+          const std::int64_t g = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
+          dst[j] = -1;
+          if (g < total) {
+            std::int64_t head = 0, k = 0, u = 0;
+            sd::kv_wave_item(g, units, we, w0, h0, head, k, u);
+            const std::int64_t uo = sd::kv_unit_offset(plan, u);
+            dst[j] = offset(head, c + k) + uo;
+            reg[j] = *reinterpret_cast<const U*>(base + offset(head, keep[k]) + uo);
+          }
+        }
+        __syncthreads();  // every load of the wave before any store of it
+#pragma unroll
+        for (int j = 0; j < Regs; ++j)
+          if (dst[j] >= 0) *reinterpret_cast<U*>(base + dst[j]) = reg[j];
+      }
+      __syncthreads();  // this wave's stores before the next wave's loads
     }
-    __syncthreads();  // this wave's stores before the next wave's loads
   }
 }
 
 }  // namespace detail
 
-//! The copy kernel. Grid: x = head (< max_heads), y = tensor * max_layers +
-//! layer, z = request; any block size (128 is a good default). Writes
-//! nothing unless *status_word == kv_status_ok (the validation kernel ran
-//! first on the same stream). Units as in kv_plan_row: 16 bytes when the
-//! tensor's base pointer, every byte stride and the entry size allow it,
-//! narrower (never misaligned) otherwise.
-template <int Regs = 4>
-SPECDEC_KERNEL void kv_commit_copy_kernel(const kv_tensor<void>* tensors, std::int32_t max_layers,
-                                          std::int32_t elem_bytes, kv_position_map map, kv_commit_batch batch,
-                                          const std::uint64_t* status_word) {
-  if (*status_word != kv_status_ok) return;
-  const std::int64_t r = blockIdx.z;
-  const std::int64_t ti = blockIdx.y / max_layers;
-  const std::int64_t layer = blockIdx.y % max_layers;
-  const std::int64_t head = blockIdx.x;
-  const kv_tensor<void> t = tensors[ti];
-  if (layer >= t.layers || head >= t.heads) return;
-  const std::int64_t c = batch.cache_len[r];
-  const position_id* keep = batch.keep + batch.keep_offsets[r];
-  const std::int64_t count = batch.keep_offsets[r + 1] - batch.keep_offsets[r];
-  const std::int64_t k0 = ::specdec::detail::kv_first_moved(keep, count, c);
-  if (k0 == count) return;
-  auto* base = static_cast<unsigned char*>(t.data);
-  const std::int64_t eb = elem_bytes;
-  const auto plan = ::specdec::detail::kv_plan_row(reinterpret_cast<std::uintptr_t>(t.data), eb, t);
-  switch (plan.unit) {
-    case 16:
-      detail::kv_copy_row<uint4, Regs>(base, t, map, r, layer, head, c, keep, k0, count, plan, eb);
-      break;
-    case 8:
-      detail::kv_copy_row<uint2, Regs>(base, t, map, r, layer, head, c, keep, k0, count, plan, eb);
-      break;
-    case 4:
-      detail::kv_copy_row<std::uint32_t, Regs>(base, t, map, r, layer, head, c, keep, k0, count, plan, eb);
-      break;
-    case 2:
-      detail::kv_copy_row<std::uint16_t, Regs>(base, t, map, r, layer, head, c, keep, k0, count, plan, eb);
-      break;
-    default:
-      detail::kv_copy_row<std::uint8_t, Regs>(base, t, map, r, layer, head, c, keep, k0, count, plan, eb);
-      break;
-  }
-}
-
-//! Threads of the copy kernel, registers of 16 B each per thread per wave
-//! (128 x 4 x 16 B = 8 KiB staged per wave), threads of the validation kernel.
-inline constexpr int kv_copy_threads = 128;
+//! Threads of the copy kernel (its most); with kv_copy_regs registers of
+//! 16 B each, 256 x 4 x 16 B = 16 KiB staged per wave (all heads of a layer
+//! for a few entries of a 128-dim fp16 cache). Three blocks per SM: 80
+//! registers a thread (106 unbounded, spilling at four blocks).
+inline constexpr int kv_copy_threads = 256;
 //! 16-byte registers per thread per wave of the copy kernel.
 inline constexpr int kv_copy_regs = 4;
 //! Threads of the validation kernel.
 inline constexpr int kv_validate_threads = 256;
+//! Each copy block validates the batch itself (one launch instead of two)
+//! when the batch's requests and tensors fit one item per thread and its
+//! keep lists are this short in all: every block then re-reads them from
+//! L2, which costs less than the second launch's latency.
+inline constexpr std::int64_t kv_fused_check_keep = 1024;
+
+//! The copy kernel. Grid: x = tensor * max_layers + layer, y = request;
+//! blocks of at most kv_copy_threads threads. With `validate`, every block first
+//! runs the checks itself (detail::kv_commit_check; block (0, 0) writes the
+//! status word), which saves the validation launch for small batches;
+//! otherwise kv_commit_validate_kernel ran first on the same stream and the
+//! block reads its word. Writes nothing unless the batch is valid. Units as
+//! in kv_plan_row: 16 bytes when the tensor's base pointer, every byte
+//! stride and the entry size allow it, narrower (never misaligned)
+//! otherwise.
+template <int Regs = 4>
+SPECDEC_KERNEL void __launch_bounds__(kv_copy_threads, 3)
+    kv_commit_kernel(const kernels::kv_commit_params p, bool validate) {
+  if (validate) {
+    const std::uint64_t w = detail::kv_commit_check(p);
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *p.status_word = w;
+    if (w != kv_status_ok) return;
+  } else if (*p.status_word != kv_status_ok) {
+    return;
+  }
+  const std::int64_t r = blockIdx.y;
+  const std::int64_t ti = blockIdx.x / p.max_layers;
+  const std::int64_t layer = blockIdx.x % p.max_layers;
+  const kv_tensor<void> t = p.tensors[ti];
+  if (layer >= t.layers) return;
+  const std::int64_t c = p.batch.cache_len[r];
+  const position_id* keep = p.batch.keep + p.batch.keep_offsets[r];
+  const std::int64_t count = p.batch.keep_offsets[r + 1] - p.batch.keep_offsets[r];
+  const std::int64_t k0 = ::specdec::detail::kv_first_moved(keep, count, c);
+  if (k0 == count) return;
+  auto* base = static_cast<unsigned char*>(t.data);
+  const std::int64_t eb = p.elem_bytes;
+  const auto plan = ::specdec::detail::kv_plan_row(reinterpret_cast<std::uintptr_t>(t.data), eb, t);
+  switch (plan.unit) {
+    case 16:
+      detail::kv_copy_layer<uint4, Regs>(base, t, p.map, r, layer, c, keep, k0, count, plan, eb);
+      break;
+    case 8:
+      detail::kv_copy_layer<uint2, Regs>(base, t, p.map, r, layer, c, keep, k0, count, plan, eb);
+      break;
+    case 4:
+      detail::kv_copy_layer<std::uint32_t, Regs>(base, t, p.map, r, layer, c, keep, k0, count, plan, eb);
+      break;
+    case 2:
+      detail::kv_copy_layer<std::uint16_t, Regs>(base, t, p.map, r, layer, c, keep, k0, count, plan, eb);
+      break;
+    default:
+      detail::kv_copy_layer<std::uint8_t, Regs>(base, t, p.map, r, layer, c, keep, k0, count, plan, eb);
+      break;
+  }
+}
 
 //! Checks (kernels::kv_commit_can_implement) and enqueues the validation
 //! and copy kernels on `stream`: the kernels API's kv_commit, for engines
@@ -225,13 +257,14 @@ inline status kv_commit(const kernels::kv_commit_params& p, void* /*workspace*/,
       SPECDEC_TRY(from_cuda(cudaMemsetAsync(p.status_word, 0xff, sizeof(std::uint64_t), stream)));
     return status::success();
   }
-  kv_commit_validate_kernel<kv_validate_threads><<<1, kv_validate_threads, 0, stream>>>(
-      p.tensors, p.num_tensors, p.max_layers, p.max_heads, p.map, p.batch, p.total_keep, p.status_word);
-  SPECDEC_TRY(last_launch_status());
-  const dim3 grid(static_cast<unsigned>(p.max_heads), static_cast<unsigned>(p.max_layers * p.num_tensors),
-                  static_cast<unsigned>(p.batch.num_requests));
-  kv_commit_copy_kernel<kv_copy_regs>
-      <<<grid, kv_copy_threads, 0, stream>>>(p.tensors, p.max_layers, p.elem_bytes, p.map, p.batch, p.status_word);
+  const bool fused = static_cast<std::int64_t>(p.batch.num_requests) + p.num_tensors <= kv_copy_threads &&
+                     p.total_keep <= kv_fused_check_keep;
+  if (!fused) {
+    kv_commit_validate_kernel<kv_validate_threads><<<1, kv_validate_threads, 0, stream>>>(p);
+    SPECDEC_TRY(last_launch_status());
+  }
+  const dim3 grid(static_cast<unsigned>(p.max_layers * p.num_tensors), static_cast<unsigned>(p.batch.num_requests));
+  kv_commit_kernel<kv_copy_regs><<<grid, kv_copy_threads, 0, stream>>>(p, fused);
   return last_launch_status();
 }
 
