@@ -221,7 +221,7 @@ TEST_CASE("GPU kv_commit rejects a bad batch and writes nothing") {
 
 TEST_CASE("GPU kv_commit: entries wider than the staging capacity are copied straight through") {
   // 1500 two-byte units per entry (misaligned base or strided head_dim)
-  // exceed the 256 threads x 4 staged units of a wave.
+  // exceed the 32 lanes x 4 staged units of a warp's wave.
   for (std::uint32_t seed = 1; seed <= 3; ++seed)
     for (int layout : {0, 4}) {
       INFO("seed " << seed << " layout " << layout);
@@ -240,7 +240,7 @@ TEST_CASE("GPU kv_commit: entries wider than the staging capacity are copied str
 }
 
 TEST_CASE("GPU kv_commit: a batch too large for the fused checks (validation launch first) equals the host") {
-  // 300 requests + 2 tensors exceed the copy block's threads, so the
+  // 300 requests + 2 tensors exceed cuda::kv_fused_check_items, so the
   // one-block validation kernel runs before the copy (cuda/cache.cuh).
   for (int layout : {0, 2}) {
     INFO("layout " << layout);

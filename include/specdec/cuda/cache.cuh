@@ -1,8 +1,10 @@
 //! \file
 //! Device side of the KV commit: a validation kernel and one copy kernel
-//! for strided and paged caches, gridded over (tensor x layer, request),
-//! each block moving every head of its layer (one block per head left most
-//! of each block idle: 21% of copy bandwidth on an H100,
+//! for strided and paged caches, one warp per (request, tensor, layer,
+//! head) row. The copy is a chain of dependent loads per row (keep list,
+//! block table, data), so rows are spread thin: a warp each, few warps per
+//! block, the keep list's in-place prefix found by one ballot (one block
+//! per layer moving every head was slower on an H100,
 //! benchmarks/results/gpu-h100-2026-11-26.md). Small batches skip the
 //! validation launch: every copy block runs the checks itself. Engines
 //! compiling with nvcc may launch these templates directly;
@@ -16,14 +18,14 @@
 //! only if d_k = s_j for some entry j, i.e. j + t_j = k: that requires
 //! j <= k, and j = k only when t_k = 0 (entry k is a no-op, skipped). So
 //! the only hazard is a LATER entry writing the source of an EARLIER one;
-//! never the other way round. The block therefore processes its rows in waves
+//! never the other way round. A warp therefore processes its row in waves
 //! of consecutive entries: every thread loads its share of the wave into
-//! registers, the block synchronizes, then every thread stores. A wave's
+//! registers, the warp synchronizes, then every thread stores. A wave's
 //! stores can only hit sources of the same wave (already loaded before the
 //! barrier) or of earlier waves (finished); a later wave's sources lie
 //! strictly above every store of this one. Different rows never share
 //! memory (kv_tensor precondition; paged: the touched pages of a request
-//! are distinct and belong to it), so blocks need no coordination.
+//! are distinct and belong to it), so warps need no coordination.
 #pragma once
 
 #include <cstdint>
@@ -123,124 +125,141 @@ SPECDEC_KERNEL void __launch_bounds__(Threads) kv_commit_validate_kernel(const k
 
 namespace detail {
 
-//! Copies the kept entries [k0, count) of every head of one (tensor,
-//! layer, request) in waves (see the file comment and kv_plan_waves).
-//! Units of one entry are U words laid out by `plan` (kv_plan_row). Each
-//! thread stages at most Regs units per wave. Rows of different heads never
-//! overlap, so one wave may hold several heads.
+//! First entry of keep[0, count) not already in place, found by one warp a
+//! ballot of 32 entries at a time (the in-place entries form a prefix, see
+//! kv_first_moved), so the loads do not wait for each other.
+SPECDEC_DEVICE std::int64_t kv_first_moved_warp(const position_id* keep, std::int64_t count, std::int64_t c,
+                                                unsigned lane) {
+  for (std::int64_t k1 = 0; k1 < count; k1 += 32) {
+    const std::int64_t k = k1 + lane;
+    const unsigned moved = __ballot_sync(0xffffffffu, k < count && keep[k] != c + k);
+    if (moved != 0) return k1 + __ffs(static_cast<int>(moved)) - 1;
+  }
+  return count;
+}
+
+//! Copies the kept entries [k0, count) of one (tensor, request, layer,
+//! head) row with one warp, in waves (see the file comment): every lane
+//! loads its share of a wave into registers, the warp synchronizes, every
+//! lane stores. Units of one entry are U words laid out by `plan`
+//! (kv_plan_row); each lane stages at most Regs units per wave.
 template <class U, int Regs>
-SPECDEC_DEVICE void kv_copy_layer(unsigned char* base, const kv_tensor<void>& t, const kv_position_map& map,
-                                  std::int64_t r, std::int64_t layer, std::int64_t c, const position_id* keep,
-                                  std::int64_t k0, std::int64_t count, const ::specdec::detail::kv_copy_plan& plan,
-                                  std::int64_t elem_bytes) {
+SPECDEC_DEVICE void kv_copy_row(unsigned char* base, const kv_tensor<void>& t, const kv_position_map& map,
+                                std::int64_t r, std::int64_t layer, std::int64_t head, std::int64_t c,
+                                const position_id* keep, std::int64_t k0, std::int64_t count,
+                                const ::specdec::detail::kv_copy_plan& plan, std::int64_t elem_bytes, unsigned lane) {
   namespace sd = ::specdec::detail;
   const std::int64_t units = plan.units;
-  const std::int64_t capacity = static_cast<std::int64_t>(blockDim.x) * Regs;
-  const sd::kv_wave_shape shape = sd::kv_plan_waves(units, t.heads, count - k0, capacity);
-  auto offset = [&](std::int64_t head, std::int64_t pos) {
-    return sd::kv_offset(t, map, r, layer, head, pos) * elem_bytes;
-  };
-  for (std::int64_t h0 = 0; h0 < t.heads; h0 += shape.heads_per_group) {
-    const std::int64_t hn = h0 + shape.heads_per_group < t.heads ? shape.heads_per_group : t.heads - h0;
-    for (std::int64_t w0 = k0; w0 < count; w0 += shape.entries_per_wave) {
-      const std::int64_t we = w0 + shape.entries_per_wave < count ? shape.entries_per_wave : count - w0;
-      const std::int64_t total = hn * we * units;
-      if (total > capacity) {
-        // One oversized entry of one head: straight copy, then the barrier below.
-        const std::int64_t so = offset(h0, keep[w0]), dof = offset(h0, c + w0);
-        for (std::int64_t u = threadIdx.x; u < units; u += blockDim.x) {
-          const std::int64_t uo = sd::kv_unit_offset(plan, u);
-          *reinterpret_cast<U*>(base + dof + uo) = *reinterpret_cast<const U*>(base + so + uo);
-        }
-      } else {
-        U reg[Regs];
-        std::int64_t dst[Regs];
-#pragma unroll
-        for (int j = 0; j < Regs; ++j) {
-          const std::int64_t g = threadIdx.x + static_cast<std::int64_t>(j) * blockDim.x;
-          dst[j] = -1;
-          if (g < total) {
-            std::int64_t head = 0, k = 0, u = 0;
-            sd::kv_wave_item(g, units, we, w0, h0, head, k, u);
-            const std::int64_t uo = sd::kv_unit_offset(plan, u);
-            dst[j] = offset(head, c + k) + uo;
-            reg[j] = *reinterpret_cast<const U*>(base + offset(head, keep[k]) + uo);
-          }
-        }
-        __syncthreads();  // every load of the wave before any store of it
-#pragma unroll
-        for (int j = 0; j < Regs; ++j)
-          if (dst[j] >= 0) *reinterpret_cast<U*>(base + dst[j]) = reg[j];
+  constexpr std::int64_t capacity = 32 * Regs;
+  const std::int64_t per_wave = sd::kv_wave_entries(units, capacity);
+  auto offset = [&](std::int64_t pos) { return sd::kv_offset(t, map, r, layer, head, pos) * elem_bytes; };
+  for (std::int64_t w0 = k0; w0 < count; w0 += per_wave) {
+    const std::int64_t we = w0 + per_wave < count ? per_wave : count - w0;
+    const std::int64_t total = we * units;
+    if (total > capacity) {
+      // One oversized entry: straight copy (its source and destination differ).
+      const std::int64_t so = offset(keep[w0]), dof = offset(c + w0);
+      for (std::int64_t u = lane; u < units; u += 32) {
+        const std::int64_t uo = sd::kv_unit_offset(plan, u);
+        *reinterpret_cast<U*>(base + dof + uo) = *reinterpret_cast<const U*>(base + so + uo);
       }
-      __syncthreads();  // this wave's stores before the next wave's loads
+    } else {
+      U reg[Regs];
+      std::int64_t dst[Regs];
+#pragma unroll
+      for (int j = 0; j < Regs; ++j) {
+        const std::int64_t g = lane + 32 * j;
+        dst[j] = -1;
+        if (g < total) {
+          std::int64_t k = 0, u = 0;
+          sd::kv_wave_unit(g, units, w0, k, u);
+          const std::int64_t uo = sd::kv_unit_offset(plan, u);
+          dst[j] = offset(c + k) + uo;
+          reg[j] = *reinterpret_cast<const U*>(base + offset(keep[k]) + uo);
+        }
+      }
+      __syncwarp();  // every load of the wave before any store of it
+#pragma unroll
+      for (int j = 0; j < Regs; ++j)
+        if (dst[j] >= 0) *reinterpret_cast<U*>(base + dst[j]) = reg[j];
     }
+    __syncwarp();  // this wave's stores before the next wave's loads
   }
 }
 
 }  // namespace detail
 
-//! Threads of the copy kernel (its most); with kv_copy_regs registers of
-//! 16 B each, 256 x 4 x 16 B = 16 KiB staged per wave (all heads of a layer
-//! for a few entries of a 128-dim fp16 cache). Three blocks per SM: 80
-//! registers a thread (106 unbounded, spilling at four blocks).
-inline constexpr int kv_copy_threads = 256;
-//! 16-byte registers per thread per wave of the copy kernel.
+//! Threads of the copy kernel (its most): four rows per block, so that a
+//! small batch still spreads over many SMs.
+inline constexpr int kv_copy_threads = 128;
+//! 16-byte registers per lane per wave: a wave moves up to 2 KiB of a row
+//! (eight entries of a 128-dim fp16 head).
 inline constexpr int kv_copy_regs = 4;
 //! Threads of the validation kernel.
 inline constexpr int kv_validate_threads = 256;
-//! Each copy block validates the batch itself (one launch instead of two)
-//! when the batch's requests and tensors fit one item per thread and its
-//! keep lists are this short in all: every block then re-reads them from
-//! L2, which costs less than the second launch's latency.
-inline constexpr std::int64_t kv_fused_check_keep = 1024;
+//! A batch of at most this many requests + tensors, with at most
+//! kv_fused_check_keep kept entries in all, is validated by every copy
+//! block itself (one launch instead of two; each block re-reads the short
+//! lists from L2). Larger batches run kv_commit_validate_kernel first.
+inline constexpr std::int64_t kv_fused_check_items = 32;
+//! See kv_fused_check_items.
+inline constexpr std::int64_t kv_fused_check_keep = 256;
 
-//! The copy kernel. Grid: x = tensor * max_layers + layer, y = request;
-//! blocks of at most kv_copy_threads threads. With `validate`, every block first
-//! runs the checks itself (detail::kv_commit_check; block (0, 0) writes the
-//! status word), which saves the validation launch for small batches;
-//! otherwise kv_commit_validate_kernel ran first on the same stream and the
-//! block reads its word. Writes nothing unless the batch is valid. Units as
-//! in kv_plan_row: 16 bytes when the tensor's base pointer, every byte
-//! stride and the entry size allow it, narrower (never misaligned)
-//! otherwise.
+//! The copy kernel: one warp per (request, tensor, layer, head) row, row
+//! index ((request * num_tensors + tensor) * max_layers + layer) *
+//! max_heads + head = blockIdx.x * warps per block + warp; blocks of at
+//! most kv_copy_threads threads, grid x = ceil(rows / warps per block).
+//! With `validate`, every block first runs the checks itself
+//! (detail::kv_commit_check; block 0 writes the status word), which saves
+//! the validation launch for small batches; otherwise
+//! kv_commit_validate_kernel ran first on the same stream and the block
+//! reads its word. Writes nothing unless the batch is valid. Units as in
+//! kv_plan_row: 16 bytes when the tensor's base pointer, every byte stride
+//! and the entry size allow it, narrower (never misaligned) otherwise.
 template <int Regs = 4>
-SPECDEC_KERNEL void __launch_bounds__(kv_copy_threads, 3)
+SPECDEC_KERNEL void __launch_bounds__(kv_copy_threads)
     kv_commit_kernel(const kernels::kv_commit_params p, bool validate) {
   if (validate) {
     const std::uint64_t w = detail::kv_commit_check(p);
-    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *p.status_word = w;
+    if (blockIdx.x == 0 && threadIdx.x == 0) *p.status_word = w;
     if (w != kv_status_ok) return;
   } else if (*p.status_word != kv_status_ok) {
     return;
   }
-  const std::int64_t r = blockIdx.y;
-  const std::int64_t ti = blockIdx.x / p.max_layers;
-  const std::int64_t layer = blockIdx.x % p.max_layers;
+  const unsigned lane = threadIdx.x % 32;
+  std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const std::int64_t head = row % p.max_heads;
+  row /= p.max_heads;
+  const std::int64_t layer = row % p.max_layers;
+  row /= p.max_layers;
+  const std::int64_t ti = row % p.num_tensors;
+  const std::int64_t r = row / p.num_tensors;
+  if (r >= p.batch.num_requests) return;  // whole warps: the row index is the warp's
   const kv_tensor<void> t = p.tensors[ti];
-  if (layer >= t.layers) return;
+  if (layer >= t.layers || head >= t.heads) return;
   const std::int64_t c = p.batch.cache_len[r];
   const position_id* keep = p.batch.keep + p.batch.keep_offsets[r];
   const std::int64_t count = p.batch.keep_offsets[r + 1] - p.batch.keep_offsets[r];
-  const std::int64_t k0 = ::specdec::detail::kv_first_moved(keep, count, c);
+  const std::int64_t k0 = detail::kv_first_moved_warp(keep, count, c, lane);
   if (k0 == count) return;
   auto* base = static_cast<unsigned char*>(t.data);
   const std::int64_t eb = p.elem_bytes;
   const auto plan = ::specdec::detail::kv_plan_row(reinterpret_cast<std::uintptr_t>(t.data), eb, t);
   switch (plan.unit) {
     case 16:
-      detail::kv_copy_layer<uint4, Regs>(base, t, p.map, r, layer, c, keep, k0, count, plan, eb);
+      detail::kv_copy_row<uint4, Regs>(base, t, p.map, r, layer, head, c, keep, k0, count, plan, eb, lane);
       break;
     case 8:
-      detail::kv_copy_layer<uint2, Regs>(base, t, p.map, r, layer, c, keep, k0, count, plan, eb);
+      detail::kv_copy_row<uint2, Regs>(base, t, p.map, r, layer, head, c, keep, k0, count, plan, eb, lane);
       break;
     case 4:
-      detail::kv_copy_layer<std::uint32_t, Regs>(base, t, p.map, r, layer, c, keep, k0, count, plan, eb);
+      detail::kv_copy_row<std::uint32_t, Regs>(base, t, p.map, r, layer, head, c, keep, k0, count, plan, eb, lane);
       break;
     case 2:
-      detail::kv_copy_layer<std::uint16_t, Regs>(base, t, p.map, r, layer, c, keep, k0, count, plan, eb);
+      detail::kv_copy_row<std::uint16_t, Regs>(base, t, p.map, r, layer, head, c, keep, k0, count, plan, eb, lane);
       break;
     default:
-      detail::kv_copy_layer<std::uint8_t, Regs>(base, t, p.map, r, layer, c, keep, k0, count, plan, eb);
+      detail::kv_copy_row<std::uint8_t, Regs>(base, t, p.map, r, layer, head, c, keep, k0, count, plan, eb, lane);
       break;
   }
 }
@@ -251,20 +270,25 @@ SPECDEC_KERNEL void __launch_bounds__(kv_copy_threads, 3)
 inline status kv_commit(const kernels::kv_commit_params& p, void* /*workspace*/, std::size_t /*workspace_bytes*/,
                         cudaStream_t stream) noexcept {
   SPECDEC_TRY(kernels::kv_commit_can_implement(p));
+  const std::int64_t rows =
+      static_cast<std::int64_t>(p.batch.num_requests) * p.num_tensors * p.max_layers * p.max_heads;
+  const std::int64_t warps = kv_copy_threads / 32;
+  if ((rows + warps - 1) / warps > 0x7fffffff)
+    return make_status(status_code::unsupported, "requests x tensors x max_layers x max_heads too large for one grid");
   if (p.batch.num_requests == 0 || p.num_tensors == 0) {
     // Nothing to move; still leave an ok word for a caller who reads it.
     if (p.status_word != nullptr)
       SPECDEC_TRY(from_cuda(cudaMemsetAsync(p.status_word, 0xff, sizeof(std::uint64_t), stream)));
     return status::success();
   }
-  const bool fused = static_cast<std::int64_t>(p.batch.num_requests) + p.num_tensors <= kv_copy_threads &&
+  const bool fused = static_cast<std::int64_t>(p.batch.num_requests) + p.num_tensors <= kv_fused_check_items &&
                      p.total_keep <= kv_fused_check_keep;
   if (!fused) {
     kv_commit_validate_kernel<kv_validate_threads><<<1, kv_validate_threads, 0, stream>>>(p);
     SPECDEC_TRY(last_launch_status());
   }
-  const dim3 grid(static_cast<unsigned>(p.max_layers * p.num_tensors), static_cast<unsigned>(p.batch.num_requests));
-  kv_commit_kernel<kv_copy_regs><<<grid, kv_copy_threads, 0, stream>>>(p, fused);
+  kv_commit_kernel<kv_copy_regs>
+      <<<static_cast<unsigned>((rows + warps - 1) / warps), kv_copy_threads, 0, stream>>>(p, fused);
   return last_launch_status();
 }
 

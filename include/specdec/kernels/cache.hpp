@@ -18,17 +18,16 @@ namespace specdec::kernels {
 //! (num_tensors descriptions, data pointers untyped), the block table and
 //! blocks_used inside `map`, the CSR arrays inside `batch`, and
 //! `status_word` (one 64-bit word the call resets and the device fills).
-//! `max_layers` sizes the grid; it and `max_heads` must be >= every
-//! tensor's layers / heads (extra blocks exit at once; a tensor that does
-//! not fit is reported as invalid_argument by the device and nothing is
-//! written). `total_keep` is the length
+//! `max_layers` / `max_heads` size the grid and must be >= every tensor's
+//! layers / heads (extra warps exit at once; a tensor that does not fit is
+//! reported as invalid_argument by the device and nothing is written). `total_keep` is the length
 //! of batch.keep; keep_offsets[num_requests] must equal it.
 struct kv_commit_params {
   const kv_tensor<void>* tensors = nullptr;  //!< device array of num_tensors tensor descriptions
   std::int32_t num_tensors = 0;              //!< tensors committed in this call (K, V, per-layer pieces...)
   std::int32_t elem_bytes = 0;               //!< 1, 2, 4, 8 or 16: bits are moved, never converted
   std::int32_t max_layers = 0;               //!< grid size: >= every tensor's layers
-  std::int32_t max_heads = 0;                //!< >= every tensor's heads
+  std::int32_t max_heads = 0;                //!< grid size: >= every tensor's heads
   kv_position_map map{};                     //!< contiguous or paged positions (block table in device memory)
   kv_commit_batch batch{};                   //!< cache lengths and keep lists (device memory)
   std::int64_t total_keep = 0;               //!< length of batch.keep; keep_offsets[R] must equal it

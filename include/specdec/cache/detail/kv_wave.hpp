@@ -58,48 +58,11 @@ SPECDEC_HD constexpr std::int64_t kv_unit_offset(const kv_copy_plan& p, std::int
   return (u >> p.shift) * p.group_step + (u & ((std::int64_t{1} << p.shift) - 1)) * p.unit;
 }
 
-//! How a block cuts the moves of one (tensor, layer, request) into waves
-//! (cuda/cache.cuh): every head of the layer moves the same `moved` entries
-//! of `units` units each, and one wave stages at most `capacity` units.
-//! Heads go in groups of `heads_per_group`, and each group's entries in
-//! waves of `entries_per_wave`: all entries of a head in one wave (then as
-//! many heads as fit), else as many entries of one head as fit, else (an
-//! entry larger than the capacity) one entry, copied straight through: its
-//! source and destination are different positions.
-struct kv_wave_shape {
-  std::int64_t heads_per_group = 1;
-  std::int64_t entries_per_wave = 1;
-};
-
-//! The wave shape for `heads` heads moving `moved` >= 1 entries each.
-SPECDEC_HD constexpr kv_wave_shape kv_plan_waves(std::int64_t units, std::int64_t heads, std::int64_t moved,
-                                                 std::int64_t capacity) noexcept {
-  kv_wave_shape w;
-  if (units > capacity) return w;
-  if (moved * units <= capacity) {
-    w.entries_per_wave = moved;
-    const std::int64_t fit = capacity / (moved * units);
-    w.heads_per_group = fit < heads ? fit : heads;
-  } else {
-    w.entries_per_wave = capacity / units;
-  }
-  return w;
-}
-
-//! Head, entry and unit of staged unit g of the wave that moves entries
-//! [w0, w0 + entries) of heads h0, h0 + 1, ... (g < capacity, so 32-bit
-//! division suffices; 64-bit division is slow on GPUs). Consecutive g walk
-//! the units of an entry, then the entries, then the heads.
-SPECDEC_HD constexpr void kv_wave_item(std::int64_t g, std::int64_t units, std::int64_t entries, std::int64_t w0,
-                                       std::int64_t h0, std::int64_t& head, std::int64_t& entry,
-                                       std::int64_t& unit) noexcept {
-  const auto gu = static_cast<std::uint32_t>(g);
-  const auto uu = static_cast<std::uint32_t>(units);
-  const auto per_head = static_cast<std::uint32_t>(entries) * uu;
-  const std::uint32_t rest = gu % per_head;
-  head = h0 + gu / per_head;
-  entry = w0 + rest / uu;
-  unit = rest % uu;
+//! Entries per wave: as many whole entries as `capacity` staged units
+//! hold, at least one (an entry larger than the capacity is copied straight
+//! through: its source and destination are different positions).
+SPECDEC_HD constexpr std::int64_t kv_wave_entries(std::int64_t units, std::int64_t capacity) noexcept {
+  return units <= capacity ? capacity / units : 1;
 }
 
 //! First entry that is not already in place. Shifts keep[k] - (c + k) never
@@ -108,6 +71,16 @@ SPECDEC_HD constexpr std::int64_t kv_first_moved(const position_id* keep, std::i
   std::int64_t k0 = 0;
   while (k0 < count && keep[k0] == c + k0) ++k0;
   return k0;
+}
+
+//! Entry and unit of staged unit g of the wave starting at entry w0
+//! (g < capacity, so 32-bit division suffices; 64-bit division is slow on GPUs).
+SPECDEC_HD constexpr void kv_wave_unit(std::int64_t g, std::int64_t units, std::int64_t w0, std::int64_t& entry,
+                                       std::int64_t& unit) noexcept {
+  const auto gu = static_cast<std::uint32_t>(g);
+  const auto uu = static_cast<std::uint32_t>(units);
+  entry = w0 + gu / uu;
+  unit = gu % uu;
 }
 
 }  // namespace specdec::detail
