@@ -6,7 +6,7 @@
 //! Major version of the headers.
 #define SPECDEC_VERSION_MAJOR 0
 //! Minor version of the headers.
-#define SPECDEC_VERSION_MINOR 3
+#define SPECDEC_VERSION_MINOR 4
 //! Patch version of the headers.
 #define SPECDEC_VERSION_PATCH 0
 //! Single integer version: major * 10000 + minor * 100 + patch.

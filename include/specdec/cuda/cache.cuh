@@ -5,8 +5,7 @@
 //! block table, data), so rows are spread thin: a warp each, few warps per
 //! block, the keep list's in-place prefix found by one ballot (one block
 //! per layer moving every head was slower on an H100,
-//! benchmarks/results/gpu-h100-2026-11-26.md). Small batches skip the
-//! validation launch: every copy block runs the checks itself. Engines
+//! benchmarks/results/gpu-h100-2026-11-26.md). Engines
 //! compiling with nvcc may launch these templates directly;
 //! specdec::kernels::kv_commit wraps them (kernels/cache.cu).
 //!
@@ -51,18 +50,20 @@ SPECDEC_HD constexpr std::uint64_t encode_kv_status(std::uint32_t rank, status_c
   return (static_cast<std::uint64_t>(rank) << 32) | static_cast<std::uint32_t>(code);
 }
 
-namespace detail {
-
-//! The checks of one commit, run by every thread of one block (any size):
-//! thread 0 checks the header, then the threads stride over the items, rank
-//! r < R checking request r (its CSR range against total_keep first, then
+//! Validation, one block of at most Threads threads: thread 0 checks the
+//! header, then the threads stride over the items, rank r < R checking
+//! request r (its CSR range against total_keep first, then
 //! validate_kv_commit_request) and rank R + t checking tensor t
-//! (validate_kv_tensor, then that max_layers x max_heads covers it: a
-//! device-only argument, invalid_argument otherwise). The lowest failing
-//! rank wins (atomicMin in shared memory, so the result does not depend on
-//! scheduling). Returns kv_status_ok or encode_kv_status(rank, code) to
-//! every thread.
-SPECDEC_DEVICE std::uint64_t kv_commit_check(const kernels::kv_commit_params& p) {
+//! (validate_kv_tensor, then that the copy grid's max_layers x max_heads
+//! covers it: a device-only argument, invalid_argument otherwise). The
+//! lowest failing rank wins (atomicMin in shared memory, so the result does
+//! not depend on scheduling) and thread 0 writes the word: kv_status_ok or
+//! encode_kv_status(rank, code). One block also resets the word, so no
+//! separate memset is needed. A template (on the block size) so that an
+//! engine including this header from several translation units gets one
+//! weak definition instead of duplicate strong symbols.
+template <int Threads>
+SPECDEC_KERNEL void __launch_bounds__(Threads) kv_commit_validate_kernel(const kernels::kv_commit_params p) {
   __shared__ unsigned long long worst;
   const kv_commit_batch& batch = p.batch;
   const std::int32_t R = batch.num_requests;
@@ -105,22 +106,7 @@ SPECDEC_DEVICE std::uint64_t kv_commit_check(const kernels::kv_commit_params& p)
     }
   }
   __syncthreads();
-  const std::uint64_t w = worst;
-  __syncthreads();  // a later call may reset `worst`
-  return w;
-}
-
-}  // namespace detail
-
-//! Validation, one block of at most Threads threads (detail::kv_commit_check);
-//! thread 0 writes the status word, so no separate reset is needed. A
-//! template (on the block size) so that an engine including this header
-//! from several translation units gets one weak definition instead of
-//! duplicate strong symbols.
-template <int Threads>
-SPECDEC_KERNEL void __launch_bounds__(Threads) kv_commit_validate_kernel(const kernels::kv_commit_params p) {
-  const std::uint64_t w = detail::kv_commit_check(p);
-  if (threadIdx.x == 0) *p.status_word = w;
+  if (threadIdx.x == 0) *p.status_word = worst;
 }
 
 namespace detail {
@@ -197,35 +183,18 @@ inline constexpr int kv_copy_threads = 128;
 inline constexpr int kv_copy_regs = 4;
 //! Threads of the validation kernel.
 inline constexpr int kv_validate_threads = 256;
-//! A batch of at most this many requests + tensors, with at most
-//! kv_fused_check_keep kept entries in all, is validated by every copy
-//! block itself (one launch instead of two; each block re-reads the short
-//! lists from L2). Larger batches run kv_commit_validate_kernel first.
-inline constexpr std::int64_t kv_fused_check_items = 32;
-//! See kv_fused_check_items.
-inline constexpr std::int64_t kv_fused_check_keep = 256;
 
 //! The copy kernel: one warp per (request, tensor, layer, head) row, row
 //! index ((request * num_tensors + tensor) * max_layers + layer) *
 //! max_heads + head = blockIdx.x * warps per block + warp; blocks of at
 //! most kv_copy_threads threads, grid x = ceil(rows / warps per block).
-//! With `validate`, every block first runs the checks itself
-//! (detail::kv_commit_check; block 0 writes the status word), which saves
-//! the validation launch for small batches; otherwise
-//! kv_commit_validate_kernel ran first on the same stream and the block
-//! reads its word. Writes nothing unless the batch is valid. Units as in
+//! Writes nothing unless *status_word == kv_status_ok
+//! (kv_commit_validate_kernel ran first on the same stream). Units as in
 //! kv_plan_row: 16 bytes when the tensor's base pointer, every byte stride
 //! and the entry size allow it, narrower (never misaligned) otherwise.
 template <int Regs = 4>
-SPECDEC_KERNEL void __launch_bounds__(kv_copy_threads)
-    kv_commit_kernel(const kernels::kv_commit_params p, bool validate) {
-  if (validate) {
-    const std::uint64_t w = detail::kv_commit_check(p);
-    if (blockIdx.x == 0 && threadIdx.x == 0) *p.status_word = w;
-    if (w != kv_status_ok) return;
-  } else if (*p.status_word != kv_status_ok) {
-    return;
-  }
+SPECDEC_KERNEL void __launch_bounds__(kv_copy_threads) kv_commit_kernel(const kernels::kv_commit_params p) {
+  if (*p.status_word != kv_status_ok) return;
   const unsigned lane = threadIdx.x % 32;
   std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const std::int64_t head = row % p.max_heads;
@@ -281,14 +250,9 @@ inline status kv_commit(const kernels::kv_commit_params& p, void* /*workspace*/,
       SPECDEC_TRY(from_cuda(cudaMemsetAsync(p.status_word, 0xff, sizeof(std::uint64_t), stream)));
     return status::success();
   }
-  const bool fused = static_cast<std::int64_t>(p.batch.num_requests) + p.num_tensors <= kv_fused_check_items &&
-                     p.total_keep <= kv_fused_check_keep;
-  if (!fused) {
-    kv_commit_validate_kernel<kv_validate_threads><<<1, kv_validate_threads, 0, stream>>>(p);
-    SPECDEC_TRY(last_launch_status());
-  }
-  kv_commit_kernel<kv_copy_regs>
-      <<<static_cast<unsigned>((rows + warps - 1) / warps), kv_copy_threads, 0, stream>>>(p, fused);
+  kv_commit_validate_kernel<kv_validate_threads><<<1, kv_validate_threads, 0, stream>>>(p);
+  SPECDEC_TRY(last_launch_status());
+  kv_commit_kernel<kv_copy_regs><<<static_cast<unsigned>((rows + warps - 1) / warps), kv_copy_threads, 0, stream>>>(p);
   return last_launch_status();
 }
 

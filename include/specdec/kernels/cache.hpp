@@ -71,11 +71,10 @@ inline status kv_commit_can_implement(const kv_commit_params& p) noexcept {
 constexpr std::size_t kv_commit_workspace_size(const kv_commit_params&) noexcept { return 0; }
 
 //! Enqueues the commit on `stream` (a cudaStream_t; null = default):
-//! the same checks as the host's validate_kv_commit, per request and per
-//! tensor (a one-block kernel that also resets the status word; for small
-//! batches, every copy block runs them itself instead), and the copy
-//! kernel, which writes nothing unless every check passed, so a bad batch
-//! leaves every cache untouched.
+//! a one-block validation kernel (the same checks as the host's
+//! validate_kv_commit, per request and per tensor; it also resets the
+//! status word) and the copy kernel, which writes nothing unless every
+//! check passed, so a bad batch leaves every cache untouched.
 //! Asynchronous: the returned status covers argument checks and launch
 //! errors; read the device result with kv_commit_result after
 //! synchronizing. Deterministic.
