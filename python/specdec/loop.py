@@ -35,7 +35,7 @@ class RoundPlanner:
     ``torch.cuda.Event`` timers. Options are those of ``planner_options``
     (max_nodes, max_depth, max_children, forget, prior_weight, prior_accept,
     replan_every, cost_window, explore, prior_node_cost, probe_every, rescore_every, prune,
-    plain_first). Lossless:
+    plain_first, min_gain). Lossless:
     the plan never depends on the round's target rows (docs/loop.md).
     """
 

@@ -39,7 +39,7 @@ void bind_loop(nb::module_& m) {
           [](round_planner* p, std::int32_t max_nodes, std::int32_t max_depth, std::int32_t max_children, double forget,
              double prior_weight, double prior_accept, std::int32_t replan_every, std::int32_t cost_window,
              double explore, double prior_node_cost, std::int32_t probe_every, std::int32_t rescore_every, bool prune,
-             std::int32_t plain_first) {
+             std::int32_t plain_first, double min_gain) {
             new (p) round_planner();
             check(p->reset(planner_options{.max_nodes = max_nodes,
                                            .max_depth = max_depth,
@@ -54,12 +54,13 @@ void bind_loop(nb::module_& m) {
                                            .probe_every = probe_every,
                                            .rescore_every = rescore_every,
                                            .prune = prune,
-                                           .plain_first = plain_first}));
+                                           .plain_first = plain_first,
+                                           .min_gain = min_gain}));
           },
           arg("max_nodes") = 32, arg("max_depth") = 8, arg("max_children") = 4, arg("forget") = 0.97,
           arg("prior_weight") = 2.0, arg("prior_accept") = 0.5, arg("replan_every") = 32, arg("cost_window") = 8,
           arg("explore") = 0.05, arg("prior_node_cost") = 0.25, arg("probe_every") = 64, arg("rescore_every") = 4,
-          arg("prune") = true, arg("plain_first") = 2)
+          arg("prune") = true, arg("plain_first") = 2, arg("min_gain") = 0.0)
       .def("next", [](round_planner& p) { return plan_tuple(p.next()); })
       .def(
           "plan_drafted",

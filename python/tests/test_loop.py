@@ -33,10 +33,21 @@ def test_flat_cost_speculates_and_linear_cost_does_not():
     assert flat.next().nodes >= 4
     assert steep.next().kind == "autoregressive"
     assert flat.rounds == 50
+    # The flat curve's gain is large but finite: a bar far above it keeps plain steps.
+    picky = specdec.RoundPlanner(max_nodes=16, max_depth=6, min_gain=10.0)
+    picky.set_target_cost([1, 64], [1.0, 1.0])
+    picky.set_drafter_cost(0.0, 0.01, 0.0)
+    picky.set_loop_cost(0.0, 0.0)
+    for _ in range(20):
+        plan = picky.next()
+        picky.observe(plan.shape, simulate_path(plan.shape, rng), plan.nodes, 1.0)
+    assert picky.next().kind == "autoregressive"
 
 def test_errors_and_fixed_plan():
     with pytest.raises(specdec.Error, match="invalid_argument"):
         specdec.RoundPlanner(max_nodes=0)
+    with pytest.raises(specdec.Error, match="invalid_argument"):
+        specdec.RoundPlanner(min_gain=-0.1)
     p = specdec.RoundPlanner()
     with pytest.raises(specdec.Error):
         p.set_target_cost([2, 1], [1.0, 1.0])

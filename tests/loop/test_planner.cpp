@@ -227,6 +227,33 @@ TEST_CASE("planner: plain decoding where speculation cannot pay, large trees whe
   }
 }
 
+TEST_CASE("planner: min_gain keeps the plain step unless speculation beats it by that share") {
+  const true_acceptance a;
+  auto run = [&](double min_gain, std::uint64_t seed, double& gain) {
+    round_planner p(planner_options{.max_nodes = 16, .max_depth = 4, .min_gain = min_gain});
+    const double n[] = {1, 16}, t[] = {1.0, 5.5};  // 0.3 of a step per extra node
+    REQUIRE(p.set_target_cost(n, t).ok());
+    REQUIRE(p.set_drafter_cost(0.0, 0.1, 0.0).ok());
+    REQUIRE(p.set_loop_cost(0.0, 0.0).ok());
+    const auto s = simulate(p, a, 400, seed);
+    const plan_summary& last = p.plan().summary;
+    // Predicted rate of the last plan over the plain step's (1 token per t(1)).
+    gain = last.nodes > 1 ? last.expected_tokens / last.predicted_seconds * p.target_seconds(1) - 1.0 : 0.0;
+    return s.shapes.count({1, 0}) ? s.shapes.at({1, 0}) : 0;
+  };
+  double g0 = 0.0, g = 0.0;
+  const int plain0 = run(0.0, 3, g0);
+  INFO("speculation's predicted gain with min_gain 0: " << g0);
+  REQUIRE(g0 > 0.1);  // the setting makes speculation pay, so min_gain has something to hold back
+  CHECK(plain0 <= 10);
+  // A gain above the bar: mostly speculating (an estimate that dips below
+  // the bar goes plain until the next probe).
+  const int plain_below = run(g0 / 2, 3, g);
+  CHECK(plain_below <= 60);
+  const int plain_above = run(g0 + 0.1, 3, g);
+  CHECK(plain_above >= 190);  // every simulated round but the probes is a plain step
+}
+
 TEST_CASE("planner: predicted tokens and time per token match a simulation with the same acceptance") {
   // Curves: flat to 64 nodes (a GPU running a 7B model); STree's linear SSM
   // fit t = k(N + 15) (from its Mamba2-2.7B ratio t(15)/t(5) = 1.5) and a

@@ -37,6 +37,10 @@ struct planner_options {
   //! Root-only rounds timed (after the first, dropped) before any speculation (>= 0): every
   //! shape is priced against the plain step, so it is measured rather than extrapolated.
   std::int32_t plain_first = 2;
+  //! Share by which a speculative shape's predicted tokens per second must beat the plain
+  //! step's to be chosen (>= 0): near break-even the prediction's error decides, and a
+  //! speculative round also pays what the fit leaves out (switching the drafter back in).
+  double min_gain = 0.0;
 };
 
 //! Where a round's shape came from.
@@ -65,6 +69,8 @@ inline status validate_planner_options(const planner_options& o) noexcept {
   if (o.replan_every < 1 || o.cost_window < 1)
     return make_status(status_code::invalid_argument, "replan_every and cost_window must be >= 1");
   if (!(o.explore >= 0.0 && o.explore < 1.0)) return make_status(status_code::invalid_argument, "explore in [0, 1)");
+  if (!(o.min_gain >= 0.0 && o.min_gain <= 10.0))
+    return make_status(status_code::invalid_argument, "min_gain in [0, 10]");
   if (!(o.prior_node_cost >= 0.0) || !std::isfinite(o.prior_node_cost))
     return make_status(status_code::invalid_argument, "prior_node_cost must be >= 0");
   if (o.probe_every < 0) return make_status(status_code::invalid_argument, "probe_every must be >= 0");

@@ -122,7 +122,8 @@ inline status plan_batch(std::span<round_planner* const> planners, std::int32_t 
   const auto rate = [&](double tok, double dr, std::int32_t n) {
     return tok / (lead.target_seconds(n) + dr + lead.loop_seconds(n));
   };
-  double best = rate(tokens, draft, nodes);
+  // Speculation must beat the all-plain batch by the lead's min_gain.
+  double best = rate(tokens, draft, nodes) * (1.0 + lead.options().min_gain);
   best_pick = pick;
   for (;;) {
     double step_best = -1.0;

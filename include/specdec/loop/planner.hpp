@@ -78,7 +78,7 @@ class round_planner {
     drafted_rounds_ = 0;
     catch_up_ = 0;
     since_draft_ = 0;
-    probe_hold_ = false;
+    probe_hold_ = probing_ = false;
     since_solve_ = o.replan_every;  // solve on the first plan
     has_plan_ = false;
     return status::success();
@@ -185,7 +185,8 @@ class round_planner {
       if (cands_[i].nodes > grow_to || (probe && cands_[i].nodes == 1)) continue;
       const double t = predict_seconds(cands_[i]);
       const double optimistic = t * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(cands_[i].nodes)));
-      const double rate = (1.0 + cands_[i].value) / optimistic;
+      const double gain = cands_[i].nodes == 1 ? 1.0 + opt_.min_gain : 1.0;
+      const double rate = gain * (1.0 + cands_[i].value) / optimistic;
       if (rate > best_rate) best_rate = rate, best = i, best_t = t;
     }
     if (best_rate < 0.0) best_t = predict_seconds(cands_[best]);  // nothing but the root to choose
@@ -194,7 +195,7 @@ class round_planner {
     // choice of the regular scoring restores the gap.
     if (probe) {
       probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 1 << 16);
-      probe_hold_ = cands_[best].nodes > 1;
+      probe_hold_ = probing_ = cands_[best].nodes > 1;
     } else if (cands_[best].nodes > 1) {
       probe_gap_ = opt_.probe_every;
     }
@@ -245,7 +246,8 @@ class round_planner {
         continue;
       }
       const double tm = target_at(m) + loop_seconds(m);
-      const double rate = (1.0 + value) / (tm * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(m))));
+      const double gain = m == 1 ? 1.0 + opt_.min_gain : 1.0;
+      const double rate = gain * (1.0 + value) / (tm * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(m))));
       if (rate > best_rate) best_rate = rate, best = m, best_value = value, best_depth = depth, best_t = tm;
     }
     if (probe)
@@ -280,8 +282,14 @@ class round_planner {
     has_plan_ = false;
     ++rounds_;
     // Only rounds that drafted bring acceptance news: plain streaks do not
-    // re-solve the candidates (probes do, when due).
+    // re-solve the candidates. A probe's two rounds do: without them the
+    // candidates kept the acceptance of the last solve (the prior, for a
+    // planner that went plain at once) and the probe's news was never read.
     if (f.tree.size > 1) ++since_solve_;
+    if (probing_ && !probe_hold_ && f.tree.size > 1) {
+      since_solve_ = opt_.replan_every;
+      probing_ = false;
+    }
     // The first speculative pass after a long plain streak runs on caches
     // the drafter's catch-up just evicted (up to 3x a warm pass measured on
     // a CPU): a cost of switching, not of the size, so it is left out.
@@ -596,7 +604,7 @@ class round_planner {
   std::vector<std::int32_t> width_, depth_, nchild_, rank_, node_depth_;
   std::int64_t rounds_ = 0, drafted_rounds_ = 0, catch_up_ = 0, probe_gap_ = 0;
   std::int32_t since_solve_ = 0, since_draft_ = 0;
-  bool has_plan_ = false, rescored_now_ = true, probe_hold_ = false;
+  bool has_plan_ = false, rescored_now_ = true, probe_hold_ = false, probing_ = false;
   static constexpr std::int32_t switch_streak = 16;  // plain rounds after which a speculative pass is a switch
   std::size_t last_best_ = SIZE_MAX;
   std::int32_t since_score_ = 0;
