@@ -254,6 +254,39 @@ TEST_CASE("planner: min_gain keeps the plain step unless speculation beats it by
   CHECK(plain_above >= 190);  // every simulated round but the probes is a plain step
 }
 
+TEST_CASE("planner: a request's first drafted round (the drafter's prompt prefill) stays out of the drafter fit") {
+  // Drafted rounds of a 3-node chain: 2 levels of 10 us each; a request's
+  // first drafted round also prefills the drafter: 5 ms.
+  const std::vector<node_id> shape{-1, 0, 1};
+  const std::vector<token_id> tok(3, 0);
+  const std::vector<node_id> path{0, 1, 2};
+  auto feed = [&](round_planner& p, double drafter_seconds) {
+    round_feedback f;
+    f.tree = tree_view{tok.data(), shape.data(), nullptr, nullptr, 3};
+    f.path = path;
+    f.forward_nodes = 3;
+    f.forward_seconds = 1e-4;
+    f.drafter_calls = 2;
+    f.drafted_nodes = 2;
+    f.drafter_seconds = drafter_seconds;
+    REQUIRE(p.observe(f).ok());
+  };
+  for (const bool told : {true, false}) {
+    INFO("begin_request called: " << told);
+    round_planner p;
+    for (int request = 0; request < 3; ++request) {
+      if (told) p.begin_request();
+      feed(p, 5e-3);
+      for (int i = 0; i < 20; ++i) feed(p, 2e-5);
+    }
+    const double est = p.drafter_seconds(2, 2, 3.0);
+    if (told)
+      CHECK(est == Approx(2e-5).margin(2e-6));
+    else
+      CHECK(est > 1e-4);  // the prefills of requests 2 and 3 read as drafting cost
+  }
+}
+
 TEST_CASE("planner: predicted tokens and time per token match a simulation with the same acceptance") {
   // Curves: flat to 64 nodes (a GPU running a 7B model); STree's linear SSM
   // fit t = k(N + 15) (from its Mamba2-2.7B ratio t(15)/t(5) = 1.5) and a

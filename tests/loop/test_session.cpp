@@ -336,7 +336,7 @@ namespace {
 // fast forgetting, a re-solve every round, early-stop thresholds on).
 planned_tree_builder law_planner(draft_mode mode) {
   planned_tree_builder b(
-      {.planner = {.max_nodes = 8, .max_depth = 3, .max_children = 3, .forget = 0.9, .replan_every = 1},
+      {.planner = {.max_nodes = 8, .max_depth = 3, .max_children = 3, .forget = 0.9, .replan_every = 1, .prune = true},
        .mode = mode,
        .vocab_size = 3});
   const double n[] = {1, 2, 4, 8}, t[] = {1.0, 1.08, 1.2, 1.5};

@@ -101,6 +101,7 @@ class batched_session {
     s.rounds = 0;
     s.last_emitted = 0;
     s.started = true;
+    if constexpr (requires { builders_[r].begin_request(); }) builders_[r].begin_request();
     return status::success();
   }
 

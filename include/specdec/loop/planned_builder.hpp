@@ -67,6 +67,8 @@ class planned_tree_builder : public owning_build<planned_tree_builder> {
 
   //! Feeds the round's measurements to the planner.
   status observe(const round_feedback& f) { return planner_.observe(f); }
+  //! A new sequence starts (round_planner::begin_request); the sessions' start() calls it.
+  void begin_request() noexcept { planner_.begin_request(); }
   //! The decision and prediction of the last plan.
   [[nodiscard]] plan_summary last_plan() const noexcept { return planner_.plan().summary; }
   //! The most nodes a build produces (the planner's budget).

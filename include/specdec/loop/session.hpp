@@ -328,6 +328,7 @@ class speculative_session {
     std::fill(stats_.depth_accepted.begin(), stats_.depth_accepted.end(), 0);
     stats_.time = {};
     last_ = {};
+    if constexpr (requires { builder_.begin_request(); }) builder_.begin_request();
     return status::success();
   }
 
