@@ -138,13 +138,9 @@ class round_planner {
     return status::success();
   }
 
-  //! A new sequence starts (speculative_session::start calls it through
-  //! planned_tree_builder): its drafter's first drafted round also fills the
-  //! drafter's cache with the prompt, so that round is left out of the
-  //! drafter's fit, as the planner's very first one is. A planner carried
-  //! from request to request without this read each prompt's prefill as
-  //! drafting cost (the demo's hybrid: 165 us per round instead of about 20,
-  //! and speculation switched off).
+  //! A new sequence starts (the sessions' start() call it through the
+  //! builder): its first drafted round also prefills the drafter with the
+  //! prompt, so it stays out of the drafter fit (benchmarks/results/planner_2026-11-26.md).
   void begin_request() noexcept {
     drafted_rounds_ = 0;
     catch_up_ = 0;
@@ -294,9 +290,7 @@ class round_planner {
     has_plan_ = false;
     ++rounds_;
     // Only rounds that drafted bring acceptance news: plain streaks do not
-    // re-solve the candidates. A probe's two rounds do: without them the
-    // candidates kept the acceptance of the last solve (the prior, for a
-    // planner that went plain at once) and the probe's news was never read.
+    // re-solve the candidates; a probe's two rounds do (else never read).
     if (f.tree.size > 1) ++since_solve_;
     if (probing_ && !probe_hold_ && f.tree.size > 1) {
       since_solve_ = opt_.replan_every;
