@@ -160,6 +160,19 @@ void run_both(const gpu_case& c, std::mt19937_64& g64, specdec::status& host_st,
   device_untouched = std::memcmp(out.data(), original.data(), out.size() * sizeof(T)) == 0;
 }
 
+// Commits `c` on both sides and checks both succeed with byte-equal caches;
+// returns whether the device cache was left untouched.
+template <class T>
+bool commit_equals_host(const gpu_case& c, std::mt19937_64& g64) {
+  specdec::status hs, ds;
+  bool equal = false, untouched = false;
+  run_both<T>(c, g64, hs, ds, equal, untouched);
+  REQUIRE(hs.ok());
+  CHECK(ds.ok());
+  CHECK(equal);
+  return untouched;
+}
+
 template <class T>
 void random_equality(std::uint32_t seeds) {
   int moved = 0;  // cases where the commit really changed the cache
@@ -169,13 +182,7 @@ void random_equality(std::uint32_t seeds) {
       std::mt19937 g(seed * 977 + static_cast<std::uint32_t>(layout));
       std::mt19937_64 g64(seed);
       const auto c = random_case(g, layout);
-      specdec::status hs, ds;
-      bool equal = false, untouched = false;
-      run_both<T>(c, g64, hs, ds, equal, untouched);
-      REQUIRE(hs.ok());
-      CHECK(ds.ok());
-      CHECK(equal);
-      moved += untouched ? 0 : 1;
+      moved += commit_equals_host<T>(c, g64) ? 0 : 1;
     }
   CHECK(moved > 0);
 }
@@ -230,12 +237,7 @@ TEST_CASE("GPU kv_commit: entries wider than the staging capacity are copied str
       auto c = random_case(g, layout);
       c.D = 1500;
       c.misalign = 1;
-      specdec::status hs, ds;
-      bool equal = false, untouched = false;
-      run_both<std::uint16_t>(c, g64, hs, ds, equal, untouched);
-      REQUIRE(hs.ok());
-      CHECK(ds.ok());
-      CHECK(equal);
+      commit_equals_host<std::uint16_t>(c, g64);
     }
 }
 
@@ -248,14 +250,10 @@ TEST_CASE("GPU kv_commit: 300 requests equal the host; one bad request leaves ev
     auto c = random_case(g, layout, 300);
     c.D = 16;
     c.misalign = 0;
+    CHECK(!commit_equals_host<std::uint16_t>(c, g64));
+    // The same batch with request 150's keep list out of order: nothing moves.
     specdec::status hs, ds;
     bool equal = false, untouched = false;
-    run_both<std::uint16_t>(c, g64, hs, ds, equal, untouched);
-    REQUIRE(hs.ok());
-    CHECK(ds.ok());
-    CHECK(equal);
-    CHECK(!untouched);
-    // The same batch with request 150's keep list out of order: nothing moves.
     const auto lo = static_cast<std::size_t>(c.koff[150]);
     REQUIRE(c.koff[151] - c.koff[150] >= 1);
     c.keep[lo] = c.clen[150] - 1;  // below cache_len

@@ -85,25 +85,34 @@ struct argmax_local {
   }
 };
 
+//! Visits elements [0, n) of a row split over the block (element i0 +
+//! k Block for k < K), K loads in flight per thread: load(i) -> T for all
+//! K first, then take(x, i) for each. T is float or float4.
+template <int Block, int K, class T, class Load, class Take>
+SPECDEC_DEVICE void scan_in_flight(std::int32_t n, Load&& load, Take&& take) {
+  for (std::int32_t i0 = static_cast<std::int32_t>(threadIdx.x); i0 < n; i0 += Block * K) {
+    T x[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const std::int32_t i = i0 + k * Block;
+      x[k] = i < n ? load(i) : T{};
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (i0 + k * Block >= n) break;
+      take(x[k], i0 + k * Block);
+    }
+  }
+}
+
 //! thread_argmax one element at a time (any column stride).
 template <int Block>
 SPECDEC_DEVICE void thread_argmax_strided(row_ref r, std::int64_t lo, std::int64_t hi, argmax_item& best, bool& nan) {
-  const auto n = static_cast<std::int32_t>(hi - lo);
   const float* d = r.d + lo * r.s;
   argmax_local loc;
-  for (std::int32_t i0 = static_cast<std::int32_t>(threadIdx.x); i0 < n; i0 += Block * argmax_loads) {
-    float x[argmax_loads];
-#pragma unroll
-    for (int k = 0; k < argmax_loads; ++k) {
-      const std::int32_t i = i0 + k * Block;
-      x[k] = i < n ? d[static_cast<std::int64_t>(i) * r.s] : 0.0f;
-    }
-#pragma unroll
-    for (int k = 0; k < argmax_loads; ++k) {
-      if (i0 + k * Block >= n) break;
-      loc.take(x[k], i0 + k * Block);
-    }
-  }
+  scan_in_flight<Block, argmax_loads, float>(
+      static_cast<std::int32_t>(hi - lo), [&](std::int32_t i) { return d[static_cast<std::int64_t>(i) * r.s]; },
+      [&](float x, std::int32_t i) { loc.take(x, i); });
   loc.merge_into(lo, best, nan);
 }
 
@@ -127,26 +136,16 @@ SPECDEC_DEVICE void thread_argmax(row_ref r, std::int64_t lo, std::int64_t hi, a
   // The unaligned ends: at most three elements each.
   if (threadIdx.x < a - lo) argmax_take(r.d[lo + threadIdx.x], lo + threadIdx.x, best, nan);
   if (threadIdx.x < hi - b) argmax_take(r.d[b + threadIdx.x], b + threadIdx.x, best, nan);
-  constexpr int L = argmax_loads / 4;
   const auto* v = reinterpret_cast<const float4*>(r.d + a);
   argmax_local loc;
-  for (std::int32_t j0 = static_cast<std::int32_t>(threadIdx.x); j0 < m; j0 += Block * L) {
-    float4 x[L];
-#pragma unroll
-    for (int k = 0; k < L; ++k) {
-      const std::int32_t j = j0 + k * Block;
-      x[k] = j < m ? v[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int k = 0; k < L; ++k) {
-      const std::int32_t j = j0 + k * Block;
-      if (j >= m) break;
-      loc.take(x[k].x, 4 * j);
-      loc.take(x[k].y, 4 * j + 1);
-      loc.take(x[k].z, 4 * j + 2);
-      loc.take(x[k].w, 4 * j + 3);
-    }
-  }
+  scan_in_flight<Block, argmax_loads / 4, float4>(
+      m, [&](std::int32_t j) { return v[j]; },
+      [&](const float4& x, std::int32_t j) {
+        loc.take(x.x, 4 * j);
+        loc.take(x.y, 4 * j + 1);
+        loc.take(x.z, 4 * j + 2);
+        loc.take(x.w, 4 * j + 3);
+      });
   loc.merge_into(a, best, nan);
 }
 
