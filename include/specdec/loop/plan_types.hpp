@@ -26,10 +26,11 @@ struct planner_options {
   double prior_weight = 2.0;       //!< pseudo-observations behind the acceptance prior (> 0)
   double prior_accept = 0.5;       //!< prior acceptance of a rank-0 child (rank r: halved r times), in [0, 1]
   std::int32_t replan_every = 32;  //!< rounds between re-solving the tree program (>= 1)
-  std::int32_t cost_window = 8;    //!< pass times kept per tree size; their median is the estimate (>= 1)
+  std::int32_t cost_window = 8;    //!< pass times kept per tree size; their lower quartile is the estimate (>= 1)
   double explore = 0.05;           //!< optimism for rarely measured sizes: time x (1 - explore / sqrt(1 + seen))
   double prior_node_cost = 0.25;   //!< before two sizes are measured, each further node costs this share of one
-  //! After this many root-only rounds, one speculative round (0 = never); doubles per probe that loses.
+  //! After this many root-only rounds, a speculative probe of three rounds (0 = never); doubles per probe that
+  //! loses, up to 8 x its value.
   std::int32_t probe_every = 64;
   //! Rounds between full scorings of the candidates (>= 1); the last choice is kept in between.
   std::int32_t rescore_every = 4;

@@ -78,7 +78,9 @@ class round_planner {
     drafted_rounds_ = 0;
     catch_up_ = 0;
     since_draft_ = 0;
-    probe_hold_ = probing_ = false;
+    probe_hold_ = 0;
+    probing_ = false;
+    after_switch_ = 0;
     since_solve_ = o.replan_every;  // solve on the first plan
     has_plan_ = false;
     return status::success();
@@ -140,7 +142,8 @@ class round_planner {
 
   //! A new sequence starts (the sessions' start() call it through the
   //! builder): its first drafted round also prefills the drafter with the
-  //! prompt, so it stays out of the drafter fit (benchmarks/results/planner_2026-11-26.md).
+  //! prompt, so it stays out of the drafter and pass-time fits
+  //! (benchmarks/results/planner_2026-11-26.md).
   void begin_request() noexcept {
     drafted_rounds_ = 0;
     catch_up_ = 0;
@@ -159,9 +162,9 @@ class round_planner {
     // The plain step first: a pass over one node costs less than the
     // per-node slope of larger passes says (t(N) is concave at small N).
     if (curve_.empty() && cost_.kept(1) < opt_.plain_first) return plain_plan();
-    // A probe runs twice: its first round pays the switch (see observe).
-    if (probe_hold_) {
-      probe_hold_ = false;
+    // A probe runs three rounds: its first two pay the switch (see observe).
+    if (probe_hold_ > 0) {
+      --probe_hold_;
       has_plan_ = rescored_now_ = true;
       return plan();
     }
@@ -199,11 +202,14 @@ class round_planner {
     }
     if (best_rate < 0.0) best_t = predict_seconds(cands_[best]);  // nothing but the root to choose
     last_best_ = best;
-    // Probes back off (x2) while plain steps keep winning; a speculative
-    // choice of the regular scoring restores the gap.
+    // Probes back off (x2, up to 8 x probe_every) while plain steps keep
+    // winning; a speculative choice of the regular scoring restores the gap.
+    // Bounded so that a planner misled early (a few slow passes) still
+    // re-measures within a few hundred rounds.
     if (probe) {
-      probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 1 << 16);
-      probe_hold_ = probing_ = cands_[best].nodes > 1;
+      probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 8 * static_cast<std::int64_t>(opt_.probe_every));
+      probing_ = cands_[best].nodes > 1;
+      probe_hold_ = probing_ ? switch_rounds : 0;
     } else if (cands_[best].nodes > 1) {
       probe_gap_ = opt_.probe_every;
     }
@@ -259,7 +265,7 @@ class round_planner {
       if (rate > best_rate) best_rate = rate, best = m, best_value = value, best_depth = depth, best_t = tm;
     }
     if (probe)
-      probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 1 << 16);
+      probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 8 * static_cast<std::int64_t>(opt_.probe_every));
     else if (best > 1)
       probe_gap_ = opt_.probe_every;
     shape_.assign(t.parent, t.parent + best);
@@ -292,28 +298,36 @@ class round_planner {
     // Only rounds that drafted bring acceptance news: plain streaks do not
     // re-solve the candidates; a probe's two rounds do (else never read).
     if (f.tree.size > 1) ++since_solve_;
-    if (probing_ && !probe_hold_ && f.tree.size > 1) {
+    if (probing_ && probe_hold_ == 0 && f.tree.size > 1) {
       since_solve_ = opt_.replan_every;
       probing_ = false;
     }
-    // The first speculative pass after a long plain streak runs on caches
-    // the drafter's catch-up just evicted (up to 3x a warm pass measured on
-    // a CPU): a cost of switching, not of the size, so it is left out.
-    if (f.tree.size == 1 || since_draft_ < switch_streak) cost_.add(f.forward_nodes, f.forward_seconds);
+    // The first two speculative rounds after a long plain streak, and a
+    // request's first two, run on caches that the drafter's catch-up or its
+    // prompt prefill just evicted (a pass up to 3x a warm one, the drafter's
+    // levels up to 1.5x, measured on a CPU): a cost of switching, not of the
+    // size, so they stay out of the time fits. Kept in, they were most of
+    // what a plain-decoding planner knew of speculation, and it read passes
+    // 1.6-1.8x dearer than steady ones and stayed plain.
+    if (f.tree.size > 1)
+      after_switch_ =
+          since_draft_ >= switch_streak || drafted_rounds_ == 0 ? 0 : std::min(after_switch_ + 1, switch_rounds);
+    const bool switching = f.tree.size > 1 && after_switch_ < switch_rounds;
+    if (!switching) cost_.add(f.forward_nodes, f.forward_seconds);
     forget_times();
     // The drafter's first round also fills its cache with the whole prompt:
     // not a per-round cost, so it is left out of the fit.
     // A drafter that skipped rounds first catches up on the tokens committed
     // meanwhile: a cost per token (its own feature), paid once per switch.
-    if (f.drafter_calls > 0 && drafted_rounds_++ > 0) {
+    if (f.drafter_calls > 0 && drafted_rounds_++ > 0 && !switching) {
       const double x[4] = {1.0, static_cast<double>(f.drafter_calls), static_cast<double>(f.drafted_nodes),
                            static_cast<double>(catch_up_)};
-      draft_.add(x, f.drafter_seconds, opt_.forget);
+      draft_.add(x, draft_.capped(x, f.drafter_seconds), opt_.forget);
     }
     catch_up_ = f.drafter_calls > 0 ? static_cast<std::int64_t>(f.path.size())
                                     : catch_up_ + static_cast<std::int64_t>(f.path.size());
     const double y[2] = {1.0, static_cast<double>(f.forward_nodes)};
-    loop_.add(y, f.other_seconds, opt_.forget);
+    loop_.add(y, loop_.capped(y, f.other_seconds), opt_.forget);
     // Acceptance by confidence drifts back toward the drafter's own
     // confidence through plain steps: plan_drafted's way of trying again.
     conf_.decay(opt_.forget);
@@ -334,7 +348,7 @@ class round_planner {
   }
 
   //! Estimated target pass seconds over n nodes (the injected curve, else
-  //! the medians measured so far; NaN before any).
+  //! the pooled per-size estimates so far; NaN before any).
   [[nodiscard]] double target_seconds(std::int32_t n) {
     cost_.refresh(opt_.prior_node_cost);
     return target_at(n);
@@ -354,17 +368,17 @@ class round_planner {
   }
   //! Estimated acceptance of a rank-r child at depth d (>= 1).
   [[nodiscard]] double acceptance(std::int32_t depth, std::int32_t rank) const noexcept { return acc_.at(depth, rank); }
-  //! Measured (node count, median seconds) pairs of the target pass.
+  //! Measured node counts of the target pass (sizes with kept samples).
   [[nodiscard]] std::span<const double> measured_sizes() {
     cost_.refresh(opt_.prior_node_cost);
     return cost_.sizes();
   }
-  //! The medians matching measured_sizes().
+  //! The pooled estimates (seconds) matching measured_sizes().
   [[nodiscard]] std::span<const double> measured_seconds() {
     cost_.refresh(opt_.prior_node_cost);
     return cost_.medians();
   }
-  //! STree's linear fit t = kN + C over the measured medians. Errors as fit_linear_cost.
+  //! STree's linear fit t = kN + C over those estimates. Errors as fit_linear_cost.
   status fitted_linear(linear_cost& out) {
     cost_.refresh(opt_.prior_node_cost);
     return fit_linear_cost(cost_.sizes(), cost_.medians(), out);
@@ -610,8 +624,10 @@ class round_planner {
   std::vector<std::int32_t> width_, depth_, nchild_, rank_, node_depth_;
   std::int64_t rounds_ = 0, drafted_rounds_ = 0, catch_up_ = 0, probe_gap_ = 0;
   std::int32_t since_solve_ = 0, since_draft_ = 0;
-  bool has_plan_ = false, rescored_now_ = true, probe_hold_ = false, probing_ = false;
+  bool has_plan_ = false, rescored_now_ = true, probing_ = false;
+  std::int32_t probe_hold_ = 0, after_switch_ = 0;   // probe rounds still to run; drafted rounds since a switch
   static constexpr std::int32_t switch_streak = 16;  // plain rounds after which a speculative pass is a switch
+  static constexpr std::int32_t switch_rounds = 2;   // drafted rounds after a switch left out of the time fits
   std::size_t last_best_ = SIZE_MAX;
   std::int32_t since_score_ = 0;
   plan_summary summary_{};

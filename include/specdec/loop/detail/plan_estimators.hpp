@@ -19,9 +19,13 @@
 namespace specdec::detail {
 
 //! Pass times per tree size 1..max_n: a ring of the last `window` times per
-//! size; the estimate is the median (robust to a descheduled pass on a
-//! shared machine), sizes never seen are interpolated between seen ones and
-//! extrapolated with the least-squares slope over the seen medians.
+//! size and its lower quartile (robust to a descheduled pass on a shared
+//! machine, and to caches evicted between passes).
+//! The sizes are pooled: each median is shrunk toward a line t = kN + C
+//! (STree's linear model) fitted through all of them, weighted by samples,
+//! so a size seen once or twice reads mostly the line, not its own few
+//! passes. Sizes never seen are interpolated between seen ones and
+//! extrapolated with the line's slope.
 class pass_cost_table {
  public:
   void reset(std::int32_t max_n, std::int32_t window) {
@@ -44,11 +48,18 @@ class pass_cost_table {
     if (seen_[i] == 1.0) return;
     const std::int64_t c = count_[i]++;
     ring_[i * static_cast<std::size_t>(window_) + static_cast<std::size_t>(c % window_)] = seconds;
-    // This size's median now (a window of a few entries), the curve on demand.
+    // This size's lower quartile now (a window of a few entries), the curve
+    // on demand. Interference (a descheduled pass, caches another job or the
+    // drafter evicted) only ever adds time, so the steady cost of a size is
+    // nearer the low end of its window than its median; and sizes seen often
+    // (the plain step) and rarely (a probed chain) are compared on the same
+    // footing. With medians, a planner that two slow probes had shown a
+    // 2-node pass at 1.8x a one-node pass (steady: 1.3-1.5x) kept decoding
+    // plainly in half of the runs of the example models.
     const auto k = static_cast<std::size_t>(std::min<std::int64_t>(count_[i], window_));
     std::copy_n(ring_.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(window_)), k, sorted_.begin());
     std::sort(sorted_.begin(), sorted_.begin() + static_cast<std::ptrdiff_t>(k));
-    median_[i] = k % 2 == 1 ? sorted_[k / 2] : 0.5 * (sorted_[k / 2 - 1] + sorted_[k / 2]);
+    median_[i] = sorted_[(k - 1) / 4];
     fresh_ = false;
   }
 
@@ -85,22 +96,16 @@ class pass_cost_table {
       ys_.push_back(median_[i]);
       ws_.push_back(static_cast<double>(k));
     }
+    pool_toward_line();
     // A pass over more nodes never costs less on real hardware: pool
     // adjacent violators (weighted by samples), so one slow outlier at a
     // small size cannot make it look dearer than larger ones for long.
     isotonic();
     slope_ = 0.0;
-    if (xs_.size() >= 2) {
-      double mx = 0, my = 0;
-      for (std::size_t j = 0; j < xs_.size(); ++j) mx += xs_[j], my += ys_[j];
-      mx /= static_cast<double>(xs_.size());
-      my /= static_cast<double>(xs_.size());
-      double sxx = 0, sxy = 0;
-      for (std::size_t j = 0; j < xs_.size(); ++j) {
-        sxx += (xs_[j] - mx) * (xs_[j] - mx);
-        sxy += (xs_[j] - mx) * (ys_[j] - my);
-      }
-      slope_ = std::max(sxy / sxx, 0.0);
+    if (has_line_) {
+      slope_ = line_k_;
+    } else if (xs_.size() >= 2) {
+      slope_ = std::max((ys_.back() - ys_.front()) / (xs_.back() - xs_.front()), 0.0);
     } else if (xs_.size() == 1) {
       // One size seen: assume each further node costs this fraction of it
       // (optimistic on purpose, so that the planner tries the next size).
@@ -120,11 +125,52 @@ class pass_cost_table {
     return ys_[hi - 1] + w * (ys_[hi] - ys_[hi - 1]);
   }
 
-  //! Sizes with at least one sample and their (monotone) medians (after refresh()).
+  //! Sizes with at least one sample and their (pooled, monotone) estimates (after refresh()).
   [[nodiscard]] std::span<const double> sizes() const noexcept { return xs_; }
   [[nodiscard]] std::span<const double> medians() const noexcept { return ys_; }
 
  private:
+  // A median from w samples weighs w against `line_weight` for the line: a
+  // size with a full window (8) reads two thirds of its own median. On the
+  // example models (2-core CPU) the line through all sizes, one node
+  // included, is within 15% of every size's steady time up to 8 nodes,
+  // while per-size medians of planned rounds were off up to 2x: a size
+  // tried once or twice, on caches another size or a pause had just
+  // evicted, then kept the planner off it.
+  static constexpr double line_weight = 4.0;
+
+  void pool_toward_line() {
+    has_line_ = false;
+    if (xs_.size() < 2) return;
+    // Weighted least squares, then two reweighted passes that scale down a
+    // size whose median is more than half off the line (one far size seen
+    // once would otherwise tilt it: it has the most leverage).
+    fw_.assign(ws_.begin(), ws_.end());
+    double c = 0;
+    for (int pass = 0; pass < 3; ++pass) {
+      double sw = 0, sx = 0, sy = 0;
+      for (std::size_t j = 0; j < xs_.size(); ++j) sw += fw_[j], sx += fw_[j] * xs_[j], sy += fw_[j] * ys_[j];
+      const double mx = sx / sw, my = sy / sw;
+      double sxx = 0, sxy = 0;
+      for (std::size_t j = 0; j < xs_.size(); ++j) {
+        sxx += fw_[j] * (xs_[j] - mx) * (xs_[j] - mx);
+        sxy += fw_[j] * (xs_[j] - mx) * (ys_[j] - my);
+      }
+      line_k_ = sxx > 0.0 ? std::max(sxy / sxx, 0.0) : 0.0;
+      c = my - line_k_ * mx;
+      for (std::size_t j = 0; j < xs_.size(); ++j) {
+        const double line = c + line_k_ * xs_[j];
+        const double off = line > 0.0 ? std::fabs(ys_[j] - line) / line : 0.0;
+        fw_[j] = ws_[j] * (off > 0.5 ? 0.5 / off : 1.0);
+      }
+    }
+    has_line_ = true;
+    for (std::size_t j = 0; j < xs_.size(); ++j) {
+      const double line = std::max(c + line_k_ * xs_[j], 0.0);
+      ys_[j] = (ws_[j] * ys_[j] + line_weight * line) / (ws_[j] + line_weight);
+    }
+  }
+
   void isotonic() {
     // Blocks of (value, weight, count); merge while a block is below its predecessor.
     blk_v_.clear();
@@ -151,62 +197,116 @@ class pass_cost_table {
   }
 
   std::int32_t max_n_ = 1, window_ = 1;
-  std::vector<double> ring_, seen_, median_, sorted_, xs_, ys_, ws_, blk_v_, blk_w_;
+  std::vector<double> ring_, seen_, median_, sorted_, xs_, ys_, ws_, fw_, blk_v_, blk_w_;
   std::vector<std::size_t> blk_n_;
   std::vector<std::int64_t> count_;
-  double slope_ = 0.0;
-  bool fresh_ = false;
+  double slope_ = 0.0, line_k_ = 0.0;
+  bool fresh_ = false, has_line_ = false;
 };
 
-//! Least squares y ~ w . x over K features with exponential forgetting
-//! (normal equations decayed by `forget` per sample, a small ridge keeps
-//! collinear features solvable: a chain has as many levels as expanded nodes).
+//! Non-negative least squares y ~ w . x over K features with exponential
+//! forgetting (normal equations decayed by `forget` per sample; a small ridge
+//! keeps collinear features solvable: a chain has as many levels as expanded
+//! nodes). Non-negative for real: the best of the 2^K - 1 feature subsets
+//! whose own solution is non-negative (clamping an unconstrained solution
+//! instead read a drafter at 245 us per level, ten times its cost, when the
+//! per-round weight came out negative). capped() bounds a new sample by
+//! `outlier` times the current prediction (a descheduled call on a shared
+//! machine, a cache refill after a long pause), once a few are in.
 template <int K>
 class decayed_regression {
+  static_assert(K >= 1 && K <= 6, "subset enumeration is for a handful of features");
+
  public:
+  static constexpr double outlier = 3.0;
+
+  //! y capped at `outlier` times the prediction for x, once 4 samples are
+  //! in (the weights of the last solve: at most a few samples old).
+  [[nodiscard]] double capped(const double (&x)[K], double y) const {
+    if (n_ < 4.0) return y;
+    double p = 0;
+    for (int r = 0; r < K; ++r) p += w_[r] * x[r];
+    return p > 0.0 ? std::min(y, outlier * p) : y;
+  }
   void add(const double (&x)[K], double y, double forget) {
     for (int r = 0; r < K; ++r) {
       for (int c = 0; c < K; ++c) xx_[r][c] = forget * xx_[r][c] + x[r] * x[c];
       xy_[r] = forget * xy_[r] + x[r] * y;
     }
+    yy_ = forget * yy_ + y * y;
     n_ = forget * n_ + 1.0;
     solved_ = false;
   }
   [[nodiscard]] double samples() const noexcept { return n_; }
-  //! The weights (zero before any sample); non-negative by clamping.
+  //! The weights (zero before any sample), all >= 0.
   const double* weights() {
     if (solved_) return w_;
     solved_ = true;
-    double a[K][K + 1];
     double scale = 0;
     for (int r = 0; r < K; ++r) scale = std::max(scale, xx_[r][r]);
     const double ridge = 1e-6 * (scale > 0 ? scale : 1.0);
-    for (int r = 0; r < K; ++r) {
-      for (int c = 0; c < K; ++c) a[r][c] = xx_[r][c] + (r == c ? ridge : 0.0);
-      a[r][K] = xy_[r];
+    double best = std::numeric_limits<double>::infinity();
+    for (double& w : w_) w = 0.0;
+    // A non-negative solution over all features is the constrained optimum
+    // too (the usual case); else the best feasible subset.
+    constexpr unsigned all = (1u << K) - 1;
+    if (double w[K] = {}; solve(all, ridge, w)) {
+      std::copy_n(w, K, w_);
+      return w_;
     }
-    for (int col = 0; col < K; ++col) {
-      int piv = col;
-      for (int r = col + 1; r < K; ++r)
-        if (std::fabs(a[r][col]) > std::fabs(a[piv][col])) piv = r;
-      for (int c = 0; c <= K; ++c) std::swap(a[col][c], a[piv][c]);
-      if (a[col][col] == 0.0) {
-        for (double& w : w_) w = 0.0;
-        return w_;
-      }
+    for (unsigned mask = 1; mask < all; ++mask) {
+      double w[K] = {};
+      if (!solve(mask, ridge, w)) continue;
+      // Residual sum of squares from the normal equations: yy - 2 w.xy + w' XX w.
+      double sse = yy_;
       for (int r = 0; r < K; ++r) {
-        if (r == col) continue;
-        const double f = a[r][col] / a[col][col];
-        for (int c = col; c <= K; ++c) a[r][c] -= f * a[col][c];
+        sse -= 2.0 * w[r] * xy_[r];
+        for (int c = 0; c < K; ++c) sse += w[r] * xx_[r][c] * w[c];
+      }
+      if (sse < best) {
+        best = sse;
+        std::copy_n(w, K, w_);
       }
     }
-    for (int r = 0; r < K; ++r) w_[r] = std::max(a[r][K] / a[r][r], 0.0);
     return w_;
   }
 
  private:
+  // Least squares over the features in `mask` (Gauss-Jordan with partial
+  // pivoting); false when singular or when a weight comes out negative.
+  bool solve(unsigned mask, double ridge, double (&w)[K]) const {
+    int idx[K];
+    int m = 0;
+    for (int r = 0; r < K; ++r)
+      if (mask & (1u << r)) idx[m++] = r;
+    double a[K][K + 1];
+    for (int r = 0; r < m; ++r) {
+      for (int c = 0; c < m; ++c) a[r][c] = xx_[idx[r]][idx[c]] + (r == c ? ridge : 0.0);
+      a[r][m] = xy_[idx[r]];
+    }
+    for (int col = 0; col < m; ++col) {
+      int piv = col;
+      for (int r = col + 1; r < m; ++r)
+        if (std::fabs(a[r][col]) > std::fabs(a[piv][col])) piv = r;
+      for (int c = 0; c <= m; ++c) std::swap(a[col][c], a[piv][c]);
+      if (a[col][col] == 0.0) return false;
+      for (int r = 0; r < m; ++r) {
+        if (r == col) continue;
+        const double f = a[r][col] / a[col][col];
+        for (int c = col; c <= m; ++c) a[r][c] -= f * a[col][c];
+      }
+    }
+    for (int r = 0; r < m; ++r) {
+      const double v = a[r][m] / a[r][r];
+      if (!(v >= 0.0)) return false;
+      w[idx[r]] = v;
+    }
+    return true;
+  }
+
   double xx_[K][K] = {};
   double xy_[K] = {};
+  double yy_ = 0.0;
   double w_[K] = {};
   double n_ = 0.0;
   bool solved_ = false;
