@@ -125,6 +125,7 @@ void BM_gpu_verify(benchmark::State& state) {
   p.num_requests = R;
   p.vocab = static_cast<std::int32_t>(V);
   p.max_nodes = n;
+  p.node_capacity = R * n;
   p.out_stride = L;
   p.paths = d_paths.as<node_id>();
   p.tokens = d_toks.as<token_id>();

@@ -1,6 +1,7 @@
 // Verification: one tree, one chain, and a ragged batch, each with the keyed
 // Philox streams or the caller's uniforms. Results come back as tuples; the
 // path and token outputs are the caller's arrays.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -198,6 +199,11 @@ void verify(const any_i32& offsets, const dev1<const node_id>& parent, const dev
   P.num_requests = static_cast<std::int32_t>(R);
   P.vocab = V;
   P.max_nodes = std::max(largest, 1);
+  // Rows every node array holds: the kernel keeps each request's span inside them.
+  std::size_t capacity = std::min<std::size_t>({parent.size(), p.shape(0), INT32_MAX});
+  if (q) capacity = std::min<std::size_t>(capacity, q->shape(0));
+  if (uniforms) capacity = std::min<std::size_t>(capacity, uniforms->shape(0));
+  P.node_capacity = static_cast<std::int32_t>(capacity);
   P.out_stride = static_cast<std::int32_t>(L);
   P.paths = paths_out.data();
   P.tokens = tokens_out.data();

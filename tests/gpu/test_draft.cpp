@@ -98,3 +98,47 @@ TEST_CASE("batched pruning: can_implement rejects bad parameters") {
   p.total_nodes = 10;
   CHECK(specdec::kernels::batch_prune_can_implement(p) == specdec::status_code::invalid_argument);
 }
+
+TEST_CASE("batched pruning: malformed offsets give every request out_of_range and write nothing else") {
+  // 3 requests over N = 8 nodes (three valid chains), then each malformed
+  // offsets class: past N, negative, decreasing (overlapping spans).
+  const std::vector<specdec::node_id> parent{-1, 0, 1, -1, 0, -1, 0, 1};
+  const std::vector<float> score(parent.size(), 0.5f);
+  for (const std::vector<std::int32_t>& off :
+       {std::vector<std::int32_t>{0, 3, 5, 8}, {0, 3, 5, 40}, {-4, 3, 5, 8}, {0, 5, 3, 8}}) {
+    const bool valid = off[3] == 8 && off[0] == 0 && off[1] <= off[2];
+    INFO("offsets " << off[0] << " " << off[1] << " " << off[2] << " " << off[3]);
+    CHECK(valid ==
+          (specdec::kernels::prune_span_ok(off[0], off[1], 8) && specdec::kernels::prune_span_ok(off[1], off[2], 8) &&
+           specdec::kernels::prune_span_ok(off[2], off[3], 8)));
+    device_buffer<specdec::node_id> d_parent(parent);
+    device_buffer<float> d_score(score);
+    device_buffer<std::int32_t> d_off(off);
+    device_buffer<specdec::node_id> d_idx(std::vector<specdec::node_id>(parent.size(), -7));
+    device_buffer<std::int32_t> d_kept(std::vector<std::int32_t>(3, -3)), d_status(std::vector<std::int32_t>(3, -3));
+    specdec::kernels::batch_prune_params p;
+    p.parent = d_parent.data();
+    p.score = d_score.data();
+    p.offsets = d_off.data();
+    p.uniform_budget = 2;
+    p.num_requests = 3;
+    p.total_nodes = 8;
+    p.new_index = d_idx.data();
+    p.kept = d_kept.data();
+    p.request_status = d_status.data();
+    const std::size_t ws_bytes = specdec::kernels::batch_prune_workspace_size(p);
+    device_buffer<unsigned char> ws(ws_bytes);
+    REQUIRE(specdec::kernels::batch_prune_to_budget(p, ws.data(), ws_bytes, nullptr).ok());
+    REQUIRE(specdec::kernels::synchronize(nullptr).ok());
+    const auto status = d_status.download();
+    const auto kept = d_kept.download();
+    const auto idx = d_idx.download();
+    for (int r = 0; r < 3; ++r) {
+      CHECK(status[static_cast<std::size_t>(r)] ==
+            static_cast<std::int32_t>(valid ? specdec::status_code::ok : specdec::status_code::out_of_range));
+      CHECK(kept[static_cast<std::size_t>(r)] == (valid ? 2 : 0));
+    }
+    if (!valid)
+      for (const auto i : idx) CHECK(i == -7);  // new_index untouched
+  }
+}

@@ -149,6 +149,7 @@ void compare(const batch& b, const launch_options& opt = {}) {
   kp.num_requests = R;
   kp.vocab = static_cast<std::int32_t>(b.V);
   kp.max_nodes = b.max_nodes;
+  kp.node_capacity = b.offsets.back();
   kp.out_stride = L;
   kp.paths = d_paths.data();
   kp.tokens = d_toks.data();
@@ -242,6 +243,63 @@ TEST_CASE("GPU verify_batch reports every malformed-input class with the host's 
   uo.uniforms = &u;
   uo.draws_per_node = 4;
   compare(b, uo);
+}
+
+TEST_CASE("GPU verify_batch bounds every request's span by node_capacity before reading it") {
+  // The nodes of four random requests (C in all), read through offsets of
+  // each malformed class: past the capacity, negative, reversed, empty, and
+  // a last span that may hold more than max_nodes.
+  std::mt19937 gen(99);
+  const auto good = make_batch(gen, 4, 32, 3);
+  const std::int32_t C = good.offsets.back();
+  const std::vector<std::vector<std::int32_t>> bad{
+      {0, 1, 2, 3, C + 1}, {-2, 1, 2, 3, C}, {0, 2, 1, 3, C}, {0, 1, 1, 3, C}};
+  for (const auto& off : bad) {
+    device_buffer<std::int32_t> d_off(off);
+    device_buffer<token_id> d_tok(good.token);
+    device_buffer<node_id> d_par(good.parent);
+    device_buffer<float> d_p(good.P);
+    device_buffer<verify_params> d_params(good.params);
+    const std::int32_t L = 8;
+    device_buffer<node_id> d_paths(std::vector<node_id>(4 * L, -9));
+    device_buffer<token_id> d_toks(std::vector<token_id>(4 * L, -9));
+    device_buffer<verify_result> d_res(std::vector<verify_result>(4, verify_result{-5, -5, -5, status_code::ok}));
+    kernels::verify_batch_params kp;
+    kp.offsets = d_off.data();
+    kp.token = d_tok.data();
+    kp.parent = d_par.data();
+    kp.p = d_p.data();
+    kp.p_row_stride = good.V;
+    kp.params = d_params.data();
+    kp.num_requests = 4;
+    kp.vocab = static_cast<std::int32_t>(good.V);
+    kp.max_nodes = 4;
+    kp.node_capacity = C;
+    kp.out_stride = L;
+    kp.paths = d_paths.data();
+    kp.tokens = d_toks.data();
+    kp.results = d_res.data();
+    const std::size_t wbytes = kernels::verify_batch_workspace_size(kp);
+    device_buffer<unsigned char> d_ws(wbytes);
+    REQUIRE(kernels::verify_batch(kp, d_ws.data(), wbytes, nullptr).ok());
+    REQUIRE(kernels::synchronize(nullptr).ok());
+    const auto res = d_res.download();
+    const auto paths = d_paths.download();
+    kernels::verify_batch_params hp = kp;  // the same check on the host
+    hp.offsets = off.data();
+    for (int r = 0; r < 4; ++r) {
+      std::int32_t b = 0, n = 0;
+      const status_code want = kernels::verify_request_span(hp, r, b, n);
+      INFO("request " << r << " span [" << off[static_cast<std::size_t>(r)] << ", "
+                      << off[static_cast<std::size_t>(r) + 1] << ")");
+      if (want != status_code::ok) {
+        CHECK(res[static_cast<std::size_t>(r)].code == want);
+        for (int k = 0; k < L; ++k) CHECK(paths[static_cast<std::size_t>(r * L + k)] == -9);  // untouched
+      } else {
+        CHECK(res[static_cast<std::size_t>(r)].code != status_code::out_of_range);
+      }
+    }
+  }
 }
 
 TEST_CASE("GPU verify_batch answers unsupported for block and traversal requests, verifies the rest") {

@@ -50,13 +50,39 @@ __device__ inline std::uint64_t prune_key(float e, std::int32_t id) {
   return (static_cast<std::uint64_t>(b) << 32) | (0xFFFFFFFFu - static_cast<std::uint32_t>(id));
 }
 
+// Step 0 (one block): every request's span against the batch's bounds.
+// seg[r], seg[R + r]: the span to use (empty for all when any is
+// malformed, so that nothing past the caller's arrays is read, written or
+// sorted); seg[2R]: 1 when the batch's offsets are malformed.
+template <int BlockSize>
+__global__ void __launch_bounds__(BlockSize) prune_spans_kernel(const std::int32_t* offsets, std::int32_t num_requests,
+                                                                std::int32_t total_nodes, std::int32_t* seg) {
+  __shared__ int bad;
+  if (threadIdx.x == 0) bad = 0;
+  __syncthreads();
+  for (std::int32_t r = threadIdx.x; r < num_requests; r += BlockSize)
+    if (!kernels::prune_span_ok(offsets[r], offsets[r + 1], total_nodes)) atomicOr(&bad, 1);
+  __syncthreads();
+  const bool any = bad != 0;
+  for (std::int32_t r = threadIdx.x; r < num_requests; r += BlockSize) {
+    seg[r] = any ? 0 : offsets[r];
+    seg[num_requests + r] = any ? 0 : offsets[r + 1];
+  }
+  if (threadIdx.x == 0) seg[2 * num_requests] = any ? 1 : 0;
+}
+
 // Step 1: validation and keys. Effective scores need the parent's value
 // first; ids are topological, so one thread walks the (short) request in
 // order while the block validates in parallel.
 template <int BlockSize>
-__global__ void __launch_bounds__(BlockSize) prune_keys_kernel(prune_batch_args a, float* eff, std::uint64_t* keys) {
+__global__ void __launch_bounds__(BlockSize)
+    prune_keys_kernel(prune_batch_args a, const std::int32_t* seg, float* eff, std::uint64_t* keys) {
   const int r = blockIdx.x;
-  const std::int32_t off = a.offsets[r], n = a.offsets[r + 1] - off;
+  if (seg[2 * a.num_requests] != 0) {  // malformed offsets: nothing of the batch is read
+    if (threadIdx.x == 0) a.request_status[r] = static_cast<std::int32_t>(status_code::out_of_range);
+    return;
+  }
+  const std::int32_t off = seg[r], n = seg[a.num_requests + r] - off;
   const node_id* par = a.parent + off;
   const float* sc = a.score + off;
   __shared__ int first_bad;  // smallest failing node index (tree check)
@@ -116,7 +142,8 @@ __global__ void __launch_bounds__(BlockSize) prune_keys_kernel(prune_batch_args 
 
 // Step 3: keep the first B sorted ids, renumber survivors in id order.
 template <int BlockSize>
-__global__ void __launch_bounds__(BlockSize) prune_select_kernel(prune_batch_args a, const std::uint64_t* sorted_keys) {
+__global__ void __launch_bounds__(BlockSize)
+    prune_select_kernel(prune_batch_args a, const std::int32_t* seg, const std::uint64_t* sorted_keys) {
   using scan_t = cub::BlockScan<std::int32_t, BlockSize>;
   __shared__ typename scan_t::TempStorage tmp;
   __shared__ std::int32_t carry;
@@ -125,7 +152,7 @@ __global__ void __launch_bounds__(BlockSize) prune_select_kernel(prune_batch_arg
     if (threadIdx.x == 0) a.kept[r] = 0;
     return;
   }
-  const std::int32_t off = a.offsets[r], n = a.offsets[r + 1] - off;
+  const std::int32_t off = seg[r], n = seg[a.num_requests + r] - off;
   const std::int32_t b0 = a.budget != nullptr ? a.budget[r] : a.uniform_budget;
   const std::int32_t b = b0 < n ? b0 : n;
   node_id* out = a.new_index + off;
@@ -154,6 +181,7 @@ __global__ void __launch_bounds__(BlockSize) prune_select_kernel(prune_batch_arg
 //! effective scores (N floats), sort keys in and out (2 x N uint64) and
 //! CUB's temporary storage, each 256-byte aligned.
 struct prune_batch_scratch {
+  std::int32_t* seg = nullptr;        //!< checked span begins (R), ends (R), malformed flag (1)
   float* eff = nullptr;               //!< effective scores (N)
   std::uint64_t* keys_in = nullptr;   //!< sort keys (N)
   std::uint64_t* keys_out = nullptr;  //!< sorted keys (N)
@@ -170,6 +198,7 @@ inline status carve_prune_batch(workspace_carver& c, std::int32_t num_requests, 
       total_nodes, num_requests, static_cast<const std::int32_t*>(nullptr),
       static_cast<const std::int32_t*>(nullptr))));
   const auto n = static_cast<std::size_t>(total_nodes);
+  w.seg = c.take<std::int32_t>(2 * static_cast<std::size_t>(num_requests) + 1);
   w.eff = c.take<float>(n);
   w.keys_in = c.take<std::uint64_t>(n);
   w.keys_out = c.take<std::uint64_t>(n);
@@ -202,13 +231,15 @@ status batch_prune_to_budget(const kernels::batch_prune_params& p, void* workspa
   if (!c.base_aligned()) return make_status(status_code::invalid_argument, "workspace must be 256-byte aligned");
   const prune_batch_args a{p.parent,       p.score,     p.offsets, p.budget,        p.uniform_budget,
                            p.num_requests, p.new_index, p.kept,    p.request_status};
-  detail::prune_keys_kernel<BlockSize><<<a.num_requests, BlockSize, 0, stream>>>(a, w.eff, w.keys_in);
+  detail::prune_spans_kernel<BlockSize><<<1, BlockSize, 0, stream>>>(a.offsets, a.num_requests, p.total_nodes, w.seg);
+  SPECDEC_TRY(last_launch_status());
+  detail::prune_keys_kernel<BlockSize><<<a.num_requests, BlockSize, 0, stream>>>(a, w.seg, w.eff, w.keys_in);
   SPECDEC_TRY(last_launch_status());
   std::size_t cub_bytes = w.cub_bytes;
   SPECDEC_TRY(from_cuda(cub::DeviceSegmentedRadixSort::SortKeysDescending(w.cub_tmp, cub_bytes, w.keys_in, w.keys_out,
-                                                                          p.total_nodes, a.num_requests, a.offsets,
-                                                                          a.offsets + 1, 0, 64, stream)));
-  detail::prune_select_kernel<BlockSize><<<a.num_requests, BlockSize, 0, stream>>>(a, w.keys_out);
+                                                                          p.total_nodes, a.num_requests, w.seg,
+                                                                          w.seg + a.num_requests, 0, 64, stream)));
+  detail::prune_select_kernel<BlockSize><<<a.num_requests, BlockSize, 0, stream>>>(a, w.seg, w.keys_out);
   return last_launch_status();
 }
 

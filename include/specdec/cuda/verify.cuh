@@ -445,9 +445,10 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   __shared__ typename reduce_a::TempStorage tmp;
   const auto r = static_cast<std::int64_t>(blockIdx.z);
   const auto j = static_cast<std::int32_t>(blockIdx.y);
-  const std::int32_t b = P.offsets[r];
-  const std::int32_t n = P.offsets[r + 1] - b;
-  if (n <= 0 || n > P.max_nodes || j >= n || P.params[r].mode != verify_mode::greedy) return;
+  std::int32_t b = 0, n = 0;
+  if (kernels::verify_request_span(P, static_cast<std::int32_t>(r), b, n) != status_code::ok || j >= n ||
+      P.params[r].mode != verify_mode::greedy)
+    return;
   const detail::row_ref row{P.p + static_cast<std::int64_t>(b + j) * P.p_row_stride, P.p_col_stride};
   const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * chunk;
   const std::int64_t hi = lo + chunk < P.vocab ? lo + chunk : P.vocab;
@@ -472,16 +473,15 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   static_assert(verify_row_ops<ops_t>);
   __shared__ typename ops_t::storage sh;
   const int r = static_cast<int>(blockIdx.x);
-  const std::int32_t b = P.offsets[r];
-  const std::int32_t n = P.offsets[r + 1] - b;
   const verify_params vp = P.params[r];
   const std::int64_t V = P.vocab;
   auto fail = [&](status_code code) {
     if (threadIdx.x == 0) P.results[r] = verify_result{0, 0, -1, code};
   };
-  // Batch-shape faults of this request (the host reports them for the whole batch).
-  if (n <= 0) return fail(status_code::not_sorted);
-  if (n > P.max_nodes) return fail(status_code::size_mismatch);
+  // Batch-shape faults of this request (the host reports them for the
+  // whole batch), before any of its nodes is read.
+  std::int32_t b = 0, n = 0;
+  if (const status_code span = kernels::verify_request_span(P, r, b, n); span != status_code::ok) return fail(span);
   // Block and traversal verification run on the host only for now (the
   // walk has them; the device path is not yet tested).
   const status params = validate_verify_params(vp);  // validated once per request

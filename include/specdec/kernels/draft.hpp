@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/tree/token_tree.hpp"
 
@@ -32,6 +33,16 @@ struct batch_prune_params {
 };
 static_assert(std::is_trivially_copyable_v<batch_prune_params>);
 
+//! Whether request spans [begin, end) of a batch of total_nodes nodes are
+//! well-formed: 0 <= begin <= end <= total_nodes (for every request in
+//! turn, this also makes the spans follow one another without overlap).
+//! The kernel checks every request's span in one block before anything
+//! else is read; when any fails, every request gets out_of_range and
+//! nothing else is read or written. The host tests run the same predicate.
+SPECDEC_HD bool prune_span_ok(std::int32_t begin, std::int32_t end, std::int32_t total_nodes) noexcept {
+  return begin >= 0 && begin <= end && end <= total_nodes;
+}
+
 //! Checks what can be checked on the host without reading device memory:
 //! sizes >= 0 and non-null pointers where needed. The workspace (size and
 //! 256-byte alignment) is checked by batch_prune_to_budget itself.
@@ -53,10 +64,10 @@ std::size_t batch_prune_workspace_size(const batch_prune_params& p) noexcept;
 //! Enqueues batched ancestor-closed top-B pruning on `stream` (a
 //! cudaStream_t; null = default). `workspace`: batch_prune_workspace_size(p)
 //! bytes of device memory, 256-byte aligned (buffer_too_small /
-//! invalid_argument otherwise). Asynchronous. The offsets are trusted to
-//! be non-decreasing with non-empty requests (validate on the host with
-//! validate_prune_batch when they are untrusted); per-request tree, score
-//! and budget errors go to request_status.
+//! invalid_argument otherwise). Asynchronous. Offsets that leave [0,
+//! total_nodes] or decrease anywhere give every request out_of_range and
+//! nothing else is read (prune_span_ok); per-request tree, score and
+//! budget errors (an empty request: empty_input) go to request_status.
 status batch_prune_to_budget(const batch_prune_params& p, void* workspace, std::size_t workspace_bytes,
                              void* stream) noexcept;
 

@@ -57,10 +57,14 @@ struct verify_batch_params {
   //! Null for the keyed Philox streams; else offsets[R] x draws_per_node
   //! caller uniforms, node-major (layout of caller_uniforms).
   const double* uniforms = nullptr;
-  std::int32_t draws_per_node = 0;   //!< uniforms per node in `uniforms`
-  std::int32_t num_requests = 0;     //!< R
-  std::int32_t vocab = 0;            //!< V
-  std::int32_t max_nodes = 0;        //!< an upper bound on every request's node count
+  std::int32_t draws_per_node = 0;  //!< uniforms per node in `uniforms`
+  std::int32_t num_requests = 0;    //!< R
+  std::int32_t vocab = 0;           //!< V
+  std::int32_t max_nodes = 0;       //!< an upper bound on every request's node count
+  //! Nodes that token, parent and the p rows hold (q rows and uniforms too,
+  //! when given): request r's [offsets[r], offsets[r + 1]) must lie within
+  //! [0, node_capacity], checked on the device (verify_request_span).
+  std::int32_t node_capacity = 0;
   std::int32_t out_stride = 0;       //!< L: row length of paths and tokens (>= deepest tree + 1)
   node_id* paths = nullptr;          //!< R x L accepted node ids (row r: root first)
   token_id* tokens = nullptr;        //!< R x L emitted tokens
@@ -72,6 +76,26 @@ struct verify_batch_params {
 };
 
 static_assert(std::is_trivially_copyable_v<verify_batch_params>);
+
+//! Request r's node span, checked before anything else of the request is
+//! read: begin = offsets[r], count = offsets[r + 1] - begin (0 on error).
+//! out_of_range when the span leaves [0, node_capacity], not_sorted when it
+//! is empty or reversed, size_mismatch when it holds more than max_nodes.
+//! Both verification kernels run it per request on the device: a request
+//! that fails it reads nothing more and gets its code in results[r]
+//! (spans of different requests may overlap: they only share reads). The
+//! host tests run the same function (tests/verify/test_kernel_spans.cpp).
+SPECDEC_HD status_code verify_request_span(const verify_batch_params& P, std::int32_t r, std::int32_t& begin,
+                                           std::int32_t& count) noexcept {
+  const std::int32_t b = P.offsets[r], e = P.offsets[r + 1];
+  begin = b;
+  count = 0;
+  if (b < 0 || e < 0 || b > P.node_capacity || e > P.node_capacity) return status_code::out_of_range;
+  if (e <= b) return status_code::not_sorted;
+  if (e - b > P.max_nodes) return status_code::size_mismatch;
+  count = e - b;
+  return status_code::ok;
+}
 
 //! Bytes of one request's slice of the workspace (the walk's scratch for V
 //! and max_nodes, carved as on the host, 256-byte aligned).
@@ -138,15 +162,17 @@ inline std::size_t verify_batch_workspace_size(const verify_batch_params& P) noe
 }
 
 //! Checks what can be checked on the host without reading device memory:
-//! non-null pointers, positive sizes, strides. Per-request problems
-//! (malformed trees, out-of-range tokens, NaN rows, a request longer than
-//! max_nodes or deeper than L) are found by the kernel with the host's
-//! checks and reported in results[r].code (outputs of that request untouched).
+//! non-null pointers, positive sizes, strides. Per-request problems (a
+//! span outside node_capacity, malformed trees, out-of-range tokens, NaN
+//! rows, a request longer than max_nodes or deeper than L) are found by the
+//! kernel with the host's checks and reported in results[r].code (outputs
+//! of that request untouched).
 inline status verify_batch_can_implement(const verify_batch_params& P) noexcept {
   if (P.num_requests < 0) return make_status(status_code::invalid_argument, "num_requests must be >= 0");
   if (P.num_requests == 0) return status::success();
   if (P.vocab <= 0) return make_status(status_code::invalid_argument, "vocab must be positive");
   if (P.max_nodes <= 0) return make_status(status_code::invalid_argument, "max_nodes must be positive");
+  if (P.node_capacity <= 0) return make_status(status_code::invalid_argument, "node_capacity must be positive");
   if (P.out_stride <= 0) return make_status(status_code::invalid_argument, "out_stride must be positive");
   if (P.offsets == nullptr || P.token == nullptr || P.parent == nullptr || P.p == nullptr || P.params == nullptr ||
       P.paths == nullptr || P.tokens == nullptr || P.results == nullptr)

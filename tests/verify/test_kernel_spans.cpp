@@ -1,0 +1,87 @@
+// The device kernels' request-span checks, run on the host: the same
+// functions the verification and batched-prune kernels call before they read
+// a request's nodes (kernels/verify.hpp verify_request_span, kernels/draft.hpp
+// prune_span_ok). The GPU tests (tests/gpu/) feed the same malformed offsets
+// to the kernels and check the codes and that nothing else was written.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "specdec/kernels/draft.hpp"
+#include "specdec/kernels/verify.hpp"
+
+using namespace specdec;
+
+TEST_CASE("verify_request_span: every malformed span class, and random offsets against a brute-force bound check") {
+  std::vector<std::int32_t> off{0, 3, 3, 2, -1, 5, 12, 9, 20};
+  kernels::verify_batch_params P;
+  P.offsets = off.data();
+  P.node_capacity = 12;
+  P.max_nodes = 4;
+  auto code = [&](std::int32_t r) {
+    std::int32_t b = -7, n = -7;
+    const status_code c = kernels::verify_request_span(P, r, b, n);
+    CHECK(b == off[static_cast<std::size_t>(r)]);
+    CHECK(n == (c == status_code::ok ? off[static_cast<std::size_t>(r) + 1] - b : 0));
+    return c;
+  };
+  CHECK(code(0) == status_code::ok);             // [0, 3)
+  CHECK(code(1) == status_code::not_sorted);     // [3, 3): empty
+  CHECK(code(2) == status_code::not_sorted);     // [3, 2): reversed
+  CHECK(code(3) == status_code::out_of_range);   // [2, -1)
+  CHECK(code(4) == status_code::out_of_range);   // [-1, 5)
+  CHECK(code(5) == status_code::size_mismatch);  // [5, 12): 7 nodes > max_nodes 4
+  CHECK(code(6) == status_code::not_sorted);     // [12, 9): inside the capacity, reversed
+  CHECK(code(7) == status_code::out_of_range);   // [9, 20): ends past node_capacity
+
+  const std::uint64_t seed = 20261126;
+  std::printf("[spans] seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<std::int32_t> v(-3, 40);
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::vector<std::int32_t> o{v(gen), v(gen)};
+    P.offsets = o.data();
+    P.node_capacity = 1 + static_cast<std::int32_t>(gen() % 36);
+    P.max_nodes = 1 + static_cast<std::int32_t>(gen() % 12);
+    std::int32_t b = 0, n = 0;
+    const status_code c = kernels::verify_request_span(P, 0, b, n);
+    // Brute force: the span is ok iff every node index it covers is in [0, capacity) and it has 1..max_nodes nodes.
+    bool inside = o[1] > o[0];
+    for (std::int32_t i = o[0]; i < o[1]; ++i) inside = inside && i >= 0 && i < P.node_capacity;
+    const bool ok = inside && o[1] - o[0] <= P.max_nodes;
+    INFO("span [" << o[0] << ", " << o[1] << ") capacity " << P.node_capacity << " max_nodes " << P.max_nodes);
+    CHECK((c == status_code::ok) == ok);
+    if (c == status_code::ok) CHECK(n == o[1] - o[0]);
+  }
+}
+
+TEST_CASE("prune_span_ok: a batch passes iff its spans tile [offsets[0], offsets[R]] inside [0, N] in order") {
+  const std::uint64_t seed = 7;
+  std::printf("[spans] prune seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 gen(seed);
+  for (int trial = 0; trial < 20000; ++trial) {
+    const auto R = static_cast<std::int32_t>(1 + gen() % 5);
+    const auto N = static_cast<std::int32_t>(gen() % 20);
+    std::vector<std::int32_t> off(static_cast<std::size_t>(R) + 1);
+    for (auto& x : off) x = static_cast<std::int32_t>(gen() % 24) - 2;
+    if (trial % 2 == 0) std::sort(off.begin(), off.end());  // half the batches non-decreasing
+    bool all = true;
+    for (std::int32_t r = 0; r < R; ++r) all = all && kernels::prune_span_ok(off[r], off[r + 1], N);
+    // Brute force: no node index outside [0, N) is covered, and no index is covered twice.
+    std::vector<int> covered(64, 0);
+    bool safe = true;
+    for (std::int32_t r = 0; r < R; ++r) {
+      if (off[r + 1] < off[r]) safe = false;  // a reversed span: the kernels would compute a negative count
+      for (std::int32_t i = off[r]; i < off[r + 1]; ++i) {
+        if (i < 0 || i >= N || covered[static_cast<std::size_t>(i)]++ > 0) safe = false;
+      }
+    }
+    if (off.front() < 0 || off.back() > N) safe = false;
+    INFO("trial " << trial);
+    CHECK(all == safe);
+  }
+}
