@@ -29,7 +29,7 @@ struct planner_options {
   std::int32_t cost_window = 8;    //!< pass times kept per tree size; their lower quartile is the estimate (>= 1)
   double explore = 0.05;           //!< optimism for rarely measured sizes: time x (1 - explore / sqrt(1 + seen))
   double prior_node_cost = 0.25;   //!< before two sizes are measured, each further node costs this share of one
-  //! After this many root-only rounds, a speculative probe of three rounds (0 = never); doubles per probe that
+  //! After this many root-only rounds, a speculative probe of six rounds (0 = never); doubles per probe that
   //! loses, up to 8 x its value.
   std::int32_t probe_every = 64;
   //! Rounds between full scorings of the candidates (>= 1); the last choice is kept in between.

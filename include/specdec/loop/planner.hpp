@@ -162,7 +162,7 @@ class round_planner {
     // The plain step first: a pass over one node costs less than the
     // per-node slope of larger passes says (t(N) is concave at small N).
     if (curve_.empty() && cost_.kept(1) < opt_.plain_first) return plain_plan();
-    // A probe runs three rounds: its first two pay the switch (see observe).
+    // A probe runs probe_rounds rounds: its first two pay the switch (see observe).
     if (probe_hold_ > 0) {
       --probe_hold_;
       has_plan_ = rescored_now_ = true;
@@ -209,7 +209,7 @@ class round_planner {
     if (probe) {
       probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 8 * static_cast<std::int64_t>(opt_.probe_every));
       probing_ = cands_[best].nodes > 1;
-      probe_hold_ = probing_ ? switch_rounds : 0;
+      probe_hold_ = probing_ ? probe_rounds - 1 : 0;
     } else if (cands_[best].nodes > 1) {
       probe_gap_ = opt_.probe_every;
     }
@@ -628,6 +628,7 @@ class round_planner {
   std::int32_t probe_hold_ = 0, after_switch_ = 0;   // probe rounds still to run; drafted rounds since a switch
   static constexpr std::int32_t switch_streak = 16;  // plain rounds after which a speculative pass is a switch
   static constexpr std::int32_t switch_rounds = 2;   // drafted rounds after a switch left out of the time fits
+  static constexpr std::int32_t probe_rounds = 6;    // rounds of a probe
   std::size_t last_best_ = SIZE_MAX;
   std::int32_t since_score_ = 0;
   plan_summary summary_{};

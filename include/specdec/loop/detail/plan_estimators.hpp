@@ -25,7 +25,8 @@ namespace specdec::detail {
 //! (STree's linear model) fitted through all of them, weighted by samples,
 //! so a size seen once or twice reads mostly the line, not its own few
 //! passes. Sizes never seen are interpolated between seen ones and
-//! extrapolated with the line's slope.
+//! extrapolated with the line's slope. Sizes of two nodes or more are kept
+//! as ratios to the one-node time (see add()).
 class pass_cost_table {
  public:
   void reset(std::int32_t max_n, std::int32_t window) {
@@ -36,6 +37,7 @@ class pass_cost_table {
     seen_.assign(static_cast<std::size_t>(max_n_), 0.0);
     median_.assign(static_cast<std::size_t>(max_n_), 0.0);
     sorted_.assign(static_cast<std::size_t>(window_), 0.0);
+    level_ = 1.0;
     fresh_ = false;
   }
 
@@ -46,6 +48,17 @@ class pass_cost_table {
     // The first pass at a size often pays for growing the engine's buffers
     // (allocation, page faults): not a cost of later passes, so it is dropped.
     if (seen_[i] == 1.0) return;
+    // The machine's speed drifts (other jobs, clocks, shared caches: 1.5x
+    // within minutes on the shared CPU of the example models), and a planner
+    // that decodes plainly measures only one size. So a pass over n >= 2
+    // nodes is stored as its ratio to the one-node time known then, and
+    // estimated as that ratio times the one-node time known now: sizes
+    // measured long ago follow the speed of the plain steps measured now.
+    // Without it, a planner that had gone plain compared fresh one-node
+    // times with 2-node times taken when the machine was 1.5x slower, and
+    // stayed plain for good.
+    if (n == 1 && count_[0] == 0) rescale_ratios(seconds);  // times stored raw until t(1) was known
+    if (n >= 2 && count_[0] > 0) seconds /= median_[0];
     const std::int64_t c = count_[i]++;
     ring_[i * static_cast<std::size_t>(window_) + static_cast<std::size_t>(c % window_)] = seconds;
     // This size's lower quartile now (a window of a few entries), the curve
@@ -83,8 +96,11 @@ class pass_cost_table {
 
   //! Recomputes the medians and the extrapolation slope (after add()).
   void refresh(double prior_slope_fraction) {
-    if (fresh_) return;
+    if (fresh_ && prior_slope_fraction == prior_) return;
     fresh_ = true;
+    prior_ = prior_slope_fraction;
+    // The one-node time scales every other size (see add()).
+    level_ = count_[0] > 0 ? median_[0] : 1.0;
     xs_.clear();
     ys_.clear();
     ws_.clear();
@@ -93,7 +109,7 @@ class pass_cost_table {
       const auto k = static_cast<std::size_t>(std::min<std::int64_t>(count_[i], window_));
       if (k == 0) continue;
       xs_.push_back(n);
-      ys_.push_back(median_[i]);
+      ys_.push_back(n == 1 ? 1.0 : median_[i]);
       ws_.push_back(static_cast<double>(k));
     }
     pool_toward_line();
@@ -111,10 +127,28 @@ class pass_cost_table {
       // (optimistic on purpose, so that the planner tries the next size).
       slope_ = prior_slope_fraction * ys_[0] / xs_[0];
     }
+    seconds_.resize(ys_.size());
+    for (std::size_t j = 0; j < ys_.size(); ++j) seconds_[j] = level_ * ys_[j];
   }
 
   //! Estimated seconds of a pass over n nodes (NaN before any sample).
-  [[nodiscard]] double at(std::int32_t n) const noexcept {
+  [[nodiscard]] double at(std::int32_t n) const noexcept { return level_ * relative(n); }
+
+  //! Sizes with at least one sample and their (pooled, monotone) estimates
+  //! in seconds at the current speed level (after refresh()).
+  [[nodiscard]] std::span<const double> sizes() const noexcept { return xs_; }
+  [[nodiscard]] std::span<const double> medians() const noexcept { return seconds_; }
+
+ private:
+  // Sizes >= 2 measured before the first one-node time were stored in
+  // seconds: from now on they are ratios to it.
+  void rescale_ratios(double t1) {
+    if (!(t1 > 0.0)) return;
+    for (std::size_t k = static_cast<std::size_t>(window_); k < ring_.size(); ++k) ring_[k] /= t1;
+    for (std::size_t k = 1; k < median_.size(); ++k) median_[k] /= t1;
+  }
+
+  [[nodiscard]] double relative(std::int32_t n) const noexcept {
     if (xs_.empty()) return std::numeric_limits<double>::quiet_NaN();
     const auto x = static_cast<double>(n);
     if (x <= xs_.front()) return std::max(ys_.front() - slope_ * (xs_.front() - x), 0.5 * ys_.front());
@@ -125,11 +159,6 @@ class pass_cost_table {
     return ys_[hi - 1] + w * (ys_[hi] - ys_[hi - 1]);
   }
 
-  //! Sizes with at least one sample and their (pooled, monotone) estimates (after refresh()).
-  [[nodiscard]] std::span<const double> sizes() const noexcept { return xs_; }
-  [[nodiscard]] std::span<const double> medians() const noexcept { return ys_; }
-
- private:
   // A median from w samples weighs w against `line_weight` for the line: a
   // size with a full window (8) reads two thirds of its own median. On the
   // example models (2-core CPU) the line through all sizes, one node
@@ -197,10 +226,10 @@ class pass_cost_table {
   }
 
   std::int32_t max_n_ = 1, window_ = 1;
-  std::vector<double> ring_, seen_, median_, sorted_, xs_, ys_, ws_, fw_, blk_v_, blk_w_;
+  std::vector<double> ring_, seen_, median_, sorted_, xs_, ys_, ws_, fw_, seconds_, blk_v_, blk_w_;
   std::vector<std::size_t> blk_n_;
   std::vector<std::int64_t> count_;
-  double slope_ = 0.0, line_k_ = 0.0;
+  double slope_ = 0.0, line_k_ = 0.0, level_ = 1.0, prior_ = 0.25;
   bool fresh_ = false, has_line_ = false;
 };
 
