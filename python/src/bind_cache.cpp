@@ -212,9 +212,9 @@ void cuda_commit_kv(const std::vector<any_dev>& caches, const std::string& layou
     max_layers = std::max(max_layers, ts.back().layers);
     max_heads = std::max(max_heads, ts.back().heads);
   }
-  require(
-      caches.size() <= 65535 && max_layers <= 65535 && max_heads <= 65535 && R <= static_cast<std::size_t>(INT32_MAX),
-      status_code::unsupported, "too many tensors, layers, heads or requests");
+  require(caches.size() <= static_cast<std::size_t>(INT32_MAX) && max_layers <= INT32_MAX && max_heads <= INT32_MAX &&
+              R <= static_cast<std::size_t>(INT32_MAX),
+          status_code::unsupported, "too many tensors, layers, heads or requests");
   P.num_tensors = static_cast<std::int32_t>(ts.size());
   P.elem_bytes = static_cast<std::int32_t>(bytes);
   P.max_layers = static_cast<std::int32_t>(max_layers);

@@ -14,6 +14,7 @@
 #include "specdec/cache/keep_indices.hpp"
 #include "specdec/cache/kv_commit.hpp"
 #include "specdec/cache/row_commit.hpp"
+#include "specdec/kernels/cache.hpp"
 #include "test_util.hpp"
 
 using specdec::kv_tensor;
@@ -739,4 +740,30 @@ TEST_CASE("the kv_tensor makers give the documented strides") {
   const auto any = specdec::make_kv_tensor(&dummy, 7, L, H, D, {1, 2, 3, 4, 5});
   CHECK((any.size == 7 && any.layers == L && any.heads == H && any.head_dim == D && any.stride_seq == 1 &&
          any.stride_layer == 2 && any.stride_head == 3 && any.stride_pos == 4 && any.stride_dim == 5));
+}
+
+TEST_CASE("kv_commit_can_implement: the copy grid's limit is its block count, not the old 2-D grid's 65535") {
+  // Host-side checks only (kernels/cache.hpp is plain C++): fake non-null device pointers.
+  auto* fake = reinterpret_cast<void*>(std::uintptr_t{256});
+  specdec::kernels::kv_commit_params p;
+  p.tensors = static_cast<const kv_tensor<void>*>(fake);
+  p.num_tensors = 2;
+  p.elem_bytes = 2;
+  p.max_layers = 32;
+  p.max_heads = 8;
+  p.status_word = static_cast<std::uint64_t*>(fake);
+  p.batch.cache_len = static_cast<const specdec::position_id*>(fake);
+  p.batch.keep_offsets = static_cast<const std::int32_t*>(fake);
+  p.batch.num_requests = 70000;  // above the old limit; 35.8 M rows, 9 M blocks
+  p.map.capacity = 4096;
+  CHECK(specdec::kernels::kv_commit_can_implement(p).ok());
+  p.max_layers = 4096;  // 4.6 G rows: 1.15 G blocks, still under 2^31 - 1
+  CHECK(specdec::kernels::kv_commit_can_implement(p).ok());
+  p.max_heads = 64;  // 36.7 G rows: 9.2 G blocks, too many
+  CHECK(specdec::kernels::kv_commit_can_implement(p) == status_code::unsupported);
+  p.batch.num_requests = 0x7fffffff;  // every factor near 2^31: no overflow in the check
+  p.num_tensors = 0x7fffffff;
+  p.max_layers = 0x7fffffff;
+  p.max_heads = 0x7fffffff;
+  CHECK(specdec::kernels::kv_commit_can_implement(p) == status_code::unsupported);
 }

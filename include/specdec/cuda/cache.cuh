@@ -177,7 +177,7 @@ SPECDEC_DEVICE void kv_copy_row(unsigned char* base, const kv_tensor<void>& t, c
 
 //! Threads of the copy kernel (its most): four rows per block, so that a
 //! small batch still spreads over many SMs.
-inline constexpr int kv_copy_threads = 128;
+inline constexpr int kv_copy_threads = 32 * kernels::kv_commit_rows_per_block;
 //! 16-byte registers per lane per wave: a wave moves up to 2 KiB of a row
 //! (eight entries of a 128-dim fp16 head).
 inline constexpr int kv_copy_regs = 4;
@@ -238,12 +238,7 @@ SPECDEC_KERNEL void __launch_bounds__(kv_copy_threads) kv_commit_kernel(const ke
 //! that compile this header themselves. Needs no workspace.
 inline status kv_commit(const kernels::kv_commit_params& p, void* /*workspace*/, std::size_t /*workspace_bytes*/,
                         cudaStream_t stream) noexcept {
-  SPECDEC_TRY(kernels::kv_commit_can_implement(p));
-  const std::int64_t rows =
-      static_cast<std::int64_t>(p.batch.num_requests) * p.num_tensors * p.max_layers * p.max_heads;
-  const std::int64_t warps = kv_copy_threads / 32;
-  if ((rows + warps - 1) / warps > 0x7fffffff)
-    return make_status(status_code::unsupported, "requests x tensors x max_layers x max_heads too large for one grid");
+  SPECDEC_TRY(kernels::kv_commit_can_implement(p));  // the grid's size included
   if (p.batch.num_requests == 0 || p.num_tensors == 0) {
     // Nothing to move; still leave an ok word for a caller who reads it.
     if (p.status_word != nullptr)
@@ -252,6 +247,9 @@ inline status kv_commit(const kernels::kv_commit_params& p, void* /*workspace*/,
   }
   kv_commit_validate_kernel<kv_validate_threads><<<1, kv_validate_threads, 0, stream>>>(p);
   SPECDEC_TRY(last_launch_status());
+  const std::int64_t rows =
+      static_cast<std::int64_t>(p.batch.num_requests) * p.num_tensors * p.max_layers * p.max_heads;
+  const std::int64_t warps = kernels::kv_commit_rows_per_block;
   kv_commit_kernel<kv_copy_regs><<<static_cast<unsigned>((rows + warps - 1) / warps), kv_copy_threads, 0, stream>>>(p);
   return last_launch_status();
 }

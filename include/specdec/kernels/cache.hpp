@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "specdec/cache/kv_layout.hpp"
@@ -39,9 +40,14 @@ static_assert(std::is_trivially_copyable_v<kv_commit_params>);
 //! failing items, (rank << 32) | code, so the lowest rank wins.
 inline constexpr std::uint64_t kv_commit_status_ok = ~std::uint64_t{0};
 
+//! Rows (request, tensor, layer, head) the copy kernel gives each block,
+//! one warp each.
+inline constexpr std::int32_t kv_commit_rows_per_block = 4;
+
 //! Host-side checks of the scalar arguments (no device memory is read):
-//! element size, counts, grid limits (num_requests <= 65535, max_layers *
-//! num_tensors <= 65535), non-null pointers, page size / capacity.
+//! element size, counts, the copy grid (num_requests x num_tensors x
+//! max_layers x max_heads rows, kv_commit_rows_per_block per block, at most
+//! 2^31 - 1 blocks), non-null pointers, page size / capacity.
 inline status kv_commit_can_implement(const kv_commit_params& p) noexcept {
   const auto eb = p.elem_bytes;
   if (eb != 1 && eb != 2 && eb != 4 && eb != 8 && eb != 16)
@@ -51,9 +57,15 @@ inline status kv_commit_can_implement(const kv_commit_params& p) noexcept {
   if (p.batch.num_requests == 0 || p.num_tensors == 0) return status::success();
   if (p.max_layers <= 0 || p.max_heads <= 0)
     return make_status(status_code::invalid_argument, "max_layers and max_heads must be positive");
-  if (p.batch.num_requests > 65535) return make_status(status_code::unsupported, "at most 65535 requests per launch");
-  if (static_cast<std::int64_t>(p.max_layers) * p.num_tensors > 65535)
-    return make_status(status_code::unsupported, "max_layers * num_tensors must be <= 65535");
+  // The product checked factor by factor, so that it never overflows.
+  const std::int64_t max_rows = std::int64_t{0x7fffffff} * kv_commit_rows_per_block;
+  std::int64_t rows = p.batch.num_requests;
+  for (const std::int64_t f : {std::int64_t{p.num_tensors}, std::int64_t{p.max_layers}, std::int64_t{p.max_heads}}) {
+    if (rows > max_rows / f)
+      return make_status(status_code::unsupported,
+                         "requests x tensors x max_layers x max_heads too large for one grid");
+    rows *= f;
+  }
   if (p.tensors == nullptr || p.status_word == nullptr || p.batch.cache_len == nullptr ||
       p.batch.keep_offsets == nullptr || (p.total_keep > 0 && p.batch.keep == nullptr))
     return make_status(status_code::invalid_argument, "a required device pointer is null");
