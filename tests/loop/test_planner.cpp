@@ -290,6 +290,27 @@ TEST_CASE("planner: a request's first drafted round (the drafter's prompt prefil
   }
 }
 
+TEST_CASE("planner: model-free drafts (no drafter calls) still measure pass times past a request's switch rounds") {
+  const std::vector<node_id> shape{-1, 0, 1};
+  const std::vector<token_id> tok(3, 0);
+  const std::vector<node_id> path{0, 1};
+  round_planner p;
+  p.begin_request();
+  for (int i = 0; i < 6; ++i) {
+    round_feedback f;
+    f.tree = tree_view{tok.data(), shape.data(), nullptr, nullptr, 3};
+    f.path = path;
+    f.forward_nodes = 3;
+    f.forward_seconds = 3e-4;
+    REQUIRE(p.observe(f).ok());
+  }
+  // Six rounds: the first two are the request's switch, the third is the size's first (dropped), three kept.
+  const auto sizes = p.measured_sizes();
+  REQUIRE(sizes.size() == 1);
+  CHECK(sizes[0] == 3.0);
+  CHECK(p.target_seconds(3) == Approx(3e-4));
+}
+
 TEST_CASE("planner: predicted tokens and time per token match a simulation with the same acceptance") {
   // Curves: flat to 64 nodes (a GPU running a 7B model); STree's linear SSM
   // fit t = k(N + 15) (from its Mamba2-2.7B ratio t(15)/t(5) = 1.5) and a

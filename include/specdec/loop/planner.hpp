@@ -75,7 +75,7 @@ class round_planner {
     last_best_ = SIZE_MAX;
     since_score_ = 0;
     rescored_now_ = true;
-    drafted_rounds_ = 0;
+    drafted_rounds_ = request_spec_rounds_ = 0;
     catch_up_ = 0;
     since_draft_ = 0;
     probe_hold_ = 0;
@@ -146,6 +146,7 @@ class round_planner {
   //! (benchmarks/results/planner_2026-11-26.md).
   void begin_request() noexcept {
     drafted_rounds_ = 0;
+    request_spec_rounds_ = 0;
     catch_up_ = 0;
   }
 
@@ -296,7 +297,7 @@ class round_planner {
     has_plan_ = false;
     ++rounds_;
     // Only rounds that drafted bring acceptance news: plain streaks do not
-    // re-solve the candidates; a probe's two rounds do (else never read).
+    // re-solve the candidates; a probe's rounds do (else never read).
     if (f.tree.size > 1) ++since_solve_;
     if (probing_ && probe_hold_ == 0 && f.tree.size > 1) {
       since_solve_ = opt_.replan_every;
@@ -309,9 +310,11 @@ class round_planner {
     // size, so they stay out of the time fits. Kept in, they were most of
     // what a plain-decoding planner knew of speculation, and it read passes
     // 1.6-1.8x dearer than steady ones and stayed plain.
-    if (f.tree.size > 1)
+    if (f.tree.size > 1) {
+      const bool first_of_request = request_spec_rounds_++ == 0;
       after_switch_ =
-          since_draft_ >= switch_streak || drafted_rounds_ == 0 ? 0 : std::min(after_switch_ + 1, switch_rounds);
+          since_draft_ >= switch_streak || first_of_request ? 0 : std::min(after_switch_ + 1, switch_rounds);
+    }
     const bool switching = f.tree.size > 1 && after_switch_ < switch_rounds;
     if (!switching) cost_.add(f.forward_nodes, f.forward_seconds);
     forget_times();
@@ -622,7 +625,9 @@ class round_planner {
   std::vector<candidate> cands_;
   std::vector<double> thresholds_, reach_, kid_sum_;
   std::vector<std::int32_t> width_, depth_, nchild_, rank_, node_depth_;
-  std::int64_t rounds_ = 0, drafted_rounds_ = 0, catch_up_ = 0, probe_gap_ = 0;
+  // drafted_rounds_: rounds that called the drafter; request_spec_rounds_:
+  // rounds with a tree (model-free drafts included); both since begin_request().
+  std::int64_t rounds_ = 0, drafted_rounds_ = 0, request_spec_rounds_ = 0, catch_up_ = 0, probe_gap_ = 0;
   std::int32_t since_solve_ = 0, since_draft_ = 0;
   bool has_plan_ = false, rescored_now_ = true, probing_ = false;
   std::int32_t probe_hold_ = 0, after_switch_ = 0;   // probe rounds still to run; drafted rounds since a switch
