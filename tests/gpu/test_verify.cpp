@@ -98,6 +98,20 @@ std::vector<float> spread(const std::vector<float>& x, std::int64_t s) {
   return y;
 }
 
+// The launch fields both tests set alike (outputs of row length L), then
+// the launch on a workspace of the size asked for, and the wait.
+void launch_and_wait(kernels::verify_batch_params& kp, std::int32_t L, node_id* paths, token_id* tokens,
+                     verify_result* results) {
+  kp.out_stride = L;
+  kp.paths = paths;
+  kp.tokens = tokens;
+  kp.results = results;
+  const std::size_t wbytes = kernels::verify_batch_workspace_size(kp);
+  device_buffer<unsigned char> d_ws(wbytes);
+  REQUIRE(kernels::verify_batch(kp, d_ws.data(), wbytes, nullptr).ok());
+  REQUIRE(kernels::synchronize(nullptr).ok());
+}
+
 void compare(const batch& b, const launch_options& opt = {}) {
   const int R = static_cast<int>(b.params.size());
   const int L = opt.L;
@@ -150,16 +164,9 @@ void compare(const batch& b, const launch_options& opt = {}) {
   kp.vocab = static_cast<std::int32_t>(b.V);
   kp.max_nodes = b.max_nodes;
   kp.node_capacity = b.offsets.back();
-  kp.out_stride = L;
-  kp.paths = d_paths.data();
-  kp.tokens = d_toks.data();
-  kp.results = d_res.data();
   kp.accepted_per_depth = d_depth.data();
   kp.depth_counters = opt.depth_counters;
-  const std::size_t wbytes = kernels::verify_batch_workspace_size(kp);
-  device_buffer<unsigned char> d_ws(wbytes);
-  REQUIRE(kernels::verify_batch(kp, d_ws.data(), wbytes, nullptr).ok());
-  REQUIRE(kernels::synchronize(nullptr).ok());
+  launch_and_wait(kp, L, d_paths.data(), d_toks.data(), d_res.data());
   const auto dres = d_res.download();
   const auto dpaths = d_paths.download();
   const auto dtoks = d_toks.download();
@@ -275,14 +282,7 @@ TEST_CASE("GPU verify_batch bounds every request's span by node_capacity before 
     kp.vocab = static_cast<std::int32_t>(good.V);
     kp.max_nodes = 4;
     kp.node_capacity = C;
-    kp.out_stride = L;
-    kp.paths = d_paths.data();
-    kp.tokens = d_toks.data();
-    kp.results = d_res.data();
-    const std::size_t wbytes = kernels::verify_batch_workspace_size(kp);
-    device_buffer<unsigned char> d_ws(wbytes);
-    REQUIRE(kernels::verify_batch(kp, d_ws.data(), wbytes, nullptr).ok());
-    REQUIRE(kernels::synchronize(nullptr).ok());
+    launch_and_wait(kp, L, d_paths.data(), d_toks.data(), d_res.data());
     const auto res = d_res.download();
     const auto paths = d_paths.download();
     kernels::verify_batch_params hp = kp;  // the same check on the host
