@@ -379,12 +379,12 @@ class round_planner {
   //! The pooled estimates (seconds) matching measured_sizes().
   [[nodiscard]] std::span<const double> measured_seconds() {
     cost_.refresh(opt_.prior_node_cost);
-    return cost_.medians();
+    return cost_.estimates();
   }
   //! STree's linear fit t = kN + C over those estimates. Errors as fit_linear_cost.
   status fitted_linear(linear_cost& out) {
     cost_.refresh(opt_.prior_node_cost);
-    return fit_linear_cost(cost_.sizes(), cost_.medians(), out);
+    return fit_linear_cost(cost_.sizes(), cost_.estimates(), out);
   }
   //! Rounds observed since reset().
   [[nodiscard]] std::int64_t rounds() const noexcept { return rounds_; }

@@ -21,7 +21,7 @@ namespace specdec::detail {
 //! Pass times per tree size 1..max_n: a ring of the last `window` times per
 //! size and its lower quartile (robust to a descheduled pass on a shared
 //! machine, and to caches evicted between passes).
-//! The sizes are pooled: each median is shrunk toward a line t = kN + C
+//! The sizes are pooled: each estimate is shrunk toward a line t = kN + C
 //! (STree's linear model) fitted through all of them, weighted by samples,
 //! so a size seen once or twice reads mostly the line, not its own few
 //! passes. Sizes never seen are interpolated between seen ones and
@@ -35,7 +35,7 @@ class pass_cost_table {
     ring_.assign(static_cast<std::size_t>(max_n_) * static_cast<std::size_t>(window_), 0.0);
     count_.assign(static_cast<std::size_t>(max_n_), 0);
     seen_.assign(static_cast<std::size_t>(max_n_), 0.0);
-    median_.assign(static_cast<std::size_t>(max_n_), 0.0);
+    quartile_.assign(static_cast<std::size_t>(max_n_), 0.0);
     sorted_.assign(static_cast<std::size_t>(window_), 0.0);
     level_ = 1.0;
     fresh_ = false;
@@ -58,7 +58,7 @@ class pass_cost_table {
     // times with 2-node times taken when the machine was 1.5x slower, and
     // stayed plain for good.
     if (n == 1 && count_[0] == 0) rescale_ratios(seconds);  // times stored raw until t(1) was known
-    if (n >= 2 && count_[0] > 0) seconds /= median_[0];
+    if (n >= 2 && count_[0] > 0) seconds /= quartile_[0];
     const std::int64_t c = count_[i]++;
     ring_[i * static_cast<std::size_t>(window_) + static_cast<std::size_t>(c % window_)] = seconds;
     // This size's lower quartile now (a window of a few entries), the curve
@@ -72,7 +72,7 @@ class pass_cost_table {
     const auto k = static_cast<std::size_t>(std::min<std::int64_t>(count_[i], window_));
     std::copy_n(ring_.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(window_)), k, sorted_.begin());
     std::sort(sorted_.begin(), sorted_.begin() + static_cast<std::ptrdiff_t>(k));
-    median_[i] = sorted_[(k - 1) / 4];
+    quartile_[i] = sorted_[(k - 1) / 4];
     fresh_ = false;
   }
 
@@ -100,7 +100,7 @@ class pass_cost_table {
     fresh_ = true;
     prior_ = prior_slope_fraction;
     // The one-node time scales every other size (see add()).
-    level_ = count_[0] > 0 ? median_[0] : 1.0;
+    level_ = count_[0] > 0 ? quartile_[0] : 1.0;
     xs_.clear();
     ys_.clear();
     ws_.clear();
@@ -109,7 +109,7 @@ class pass_cost_table {
       const auto k = static_cast<std::size_t>(std::min<std::int64_t>(count_[i], window_));
       if (k == 0) continue;
       xs_.push_back(n);
-      ys_.push_back(n == 1 ? 1.0 : median_[i]);
+      ys_.push_back(n == 1 ? 1.0 : quartile_[i]);
       ws_.push_back(static_cast<double>(k));
     }
     pool_toward_line();
@@ -137,7 +137,7 @@ class pass_cost_table {
   //! Sizes with at least one sample and their (pooled, monotone) estimates
   //! in seconds at the current speed level (after refresh()).
   [[nodiscard]] std::span<const double> sizes() const noexcept { return xs_; }
-  [[nodiscard]] std::span<const double> medians() const noexcept { return seconds_; }
+  [[nodiscard]] std::span<const double> estimates() const noexcept { return seconds_; }
 
  private:
   // Sizes >= 2 measured before the first one-node time were stored in
@@ -145,7 +145,7 @@ class pass_cost_table {
   void rescale_ratios(double t1) {
     if (!(t1 > 0.0)) return;
     for (std::size_t k = static_cast<std::size_t>(window_); k < ring_.size(); ++k) ring_[k] /= t1;
-    for (std::size_t k = 1; k < median_.size(); ++k) median_[k] /= t1;
+    for (std::size_t k = 1; k < quartile_.size(); ++k) quartile_[k] /= t1;
   }
 
   [[nodiscard]] double relative(std::int32_t n) const noexcept {
@@ -159,8 +159,8 @@ class pass_cost_table {
     return ys_[hi - 1] + w * (ys_[hi] - ys_[hi - 1]);
   }
 
-  // A median from w samples weighs w against `line_weight` for the line: a
-  // size with a full window (8) reads two thirds of its own median. On the
+  // An estimate from w samples weighs w against `line_weight` for the line: a
+  // size with a full window (8) reads two thirds of its own quartile. On the
   // example models (2-core CPU) the line through all sizes, one node
   // included, is within 15% of every size's steady time up to 8 nodes,
   // while per-size medians of planned rounds were off up to 2x: a size
@@ -226,7 +226,7 @@ class pass_cost_table {
   }
 
   std::int32_t max_n_ = 1, window_ = 1;
-  std::vector<double> ring_, seen_, median_, sorted_, xs_, ys_, ws_, fw_, seconds_, blk_v_, blk_w_;
+  std::vector<double> ring_, seen_, quartile_, sorted_, xs_, ys_, ws_, fw_, seconds_, blk_v_, blk_w_;
   std::vector<std::size_t> blk_n_;
   std::vector<std::int64_t> count_;
   double slope_ = 0.0, line_k_ = 0.0, level_ = 1.0, prior_ = 0.25;
