@@ -33,30 +33,34 @@ struct cli {
   std::int32_t threads = 2;
   std::int32_t depth = 6;
   bool show_text = false;
-  bool repack = false;  // llama.cpp weight repacking (extra buffer types); off = safe on AMX Xeons
-  bool curve = true;    // print the pass cost curve t(n) / t(1)
-  std::string methods = "all";
-  std::int32_t probe_every = 0;  // planner_options::probe_every of the planned methods  // besides plain decoding:
-                                 // ",lookup,suffix,...," or all
-  std::string plain_out;         // file for the plain decoding text
-  std::string format;            // non-empty: decode with a copy of the model in this weight format
+  bool repack = false;           // llama.cpp weight repacking (extra buffer types); off = safe on AMX Xeons
+  bool curve = true;             // print the pass cost curve t(n) / t(1)
+  std::string methods = "all";   // besides plain decoding: ",lookup,suffix,...," or all
+  std::int32_t probe_every = 0;  // planner_options::probe_every of the planned methods
+  // planner_options::min_gain of the planned methods: rounds predicted to
+  // beat a plain step by under 10% realized 0.91-1.02x of it (docs/llama_cpp.md)
+  double min_gain = 0.1;
+  std::string plain_out;  // file for the plain decoding text
+  std::string format;     // non-empty: decode with a copy of the model in this weight format
 };
 
 [[noreturn]] void usage(int code) {
-  std::fprintf(code == 0 ? stdout : stderr,
-               "usage: specdec_llama_compare [-m MODEL.gguf] [-md DRAFT.gguf] (-p PROMPT | -f FILE) [-n N]\n"
-               "                             [--temp T] [--seed S] [-t THREADS] [--depth D] [--show-text]\n"
-               "                             [--plain-out FILE] [--repack 0|1] [--no-curve] [--format F]\n"
-               "  -m      target model (default: the cached SmolLM2-135M-Instruct.Q4_1.gguf)\n"
-               "  -md     draft model for the model drafter (default: the target itself)\n"
-               "  --depth draft depth of every speculative method (default 6)\n"
-               "  --plain-out  write the plain decoding text to FILE\n"
-               "  --repack     llama.cpp weight repacking / extra buffer types (default 0: off, as run.sh's -nr)\n"
-               "  --no-curve   skip the pass cost curve (time of a pass over 1, 2, 4, ... tokens)\n"
-               "  --format     F32, F16, Q8_0 or Q4_0: a copy of the model in that weight format, made next to it\n"
-               "               by llama.cpp's quantizer on first use (<name>.<F>.gguf; its path is printed)\n"
-               "  --probe-every  planner: one speculative round after this many plain steps (default 0: none)\n"
-               "  --methods    comma list of lookup,suffix,planned-lookup,planned-suffix,chain,tree (default all)\n");
+  std::fprintf(
+      code == 0 ? stdout : stderr,
+      "usage: specdec_llama_compare [-m MODEL.gguf] [-md DRAFT.gguf] (-p PROMPT | -f FILE) [-n N]\n"
+      "                             [--temp T] [--seed S] [-t THREADS] [--depth D] [--show-text]\n"
+      "                             [--plain-out FILE] [--repack 0|1] [--no-curve] [--format F]\n"
+      "  -m      target model (default: the cached SmolLM2-135M-Instruct.Q4_1.gguf)\n"
+      "  -md     draft model for the model drafter (default: the target itself)\n"
+      "  --depth draft depth of every speculative method (default 6)\n"
+      "  --plain-out  write the plain decoding text to FILE\n"
+      "  --repack     llama.cpp weight repacking / extra buffer types (default 0: off, as run.sh's -nr)\n"
+      "  --no-curve   skip the pass cost curve (time of a pass over 1, 2, 4, ... tokens)\n"
+      "  --format     F32, F16, Q8_0 or Q4_0: a copy of the model in that weight format, made next to it\n"
+      "               by llama.cpp's quantizer on first use (<name>.<F>.gguf; its path is printed)\n"
+      "  --probe-every  planner: one speculative round after this many plain steps (default 0: none)\n"
+      "  --min-gain   planner: a speculative round must promise this much more than a plain step (default 0.1)\n"
+      "  --methods    comma list of lookup,suffix,planned-lookup,planned-suffix,chain,tree (default all)\n");
   std::exit(code);
 }
 
@@ -106,6 +110,8 @@ cli parse(int argc, char** argv) {
       c.curve = false;
     else if (a == "--probe-every")
       c.probe_every = std::atoi(val().c_str());
+    else if (a == "--min-gain")
+      c.min_gain = std::atof(val().c_str());
     else if (a == "--methods")
       c.methods = "," + val() + ",";
     else if (a == "-h" || a == "--help")
@@ -181,6 +187,8 @@ int main(int argc, char** argv) {
       // plan_drafted needs no probes: its acceptance-by-confidence estimates
       // decay back toward the drafter's own confidence while it steps plainly.
       po.probe_every = c.probe_every;
+      po.min_gain = c.min_gain;
+      po.draft_bonus = 0.0;  // speculate() reports the drafts it skipped (observe_skipped): no optimism needed
       auto p = std::make_unique<specdec::round_planner>(po);
       if (!curve_n.empty()) check(p->set_target_cost(curve_n, curve_t), "set_target_cost");
       return p;

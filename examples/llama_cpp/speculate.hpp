@@ -195,8 +195,10 @@ inline run_stats plain_decode(const model& m, tree_target& tgt, std::span<const 
 //! cost microseconds, so the plan can read them): a root-only plan is a
 //! plain decoding step, otherwise the tree keeps its first plan-size nodes
 //! (model-free builders emit them most confident first); after
-//! verification the planner observes the round (tree, draft confidences,
-//! accepted path, llama_decode time of the pass, drafting time, the rest).
+//! verification and the commit the planner observes the round (tree, draft
+//! confidences, accepted path, llama_decode time of the pass, drafting
+//! time, the rest, commit included) and, after a plain step, the draft it
+//! skipped with the token the step emitted (observe_skipped).
 //! Plans depend on earlier rounds and this round's drafts only, never on
 //! this round's target rows, so verification stays exact.
 template <class Draft>
@@ -212,17 +214,20 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
   std::vector<std::uint64_t> ws;  // 8-byte aligned verification workspace
   std::vector<specdec::node_id> path;
   std::vector<specdec::token_id> emitted;
+  specdec::drafted_tree skipped;  // a draft the planner chose not to verify this round
   const auto t0 = std::chrono::steady_clock::now();
   for (std::uint32_t round = 0; !detail::done(m, tgt.committed(), prompt.size(), o); ++round) {
     const auto r0 = std::chrono::steady_clock::now();
     // Model-free drafts cost microseconds: draft first with the drafter's
     // own budget; a round without a draft is a plain step. Otherwise the
     // planner sizes the round (it may also make it a plain step).
+    skipped.reset(0);
     draft(std::span<const llama_token>(tgt.committed()), d);
     if (planner != nullptr && d.tree.size() > 1) {
       specdec::round_plan plan;
       check(planner->plan_drafted(d.tree, plan), "round_planner::plan_drafted");
       if (plan.summary.nodes <= 1 || plan.summary.depth == 0) {
+        std::swap(skipped, d.tree);  // observe_skipped reads it after the plain step
         d.tree.reset(tgt.committed().back());
         d.q.clear();
       } else if (plan.summary.kind == specdec::plan_kind::drafted) {
@@ -275,6 +280,10 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
     specdec::verify_result r;
     check(specdec::verify_tree(tree, p, q, vp, std::as_writable_bytes(std::span(ws)), path, emitted, r), "verify_tree");
     const double forward_seconds = tgt.ctx().decode_seconds() - f0;
+    if (plain_step)
+      tgt.push(r.next_token);
+    else
+      tgt.commit(tree, path, r);
     if (planner != nullptr) {  // what this round cost and accepted, for the next plans
       specdec::round_feedback f;
       f.tree = tree;
@@ -289,11 +298,11 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
                                      drafter_seconds - forward_seconds,
                                  0.0);
       check(planner->observe(f), "round_planner::observe");
+      // A plain step checks for free the draft it skipped (and the next
+      // level of one skipped earlier): the planner keeps learning.
+      if (plain_step)
+        check(planner->observe_skipped(skipped.size() > 1 ? skipped : d.tree, r.next_token), "observe_skipped");
     }
-    if (plain_step)
-      tgt.push(r.next_token);
-    else
-      tgt.commit(tree, path, r);
     ++s.rounds;
     s.drafted += n - 1;
     s.accepted += r.accepted;

@@ -35,7 +35,7 @@ class RoundPlanner:
     ``torch.cuda.Event`` timers. Options are those of ``planner_options``
     (max_nodes, max_depth, max_children, forget, prior_weight, prior_accept,
     replan_every, cost_window, explore, prior_node_cost, probe_every, rescore_every, prune,
-    plain_first, min_gain). Lossless:
+    plain_first, min_gain, draft_bonus). Lossless:
     the plan never depends on the round's target rows (docs/loop.md).
     """
 
@@ -56,6 +56,16 @@ class RoundPlanner:
         before drafting (docs/loop.md)."""
         return _plan(self._p.plan_drafted(np.ascontiguousarray(parent, dtype=np.int32),
                                           np.ascontiguousarray(draft_prob, dtype=np.float32)))
+
+    def observe_skipped(self, parent: Any, draft_prob: Any, tokens: Any, emitted: int) -> None:
+        """After :meth:`observe` of every plain step: the step's token and
+        the draft :meth:`plan_drafted` skipped (`tokens`, one per node; a
+        root-only tree when nothing was drafted). The token tells which root
+        child would have been accepted, and the following steps check its
+        subtree, so the calibration keeps learning for free."""
+        self._p.observe_skipped(np.ascontiguousarray(parent, dtype=np.int32),
+                                np.ascontiguousarray(draft_prob, dtype=np.float32),
+                                np.ascontiguousarray(tokens, dtype=np.int32), emitted)
 
     def observe(self, parent: Any, path: Any, forward_nodes: int, forward_seconds: float, *, drafter_calls: int = 0,
                 drafted_nodes: int = 0, drafter_seconds: float = 0.0, other_seconds: float = 0.0,

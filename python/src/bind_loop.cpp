@@ -29,6 +29,19 @@ auto plan_tuple(const round_plan& r) {
                          std::string(plan_kind_name(s.kind)), s.nodes, s.depth, s.expected_tokens, s.predicted_seconds);
 }
 
+// Python drafts are deterministic: the caller's model-free candidates
+// (tokens: one per node, or null for zeros).
+drafted_tree deterministic_draft(const in1<node_id>& parent, const in1<float>& draft_prob, const token_id* tokens) {
+  require(parent.size() >= 1 && parent.size() == draft_prob.size(), status_code::size_mismatch,
+          "parent and draft_prob need one entry per node, root included");
+  check(validate_topological_parents(parent.data(), static_cast<std::int32_t>(parent.size())));
+  drafted_tree d;
+  d.reset(tokens != nullptr ? tokens[0] : 0);
+  for (std::size_t i = 1; i < parent.size(); ++i)
+    d.add(parent.data()[i], tokens != nullptr ? tokens[i] : 0, draft_prob.data()[i], 0.0f, draft_mode::deterministic);
+  return d;
+}
+
 }  // namespace
 
 void bind_loop(nb::module_& m) {
@@ -39,7 +52,7 @@ void bind_loop(nb::module_& m) {
           [](round_planner* p, std::int32_t max_nodes, std::int32_t max_depth, std::int32_t max_children, double forget,
              double prior_weight, double prior_accept, std::int32_t replan_every, std::int32_t cost_window,
              double explore, double prior_node_cost, std::int32_t probe_every, std::int32_t rescore_every, bool prune,
-             std::int32_t plain_first, double min_gain) {
+             std::int32_t plain_first, double min_gain, double draft_bonus) {
             new (p) round_planner();
             check(p->reset(planner_options{.max_nodes = max_nodes,
                                            .max_depth = max_depth,
@@ -55,28 +68,31 @@ void bind_loop(nb::module_& m) {
                                            .rescore_every = rescore_every,
                                            .prune = prune,
                                            .plain_first = plain_first,
-                                           .min_gain = min_gain}));
+                                           .min_gain = min_gain,
+                                           .draft_bonus = draft_bonus}));
           },
           arg("max_nodes") = 32, arg("max_depth") = 8, arg("max_children") = 4, arg("forget") = 0.97,
           arg("prior_weight") = 2.0, arg("prior_accept") = 0.5, arg("replan_every") = 32, arg("cost_window") = 8,
           arg("explore") = 0.05, arg("prior_node_cost") = 0.25, arg("probe_every") = 64, arg("rescore_every") = 4,
-          arg("prune") = false, arg("plain_first") = 2, arg("min_gain") = 0.0)
+          arg("prune") = false, arg("plain_first") = 2, arg("min_gain") = 0.0, arg("draft_bonus") = 0.5)
       .def("next", [](round_planner& p) { return plan_tuple(p.next()); })
       .def(
           "plan_drafted",
           [](round_planner& p, const in1<node_id>& parent, const in1<float>& draft_prob) {
-            require(parent.size() >= 1 && parent.size() == draft_prob.size(), status_code::size_mismatch,
-                    "parent and draft_prob need one entry per node, root included");
-            check(validate_topological_parents(parent.data(), static_cast<std::int32_t>(parent.size())));
-            drafted_tree d;  // Python drafts are deterministic: the caller's model-free candidates
-            d.reset(0);
-            for (std::size_t i = 1; i < parent.size(); ++i)
-              d.add(parent.data()[i], 0, draft_prob.data()[i], 0.0f, draft_mode::deterministic);
+            const drafted_tree d = deterministic_draft(parent, draft_prob, nullptr);
             round_plan r;
             check(p.plan_drafted(d, r));
             return plan_tuple(r);
           },
           arg("parent"), arg("draft_prob"))
+      .def(
+          "observe_skipped",
+          [](round_planner& p, const in1<node_id>& parent, const in1<float>& draft_prob, const in1<token_id>& tokens,
+             token_id emitted) {
+            require(tokens.size() == parent.size(), status_code::size_mismatch, "tokens needs one entry per node");
+            check(p.observe_skipped(deterministic_draft(parent, draft_prob, tokens.data()), emitted));
+          },
+          arg("parent"), arg("draft_prob"), arg("tokens"), arg("emitted"))
       .def(
           "observe",
           [](round_planner& p, const in1<node_id>& parent, const in1<node_id>& path, std::int32_t forward_nodes,

@@ -70,6 +70,35 @@ def test_measured_times_drive_the_plan():
     assert p.next().nodes > 1  # 90% acceptance pays for a chain at this cost
 
 
+def test_observe_skipped_learns_while_decoding_plainly():
+    # Each round drafts the next 6 tokens of a text that follows the drafts
+    # (95% per token) at q = 0.5: plain steps that report the skipped draft
+    # teach the planner to speculate; without reports (control) the prior
+    # never pays.
+    parent = np.arange(-1, 6, dtype=np.int32)
+    q = np.full(7, 0.5, dtype=np.float32)
+    q[0] = 1.0
+    rng = np.random.default_rng(5)
+    nodes = {}
+    for report in (True, False):
+        p = specdec.RoundPlanner(max_nodes=16, probe_every=0, draft_bonus=0.0)
+        p.set_target_cost([1.0, 16.0], [1.0, 11.5])
+        p.set_loop_cost(0.0, 0.0)
+        for pos in range(60):
+            plan = p.plan_drafted(parent, q)
+            if plan.nodes > 1:
+                break
+            p.observe(plan.shape, [0], 1, 1.0)
+            tokens = np.arange(pos, pos + 7, dtype=np.int32)  # root = the newest text token
+            emitted = pos + 1 if rng.random() < 0.95 else -7
+            if report:
+                p.observe_skipped(parent, q, tokens, emitted)
+        nodes[report] = plan.nodes
+    assert nodes[True] > 1 and nodes[False] == 1
+    with pytest.raises(specdec.Error, match="size_mismatch"):
+        p.observe_skipped(parent, q, np.arange(3, dtype=np.int32), 0)
+
+
 def test_plan_drafted_follows_the_draft_confidence():
     # A chain of 6 deterministic drafts per round, confident (q = 0.95, each
     # accepted with 0.95) or weak (q = 0.15); passes cost 1 + 0.7 (n - 1).

@@ -20,8 +20,8 @@ struct planner_options {
   std::int32_t max_nodes = 32;    //!< node budget of one round, root included (1 .. 1024)
   std::int32_t max_depth = 8;     //!< deepest drafted level (0 .. 64; 0 = never speculate)
   std::int32_t max_children = 4;  //!< children per node, i.e. sibling ranks planned (1 .. 16)
-  //! Decay in (0, 1] of the acceptance counts by depth (per drafted round), by confidence (per round) and of the
-  //! time fits (per sample).
+  //! Decay in (0, 1] of the acceptance counts by depth (per drafted round), by confidence (per offer of
+  //! their cell; also per plain round while no skipped draft is reported) and of the time fits (per sample).
   double forget = 0.97;
   double prior_weight = 2.0;       //!< pseudo-observations behind the acceptance prior (> 0)
   double prior_accept = 0.5;       //!< prior acceptance of a rank-0 child (rank r: halved r times), in [0, 1]
@@ -46,6 +46,11 @@ struct planner_options {
   //! step's to be chosen (>= 0): near break-even the prediction's error decides, and a
   //! speculative round also pays what the fit leaves out (switching the drafter back in).
   double min_gain = 0.0;
+  //! plan_drafted: optimism added to the calibrated acceptance of a confidence bin rarely
+  //! offered, draft_bonus / (1 + offers), in [0, 1]. It makes the planner try drafts whose
+  //! confidences understate them; a caller that reports the drafts it skipped
+  //! (round_planner::observe_skipped) learns that for free and can set 0.
+  double draft_bonus = 0.5;
 };
 
 //! Where a round's shape came from.
@@ -76,6 +81,8 @@ inline status validate_planner_options(const planner_options& o) noexcept {
   if (!(o.explore >= 0.0 && o.explore < 1.0)) return make_status(status_code::invalid_argument, "explore in [0, 1)");
   if (!(o.min_gain >= 0.0 && o.min_gain <= 10.0))
     return make_status(status_code::invalid_argument, "min_gain in [0, 10]");
+  if (!(o.draft_bonus >= 0.0 && o.draft_bonus <= 1.0))
+    return make_status(status_code::invalid_argument, "draft_bonus in [0, 1]");
   if (!(o.prior_node_cost >= 0.0) || !std::isfinite(o.prior_node_cost))
     return make_status(status_code::invalid_argument, "prior_node_cost must be >= 0");
   if (o.probe_every < 0) return make_status(status_code::invalid_argument, "probe_every must be >= 0");

@@ -60,7 +60,7 @@ class round_planner {
     depth_cap_ = std::max(D, 0);
     cost_.reset(o.max_nodes, o.cost_window);
     acc_.reset(std::max(depth_cap_, 1), o.max_children, o.prior_weight, o.prior_accept);
-    conf_.reset(o.prior_weight);
+    conf_.reset(o.prior_weight, o.draft_bonus, o.forget);
     draft_ = {};
     loop_ = {};
     curve_.clear();
@@ -83,6 +83,10 @@ class round_planner {
     after_switch_ = 0;
     since_solve_ = o.replan_every;  // solve on the first plan
     has_plan_ = false;
+    shadow_at_ = -1;
+    shadow_due_ = false;
+    drafts_hit_ = false;
+    skips_reported_ = false;
     return status::success();
   }
 
@@ -145,6 +149,9 @@ class round_planner {
   //! prompt, so it stays out of the drafter and pass-time fits
   //! (benchmarks/results/planner_2026-11-26.md).
   void begin_request() noexcept {
+    shadow_at_ = -1;
+    shadow_due_ = false;
+    drafts_hit_ = false;
     drafted_rounds_ = 0;
     request_spec_rounds_ = 0;
     catch_up_ = 0;
@@ -152,72 +159,8 @@ class round_planner {
 
   //! The plan of the next round (also what plan() returns until observe()).
   round_plan next() {
-    refresh();
-    if (!fixed_.empty()) {
-      shape_.assign(fixed_.begin(), fixed_.end());
-      thresholds_.clear();
-      const candidate c = describe(fixed_, plan_kind::fixed);
-      set_plan(c, predict_seconds(c));
-      return plan();
-    }
-    // The plain step first: a pass over one node costs less than the
-    // per-node slope of larger passes says (t(N) is concave at small N).
-    if (curve_.empty() && cost_.kept(1) < opt_.plain_first) return plain_plan();
-    // A probe runs probe_rounds rounds: its first two pay the switch (see observe).
-    if (probe_hold_ > 0) {
-      --probe_hold_;
-      has_plan_ = rescored_now_ = true;
-      return plan();
-    }
-    // Before any pass is measured, and every probe_every plain steps, try
-    // the best small speculative shape: costs and acceptance stay measured
-    // where speculation was switched off.
-    const bool unmeasured = curve_.empty() && cost_.empty();
-    const bool probe = probe_gap_ > 0 && since_draft_ >= probe_gap_;
-    // Estimates move little from one round to the next: between full
-    // scorings the last choice is kept (its prediction refreshed). Plain
-    // steps bring no news of speculation: a plain streak is kept as it is
-    // until a probe (so a plain round costs the planner next to nothing).
-    if (!unmeasured && !probe && !rescored_now_ && last_best_ < cands_.size()) {
-      if (cands_[last_best_].nodes == 1) {
-        has_plan_ = true;
-        return plan();
-      }
-      if (++since_score_ < opt_.rescore_every) {
-        choose(last_best_, predict_seconds(cands_[last_best_]));
-        return plan();
-      }
-    }
-    since_score_ = 0;
-    rescored_now_ = false;
-    const std::int32_t grow_to = grow_limit();
-    std::size_t best = 0;
-    double best_rate = -1.0, best_t = 0.0;
-    for (std::size_t i = 0; i < cands_.size(); ++i) {
-      if (cands_[i].nodes > grow_to || (probe && cands_[i].nodes == 1)) continue;
-      const double t = predict_seconds(cands_[i]);
-      const double optimistic = t * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(cands_[i].nodes)));
-      const double gain = cands_[i].nodes == 1 ? 1.0 + opt_.min_gain : 1.0;
-      const double rate = gain * (1.0 + cands_[i].value) / optimistic;
-      if (rate > best_rate) best_rate = rate, best = i, best_t = t;
-    }
-    if (best_rate < 0.0) best_t = predict_seconds(cands_[best]);  // nothing but the root to choose
-    last_best_ = best;
-    // Probes back off (x2, up to 8 x probe_every) while plain steps keep
-    // winning; a speculative choice of the regular scoring restores the gap.
-    // Bounded so that a planner misled early (a few slow passes) still
-    // re-measures within a few hundred rounds.
-    if (probe) {
-      probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 8 * static_cast<std::int64_t>(opt_.probe_every));
-      probing_ = cands_[best].nodes > 1;
-      probe_hold_ = probing_ ? probe_rounds - 1 : 0;
-    } else if (cands_[best].nodes > 1) {
-      probe_gap_ = opt_.probe_every;
-    }
-    // A size not measured yet holds for one round only (a probe for two).
-    if (unmeasured || probe || (curve_.empty() && cost_.kept(cands_[best].nodes) == 0)) rescored_now_ = true;
-    choose(best, best_t);
-    return plan();
+    conf_.set_state(drafts_hit_);
+    return next_plan();
   }
 
   //! The plan of a round whose deterministic draft was made first (drafts
@@ -242,10 +185,11 @@ class round_planner {
                            static_cast<std::int64_t>(i));
     refresh();
     if (!fixed_.empty() || (curve_.empty() && cost_.kept(1) < opt_.plain_first)) {
-      out = next();
+      out = next_plan();
       return status::success();
     }
     const auto n = static_cast<std::size_t>(std::min(t.size, opt_.max_nodes));
+    conf_.set_state(drafts_hit_);
     conf_.reach(t, d.prob, n, reach_, node_depth_, kid_sum_);
     const bool probe = probe_gap_ > 0 && since_draft_ >= probe_gap_;
     const std::int32_t grow_to = grow_limit();
@@ -296,6 +240,10 @@ class round_planner {
     if (f.forward_nodes < 1) return make_status(status_code::invalid_argument, "forward_nodes must be >= 1");
     has_plan_ = false;
     ++rounds_;
+    // A followed draft (observe_skipped) stays in step with the text only
+    // through plain steps that are all reported.
+    if (f.tree.size > 1 || shadow_due_) shadow_at_ = -1;
+    shadow_due_ = shadow_at_ >= 0;
     // Only rounds that drafted bring acceptance news: plain streaks do not
     // re-solve the candidates; a probe's rounds do (else never read).
     if (f.tree.size > 1) ++since_solve_;
@@ -331,9 +279,6 @@ class round_planner {
                                     : catch_up_ + static_cast<std::int64_t>(f.path.size());
     const double y[2] = {1.0, static_cast<double>(f.forward_nodes)};
     loop_.add(y, loop_.capped(y, f.other_seconds), opt_.forget);
-    // Acceptance by confidence drifts back toward the drafter's own
-    // confidence through plain steps: plan_drafted's way of trying again.
-    conf_.decay(opt_.forget);
     if (f.tree.size > 1) {
       // Acceptance per depth and rank ages with new evidence, not with time:
       // plain steps bring none, and decaying through a plain streak pulled
@@ -343,10 +288,61 @@ class round_planner {
       acc_.decay(opt_.forget);
       acc_.record(f.tree, f.path, f.draft_prob, nchild_, rank_);
       conf_.record(f.tree, f.path, f.draft_prob);
+      drafts_hit_ = f.path.size() > 1;
       since_draft_ = 0;
     } else {
       ++since_draft_;
+      drafts_hit_ = false;  // until observe_skipped says the step emitted a drafted token
+      // Without reports of skipped drafts, plain steps bring no evidence: the
+      // calibration drifts back toward the drafter's confidence instead
+      // (plan_drafted's way of trying again).
+      if (!skips_reported_) conf_.decay();
     }
+    return status::success();
+  }
+
+  //! After observe() of a plain step: `emitted` is the token the step
+  //! produced and `d` the draft the planner skipped that round (plan_drafted
+  //! chose n = 1), or a root-only tree when nothing was drafted. A plain step
+  //! verifies drafts for free: the root child whose token it emitted is the
+  //! one verification would have accepted (exactly at temperature 0; in
+  //! distribution for deterministic drafts verified by the one-hot rule,
+  //! whose accepted child is a draw from the target's row), and the steps
+  //! that follow check that child's subtree level by level. So acceptance
+  //! by confidence and depth keeps learning while speculation is off, and
+  //! a planner that turned it off sees the text become predictable again
+  //! without spending rounds to find out. A draft is followed while its
+  //! tokens keep being emitted and every plain step is reported; a
+  //! speculative round ends it. Errors: invalid_argument (malformed tree),
+  //! size_mismatch (prob).
+  status observe_skipped(const drafted_tree& d, token_id emitted) {
+    const tree_view t = d.tree.view();
+    if (t.size < 1) return make_status(status_code::invalid_argument, "the drafted tree needs its root");
+    SPECDEC_TRY(validate_topological_parents(t.parent, t.size));
+    if (d.prob.size() < static_cast<std::size_t>(t.size))
+      return make_status(status_code::size_mismatch, "one draft probability per drafted node");
+    skips_reported_ = true;
+    // The draft followed since earlier steps: this step checks the children of its current node.
+    bool predicted = false;
+    if (shadow_at_ >= 0 && shadow_due_) {
+      const tree_view sv{shadow_token_.data(), shadow_parent_.data(), nullptr, nullptr,
+                         static_cast<std::int32_t>(shadow_parent_.size())};
+      const node_id at = follow(sv, shadow_prob_, shadow_at_, ++shadow_depth_, emitted);
+      predicted = at > 0;
+      shadow_at_ = at > 0 && has_children(sv, at) ? at : -1;
+    }
+    shadow_due_ = false;
+    // This step's draft: its root children; followed on when none is.
+    const node_id hit = follow(t, d.prob, 0, 1, emitted);
+    predicted = predicted || hit > 0;
+    if (shadow_at_ < 0 && hit > 0 && has_children(t, hit)) {
+      shadow_token_.assign(t.token, t.token + t.size);
+      shadow_parent_.assign(t.parent, t.parent + t.size);
+      shadow_prob_.assign(d.prob.begin(), d.prob.begin() + t.size);
+      shadow_at_ = hit;
+      shadow_depth_ = 1;
+    }
+    drafts_hit_ = predicted;
     return status::success();
   }
 
@@ -432,6 +428,93 @@ class round_planner {
   }
 
  private:
+  round_plan next_plan() {
+    refresh();
+    if (!fixed_.empty()) {
+      shape_.assign(fixed_.begin(), fixed_.end());
+      thresholds_.clear();
+      const candidate c = describe(fixed_, plan_kind::fixed);
+      set_plan(c, predict_seconds(c));
+      return plan();
+    }
+    // The plain step first: a pass over one node costs less than the
+    // per-node slope of larger passes says (t(N) is concave at small N).
+    if (curve_.empty() && cost_.kept(1) < opt_.plain_first) return plain_plan();
+    // A probe runs probe_rounds rounds: its first two pay the switch (see observe).
+    if (probe_hold_ > 0) {
+      --probe_hold_;
+      has_plan_ = rescored_now_ = true;
+      return plan();
+    }
+    // Before any pass is measured, and every probe_every plain steps, try
+    // the best small speculative shape: costs and acceptance stay measured
+    // where speculation was switched off.
+    const bool unmeasured = curve_.empty() && cost_.empty();
+    const bool probe = probe_gap_ > 0 && since_draft_ >= probe_gap_;
+    // Estimates move little from one round to the next: between full
+    // scorings the last choice is kept (its prediction refreshed). Plain
+    // steps bring no news of speculation: a plain streak is kept as it is
+    // until a probe (so a plain round costs the planner next to nothing).
+    if (!unmeasured && !probe && !rescored_now_ && last_best_ < cands_.size()) {
+      if (cands_[last_best_].nodes == 1) {
+        has_plan_ = true;
+        return plan();
+      }
+      if (++since_score_ < opt_.rescore_every) {
+        choose(last_best_, predict_seconds(cands_[last_best_]));
+        return plan();
+      }
+    }
+    since_score_ = 0;
+    rescored_now_ = false;
+    const std::int32_t grow_to = grow_limit();
+    std::size_t best = 0;
+    double best_rate = -1.0, best_t = 0.0;
+    for (std::size_t i = 0; i < cands_.size(); ++i) {
+      if (cands_[i].nodes > grow_to || (probe && cands_[i].nodes == 1)) continue;
+      const double t = predict_seconds(cands_[i]);
+      const double optimistic = t * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(cands_[i].nodes)));
+      const double gain = cands_[i].nodes == 1 ? 1.0 + opt_.min_gain : 1.0;
+      const double rate = gain * (1.0 + cands_[i].value) / optimistic;
+      if (rate > best_rate) best_rate = rate, best = i, best_t = t;
+    }
+    if (best_rate < 0.0) best_t = predict_seconds(cands_[best]);  // nothing but the root to choose
+    last_best_ = best;
+    // Probes back off (x2, up to 8 x probe_every) while plain steps keep
+    // winning; a speculative choice of the regular scoring restores the gap.
+    // Bounded so that a planner misled early (a few slow passes) still
+    // re-measures within a few hundred rounds.
+    if (probe) {
+      probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 8 * static_cast<std::int64_t>(opt_.probe_every));
+      probing_ = cands_[best].nodes > 1;
+      probe_hold_ = probing_ ? probe_rounds - 1 : 0;
+    } else if (cands_[best].nodes > 1) {
+      probe_gap_ = opt_.probe_every;
+    }
+    // A size not measured yet holds for one round only (a probe for two).
+    if (unmeasured || probe || (curve_.empty() && cost_.kept(cands_[best].nodes) == 0)) rescored_now_ = true;
+    choose(best, best_t);
+    return plan();
+  }
+
+  // The children of node u (at `depth`) of a skipped draft, checked against
+  // the token a plain step emitted: one offer each; the matching child or -1.
+  node_id follow(const tree_view& t, std::span<const float> prob, node_id u, std::int32_t depth, token_id emitted) {
+    node_id hit = -1;
+    for (node_id c = u + 1; c < t.size; ++c) {
+      if (t.parent[c] != u) continue;
+      const bool ok = hit < 0 && t.token[c] == emitted;
+      conf_.offer(depth, prob[static_cast<std::size_t>(c)], ok);
+      if (ok) hit = c;
+    }
+    return hit;
+  }
+  static bool has_children(const tree_view& t, node_id u) noexcept {
+    for (node_id c = u + 1; c < t.size; ++c)  // children follow their parent (topological ids)
+      if (t.parent[c] == u) return true;
+    return false;
+  }
+
   // Memoised per size until the next observation or injected curve.
   double target_at(std::int32_t n) {
     if (n >= 1 && static_cast<std::size_t>(n) < tmemo_.size()) {
@@ -630,6 +713,18 @@ class round_planner {
   std::int64_t rounds_ = 0, drafted_rounds_ = 0, request_spec_rounds_ = 0, catch_up_ = 0, probe_gap_ = 0;
   std::int32_t since_solve_ = 0, since_draft_ = 0;
   bool has_plan_ = false, rescored_now_ = true, probing_ = false;
+  // A skipped draft followed by observe_skipped: its arrays, the node reached
+  // (-1: none) and its depth, and whether the next report advances it.
+  std::vector<token_id> shadow_token_;
+  std::vector<node_id> shadow_parent_;
+  std::vector<float> shadow_prob_;
+  node_id shadow_at_ = -1;
+  std::int32_t shadow_depth_ = 0;
+  bool shadow_due_ = false;
+  // Whether the last round's drafts were right (>= 1 accepted, or a plain
+  // step emitted a drafted token): the state acceptance by confidence keys on.
+  bool drafts_hit_ = false;
+  bool skips_reported_ = false;                      // observe_skipped was called since reset()
   std::int32_t probe_hold_ = 0, after_switch_ = 0;   // probe rounds still to run; drafted rounds since a switch
   static constexpr std::int32_t switch_streak = 16;  // plain rounds after which a speculative pass is a switch
   static constexpr std::int32_t switch_rounds = 2;   // drafted rounds after a switch left out of the time fits

@@ -477,35 +477,59 @@ class cost_curve {
   std::vector<double> n_, t_;
 };
 
-//! Acceptance as a function of the drafter's own confidence: for a child c
-//! of a reached node, drafted with q = q_parent(c), the rate at which c was
-//! the accepted child, in bins of q (decayed counts). Estimate: the bin's
-//! counts shrunk toward q itself (a calibrated drafter's rate), plus an
-//! optimism bonus 0.5 / (1 + offers in the bin) (an upper confidence
-//! bound): a bin that was rarely tried is tried, so a drafter whose q
-//! understates its acceptance (count-based confidences with a prior) is
-//! found out without forced probes.
+//! Acceptance as a function of the drafter's own confidence, the depth and
+//! whether the last round's drafts were right: a child c of a reached node,
+//! drafted with q = q_parent(c), is accepted with probability min(kappa q,
+//! 1), one calibration factor kappa per (state, depth 1, 2, 3 or deeper):
+//! accepted children over the q they were drafted with (decayed sums). A
+//! drafter's first token is often right where its later ones are not (a
+//! document question copies a phrase's start), so each depth is calibrated
+//! apart; copying comes in bursts, so the rate after a round whose drafts
+//! were right (the state) is kept apart from the rate after one whose
+//! drafts were not. One factor per cell, not one rate per confidence bin:
+//! every offer informs it, so few rounds calibrate it. Each factor is shrunk
+//! toward the one a level up (depth 1: toward 1, a calibrated drafter),
+//! plus an optimism bonus b / (1 + offers in the cell) (an upper confidence
+//! bound): a cell rarely tried is tried, so a drafter whose q understates
+//! its acceptance (count-based confidences with a prior) is found out
+//! without forced probes.
 class confidence_estimator {
  public:
-  static constexpr int bins = 10;
-  void reset(double prior_weight) {
+  static constexpr int depths = 4;  //!< depths calibrated apart; deeper ones share the last
+  //! Sums age with the evidence of their own cell (x forget per offer): a
+  //! state or depth seldom met keeps what it learned. decay() ages every
+  //! cell, for callers whose plain steps bring no evidence (see
+  //! round_planner::observe_skipped).
+  void reset(double prior_weight, double bonus, double forget) {
     w_ = prior_weight;
-    for (int b = 0; b < bins; ++b) off_[b] = acc_[b] = 0.0;
+    bonus_ = bonus;
+    forget_ = forget;
+    state_ = 0;
+    for (auto& row : n_)
+      for (auto& c : row) c = {};
   }
-  void decay(double forget) {
-    for (int b = 0; b < bins; ++b) off_[b] *= forget, acc_[b] *= forget;
+  void decay() {
+    for (auto& row : n_)
+      for (auto& c : row) c.off *= forget_, c.q *= forget_, c.acc *= forget_;
+  }
+  //! The state that at(), offer() and record() read and write: whether the
+  //! last round's drafts were right.
+  void set_state(bool drafts_hit) noexcept { state_ = drafts_hit ? 1 : 0; }
+  //! One offer: a child at `depth` (>= 1) drafted with confidence q, accepted or not.
+  void offer(std::int32_t depth, float q, bool accepted) noexcept {
+    cell& c = n_[state_][level(depth)];
+    c.off = forget_ * c.off + 1.0;
+    c.q = forget_ * c.q + std::clamp(static_cast<double>(q), 0.0, 1.0);
+    c.acc = forget_ * c.acc + (accepted ? 1.0 : 0.0);
   }
   //! One verified tree (prob: q_parent per node; path: the accepted path).
   void record(const tree_view& t, std::span<const node_id> path, std::span<const float> prob) {
     if (prob.size() < static_cast<std::size_t>(t.size)) return;
     for (std::size_t i = 0; i < path.size(); ++i) {
       const node_id next = i + 1 < path.size() ? path[i + 1] : -1;
-      for (node_id c = path[i] + 1; c < t.size; ++c) {
-        if (t.parent[c] != path[i]) continue;
-        const int b = bin(prob[static_cast<std::size_t>(c)]);
-        off_[b] += 1.0;
-        if (c == next) acc_[b] += 1.0;
-      }
+      for (node_id c = path[i] + 1; c < t.size; ++c)
+        if (t.parent[c] == path[i])
+          offer(static_cast<std::int32_t>(i) + 1, prob[static_cast<std::size_t>(c)], c == next);
     }
   }
   //! reach[i]: the chance that the path to node i of `t` (its first n nodes)
@@ -516,26 +540,37 @@ class confidence_estimator {
     reach.assign(n, 1.0);
     depth.assign(n, 0);
     kids.assign(n, 0.0);
-    for (std::size_t i = 1; i < n; ++i) kids[static_cast<std::size_t>(t.parent[i])] += at(prob[i]);
     for (std::size_t i = 1; i < n; ++i) {
       const auto u = static_cast<std::size_t>(t.parent[i]);
-      reach[i] = reach[u] * at(prob[i]) / std::max(kids[u], 1.0);
       depth[i] = depth[u] + 1;
+      kids[u] += at(prob[i], depth[i]);
+    }
+    for (std::size_t i = 1; i < n; ++i) {
+      const auto u = static_cast<std::size_t>(t.parent[i]);
+      reach[i] = reach[u] * at(prob[i], depth[i]) / std::max(kids[u], 1.0);
     }
   }
-  //! Estimated probability that a child drafted with confidence q is accepted once its parent is reached.
-  [[nodiscard]] double at(float q) const noexcept {
-    const int b = bin(q);
-    const double prior = std::clamp(static_cast<double>(q), 0.0, 1.0);
-    return std::min((acc_[b] + w_ * prior) / (off_[b] + w_) + 0.5 / (1.0 + off_[b]), 1.0);
+  //! Estimated probability that a child at `depth` (>= 1) drafted with
+  //! confidence q is accepted once its parent is reached.
+  [[nodiscard]] double at(float q, std::int32_t depth) const noexcept {
+    const int top = level(depth);
+    double kappa = 1.0;
+    for (int d = 0; d <= top; ++d) {
+      const cell& c = n_[state_][d];
+      kappa = (c.acc + w_ * kappa * 0.5) / (c.q + w_ * 0.5);  // the prior: w offers at q = 0.5
+    }
+    const double x = std::clamp(static_cast<double>(q), 0.0, 1.0);
+    return std::min(kappa * x + bonus_ / (1.0 + n_[state_][top].off), 1.0);
   }
 
  private:
-  static int bin(float q) noexcept {
-    const double x = std::clamp(static_cast<double>(q), 0.0, 1.0);
-    return std::min(static_cast<int>(x * bins), bins - 1);
-  }
-  double w_ = 2.0, off_[bins] = {}, acc_[bins] = {};
+  struct cell {
+    double off = 0.0, q = 0.0, acc = 0.0;  // offers, their summed q, acceptances (decayed)
+  };
+  static int level(std::int32_t depth) noexcept { return std::clamp(depth, 1, depths) - 1; }
+  double w_ = 2.0, bonus_ = 0.5, forget_ = 0.97;
+  int state_ = 0;
+  cell n_[2][depths] = {};
 };
 
 //! Sequoia's dynamic program with acceptance depending on depth: for a depth
