@@ -505,11 +505,25 @@ TEST_CASE("planner: the plain step is timed first, probes run two rounds, plain 
 
 namespace {
 
+// Observes a round that verified the first n nodes of draft d (accepted
+// `path`) with a pass costing 1 + 0.7 (n - 1) (a CPU engine's curve: extra
+// nodes cost most of a token each); returns that cost.
+double observe_prefix(round_planner& p, const drafted_tree& d, std::int32_t n, std::span<const node_id> path) {
+  round_feedback f;
+  f.tree = d.tree.view();
+  f.tree.size = n;
+  f.draft_prob = std::span<const float>(d.prob).first(static_cast<std::size_t>(n));
+  f.path = path;
+  f.forward_nodes = n;
+  f.forward_seconds = 1.0 + 0.7 * (n - 1);
+  REQUIRE(p.observe(f).ok());
+  return f.forward_seconds;
+}
+
 // A model-free drafter whose chains come in two kinds: confident ones
 // (q = 0.95 per node, each accepted with probability 0.95 once its parent
 // is) and weak ones (q = 0.15, accepted with probability 0.15). Plans come
-// from plan_drafted; the pass over n nodes costs 1 + 0.7 (n - 1) (a CPU
-// engine's curve: extra nodes cost most of a token each).
+// from plan_drafted; passes cost as in observe_prefix.
 struct drafted_run {
   double tokens = 0, seconds = 0;
   int strong = 0, strong_speculated = 0, weak = 0, weak_plain = 0;
@@ -533,17 +547,10 @@ drafted_run run_drafted(round_planner& p, int rounds, std::uint64_t seed) {
     for (std::int32_t i = 0; i < n; ++i) REQUIRE(plan.shape[static_cast<std::size_t>(i)] == i - 1);  // a prefix
     std::vector<node_id> path{0};
     while (static_cast<std::int32_t>(path.size()) < n && U(rng) < conf) path.push_back(path.back() + 1);
-    round_feedback f;
-    f.tree = d.tree.view();
-    f.tree.size = n;
-    f.draft_prob = std::span<const float>(d.prob).first(static_cast<std::size_t>(n));
-    f.path = path;
-    f.forward_nodes = n;
-    f.forward_seconds = 1.0 + 0.7 * (n - 1);
-    REQUIRE(p.observe(f).ok());
+    const double seconds = observe_prefix(p, d, n, path);
     if (r < rounds / 4) continue;
     s.tokens += static_cast<double>(path.size());
-    s.seconds += f.forward_seconds;
+    s.seconds += seconds;
     (strong ? s.strong : s.weak) += 1;
     if (strong && n > 1) ++s.strong_speculated;
     if (!strong && n == 1) ++s.weak_plain;
@@ -628,21 +635,14 @@ phased_run run_phased(round_planner& p, int rounds, std::uint64_t seed, bool rep
     const auto n = static_cast<std::int32_t>(plan.shape.size());
     std::vector<node_id> path{0};
     while (static_cast<std::int32_t>(path.size()) < n && U(rng) < a) path.push_back(path.back() + 1);
-    round_feedback f;
-    f.tree = d.tree.view();
-    f.tree.size = n;
-    f.draft_prob = std::span<const float>(d.prob).first(static_cast<std::size_t>(n));
-    f.path = path;
-    f.forward_nodes = n;
-    f.forward_seconds = 1.0 + 0.7 * (n - 1);
-    REQUIRE(p.observe(f).ok());
+    const double seconds = observe_prefix(p, d, n, path);
     for (std::size_t i = 1; i < path.size(); ++i) text.push_back(pos + static_cast<token_id>(i) - 1);
     // The correction or plain token: the next drafted one (a plain step emits it with probability a) or another.
     const bool follows = n == 1 && U(rng) < a;
     text.push_back(follows ? pos : other);
     if (n == 1 && report) REQUIRE(p.observe_skipped(d, text.back()).ok());
     s.tokens += static_cast<double>(path.size());
-    s.seconds += f.forward_seconds;
+    s.seconds += seconds;
     (copied ? s.copied : s.novel) += 1;
     if (n > 1) (copied ? s.copied_speculated : s.novel_speculated) += 1;
   }

@@ -31,6 +31,7 @@
 
 #include "specdec/core/status.hpp"
 #include "specdec/draft/drafter.hpp"
+#include "specdec/loop/detail/draft_calibration.hpp"
 #include "specdec/loop/detail/plan_estimators.hpp"
 #include "specdec/loop/plan_types.hpp"
 #include "specdec/plan/cost_model.hpp"
@@ -83,8 +84,7 @@ class round_planner {
     after_switch_ = 0;
     since_solve_ = o.replan_every;  // solve on the first plan
     has_plan_ = false;
-    shadow_at_ = -1;
-    shadow_due_ = false;
+    skipped_.reset();
     drafts_hit_ = false;
     skips_reported_ = false;
     return status::success();
@@ -149,8 +149,7 @@ class round_planner {
   //! prompt, so it stays out of the drafter and pass-time fits
   //! (benchmarks/results/planner_2026-11-26.md).
   void begin_request() noexcept {
-    shadow_at_ = -1;
-    shadow_due_ = false;
+    skipped_.reset();
     drafts_hit_ = false;
     drafted_rounds_ = 0;
     request_spec_rounds_ = 0;
@@ -160,7 +159,72 @@ class round_planner {
   //! The plan of the next round (also what plan() returns until observe()).
   round_plan next() {
     conf_.set_state(drafts_hit_);
-    return next_plan();
+    refresh();
+    if (!fixed_.empty()) {
+      shape_.assign(fixed_.begin(), fixed_.end());
+      thresholds_.clear();
+      const candidate c = describe(fixed_, plan_kind::fixed);
+      set_plan(c, predict_seconds(c));
+      return plan();
+    }
+    // The plain step first: a pass over one node costs less than the
+    // per-node slope of larger passes says (t(N) is concave at small N).
+    if (curve_.empty() && cost_.kept(1) < opt_.plain_first) return plain_plan();
+    // A probe runs probe_rounds rounds: its first two pay the switch (see observe).
+    if (probe_hold_ > 0) {
+      --probe_hold_;
+      has_plan_ = rescored_now_ = true;
+      return plan();
+    }
+    // Before any pass is measured, and every probe_every plain steps, try
+    // the best small speculative shape: costs and acceptance stay measured
+    // where speculation was switched off.
+    const bool unmeasured = curve_.empty() && cost_.empty();
+    const bool probe = probe_gap_ > 0 && since_draft_ >= probe_gap_;
+    // Estimates move little from one round to the next: between full
+    // scorings the last choice is kept (its prediction refreshed). Plain
+    // steps bring no news of speculation: a plain streak is kept as it is
+    // until a probe (so a plain round costs the planner next to nothing).
+    if (!unmeasured && !probe && !rescored_now_ && last_best_ < cands_.size()) {
+      if (cands_[last_best_].nodes == 1) {
+        has_plan_ = true;
+        return plan();
+      }
+      if (++since_score_ < opt_.rescore_every) {
+        choose(last_best_, predict_seconds(cands_[last_best_]));
+        return plan();
+      }
+    }
+    since_score_ = 0;
+    rescored_now_ = false;
+    const std::int32_t grow_to = grow_limit();
+    std::size_t best = 0;
+    double best_rate = -1.0, best_t = 0.0;
+    for (std::size_t i = 0; i < cands_.size(); ++i) {
+      if (cands_[i].nodes > grow_to || (probe && cands_[i].nodes == 1)) continue;
+      const double t = predict_seconds(cands_[i]);
+      const double optimistic = t * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(cands_[i].nodes)));
+      const double gain = cands_[i].nodes == 1 ? 1.0 + opt_.min_gain : 1.0;
+      const double rate = gain * (1.0 + cands_[i].value) / optimistic;
+      if (rate > best_rate) best_rate = rate, best = i, best_t = t;
+    }
+    if (best_rate < 0.0) best_t = predict_seconds(cands_[best]);  // nothing but the root to choose
+    last_best_ = best;
+    // Probes back off (x2, up to 8 x probe_every) while plain steps keep
+    // winning; a speculative choice of the regular scoring restores the gap.
+    // Bounded so that a planner misled early (a few slow passes) still
+    // re-measures within a few hundred rounds.
+    if (probe) {
+      probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 8 * static_cast<std::int64_t>(opt_.probe_every));
+      probing_ = cands_[best].nodes > 1;
+      probe_hold_ = probing_ ? probe_rounds - 1 : 0;
+    } else if (cands_[best].nodes > 1) {
+      probe_gap_ = opt_.probe_every;
+    }
+    // A size not measured yet holds for one round only (a probe for two).
+    if (unmeasured || probe || (curve_.empty() && cost_.kept(cands_[best].nodes) == 0)) rescored_now_ = true;
+    choose(best, best_t);
+    return plan();
   }
 
   //! The plan of a round whose deterministic draft was made first (drafts
@@ -185,7 +249,7 @@ class round_planner {
                            static_cast<std::int64_t>(i));
     refresh();
     if (!fixed_.empty() || (curve_.empty() && cost_.kept(1) < opt_.plain_first)) {
-      out = next_plan();
+      out = next();
       return status::success();
     }
     const auto n = static_cast<std::size_t>(std::min(t.size, opt_.max_nodes));
@@ -240,10 +304,7 @@ class round_planner {
     if (f.forward_nodes < 1) return make_status(status_code::invalid_argument, "forward_nodes must be >= 1");
     has_plan_ = false;
     ++rounds_;
-    // A followed draft (observe_skipped) stays in step with the text only
-    // through plain steps that are all reported.
-    if (f.tree.size > 1 || shadow_due_) shadow_at_ = -1;
-    shadow_due_ = shadow_at_ >= 0;
+    skipped_.round(f.tree.size > 1);
     // Only rounds that drafted bring acceptance news: plain streaks do not
     // re-solve the candidates; a probe's rounds do (else never read).
     if (f.tree.size > 1) ++since_solve_;
@@ -322,27 +383,7 @@ class round_planner {
     if (d.prob.size() < static_cast<std::size_t>(t.size))
       return make_status(status_code::size_mismatch, "one draft probability per drafted node");
     skips_reported_ = true;
-    // The draft followed since earlier steps: this step checks the children of its current node.
-    bool predicted = false;
-    if (shadow_at_ >= 0 && shadow_due_) {
-      const tree_view sv{shadow_token_.data(), shadow_parent_.data(), nullptr, nullptr,
-                         static_cast<std::int32_t>(shadow_parent_.size())};
-      const node_id at = follow(sv, shadow_prob_, shadow_at_, ++shadow_depth_, emitted);
-      predicted = at > 0;
-      shadow_at_ = at > 0 && has_children(sv, at) ? at : -1;
-    }
-    shadow_due_ = false;
-    // This step's draft: its root children; followed on when none is.
-    const node_id hit = follow(t, d.prob, 0, 1, emitted);
-    predicted = predicted || hit > 0;
-    if (shadow_at_ < 0 && hit > 0 && has_children(t, hit)) {
-      shadow_token_.assign(t.token, t.token + t.size);
-      shadow_parent_.assign(t.parent, t.parent + t.size);
-      shadow_prob_.assign(d.prob.begin(), d.prob.begin() + t.size);
-      shadow_at_ = hit;
-      shadow_depth_ = 1;
-    }
-    drafts_hit_ = predicted;
+    drafts_hit_ = skipped_.step(conf_, t, d.prob, emitted);
     return status::success();
   }
 
@@ -428,93 +469,6 @@ class round_planner {
   }
 
  private:
-  round_plan next_plan() {
-    refresh();
-    if (!fixed_.empty()) {
-      shape_.assign(fixed_.begin(), fixed_.end());
-      thresholds_.clear();
-      const candidate c = describe(fixed_, plan_kind::fixed);
-      set_plan(c, predict_seconds(c));
-      return plan();
-    }
-    // The plain step first: a pass over one node costs less than the
-    // per-node slope of larger passes says (t(N) is concave at small N).
-    if (curve_.empty() && cost_.kept(1) < opt_.plain_first) return plain_plan();
-    // A probe runs probe_rounds rounds: its first two pay the switch (see observe).
-    if (probe_hold_ > 0) {
-      --probe_hold_;
-      has_plan_ = rescored_now_ = true;
-      return plan();
-    }
-    // Before any pass is measured, and every probe_every plain steps, try
-    // the best small speculative shape: costs and acceptance stay measured
-    // where speculation was switched off.
-    const bool unmeasured = curve_.empty() && cost_.empty();
-    const bool probe = probe_gap_ > 0 && since_draft_ >= probe_gap_;
-    // Estimates move little from one round to the next: between full
-    // scorings the last choice is kept (its prediction refreshed). Plain
-    // steps bring no news of speculation: a plain streak is kept as it is
-    // until a probe (so a plain round costs the planner next to nothing).
-    if (!unmeasured && !probe && !rescored_now_ && last_best_ < cands_.size()) {
-      if (cands_[last_best_].nodes == 1) {
-        has_plan_ = true;
-        return plan();
-      }
-      if (++since_score_ < opt_.rescore_every) {
-        choose(last_best_, predict_seconds(cands_[last_best_]));
-        return plan();
-      }
-    }
-    since_score_ = 0;
-    rescored_now_ = false;
-    const std::int32_t grow_to = grow_limit();
-    std::size_t best = 0;
-    double best_rate = -1.0, best_t = 0.0;
-    for (std::size_t i = 0; i < cands_.size(); ++i) {
-      if (cands_[i].nodes > grow_to || (probe && cands_[i].nodes == 1)) continue;
-      const double t = predict_seconds(cands_[i]);
-      const double optimistic = t * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(cands_[i].nodes)));
-      const double gain = cands_[i].nodes == 1 ? 1.0 + opt_.min_gain : 1.0;
-      const double rate = gain * (1.0 + cands_[i].value) / optimistic;
-      if (rate > best_rate) best_rate = rate, best = i, best_t = t;
-    }
-    if (best_rate < 0.0) best_t = predict_seconds(cands_[best]);  // nothing but the root to choose
-    last_best_ = best;
-    // Probes back off (x2, up to 8 x probe_every) while plain steps keep
-    // winning; a speculative choice of the regular scoring restores the gap.
-    // Bounded so that a planner misled early (a few slow passes) still
-    // re-measures within a few hundred rounds.
-    if (probe) {
-      probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 8 * static_cast<std::int64_t>(opt_.probe_every));
-      probing_ = cands_[best].nodes > 1;
-      probe_hold_ = probing_ ? probe_rounds - 1 : 0;
-    } else if (cands_[best].nodes > 1) {
-      probe_gap_ = opt_.probe_every;
-    }
-    // A size not measured yet holds for one round only (a probe for two).
-    if (unmeasured || probe || (curve_.empty() && cost_.kept(cands_[best].nodes) == 0)) rescored_now_ = true;
-    choose(best, best_t);
-    return plan();
-  }
-
-  // The children of node u (at `depth`) of a skipped draft, checked against
-  // the token a plain step emitted: one offer each; the matching child or -1.
-  node_id follow(const tree_view& t, std::span<const float> prob, node_id u, std::int32_t depth, token_id emitted) {
-    node_id hit = -1;
-    for (node_id c = u + 1; c < t.size; ++c) {
-      if (t.parent[c] != u) continue;
-      const bool ok = hit < 0 && t.token[c] == emitted;
-      conf_.offer(depth, prob[static_cast<std::size_t>(c)], ok);
-      if (ok) hit = c;
-    }
-    return hit;
-  }
-  static bool has_children(const tree_view& t, node_id u) noexcept {
-    for (node_id c = u + 1; c < t.size; ++c)  // children follow their parent (topological ids)
-      if (t.parent[c] == u) return true;
-    return false;
-  }
-
   // Memoised per size until the next observation or injected curve.
   double target_at(std::int32_t n) {
     if (n >= 1 && static_cast<std::size_t>(n) < tmemo_.size()) {
@@ -713,14 +667,7 @@ class round_planner {
   std::int64_t rounds_ = 0, drafted_rounds_ = 0, request_spec_rounds_ = 0, catch_up_ = 0, probe_gap_ = 0;
   std::int32_t since_solve_ = 0, since_draft_ = 0;
   bool has_plan_ = false, rescored_now_ = true, probing_ = false;
-  // A skipped draft followed by observe_skipped: its arrays, the node reached
-  // (-1: none) and its depth, and whether the next report advances it.
-  std::vector<token_id> shadow_token_;
-  std::vector<node_id> shadow_parent_;
-  std::vector<float> shadow_prob_;
-  node_id shadow_at_ = -1;
-  std::int32_t shadow_depth_ = 0;
-  bool shadow_due_ = false;
+  detail::skipped_draft_follower skipped_;
   // Whether the last round's drafts were right (>= 1 accepted, or a plain
   // step emitted a drafted token): the state acceptance by confidence keys on.
   bool drafts_hit_ = false;
