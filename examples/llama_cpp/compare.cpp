@@ -184,8 +184,8 @@ int main(int argc, char** argv) {
       specdec::planner_options po;
       po.max_nodes = max_nodes;
       po.max_depth = c.depth;
-      // plan_drafted needs no probes: its acceptance-by-confidence estimates
-      // decay back toward the drafter's own confidence while it steps plainly.
+      // plan_drafted needs no probes: speculate() reports every plain step's
+      // skipped draft (observe_skipped), which keeps its calibration learning.
       po.probe_every = c.probe_every;
       po.min_gain = c.min_gain;
       po.draft_bonus = 0.0;  // speculate() reports the drafts it skipped (observe_skipped): no optimism needed
