@@ -12,6 +12,11 @@
 // BM_planner_drafted: plan_drafted() + observe() per iteration on a 16-node
 // deterministic draft (rounds planned per second).
 //
+// BM_planner_skipped: a plain step with a draft in hand, plan_drafted() +
+// observe() + observe_skipped() per iteration (a 16-node draft, a text that
+// follows it 60% of the time, passes priced so that speculation never pays):
+// what reporting skipped drafts adds to each plain round.
+//
 // BM_planner_curve/c: the planner fed one hardware curve (injected), run for
 // 4000 simulated rounds against the same acceptance; counters: the shape it
 // settles on (nodes, depth), its predicted tokens per round and speedup over
@@ -155,6 +160,40 @@ void BM_planner_drafted(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());  // rounds planned per second
 }
 BENCHMARK(BM_planner_drafted)->Unit(benchmark::kMicrosecond);
+
+void BM_planner_skipped(benchmark::State& state) {
+  specdec::round_planner p(specdec::planner_options{.max_nodes = 16, .max_depth = 6, .draft_bonus = 0.0});
+  const double n[2] = {1.0, 16.0}, t[2] = {1.0, 16.0};  // every node a full step: always plain
+  (void)p.set_target_cost(n, t);
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  specdec::drafted_tree d;
+  const node_id root[1] = {-1};
+  const node_id path[1] = {0};
+  std::int32_t pos = 0;  // the text: token pos at position pos while it follows the drafts
+  for (auto _ : state) {
+    d.reset(pos);
+    for (node_id u = 0; d.size() < 16;) {  // a chain of the next tokens, two weaker siblings per level
+      const node_id top = d.add(u, pos + d.tree.depth(u) + 1, 0.5f, 0.0f, specdec::draft_mode::deterministic);
+      if (d.size() < 16) d.add(u, -2, 0.3f, 0.0f, specdec::draft_mode::deterministic);
+      if (d.size() < 16) d.add(u, -3, 0.1f, 0.0f, specdec::draft_mode::deterministic);
+      u = top;
+    }
+    specdec::round_plan plan;
+    (void)p.plan_drafted(d, plan);
+    specdec::round_feedback f;
+    f.tree = specdec::tree_view{nullptr, root, nullptr, nullptr, 1};
+    f.path = path;
+    f.forward_nodes = 1;
+    f.forward_seconds = 1.0;
+    benchmark::DoNotOptimize(p.observe(f));
+    const specdec::token_id emitted = U(rng) < 0.6 ? pos + 1 : -7;
+    benchmark::DoNotOptimize(p.observe_skipped(d, emitted));
+    ++pos;
+  }
+  state.SetItemsProcessed(state.iterations());  // plain rounds per second
+}
+BENCHMARK(BM_planner_skipped)->Unit(benchmark::kMicrosecond);
 
 void BM_planner_curve(benchmark::State& state) {
   const auto c = state.range(0);

@@ -21,6 +21,7 @@
 #include "specdec/draft/static_tree.hpp"
 #include "specdec/draft/topk_tree.hpp"
 #include "specdec/loop/batch_session.hpp"
+#include "specdec/loop/detail/draft_calibration.hpp"
 #include "specdec/loop/detail/plan_estimators.hpp"
 #include "specdec/loop/planned_builder.hpp"
 #include "specdec/loop/session.hpp"
@@ -692,6 +693,89 @@ TEST_CASE("planner: observe_skipped learns acceptance from plain steps") {
   bad.add(0, 1, 0.5f, std::log(0.5f), draft_mode::deterministic);
   bad.prob.pop_back();
   CHECK(p.observe_skipped(bad, 1) == status_code::size_mismatch);
+}
+
+TEST_CASE("planner estimators: the skipped-draft follower offers what a brute-force replay offers") {
+  // Random drafts (small vocabulary, so emitted tokens often match), random
+  // speculative and unreported rounds. Reference: the draft followed kept as
+  // a plain copy, each step listing the children of its node and of the new
+  // draft's root, in id order, with the first one carrying the emitted token
+  // accepted. Both feed an estimator; their estimates must be equal.
+  const std::uint64_t seed = 20261129;
+  std::printf("[planner] skipped-draft follower seed=%llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  detail::confidence_estimator got, want;
+  got.reset(2.0, 0.0, 0.97);
+  want.reset(2.0, 0.0, 0.97);
+  detail::skipped_draft_follower follower;
+  follower.reset();
+  struct copy {
+    std::vector<token_id> token;
+    std::vector<node_id> parent;
+    std::vector<float> prob;
+  } followed;
+  node_id at = -1;
+  std::int32_t depth = 0;
+  bool due = false;
+  const auto children = [](const copy& c, node_id u) {
+    std::vector<node_id> out;
+    for (node_id i = 0; i < static_cast<node_id>(c.parent.size()); ++i)
+      if (c.parent[static_cast<std::size_t>(i)] == u) out.push_back(i);
+    return out;
+  };
+  // Offers the children of u at depth d; returns the accepted one or -1.
+  const auto offer_children = [&](const copy& c, node_id u, std::int32_t d, token_id emitted) {
+    node_id hit = -1;
+    for (const node_id k : children(c, u)) {
+      const bool ok = hit < 0 && c.token[static_cast<std::size_t>(k)] == emitted;
+      want.offer(d, c.prob[static_cast<std::size_t>(k)], ok);
+      if (ok) hit = k;
+    }
+    return hit;
+  };
+  drafted_tree d;
+  int steps = 0, hits = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const bool speculative = U(rng) < 0.1, reported = U(rng) < 0.9, state = U(rng) < 0.5;
+    got.set_state(state);
+    want.set_state(state);
+    follower.round(speculative);
+    if (speculative || due) at = -1;
+    due = at >= 0;
+    if (speculative || !reported) continue;
+    d.reset(0);
+    const int size = 1 + static_cast<int>(U(rng) * 12);
+    for (int i = 1; i < size; ++i)
+      d.add(static_cast<node_id>(U(rng) * i), static_cast<token_id>(U(rng) * 3), static_cast<float>(U(rng)), 0.0f,
+            draft_mode::deterministic);
+    const token_id emitted = static_cast<token_id>(U(rng) * 3);
+    const bool predicted = follower.step(got, d.tree.view(), d.prob, emitted);
+    bool ref_predicted = false;
+    if (at >= 0 && due) {
+      const node_id hit = offer_children(followed, at, ++depth, emitted);
+      ref_predicted = hit >= 0;
+      at = hit >= 0 && !children(followed, hit).empty() ? hit : -1;
+    }
+    due = false;
+    const copy now{{d.tree.view().token, d.tree.view().token + d.size()},
+                   {d.tree.view().parent, d.tree.view().parent + d.size()},
+                   {d.prob.begin(), d.prob.end()}};
+    const node_id hit = offer_children(now, 0, 1, emitted);
+    ref_predicted = ref_predicted || hit >= 0;
+    if (at < 0 && hit >= 0 && !children(now, hit).empty()) followed = now, at = hit, depth = 1;
+    REQUIRE(predicted == ref_predicted);
+    ++steps;
+    hits += predicted ? 1 : 0;
+    for (const bool st : {false, true}) {
+      got.set_state(st);
+      want.set_state(st);
+      for (std::int32_t dd = 1; dd <= 5; ++dd)
+        for (const float q : {0.05f, 0.3f, 0.5f, 0.8f, 1.0f}) REQUIRE(got.at(q, dd) == want.at(q, dd));
+    }
+  }
+  std::printf("[planner] skipped-draft follower: %d reported steps, %d emitted a drafted token\n", steps, hits);
+  CHECK(hits > steps / 10);  // the replay exercised matches, not only misses
 }
 
 TEST_CASE("planner estimators: drafter fit is the non-negative least-squares optimum; outliers are capped") {
