@@ -27,7 +27,10 @@
 // before each run on the same prompt); the stage shares are the
 // session's wall-clock stage timers. Exits non-zero if a temperature-0 run is
 // not token-identical to autoregressive greedy decoding on every prompt.
-// Usage: model_demo [models_dir] [tokens=160] [repeats=3]
+// The matrix products run in bf16 where the build has AVX512-BF16 (the
+// demo is built with -march=native), else in f32; the fourth argument
+// picks one (models/matmul.hpp, README "bf16 products").
+// Usage: model_demo [models_dir] [tokens=160] [repeats=3] [auto|f32|bf16]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -111,12 +114,20 @@ int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : SPECDEC_MODELS_DIR;
   const std::int64_t n_tokens = argc > 2 ? std::atoll(argv[2]) : 160;
   const int repeats = argc > 3 ? std::max(1, std::atoi(argv[3])) : 3;
+  const std::string prec_arg = argc > 4 ? argv[4] : "auto";
+  if (prec_arg != "auto" && prec_arg != "f32" && prec_arg != "bf16") {
+    std::fprintf(stderr, "precision must be auto, f32 or bf16, not %s\n", prec_arg.c_str());
+    return 2;
+  }
+  using models::kernel::precision;
+  const precision prec =
+      prec_arg == "f32" || (prec_arg == "auto" && !models::kernel::bf16_products) ? precision::f32 : precision::bf16;
   models::weights target, draft, hybrid, hybrid_draft;
   try {
-    target = models::load(dir + "/target.gguf");
-    draft = models::load(dir + "/drafter.gguf");
-    hybrid = models::load(dir + "/hybrid.gguf");
-    hybrid_draft = models::load(dir + "/hybrid_drafter.gguf");
+    target = models::load(dir + "/target.gguf", prec);
+    draft = models::load(dir + "/drafter.gguf", prec);
+    hybrid = models::load(dir + "/hybrid.gguf", prec);
+    hybrid_draft = models::load(dir + "/hybrid_drafter.gguf", prec);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cannot load the models: %s\n", e.what());
     return 2;
@@ -136,10 +147,12 @@ int main(int argc, char** argv) {
   const std::vector<models::token_id> warm_prompt(warm_text.begin(), warm_text.end());
   std::printf(
       "specdec model demo: target %s (%lld layers, d=%lld), hybrid (%s), drafters (%lld layers, d=%lld, one "
-      "distilled from each target); %lld tokens per run after each of %zu prompts, %d repeats\n",
+      "distilled from each target); %lld tokens per run after each of %zu prompts, %d repeats; matrix products "
+      "in %s\n",
       target.cfg.arch.c_str(), static_cast<long long>(target.cfg.layers), static_cast<long long>(target.cfg.d),
       hybrid.cfg.kinds.c_str(), static_cast<long long>(draft.cfg.layers), static_cast<long long>(draft.cfg.d),
-      static_cast<long long>(n_tokens), prompts.size(), repeats);
+      static_cast<long long>(n_tokens), prompts.size(), repeats,
+      prec == precision::bf16 ? "bf16 (AVX512-BF16, f32 sums)" : "f32");
 
   struct method {
     const char* name;

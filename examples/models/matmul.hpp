@@ -21,6 +21,17 @@
 // speculative round (the drafter runs in between) other work evicts part of
 // them, so the pass re-reads them from memory (README, "Pass cost and the
 // caches").
+//
+// precision::bf16 (CPUs with AVX512-BF16) rounds the weights and the rows
+// that meet them to bfloat16 and sums the products in f32 (VDPBF16PS), as
+// engines serving bf16 models do. That instruction does 32 multiply-adds
+// where an f32 FMA does 16, and on the CPUs measured it issues faster too:
+// a pass over a few nodes is compute-bound from N = 2 (README, "bf16
+// products"), so each extra node costs about a third of what it does in
+// f32. The logits then differ from the f32 forward by bf16's rounding
+// (tests/models/test_engine.cpp states the tolerance); a row's result is
+// the same whatever the number of rows and the register blocking, so a
+// tree pass still gives each node the logits of a one-node pass.
 #pragma once
 
 #include <algorithm>
@@ -30,7 +41,9 @@
 #include <utility>
 #include <vector>
 
-#if defined(__F16C__)
+#include <stdexcept>
+
+#if defined(__F16C__) || defined(__AVX512BF16__)
 #include <immintrin.h>
 #endif
 
@@ -93,23 +106,73 @@ inline bool exact_half([[maybe_unused]] float v, [[maybe_unused]] half_bits& h) 
 #endif
 }
 
+//! How the engine multiplies by its weight matrices.
+enum class precision {
+  f32,   //!< f32 products (f16 weights widened exactly): the reference forward's logits
+  bf16,  //!< weights and the rows that meet them rounded to bf16, products summed in f32
+};
+
+//! Whether this build has precision::bf16 (compiled for AVX512-BF16).
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+inline constexpr bool bf16_products = true;
+#else
+inline constexpr bool bf16_products = false;
+#endif
+
+//! f32 -> bf16, rounding to nearest even (NaN stays a quiet NaN): the
+//! rounding of VCVTNE2PS2BF16 for normal numbers.
+inline std::uint16_t to_bf16(float v) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &v, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline float from_bf16(std::uint16_t h) {
+  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+  float v = 0;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
+}
+
 //! A weight matrix W [rows = out, cols = in] for y = x W^T, packed as
 //! ceil(rows / 16) panels of [cols][16] (the last panel zero-padded), in f32
-//! or, when every value is exactly an f16 and the CPU converts, in f16.
+//! or, when every value is exactly an f16 and the CPU converts, in f16; or,
+//! for precision::bf16, as panels of [ceil(cols / 2)][16] bf16 pairs (the
+//! two input columns 2k and 2k + 1 of one output in one 32-bit word, the
+//! even one in the low half), the layout VDPBF16PS multiplies.
 struct packed_matrix {
   std::int64_t rows = 0, cols = 0;
-  std::vector<float> data;      //!< f32 panels (empty when `half` holds them)
-  std::vector<half_bits> half;  //!< f16 panels
+  std::vector<float> data;                //!< f32 panels (empty when another form holds them)
+  std::vector<half_bits> half;            //!< f16 panels
+  std::vector<std::uint32_t> bf16_pairs;  //!< bf16 pair panels
   std::int64_t panels() const { return (rows + panel_width - 1) / panel_width; }
+  std::int64_t pairs() const { return (cols + 1) / 2; }
   bool is_half() const { return !half.empty(); }
+  bool is_bf16() const { return !bf16_pairs.empty(); }
 };
 
 //! Packs row-major blocks [rows_i, cols] stacked on top of each other (one
-//! fused product for q/k/v or gate/up); in f16 when every value is one.
-inline packed_matrix pack(const std::vector<std::pair<const float*, std::int64_t>>& blocks, std::int64_t cols) {
+//! fused product for q/k/v or gate/up); in f16 when every value is one, in
+//! bf16 pairs for precision::bf16 (std::invalid_argument where the build
+//! lacks it).
+inline packed_matrix pack(const std::vector<std::pair<const float*, std::int64_t>>& blocks, std::int64_t cols,
+                          precision prec = precision::f32) {
   packed_matrix m;
   m.cols = cols;
   for (const auto& b : blocks) m.rows += b.second;
+  if (prec == precision::bf16) {
+    if (!bf16_products) throw std::invalid_argument("bf16 products need a build for a CPU with AVX512-BF16");
+    const std::int64_t kp = m.pairs();
+    m.bf16_pairs.assign(static_cast<std::size_t>(m.panels() * kp * panel_width), 0u);
+    std::int64_t row = 0;
+    for (const auto& [w, n] : blocks)
+      for (std::int64_t i = 0; i < n; ++i, ++row)
+        for (std::int64_t k = 0; k < cols; ++k)
+          m.bf16_pairs[static_cast<std::size_t>(((row / panel_width) * kp + k / 2) * panel_width +
+                                                row % panel_width)] |=
+              static_cast<std::uint32_t>(to_bf16(w[i * cols + k])) << (16 * (k % 2));
+    return m;
+  }
   m.data.assign(static_cast<std::size_t>(m.panels() * cols * panel_width), 0.0f);
   std::int64_t row = 0;
   for (const auto& [w, n] : blocks)
@@ -260,6 +323,120 @@ inline void matmul_panels(std::int64_t n, const float* x, std::int64_t ldx, cons
 }
 }  // namespace detail
 
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+//! C[R rows][up to P * 16 cols] (+)= A B over bf16 pairs: A[r] is row r's
+//! `kp` pairs (a[r * lda + k]), B's panel p is b[p * pstride + k * 16 + j].
+//! Each output column sums its pairs in k order into one accumulator, so
+//! its value does not depend on R, P or the caller's blocking.
+template <int R, int P>
+inline void micro_bf16(const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b, std::int64_t pstride,
+                       std::int64_t kp, float* c, std::int64_t ldc, std::int64_t cols, bool accumulate) {
+  __m512 acc[R][P];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  for (std::int64_t k = 0; k < kp; ++k) {
+    __m512i bk[P];
+#pragma GCC unroll 16
+    for (int p = 0; p < P; ++p) bk[p] = _mm512_loadu_si512(b + p * pstride + k * panel_width);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512i ak = _mm512_set1_epi32(static_cast<int>(a[r * lda + k]));
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)ak, (__m512bh)bk[p]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p) {
+    const std::int64_t valid = std::min<std::int64_t>(panel_width, cols - p * panel_width);
+    if (valid <= 0) break;
+    const auto m = static_cast<__mmask16>((1u << valid) - 1u);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      float* out = c + r * ldc + p * panel_width;
+      const __m512 v = accumulate ? _mm512_add_ps(acc[r][p], _mm512_maskz_loadu_ps(m, out)) : acc[r][p];
+      _mm512_mask_storeu_ps(out, m, v);
+    }
+  }
+}
+
+namespace detail {
+// x[n][K] f32 -> [n][ceil(K / 2)] bf16 pairs (rounded to nearest even, the
+// odd K's last high half zero), 32 values per instruction.
+inline void rows_to_bf16(std::int64_t n, const float* x, std::int64_t ldx, std::int64_t K, std::uint32_t* out) {
+  const std::int64_t kp = (K + 1) / 2;
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float* row = x + r * ldx;
+    std::uint32_t* dst = out + r * kp;
+    for (std::int64_t k = 0; k < K; k += 32) {
+      const std::int64_t left = K - k;
+      const auto lo = static_cast<__mmask16>(left >= 16 ? 0xffffu : (1u << left) - 1u);
+      const auto hi = static_cast<__mmask16>(left >= 32 ? 0xffffu : left <= 16 ? 0u : (1u << (left - 16)) - 1u);
+      const __m512bh h =
+          _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, row + k + 16), _mm512_maskz_loadu_ps(lo, row + k));
+      const std::int64_t words = std::min<std::int64_t>(16, (left + 1) / 2);
+      _mm512_mask_storeu_epi32(dst + k / 2, static_cast<__mmask16>((1u << words) - 1u), (__m512i)h);
+    }
+  }
+}
+
+using bf16_kernel = void (*)(const std::uint32_t*, std::int64_t, const std::uint32_t*, std::int64_t, std::int64_t,
+                             float*, std::int64_t, std::int64_t, bool);
+template <int R>
+constexpr bf16_kernel bf16_for_panels(int p) {
+  return p == 1 ? &micro_bf16<R, 1> : p == 2 ? &micro_bf16<R, 2> : p == 3 ? &micro_bf16<R, 3> : &micro_bf16<R, 4>;
+}
+inline bf16_kernel bf16_block(int rows, int p) {
+  switch (rows) {
+    case 1:
+      return bf16_for_panels<1>(p);
+    case 2:
+      return bf16_for_panels<2>(p);
+    case 3:
+      return bf16_for_panels<3>(p);
+    case 4:
+      return bf16_for_panels<4>(p);
+    case 5:
+      return bf16_for_panels<5>(p);
+    default:
+      return bf16_for_panels<6>(p);
+  }
+}
+
+// Row blocks of at most six (6 x 4 accumulators + 4 panel loads + one
+// broadcast fit AVX-512's 32 registers), as even as possible; four panels
+// per step, eight for one row (a matrix-vector product needs many
+// independent accumulators to hide VDPBF16PS's latency). Panels outer, so
+// a step's panels stay in L1 while every row block uses them.
+inline void matmul_bf16(std::int64_t n, const float* x, std::int64_t ldx, const packed_matrix& w, float* y,
+                        std::int64_t ldy, bool accumulate) {
+  const std::int64_t kp = w.pairs(), ps = kp * panel_width, panels = w.panels();
+  thread_local std::vector<std::uint32_t> a;
+  a.resize(static_cast<std::size_t>(n * kp));
+  rows_to_bf16(n, x, ldx, w.cols, a.data());
+  const std::uint32_t* b = w.bf16_pairs.data();
+  const std::int64_t blocks = (n + 5) / 6;
+  for (std::int64_t p = 0; p < panels;) {
+    const std::int64_t step = std::min<std::int64_t>(panels - p, n == 1 && panels - p >= 8 ? 8 : 4);
+    const std::int64_t cols = std::min(step * panel_width, w.rows - p * panel_width);
+    for (std::int64_t blk = 0, r0 = 0; blk < blocks; ++blk) {
+      const std::int64_t rows = (n - r0) / (blocks - blk);
+      const std::uint32_t* ab = a.data() + r0 * kp;
+      float* yb = y + r0 * ldy + p * panel_width;
+      if (step == 8)
+        micro_bf16<1, 8>(ab, kp, b + p * ps, ps, kp, yb, ldy, cols, accumulate);
+      else
+        bf16_block(static_cast<int>(rows), static_cast<int>(step))(ab, kp, b + p * ps, ps, kp, yb, ldy, cols,
+                                                                   accumulate);
+      r0 += rows;
+    }
+    p += step;
+  }
+}
+}  // namespace detail
+#endif
+
 //! y[n, W.rows] (+)= x[n, W.cols] W^T; x rows `ldx` apart, y rows `ldy` apart.
 //! Register blocks (rows x 16-column panels) chosen by measurement on AVX2
 //! (README): one row takes four panels per step (a matrix-vector product
@@ -271,6 +448,9 @@ inline void matmul_panels(std::int64_t n, const float* x, std::int64_t ldx, cons
 //! row block uses it.
 inline void matmul(std::int64_t n, const float* x, std::int64_t ldx, const packed_matrix& w, float* y, std::int64_t ldy,
                    bool accumulate = false) {
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+  if (w.is_bf16()) return detail::matmul_bf16(n, x, ldx, w, y, ldy, accumulate);
+#endif
   if (w.is_half())
     detail::matmul_panels(n, x, ldx, w, w.half.data(), y, ldy, accumulate);
   else

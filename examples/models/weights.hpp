@@ -44,13 +44,15 @@ struct layer_weights {
   std::int64_t cache_index = -1;  //!< attention: layer index in the KV cache; Mamba2: in the SSM state
 };
 
-//! All weights of one model, converted to f32 and packed.
+//! All weights of one model, converted to f32 and packed (matrices in f32 /
+//! f16 panels, or bf16 ones for precision::bf16).
 struct weights {
   config cfg;
   std::vector<float> embed;  //!< [vocab, d]
   std::vector<layer_weights> layers;
   std::vector<float> norm;
-  packed_matrix output;  //!< [vocab, d]
+  packed_matrix output;                             //!< [vocab, d]
+  kernel::precision prec = kernel::precision::f32;  //!< of the matrix products
   //! RoPE: cos / sin of pos * base^(-2i/D) for pos < rope_positions, [pos][D / 2].
   std::int64_t rope_positions = 0;
   std::vector<float> rope_cos, rope_sin;
@@ -58,14 +60,14 @@ struct weights {
 
 namespace detail {
 inline packed_matrix load_packed(const gguf::file& f, std::initializer_list<std::pair<std::string, std::int64_t>> parts,
-                                 std::int64_t cols) {
+                                 std::int64_t cols, kernel::precision prec) {
   std::vector<std::vector<float>> v;
   for (const auto& [name, rows] : parts)
     v.push_back(f.floats(name, {static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(rows)}));
   std::vector<std::pair<const float*, std::int64_t>> blocks;
   std::size_t i = 0;
   for (const auto& p : parts) blocks.emplace_back(v[i++].data(), p.second);
-  return kernel::pack(blocks, cols);
+  return kernel::pack(blocks, cols, prec);
 }
 inline std::vector<float> load_vector(const gguf::file& f, const std::string& name, std::int64_t n) {
   return f.floats(name, {static_cast<std::uint64_t>(n)});
@@ -76,10 +78,13 @@ inline float rope_inv_freq(const config& c, std::int64_t i) {
 }
 }  // namespace detail
 
-//! Loads a model; throws gguf::gguf_error for a bad file or unexpected shapes.
-inline weights load(const std::string& path) {
+//! Loads a model, its matrices packed for products in `prec`; throws
+//! gguf::gguf_error for a bad file or unexpected shapes, std::invalid_argument
+//! for precision::bf16 in a build without it (kernel::bf16_products).
+inline weights load(const std::string& path, kernel::precision prec = kernel::precision::f32) {
   const gguf::file f = gguf::file::open(path);
   weights w;
+  w.prec = prec;
   config& c = w.cfg;
   c.arch = f.get_string("general.architecture");
   if (c.arch != "llama" && c.arch != "specdec-hybrid")
@@ -130,12 +135,12 @@ inline weights load(const std::string& path) {
                                   {{p + "attn_q.weight", c.heads * c.head_dim},
                                    {p + "attn_k.weight", c.kv_heads * c.head_dim},
                                    {p + "attn_v.weight", c.kv_heads * c.head_dim}},
-                                  c.d);
-      L.wo = detail::load_packed(f, {{p + "attn_output.weight", c.d}}, c.heads * c.head_dim);
+                                  c.d, prec);
+      L.wo = detail::load_packed(f, {{p + "attn_output.weight", c.d}}, c.heads * c.head_dim, prec);
     } else {
       L.cache_index = n_ssm++;
       const std::int64_t ch = c.conv_channels();
-      L.in_proj = detail::load_packed(f, {{p + "ssm_in.weight", c.d_inner() + ch + c.ssm_heads}}, c.d);
+      L.in_proj = detail::load_packed(f, {{p + "ssm_in.weight", c.d_inner() + ch + c.ssm_heads}}, c.d, prec);
       L.conv_w =
           f.floats(p + "ssm_conv1d.weight", {static_cast<std::uint64_t>(c.conv), static_cast<std::uint64_t>(ch)});
       L.conv_b = detail::load_vector(f, p + "ssm_conv1d.bias", ch);
@@ -143,15 +148,15 @@ inline weights load(const std::string& path) {
       L.d_skip = detail::load_vector(f, p + "ssm_d", c.ssm_heads);
       L.dt_bias = detail::load_vector(f, p + "ssm_dt.bias", c.ssm_heads);
       L.ssm_norm = detail::load_vector(f, p + "ssm_norm.weight", c.d_inner());
-      L.out_proj = detail::load_packed(f, {{p + "ssm_out.weight", c.d}}, c.d_inner());
+      L.out_proj = detail::load_packed(f, {{p + "ssm_out.weight", c.d}}, c.d_inner(), prec);
     }
     L.norm2 = detail::load_vector(f, p + "ffn_norm.weight", c.d);
-    L.gate_up = detail::load_packed(f, {{p + "ffn_gate.weight", c.ffn}, {p + "ffn_up.weight", c.ffn}}, c.d);
-    L.down = detail::load_packed(f, {{p + "ffn_down.weight", c.d}}, c.ffn);
+    L.gate_up = detail::load_packed(f, {{p + "ffn_gate.weight", c.ffn}, {p + "ffn_up.weight", c.ffn}}, c.d, prec);
+    L.down = detail::load_packed(f, {{p + "ffn_down.weight", c.d}}, c.ffn, prec);
     w.layers.push_back(std::move(L));
   }
   w.norm = detail::load_vector(f, "output_norm.weight", c.d);
-  w.output = detail::load_packed(f, {{"output.weight", c.vocab}}, c.d);
+  w.output = detail::load_packed(f, {{"output.weight", c.vocab}}, c.d, prec);
   // RoPE tables for the positions a cache of the usual sizes reaches (later
   // positions compute their angles on the fly, with the same float math).
   w.rope_positions = std::max<std::int64_t>(c.context, 1024);
