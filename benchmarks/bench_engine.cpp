@@ -5,7 +5,10 @@
 // (tests/models/reference_forward.hpp) in the same run; and, next to them,
 // the matrix products alone: one forward's products with the packed kernel
 // (models::kernel::matmul), and single products of the model's shapes with
-// the packed kernel, Eigen and (when found at build time) libxsmm.
+// the packed kernel, Eigen and (when found at build time) libxsmm. Where
+// the build has AVX512-BF16 (the bench preset's -march=native on such a
+// CPU), the forward, product and packed-GEMM rows also run with bf16
+// products (models::kernel::precision::bf16; ".../bf16" rows).
 //
 // Each benchmark times every call with the thread's CPU clock and reports
 // the median (t_us), GFLOP/s (the multiply-adds of all matrix products plus
@@ -98,13 +101,15 @@ const std::string prefill_text =
     "import os\nimport sys\n\ndef main(argv):\n    \"\"\"Parse the arguments and run.\"\"\"\n    for arg in "
     "argv[1:]:\n        ";
 
+using models::kernel::precision;
+
 template <class W>
-const W& load_cached(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<W>> cache;
-  auto& p = cache[name];
+const W& load_cached(const std::string& name, precision prec = precision::f32) {
+  static std::map<std::pair<std::string, precision>, std::unique_ptr<W>> cache;
+  auto& p = cache[{name, prec}];
   if (!p) {
     if constexpr (std::is_same_v<W, models::weights>)
-      p = std::make_unique<W>(models::load(std::string(SPECDEC_MODELS_DIR) + "/" + name + ".gguf"));
+      p = std::make_unique<W>(models::load(std::string(SPECDEC_MODELS_DIR) + "/" + name + ".gguf", prec));
     else
       p = std::make_unique<W>(reference::load(std::string(SPECDEC_MODELS_DIR) + "/" + name + ".gguf"));
   }
@@ -209,21 +214,22 @@ std::pair<double, double> time_forward(benchmark::State& st, const typename E::w
       st, [&] { E::forward(w, s, b, logits, sc); }, [&] { E::forward(w, s, b1, logits, sc); });
 }
 
-void bm_forward(benchmark::State& st, const std::string& model, bool tree, bool old) {
+// engine: "old" (the reference forward), "new" (the batched engine), "bf16" (its bf16 products).
+void bm_forward(benchmark::State& st, const std::string& model, bool tree, const std::string& engine) {
   const auto n = static_cast<std::int32_t>(st.range(0));
-  const models::weights& w = load_cached<models::weights>(model);
+  const models::weights& w = load_cached<models::weights>(model, engine == "bf16" ? precision::bf16 : precision::f32);
   std::int64_t cache_len = 0;
   tree_inputs in;
   const auto [t, t1] =
-      old ? time_forward<reference_api>(st, load_cached<reference::weights>(model), n, tree, cache_len, in)
-          : time_forward<batched_api>(st, w, n, tree, cache_len, in);
-  report(st, model + (old ? "/old" : "/new"), n, t, forward_flops(w, n, cache_len, in), t1);
+      engine == "old" ? time_forward<reference_api>(st, load_cached<reference::weights>(model), n, tree, cache_len, in)
+                      : time_forward<batched_api>(st, w, n, tree, cache_len, in);
+  report(st, model + "/" + engine, n, t, forward_flops(w, n, cache_len, in), t1);
 }
 
 // Every matrix product of one forward with the packed kernel, nothing else.
-void bm_products(benchmark::State& st, const std::string& model) {
+void bm_products(benchmark::State& st, const std::string& model, precision prec) {
   const auto n = st.range(0);
-  const models::weights& w = load_cached<models::weights>(model);
+  const models::weights& w = load_cached<models::weights>(model, prec);
   std::vector<float> x(static_cast<std::size_t>(n * 2048), 0.01f), y(static_cast<std::size_t>(n * 2048));
   std::vector<const models::kernel::packed_matrix*> all;
   for (const auto& L : w.layers)
@@ -236,19 +242,20 @@ void bm_products(benchmark::State& st, const std::string& model) {
     for (const auto* m : all) models::kernel::matmul(n, x.data(), m->cols, *m, y.data(), m->rows);
     benchmark::DoNotOptimize(y.data());
   });
-  report(st, model + "/products", n, t, flops);
+  report(st, model + "/products" + (prec == precision::bf16 ? "/bf16" : ""), n, t, flops);
 }
 
 // One product y[N, out] = x[N, in] W^T of the model's shapes, three ways.
-enum class gemm_impl { packed, eigen, libxsmm };
+enum class gemm_impl { packed, eigen, libxsmm, packed_bf16 };
 void bm_gemm(benchmark::State& st, std::int64_t out, std::int64_t in, gemm_impl impl) {
   using rm = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const auto n = st.range(0);
   const rm w = rm::Random(out, in), x = rm::Random(n, in);
   rm y(n, out);
   double t = 0;
-  if (impl == gemm_impl::packed) {
-    const auto p = models::kernel::pack({{w.data(), out}}, in);
+  if (impl == gemm_impl::packed || impl == gemm_impl::packed_bf16) {
+    const auto p =
+        models::kernel::pack({{w.data(), out}}, in, impl == gemm_impl::packed_bf16 ? precision::bf16 : precision::f32);
     t = median_per_call(st, [&] {
       models::kernel::matmul(n, x.data(), in, p, y.data(), out);
       benchmark::DoNotOptimize(y.data());
@@ -280,9 +287,10 @@ void bm_gemm(benchmark::State& st, std::int64_t out, std::int64_t in, gemm_impl 
     return;
 #endif
   }
-  const rm want = x * w.transpose();
-  if ((want - y).cwiseAbs().maxCoeff() > 1e-3f) st.SkipWithError("wrong product");
-  const char* names[] = {"packed", "eigen", "libxsmm"};
+  const rm want = x * w.transpose();  // bf16: |error| <= 2^-8 * sum |x w| (about 0.2 here)
+  if ((want - y).cwiseAbs().maxCoeff() > (impl == gemm_impl::packed_bf16 ? 0.5f : 1e-3f))
+    st.SkipWithError("wrong product");
+  const char* names[] = {"packed", "eigen", "libxsmm", "packed_bf16"};
   report(st, std::to_string(out) + "x" + std::to_string(in) + names[static_cast<int>(impl)], n, t,
          2.0 * static_cast<double>(n * out * in));
 }
@@ -294,20 +302,26 @@ void sizes(benchmark::internal::Benchmark* b) {
 const bool registered = [] {
   for (const std::string model : {"target", "hybrid"}) {
     for (const bool tree : {false, true})
-      for (const bool old_engine : {false, true})
-        benchmark::RegisterBenchmark(
-            ("forward/" + model + "/" + (tree ? "tree" : "chain") + "/" + (old_engine ? "old" : "new")).c_str(),
-            [=](benchmark::State& st) { bm_forward(st, model, tree, old_engine); })
+      for (const std::string engine : {"new", "old", "bf16"}) {
+        if (engine == "bf16" && !models::kernel::bf16_products) continue;
+        benchmark::RegisterBenchmark(("forward/" + model + "/" + (tree ? "tree" : "chain") + "/" + engine).c_str(),
+                                     [=](benchmark::State& st) { bm_forward(st, model, tree, engine); })
             ->Apply(sizes);
+      }
     benchmark::RegisterBenchmark(("products/" + model).c_str(), [=](benchmark::State& st) {
-      bm_products(st, model);
+      bm_products(st, model, precision::f32);
     })->Apply(sizes);
+    if (models::kernel::bf16_products)
+      benchmark::RegisterBenchmark(("products/" + model + "/bf16").c_str(), [=](benchmark::State& st) {
+        bm_products(st, model, precision::bf16);
+      })->Apply(sizes);
   }
   // The target's largest products (gate|up fused, down) and the hybrid's in_proj.
   const std::pair<std::int64_t, std::int64_t> shapes[] = {{1024, 192}, {192, 512}, {552, 128}};
   for (const auto& [out, in] : shapes)
-    for (const auto impl : {gemm_impl::packed, gemm_impl::eigen, gemm_impl::libxsmm}) {
-      const char* names[] = {"packed", "eigen", "libxsmm"};
+    for (const auto impl : {gemm_impl::packed, gemm_impl::eigen, gemm_impl::libxsmm, gemm_impl::packed_bf16}) {
+      if (impl == gemm_impl::packed_bf16 && !models::kernel::bf16_products) continue;
+      const char* names[] = {"packed", "eigen", "libxsmm", "packed_bf16"};
       benchmark::RegisterBenchmark(
           ("gemm/" + std::to_string(out) + "x" + std::to_string(in) + "/" + names[static_cast<int>(impl)]).c_str(),
           [=](benchmark::State& st) { bm_gemm(st, out, in, impl); })

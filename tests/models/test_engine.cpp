@@ -4,7 +4,8 @@
 // on the same batches: prefill, chains of 1-32 nodes, branching trees (one
 // and two mask words), drafter-style level calls into later tree slots,
 // and decoding after tree commits and single-token commits, for the
-// transformer target, the drafter and the hybrid (Mamba2 + attention).
+// transformer target, the drafter and the hybrid (Mamba2 + attention); in
+// f32 and, where the build has them, with bf16 products.
 //
 // Tolerance: |new - reference| <= 1e-4 * max(1, max |reference logit|) on
 // every logit of a batch (the logits are O(10), so about 1e-3 absolute).
@@ -26,6 +27,7 @@
 
 #include "models/model.hpp"
 #include "models/reference_forward.hpp"
+#include "models/speculate.hpp"
 
 namespace {
 
@@ -349,4 +351,32 @@ TEST_CASE("batched engine: the bf16 product against a scalar twin, and rows inde
           CHECK(same_as_one_row);
         }
     }
+}
+
+TEST_CASE("batched engine: greedy speculative decoding in bf16 equals greedy autoregressive decoding in bf16",
+          "[models][engine]") {
+  // A tree pass gives each node the logits of a one-node pass bit for bit
+  // (every product row is summed the same way whatever the batch), so the
+  // speculative output is the autoregressive one in either precision.
+  if (!models::kernel::bf16_products) {
+    std::printf("engine: bf16 greedy decoding skipped (this build has no AVX512-BF16)\n");
+    return;
+  }
+  const std::vector<token_id> prompt(prompt_text.begin(), prompt_text.end());
+  for (const auto& [target, drafter] : {std::pair{"target", "drafter"}, std::pair{"hybrid", "hybrid_drafter"}}) {
+    const auto w = models::load(dir + "/" + target + ".gguf", precision::bf16);
+    const auto d = models::load(dir + "/" + drafter + ".gguf", precision::bf16);
+    models::spec_options o;
+    o.temperature = 0.0f;
+    models::decode_stats ar_st;
+    const auto ar = models::generate_autoregressive(w, prompt, 64, o, ar_st);
+    for (const auto kind : {models::tree_kind::chain, models::tree_kind::iid_tree, models::tree_kind::topk_tree,
+                            models::tree_kind::beam_tree, models::tree_kind::planned}) {
+      o.kind = kind;
+      models::decode_stats st;
+      const auto spec = models::generate_speculative(w, d, prompt, 64, o, st);
+      INFO(target << " tree kind " << static_cast<int>(kind) << ": " << st.target_calls << " target calls");
+      CHECK(spec == ar);
+    }
+  }
 }
