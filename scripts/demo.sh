@@ -6,8 +6,9 @@
 # The older n-gram example stays as a quick check:
 #   ./build/demo/examples/speculative_demo
 # Usage: bash scripts/demo.sh [tokens per run, default 160] [repeats, default 3]
+#        [matrix products: auto (bf16 where the CPU has AVX512-BF16), f32 or bf16]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake --workflow --preset demo
-./build/demo/examples/model_demo examples/models "${1:-160}" "${2:-3}"
+./build/demo/examples/model_demo examples/models "${1:-160}" "${2:-3}" "${3:-auto}"
