@@ -13,6 +13,7 @@
 #include <iterator>
 #include <map>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -158,6 +159,10 @@ TEST_CASE("gguf: the shipped files parse and corrupted copies give clear errors"
   // A well-formed file that is not a model.
   CHECK_THROWS_AS(models::load(dir + "/target.ref.gguf"), gguf::gguf_error);
   CHECK_THROWS_AS(models::load(dir + "/missing.gguf"), gguf::gguf_error);
+  // bf16 products in a build without AVX512-BF16 (this portable build on
+  // any x86-64): refused, nothing half-loaded.
+  if (!models::kernel::bf16_products)
+    CHECK_THROWS_AS(models::load(dir + "/drafter.gguf", models::kernel::precision::bf16), std::invalid_argument);
 }
 
 TEST_CASE("the shipped weights reproduce the reference logits saved at training time", "[models]") {
