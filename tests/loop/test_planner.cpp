@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <vector>
@@ -906,4 +908,100 @@ TEST_CASE("planner estimators: sizes measured long ago follow the speed of the s
   CHECK(t.at(1) == Approx(1.5 * 130e-6).epsilon(0.05));
   CHECK(t.at(4) == Approx(1.5 * 220e-6).epsilon(0.1));  // without the level: 220 us, a third too cheap
   CHECK(t.estimates()[3] == Approx(t.at(4)));
+}
+
+namespace {
+// Acceptance p(depth, rank) from a table, as the tree program reads it.
+struct table_acceptance {
+  std::int32_t K = 0;
+  std::vector<double> p;  // [depth - 1][rank]
+  double at(std::int32_t d, std::int32_t r) const { return p[static_cast<std::size_t>((d - 1) * K + r)]; }
+};
+// Every ordered tree of n nodes whose nodes have at most K children, as
+// pre-order parent arrays.
+std::vector<std::vector<node_id>> all_trees(std::int32_t n, std::int32_t K) {
+  if (n == 1) return {{-1}};
+  std::vector<std::vector<node_id>> out;
+  // The root's children, in rank order, take sizes s_0, s_1, ... summing to n - 1.
+  std::function<void(std::int32_t, std::int32_t, std::vector<node_id>&)> grow =
+      [&](std::int32_t left, std::int32_t kids, std::vector<node_id>& t) {
+        if (left == 0) {
+          out.push_back(t);
+          return;
+        }
+        if (kids == K) return;
+        for (std::int32_t s = 1; s <= left; ++s)
+          for (const auto& sub : all_trees(s, K)) {
+            const auto base = static_cast<node_id>(t.size());
+            t.push_back(0);
+            for (std::size_t v = 1; v < sub.size(); ++v) t.push_back(base + sub[v]);
+            grow(left - s, kids + 1, t);
+            t.resize(static_cast<std::size_t>(base));
+          }
+      };
+  std::vector<node_id> t{-1};
+  grow(n - 1, 0, t);
+  return out;
+}
+// Expected accepted drafts of a tree: the sum over non-root nodes of the
+// product of p(depth, rank) along the path (-inf when deeper than L).
+double tree_value(const std::vector<node_id>& parent, const table_acceptance& a, std::int32_t L, std::int32_t& deepest,
+                  std::int32_t& expanded) {
+  std::vector<std::int32_t> depth(parent.size(), 0), kids(parent.size(), 0);
+  std::vector<double> reach(parent.size(), 1.0);
+  double value = 0.0;
+  deepest = expanded = 0;
+  for (std::size_t v = 1; v < parent.size(); ++v) {
+    const auto u = static_cast<std::size_t>(parent[v]);
+    depth[v] = depth[u] + 1;
+    if (depth[v] > L) return -std::numeric_limits<double>::infinity();
+    reach[v] = reach[u] * a.at(depth[v], kids[u]++);
+    value += reach[v];
+    deepest = std::max(deepest, depth[v]);
+  }
+  for (const std::int32_t c : kids) expanded += c > 0 ? 1 : 0;
+  return value;
+}
+}  // namespace
+
+TEST_CASE("planner estimators: the tree program's optimum equals a brute-force search over every tree") {
+  // Random acceptance tables (depth 1..L, ranks 0..K-1, zeros included),
+  // every node count up to 9: the program's value must be the best over
+  // every ordered tree of that many nodes (enumerated), and the tree it
+  // emits must have that value, its depth and its expanded count.
+  const std::uint64_t seed = 20261130;
+  std::printf("[planner] tree program vs brute force seed=%llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  int compared = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const std::int32_t L = 1 + static_cast<std::int32_t>(rng() % 4), K = 1 + static_cast<std::int32_t>(rng() % 3);
+    const std::int32_t B = 9;
+    table_acceptance a{K, {}};
+    for (std::int32_t i = 0; i < L * K; ++i) a.p.push_back(trial % 5 == 0 && U(rng) < 0.3 ? 0.0 : U(rng));
+    detail::tree_program prog;
+    prog.solve(a, L, K, B);
+    for (std::int32_t n = 1; n <= B; ++n) {
+      std::int32_t d = 0, e = 0;
+      double want = -std::numeric_limits<double>::infinity();
+      for (const auto& t : all_trees(n, K)) want = std::max(want, tree_value(t, a, L, d, e));
+      INFO("trial " << trial << ", L " << L << ", K " << K << ", n " << n);
+      if (want == -std::numeric_limits<double>::infinity()) {
+        CHECK(prog.value(n) == -std::numeric_limits<double>::infinity());
+        continue;
+      }
+      REQUIRE(prog.value(n) == Approx(want).margin(1e-12));
+      // The tree it emits: n nodes in pre-order, that value, its depth and expanded count.
+      std::vector<node_id> parent;
+      prog.emit(n, parent);
+      REQUIRE(static_cast<std::int32_t>(parent.size()) == n);
+      REQUIRE(validate_topological_parents(parent.data(), n).ok());
+      CHECK(tree_value(parent, a, L, d, e) == Approx(want).margin(1e-12));
+      CHECK(prog.depth(n) == d);
+      CHECK(prog.expanded(n) == e);
+      ++compared;
+    }
+  }
+  std::printf("[planner] tree program: %d optima equal to the brute force\n", compared);
+  CHECK(compared > 200);
 }

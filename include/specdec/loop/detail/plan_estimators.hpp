@@ -501,20 +501,29 @@ class tree_program {
     g_.assign(gcells, ninf);
     ge_.assign(gcells, 0);
     gd_.assign(gcells, 0);
+    // The sizes that fit are contiguous: a subtree at depth k takes 1 ..
+    // sub_max nodes, children of rank >= j share 0 .. rest_max[j]. The inner
+    // loop runs over the a whose both halves fit, in the same order as a
+    // scan of every a that skips the rest (same optimum, same ties), about
+    // 3x fewer steps at B = 32 (bench_planner).
+    rest_max_.assign(static_cast<std::size_t>(K) + 1, 0);
+    std::int32_t sub_max = 1;  // at depth k + 1, starting from k + 1 = L (a lone node)
     for (std::int32_t k = L; k >= 0; --k) {
       c_[cell(k, 1)] = 0.0;  // expected accepted drafts below a lone node
       if (k == L) continue;
+      rest_max_[static_cast<std::size_t>(K)] = 0;
       for (std::int32_t j = K; j >= 0; --j) {
         g_[gcell(j, 0)] = 0.0;
         if (j == K) continue;
         const double pj = p.at(k + 1, j);
+        const std::int32_t rest_max = rest_max_[static_cast<std::size_t>(j) + 1];
+        rest_max_[static_cast<std::size_t>(j)] = std::min(B - 1, sub_max + rest_max);
         for (std::int32_t m = 1; m < B; ++m) {
           double best = ninf;
           std::int32_t arg = 0;
-          for (std::int32_t a = 1; a <= m; ++a) {
-            const double ca = c_[cell(k + 1, a)], rest = g_[gcell(j + 1, m - a)];
-            if (ca == ninf || rest == ninf) continue;
-            const double v = pj * (1.0 + ca) + rest;
+          const std::int32_t hi = std::min(m, sub_max);
+          for (std::int32_t a = std::max(1, m - rest_max); a <= hi; ++a) {
+            const double v = pj * (1.0 + c_[cell(k + 1, a)]) + g_[gcell(j + 1, m - a)];
             if (v > best) best = v, arg = a;
           }
           const std::size_t gi = gcell(j, m);
@@ -533,6 +542,7 @@ class tree_program {
         e_[cell(k, n)] = 1 + ge_[gi];
         d_[cell(k, n)] = gd_[gi];
       }
+      sub_max = 1 + rest_max_[0];  // for the level above: a root and its children's nodes
     }
   }
 
@@ -571,7 +581,7 @@ class tree_program {
 
   std::int32_t L_ = 0, K_ = 0, B_ = 0;
   std::vector<double> c_, g_;
-  std::vector<std::int32_t> choice_, e_, d_, ge_, gd_;
+  std::vector<std::int32_t> choice_, e_, d_, ge_, gd_, rest_max_;
 };
 
 }  // namespace specdec::detail
