@@ -40,8 +40,9 @@ struct cli {
   // planner_options::min_gain of the planned methods: rounds predicted to
   // beat a plain step by under 10% realized 0.91-1.02x of it (docs/llama_cpp.md)
   double min_gain = 0.1;
-  std::string plain_out;  // file for the plain decoding text
-  std::string format;     // non-empty: decode with a copy of the model in this weight format
+  std::string plain_out;    // file for the plain decoding text
+  std::string format;       // non-empty: decode with a copy of the model in this weight format
+  bool ignore_eos = false;  // generate n_predict tokens past end-of-generation tokens
 };
 
 [[noreturn]] void usage(int code) {
@@ -49,13 +50,15 @@ struct cli {
       code == 0 ? stdout : stderr,
       "usage: specdec_llama_compare [-m MODEL.gguf] [-md DRAFT.gguf] (-p PROMPT | -f FILE) [-n N]\n"
       "                             [--temp T] [--seed S] [-t THREADS] [--depth D] [--show-text]\n"
-      "                             [--plain-out FILE] [--repack 0|1] [--no-curve] [--format F]\n"
+      "                             [--plain-out FILE] [--repack 0|1] [--no-curve] [--format F] [--ignore-eos]\n"
       "  -m      target model (default: the cached SmolLM2-135M-Instruct.Q4_1.gguf)\n"
       "  -md     draft model for the model drafter (default: the target itself)\n"
       "  --depth draft depth of every speculative method (default 6)\n"
       "  --plain-out  write the plain decoding text to FILE\n"
       "  --repack     llama.cpp weight repacking / extra buffer types (default 0: off, as run.sh's -nr)\n"
       "  --no-curve   skip the pass cost curve (time of a pass over 1, 2, 4, ... tokens)\n"
+      "  --ignore-eos generate -n tokens whatever the model emits (at T > 0 every method then decodes as\n"
+      "               many tokens; otherwise each stops at its own sample's end-of-generation token)\n"
       "  --format     F32, F16, Q8_0 or Q4_0: a copy of the model in that weight format, made next to it\n"
       "               by llama.cpp's quantizer on first use (<name>.<F>.gguf; its path is printed)\n"
       "  --probe-every  planner: one speculative round after this many plain steps (default 0: none)\n"
@@ -108,6 +111,8 @@ cli parse(int argc, char** argv) {
       c.format = val();
     else if (a == "--no-curve")
       c.curve = false;
+    else if (a == "--ignore-eos")
+      c.ignore_eos = true;
     else if (a == "--probe-every")
       c.probe_every = std::atoi(val().c_str());
     else if (a == "--min-gain")
@@ -155,7 +160,7 @@ int main(int argc, char** argv) {
     co.n_ctx = context_cells(prompt.size(), c.n_predict, max_tree, c.depth);
     co.n_batch = std::max<std::int32_t>({64, max_tree, static_cast<std::int32_t>(prompt.size())});
     tree_target tgt(target, co);
-    const gen_options go{c.n_predict, c.temperature, c.seed, true};
+    const gen_options go{c.n_predict, c.temperature, c.seed, !c.ignore_eos};
 
     std::vector<run_stats> runs;
     runs.push_back(plain_decode(target, tgt, prompt, go));

@@ -10,7 +10,9 @@ and tree nodes per call, and the median over the prompts.
 Methods: plain decoding and specdec's (from specdec_llama_compare --methods),
 llama.cpp's llama-lookup and llama-speculative (draft model = target), all
 on the same model file, threads, length, temperature, flash attention off and
-weight repacking off (-nr)."""
+weight repacking off (-nr). At a temperature above 0 every program ignores
+end-of-generation tokens (--ignore-eos): the methods sample different texts,
+and one that stopped early would be timed on a shorter context."""
 import argparse
 import os
 import re
@@ -64,8 +66,9 @@ def main():
     prompts = ([os.path.join(a.prompts, f) for f in sorted(os.listdir(a.prompts)) if f.endswith(".txt")]
                if os.path.isdir(a.prompts) else [a.prompts])
     os.makedirs(a.out, exist_ok=True)
+    sampled = float(a.temp) > 0
     common = ["-m", a.model, "-n", str(a.n), "--temp", a.temp, "-t", str(a.t), "-fa", "off", "-c", "4096", "-s", "1",
-              "-nr", "--spec-draft-n-max", str(a.depth)]
+              "-nr", "--spec-draft-n-max", str(a.depth)] + (["--ignore-eos"] if sampled else [])
     table = {}  # prompt -> method -> list of rows
     order = []
     for p in prompts:
@@ -73,7 +76,8 @@ def main():
         for r in range(a.runs):
             runs = table.setdefault(name, {})
             out = subprocess.run([a.compare, "-m", a.model, "-f", p, "-n", str(a.n), "--temp", a.temp, "-t", str(a.t), "--depth",
-                                  str(a.depth), "--methods", a.methods], capture_output=True, text=True)
+                                  str(a.depth), "--methods", a.methods] + (["--ignore-eos"] if sampled else []),
+                                 capture_output=True, text=True)
             open(os.path.join(a.out, f"{name}.{r}.specdec.txt"), "w").write(out.stdout + out.stderr)
             for m, row in specdec_rows(out.stdout).items():
                 runs.setdefault(m, []).append(row)
