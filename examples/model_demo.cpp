@@ -13,6 +13,12 @@
 //     sampling at temperature 1),
 //   - with a deterministic top-2 tree of depth 4 and a beam tree
 //     (k = 4, width 4, depth 5, pruned to 32 nodes),
+//   - with the round planner choosing each round's shape (cold, and warm:
+//     its estimates carried from request to request),
+//   - with prompt lookup instead of the drafter model (no drafter cost:
+//     the context's earlier continuations of its last tokens, up to 4
+//     drafted nodes), and with the planner cutting each lookup draft of up
+//     to 16 nodes to what pays (planned_drafts_builder, warm),
 // and prints one table. Every speculative run is a specdec::speculative_session
 // (models/speculate.hpp): the tree builder drafts from the drafter model
 // through the level-batched drafter concept (one batched forward per depth,
@@ -160,6 +166,7 @@ int main(int argc, char** argv) {
     models::tree_kind kind;
     specdec::verify_mode rule = specdec::verify_mode::sampled_iid;  // at T > 0 only; T = 0 is greedy
     bool sampled_only = false;  // block and traversal differ from token-wise only when sampling
+    bool warm = false;          // planned: the planner carried from request to request
   };
   const method methods[] = {
       {"autoregressive", false, models::tree_kind::chain},
@@ -170,7 +177,10 @@ int main(int argc, char** argv) {
       {"top-2 tree, depth 4", true, models::tree_kind::topk_tree},
       {"beam 4x4, depth 5, 32 nodes", true, models::tree_kind::beam_tree},
       {"planned, cold", true, models::tree_kind::planned},
-      {"planned, warm", true, models::tree_kind::planned}};
+      {"planned, warm", true, models::tree_kind::planned, specdec::verify_mode::sampled_iid, false, true},
+      {"prompt lookup, 4 nodes", true, models::tree_kind::lookup},
+      {"planned prompt lookup", true, models::tree_kind::planned_lookup, specdec::verify_mode::sampled_iid, false,
+       true}};
   struct target_model {
     const char* name;
     const models::weights* target;
@@ -219,7 +229,7 @@ int main(int argc, char** argv) {
     // on every prompt.
     std::vector<specdec::round_planner> carried(jobs.size());
     for (std::size_t j = 0; j < jobs.size(); ++j) {
-      if (std::string(jobs[j].m->name) != "planned, warm") continue;
+      if (!jobs[j].m->warm) continue;
       models::spec_options o = options_of(jobs[j]);
       o.carry = &carried[j];
       models::decode_stats untimed;
@@ -235,7 +245,7 @@ int main(int argc, char** argv) {
           const job& jb = jobs[j];
           row& r = rows[j];
           models::spec_options o = options_of(jb);
-          if (std::string(jb.m->name) == "planned, warm") o.carry = &carried[j];
+          if (jb.m->warm) o.carry = &carried[j];
           models::decode_stats st;
           std::vector<models::token_id> out;
           if (!jb.m->speculative) {

@@ -263,8 +263,10 @@ struct decode_stats {
   std::string planner_estimates;
 };
 
-//! Which tree a speculative run drafts (planned: the round planner chooses every round).
-enum class tree_kind { chain, iid_tree, topk_tree, beam_tree, planned };
+//! Which tree a speculative run drafts (planned: the round planner chooses
+//! every round; lookup: prompt lookup, no drafter model; planned_lookup: the
+//! planner keeps the part of each lookup draft worth a pass).
+enum class tree_kind { chain, iid_tree, topk_tree, beam_tree, planned, lookup, planned_lookup };
 
 struct spec_options {
   tree_kind kind = tree_kind::iid_tree;
@@ -275,6 +277,9 @@ struct spec_options {
   std::int64_t drafter_window = 32;
   std::int32_t topk_k = 2, topk_depth = 4;
   std::int32_t beam_k = 4, beam_width = 4, beam_depth = 5, beam_budget = 32;
+  //! Prompt lookup: the deepest draft and the node budget (root included);
+  //! planned_lookup drafts with lookup_planned_nodes and lets the planner cut.
+  std::int32_t lookup_depth = 4, lookup_nodes = 5, lookup_planned_nodes = 16;
   specdec::planner_options planner{.max_nodes = 32, .max_depth = 8};  //!< planned runs
   //! Planned runs: a planner state carried between requests (read at the
   //! start when it has seen rounds, written back at the end); null = cold.
@@ -443,6 +448,20 @@ inline std::vector<token_id> generate_speculative(const weights& target, const w
          .mode = o.temperature == 0.0f ? specdec::draft_mode::deterministic : specdec::draft_mode::iid,
          .vocab_size = V});
     if (o.carry != nullptr && o.carry->rounds() > 0) b.planner() = *o.carry;  // what earlier requests measured
+    return detail::run_session(std::move(b), target, draft, prompt, n_tokens, o, st, on_round);
+  }
+  if (o.kind == tree_kind::lookup || o.kind == tree_kind::planned_lookup) {
+    const bool planned = o.kind == tree_kind::planned_lookup;
+    specdec::planner_options po = o.planner;
+    po.max_nodes = o.lookup_planned_nodes;
+    po.draft_bonus = 0.0;  // the builder reports every skipped draft (observe_skipped)
+    specdec::prompt_lookup_builder lookup({.max_ngram = 4,
+                                           .max_depth = planned ? po.max_depth : o.lookup_depth,
+                                           .max_nodes = planned ? po.max_nodes : o.lookup_nodes,
+                                           .vocab_size = V});
+    if (!planned) return detail::run_session(std::move(lookup), target, draft, prompt, n_tokens, o, st, on_round);
+    specdec::planned_drafts_builder b(std::move(lookup), po);
+    if (o.carry != nullptr && o.carry->rounds() > 0) b.planner() = *o.carry;
     return detail::run_session(std::move(b), target, draft, prompt, n_tokens, o, st, on_round);
   }
   if (o.kind == tree_kind::beam_tree)

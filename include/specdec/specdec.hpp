@@ -86,4 +86,5 @@
 
 #include "specdec/loop/batch_session.hpp"
 #include "specdec/loop/concepts.hpp"
+#include "specdec/loop/planned_drafts.hpp"
 #include "specdec/loop/session.hpp"

@@ -15,12 +15,14 @@
 
 #include "loop/loop_models.hpp"
 #include "specdec/draft/beam_tree.hpp"
+#include "specdec/draft/prompt_lookup.hpp"
 #include "specdec/draft/sampled_tree.hpp"
 #include "specdec/draft/stream_tree.hpp"
 #include "specdec/draft/token_info.hpp"
 #include "specdec/draft/topk_tree.hpp"
 #include "specdec/loop/concepts.hpp"
 #include "specdec/loop/planned_builder.hpp"
+#include "specdec/loop/planned_drafts.hpp"
 #include "specdec/loop/session.hpp"
 #include "verify/exactness_harness.hpp"
 
@@ -382,6 +384,24 @@ TEST_CASE("planned rounds keep the target's law; planning from this round's targ
     for (const auto& [k, v] : shapes) std::printf(" (%d,%d)x%d", k.first, k.second, v);
     std::printf("\n");
     CHECK(shapes.size() >= 3);  // the plans did change from round to round
+    CHECK_FALSE(f.impossible);
+    CHECK(f.p_value > 1e-4);
+  }
+  {  // Prompt lookup's drafts, cut by plan_drafted (the drafts decide the cut) or plain steps.
+    planned_drafts_builder b(prompt_lookup_builder({.max_ngram = 2, .max_depth = 3, .max_nodes = 8, .vocab_size = 3}),
+                             planner_options{.max_nodes = 8, .max_depth = 3, .forget = 0.9, .probe_every = 0});
+    const double n[] = {1, 2, 4, 8}, t[] = {1.0, 1.08, 1.2, 1.5};
+    REQUIRE(b.planner().set_target_cost(n, t).ok());
+    REQUIRE(b.planner().set_loop_cost(0.01, 0.0).ok());
+    std::map<std::pair<int, int>, int> shapes;
+    const auto f = loop_law(std::move(b), ld, options(3, 0, 64), 3, L, trials, seed + 2, [&](const round_stats& st) {
+      ++shapes[{st.tree_nodes, st.tree_depth}];
+    });
+    report("planned prompt lookup 3 rounds", f);
+    std::printf("  trees verified (nodes, depth) x rounds:");
+    for (const auto& [k, v] : shapes) std::printf(" (%d,%d)x%d", k.first, k.second, v);
+    std::printf("\n");
+    CHECK(shapes.size() >= 3);
     CHECK_FALSE(f.impossible);
     CHECK(f.p_value > 1e-4);
   }

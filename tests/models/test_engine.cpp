@@ -371,7 +371,8 @@ TEST_CASE("batched engine: greedy speculative decoding in bf16 equals greedy aut
     models::decode_stats ar_st;
     const auto ar = models::generate_autoregressive(w, prompt, 64, o, ar_st);
     for (const auto kind : {models::tree_kind::chain, models::tree_kind::iid_tree, models::tree_kind::topk_tree,
-                            models::tree_kind::beam_tree, models::tree_kind::planned}) {
+                            models::tree_kind::beam_tree, models::tree_kind::planned, models::tree_kind::lookup,
+                            models::tree_kind::planned_lookup}) {
       o.kind = kind;
       models::decode_stats st;
       const auto spec = models::generate_speculative(w, d, prompt, 64, o, st);

@@ -404,8 +404,9 @@ TEST_CASE("greedy speculative decoding equals greedy autoregressive decoding for
     o.temperature = 0.0f;
     models::decode_stats ar_st;
     const auto ar = models::generate_autoregressive(w, prompt, 64, o, ar_st);
-    for (const auto kind : {models::tree_kind::chain, models::tree_kind::iid_tree, models::tree_kind::topk_tree,
-                            models::tree_kind::beam_tree}) {
+    for (const auto kind :
+         {models::tree_kind::chain, models::tree_kind::iid_tree, models::tree_kind::topk_tree,
+          models::tree_kind::beam_tree, models::tree_kind::lookup, models::tree_kind::planned_lookup}) {
       o.kind = kind;
       models::decode_stats st;
       const auto spec = models::generate_speculative(w, draft, prompt, 64, o, st);
