@@ -134,7 +134,7 @@ struct batch {
 //! Scratch kept between calls so the hot path does not reallocate.
 struct scratch {
   std::vector<std::byte> ws;
-  std::vector<float> x, xn, proj, attn, q, scores, v, o, z, y, yn;
+  std::vector<float> x, xn, proj, attn, q, scores, o, z, y, yn;
 };
 
 namespace detail {
@@ -264,7 +264,6 @@ inline void attention(const weights& w, const layer_weights& L, state& s, const 
   grow(sc.q, M * dh);
   grow(sc.scores, M * ldS);
   grow(sc.o, M * dh);
-  grow(sc.v, ldS * dh);
   grow(sc.attn, n * c.heads * dh);
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   for (std::int64_t kh = 0; kh < c.kv_heads; ++kh) {
@@ -300,13 +299,12 @@ inline void attention(const weights& w, const layer_weights& L, state& s, const 
       const float inv = 1.0f / sum8(sr, T);
       for (std::int64_t t = 0; t < T; ++t) sr[t] *= inv;
     }
-    // Output [M, dh] = P V with the values gathered into one [T, dh] block
-    // (dh / 16 panels, T keys deep: one long product instead of a short one
-    // per page, each with its accumulator set-up and store).
+    // Output [M, dh] = P V, page by page in place (a page's values are a
+    // [16, dh] row block: dh / 16 panels, 16 keys deep), summed into o.
     for (std::int64_t lp = 0; lp < pages; ++lp)
-      std::copy_n(s.v_page(L.cache_index, lp, kh), std::min(P, T - lp * P) * dh, sc.v.data() + lp * P * dh);
-    for (std::int64_t p = 0; p < dh / P; ++p)
-      kernel::panel_rows(M, sc.scores.data(), ldS, sc.v.data() + p * P, dh, T, sc.o.data() + p * P, dh, P, false);
+      for (std::int64_t p = 0; p < dh / P; ++p)
+        kernel::panel_rows(M, sc.scores.data() + lp * P, ldS, s.v_page(L.cache_index, lp, kh) + p * P, dh,
+                           std::min(P, T - lp * P), sc.o.data() + p * P, dh, P, lp > 0);
     for (std::int64_t r = 0; r < n; ++r)
       for (std::int64_t g = 0; g < group; ++g)
         std::copy_n(sc.o.data() + (r * group + g) * dh, dh, sc.attn.data() + r * c.heads * dh + (kh * group + g) * dh);
