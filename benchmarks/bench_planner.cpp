@@ -17,6 +17,13 @@
 // follows it 60% of the time, passes priced so that speculation never pays):
 // what reporting skipped drafts adds to each plain round.
 //
+// BM_planned_drafts_build/H: one build() + observe() of
+// planned_drafts_builder<prompt_lookup_builder> per iteration (lookup over a
+// history of H tokens that repeats a 37-token phrase with every 11th token
+// changed, a 16-node draft cut by plan_drafted, the first drafted level
+// accepted): what a planned model-free round costs the host, lookup
+// included, next to BM_planner_drafted's planning alone.
+//
 // BM_planner_curve/c: the planner fed one hardware curve (injected), run for
 // 4000 simulated rounds against the same acceptance; counters: the shape it
 // settles on (nodes, depth), its predicted tokens per round and speedup over
@@ -34,6 +41,8 @@
 #include <span>
 #include <vector>
 
+#include "specdec/draft/prompt_lookup.hpp"
+#include "specdec/loop/planned_drafts.hpp"
 #include "specdec/loop/planner.hpp"
 
 namespace {
@@ -194,6 +203,37 @@ void BM_planner_skipped(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());  // plain rounds per second
 }
 BENCHMARK(BM_planner_skipped)->Unit(benchmark::kMicrosecond);
+
+void BM_planned_drafts_build(benchmark::State& state) {
+  const auto H = static_cast<std::size_t>(state.range(0));
+  std::vector<specdec::token_id> history(H);
+  for (std::size_t i = 0; i < H; ++i) history[i] = static_cast<specdec::token_id>(i % 11 == 10 ? 100 + i % 7 : i % 37);
+  specdec::planned_drafts_builder b(specdec::prompt_lookup_builder({.max_depth = 8, .max_nodes = 16}),
+                                    specdec::planner_options{.max_nodes = 16, .max_depth = 8, .draft_bonus = 0.0});
+  const double n[2] = {1.0, 16.0}, t[2] = {1.0, 4.0};
+  (void)b.planner().set_target_cost(n, t);
+  specdec::draft_round r;
+  r.root_token = history.back();
+  r.history = std::span<const specdec::token_id>(history).first(H - 1);
+  specdec::drafted_tree out;
+  std::vector<node_id> path;
+  int source = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(b.build(source, r, out));
+    path.assign(1, 0);
+    if (out.size() > 1) path.push_back(1);
+    specdec::round_feedback f;
+    f.tree = out.tree.view();
+    f.draft_prob = out.prob;
+    f.path = path;
+    f.forward_nodes = out.size();
+    f.forward_seconds = 1.0 + 0.2 * (out.size() - 1);
+    benchmark::DoNotOptimize(b.observe(f));
+  }
+  state.counters["nodes"] = out.size();
+  state.SetItemsProcessed(state.iterations());  // rounds per second
+}
+BENCHMARK(BM_planned_drafts_build)->Arg(256)->Arg(2048)->Unit(benchmark::kMicrosecond);
 
 void BM_planner_curve(benchmark::State& state) {
   const auto c = state.range(0);
