@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "drafters.hpp"
 #include "llama_adapter.hpp"
 #include "specdec/draft/verify_mode.hpp"
+#include "specdec/loop/planned_drafts.hpp"
 #include "specdec/loop/planner.hpp"
 
 namespace specdec_llama {
@@ -62,66 +64,18 @@ struct run_stats {
 
 namespace detail {
 
-//! Keeps the first k nodes of a drafted tree (ids are topological, so they
-//! are ancestor-closed): how a round shrinks when llama_decode finds no KV
-//! cells for the whole tree. A node whose children were all cut becomes a
-//! leaf; q rows (if any) of the kept nodes are unchanged.
-//! Drops the children of every node whose path probability (exp of its
-//! score) is below min_path_probability[its depth] (the planner's early-stop
-//! thresholds; the root always expands). Deterministic trees only, which
-//! any rule reading draft quantities may prune without losing exactness.
-inline void prune_below(specdec::drafted_tree& t, std::span<const double> min_path_probability) {
-  if (min_path_probability.empty() || t.size() <= 1) return;
-  // Node u keeps its children when its path probability reaches the
-  // threshold of its depth (static_tree_builder's rule); ids stay topological.
-  std::vector<char> keep(static_cast<std::size_t>(t.size()), 0);
-  keep[0] = 1;
-  bool all = true;
-  for (specdec::node_id i = 1; i < t.size(); ++i) {
-    const specdec::node_id u = t.tree.parent(i);
-    const auto du = static_cast<std::size_t>(t.tree.depth(u));
-    const bool expand = du == 0 || du >= min_path_probability.size() ||
-                        std::exp(static_cast<double>(t.tree.score(u))) >= min_path_probability[du];
-    keep[static_cast<std::size_t>(i)] = keep[static_cast<std::size_t>(u)] && expand ? 1 : 0;
-    all = all && keep[static_cast<std::size_t>(i)];
-  }
-  if (all) return;
+//! Cuts a drafted tree in place (specdec::keep_draft_within): at most
+//! max_nodes nodes in id order, none deeper than max_depth, no children
+//! under a node whose path probability is below the planner's threshold for
+//! its depth. Without depth or thresholds it keeps the first max_nodes
+//! nodes with their ids, so q rows (if any) stay aligned: how a round
+//! shrinks when llama_decode finds no KV cells for the whole tree.
+inline void cut_draft(specdec::drafted_tree& t, std::int32_t max_nodes,
+                      std::int32_t max_depth = std::numeric_limits<std::int32_t>::max(),
+                      std::span<const double> min_path_probability = {}) {
   specdec::drafted_tree cut;
-  std::vector<specdec::node_id> id(static_cast<std::size_t>(t.size()), -1);
-  cut.reset(t.tree.token(0));
-  id[0] = 0;
-  for (specdec::node_id i = 1; i < t.size(); ++i)
-    if (keep[static_cast<std::size_t>(i)])
-      id[static_cast<std::size_t>(i)] =
-          cut.add(id[static_cast<std::size_t>(t.tree.parent(i))], t.tree.token(i), t.prob[static_cast<std::size_t>(i)],
-                  t.tree.score(i), t.child_mode[static_cast<std::size_t>(t.tree.parent(i))]);
-  t = std::move(cut);
-}
-
-//! Keeps the nodes of depth <= max_depth, at most max_nodes of them in id
-//! order (ancestor-closed: ids are topological and a parent is never deeper
-//! than its child). Model-free builders emit nodes best-first, so this keeps
-//! the most confident ones.
-inline void keep_within(specdec::drafted_tree& t, std::int32_t max_nodes, std::int32_t max_depth) {
-  specdec::drafted_tree cut;
-  std::vector<specdec::node_id> id(static_cast<std::size_t>(t.size()), -1);
-  cut.reset(t.tree.token(0));
-  id[0] = 0;
-  for (specdec::node_id i = 1; i < t.size() && cut.size() < max_nodes; ++i) {
-    const specdec::node_id p = id[static_cast<std::size_t>(t.tree.parent(i))];
-    if (p < 0 || t.tree.depth(i) > max_depth) continue;
-    id[static_cast<std::size_t>(i)] = cut.add(p, t.tree.token(i), t.prob[static_cast<std::size_t>(i)], t.tree.score(i),
-                                              t.child_mode[static_cast<std::size_t>(t.tree.parent(i))]);
-  }
-  t = std::move(cut);
-}
-
-inline void keep_first(specdec::drafted_tree& t, std::int32_t k) {
-  specdec::drafted_tree cut;
-  cut.reset(t.tree.token(0));
-  for (specdec::node_id i = 1; i < k && i < t.size(); ++i)
-    cut.add(t.tree.parent(i), t.tree.token(i), t.prob[static_cast<std::size_t>(i)], t.tree.score(i),
-            t.child_mode[static_cast<std::size_t>(t.tree.parent(i))]);
+  std::vector<specdec::node_id> id;
+  specdec::keep_draft_within(t, max_nodes, max_depth, min_path_probability, cut, id);
   t = std::move(cut);
 }
 
@@ -231,10 +185,9 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
         d.tree.reset(tgt.committed().back());
         d.q.clear();
       } else if (plan.summary.kind == specdec::plan_kind::drafted) {
-        detail::keep_first(d.tree, plan.summary.nodes);
+        detail::cut_draft(d.tree, plan.summary.nodes);
       } else {  // a fixed plan (fix_plan)
-        detail::keep_within(d.tree, plan.summary.nodes, plan.summary.depth);
-        detail::prune_below(d.tree, plan.min_path_probability);
+        detail::cut_draft(d.tree, plan.summary.nodes, plan.summary.depth, plan.min_path_probability);
       }
     }
     if (planner != nullptr && d.tree.size() == 1) ++s.plain_rounds;
@@ -251,7 +204,7 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
         break;
       } catch (const kv_full_error&) {
         if (d.tree.size() <= 1) throw;
-        detail::keep_first(d.tree, (d.tree.size() + 1) / 2);
+        detail::cut_draft(d.tree, (d.tree.size() + 1) / 2);
         ++s.shrunk;
       }
     }

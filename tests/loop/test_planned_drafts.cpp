@@ -108,7 +108,7 @@ TEST_CASE("planned drafts: the cut keeps what the brute-force definition keeps")
     std::vector<double> thr(rng() % 5);
     for (auto& x : thr) x = static_cast<double>(rng() % 60) / 100.0;
     drafted_tree out;
-    detail::keep_draft_within(t, max_nodes, max_depth, thr, out, scratch);
+    keep_draft_within(t, max_nodes, max_depth, thr, out, scratch);
     const auto kept = reference_kept(t, max_nodes, max_depth, thr);
     INFO("trial " << trial);
     REQUIRE(out.size() == static_cast<std::int32_t>(kept.size()));

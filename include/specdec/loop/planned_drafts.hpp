@@ -3,7 +3,7 @@
 //! builder whose drafts cost next to nothing (prompt lookup, a suffix
 //! index) draft first, then has a round_planner keep the part of that draft
 //! worth a target pass (round_planner::plan_drafted): the most confident
-//! prefix, or a plain step. It reports every plain step's skipped draft to
+//! prefix (keep_draft_within), or a plain step. It reports every plain step's skipped draft to
 //! the planner (observe_skipped), so acceptance by confidence keeps being
 //! learned while speculation is off. speculative_session and
 //! batched_session run it like any round-observing builder (docs/loop.md,
@@ -26,13 +26,15 @@
 
 namespace specdec {
 
-namespace detail {
-
 //! Copies into `out` the nodes of `in`, in id order, whose parent was kept,
 //! whose depth is at most `max_depth` and whose parent's path probability
 //! reaches min_path_probability[parent depth] (static_tree_builder's
 //! expansion rule; depths past the span are not limited), until `out` has
-//! `max_nodes` nodes. Ids stay topological. `id` is scratch.
+//! `max_nodes` nodes. Ids stay topological, so with no depth or threshold
+//! limit this keeps the first max_nodes nodes (the most confident ones of
+//! a model-free builder). A node whose children were all cut becomes a
+//! leaf. For deterministic drafts, which any cut keeps exact (docs/loop.md).
+//! `id` is scratch.
 inline void keep_draft_within(const drafted_tree& in, std::int32_t max_nodes, std::int32_t max_depth,
                               std::span<const double> min_path_probability, drafted_tree& out,
                               std::vector<node_id>& id) {
@@ -51,8 +53,6 @@ inline void keep_draft_within(const drafted_tree& in, std::int32_t max_nodes, st
                                               in.tree.score(i), in.child_mode[static_cast<std::size_t>(u)]);
   }
 }
-
-}  // namespace detail
 
 //! Drafts with `Inner` (a builder of deterministic drafts: prompt_lookup_builder,
 //! suffix_tree_builder, or any whose children are `draft_mode::deterministic`),
@@ -98,9 +98,9 @@ class planned_drafts_builder : public owning_build<planned_drafts_builder<Inner>
     summary_ = p.summary;
     if (p.summary.nodes <= 1 || p.summary.depth == 0) return plain(round, out);
     if (p.summary.kind == plan_kind::drafted)
-      detail::keep_draft_within(draft_, p.summary.nodes, any_depth, {}, out, id_);
+      keep_draft_within(draft_, p.summary.nodes, any_depth, {}, out, id_);
     else
-      detail::keep_draft_within(draft_, p.summary.nodes, p.summary.depth, p.min_path_probability, out, id_);
+      keep_draft_within(draft_, p.summary.nodes, p.summary.depth, p.min_path_probability, out, id_);
     return status::success();
   }
 
