@@ -3,11 +3,11 @@
 //! builder whose drafts cost next to nothing (prompt lookup, a suffix
 //! index) draft first, then has a round_planner keep the part of that draft
 //! worth a target pass (round_planner::plan_drafted): the most confident
-//! prefix (keep_draft_within), or a plain step. It reports every plain step's skipped draft to
-//! the planner (observe_skipped), so acceptance by confidence keeps being
-//! learned while speculation is off. speculative_session and
-//! batched_session run it like any round-observing builder (docs/loop.md,
-//! "Planned rounds").
+//! prefix (keep_draft_within), or a plain step. It reports every plain
+//! step's skipped draft to the planner (observe_skipped), so acceptance by
+//! confidence keeps being learned while speculation is off.
+//! speculative_session and batched_session run it like any round-observing
+//! builder (docs/loop.md, "Planned rounds").
 #pragma once
 
 #include <algorithm>
