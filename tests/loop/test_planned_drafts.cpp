@@ -15,6 +15,7 @@
 #include "loop/loop_models.hpp"
 #include "specdec/draft/prompt_lookup.hpp"
 #include "specdec/draft/sampled_tree.hpp"
+#include "specdec/draft/suffix_index.hpp"
 #include "specdec/loop/batch_session.hpp"
 #include "specdec/loop/planned_drafts.hpp"
 #include "specdec/loop/session.hpp"
@@ -25,6 +26,8 @@ using planned_lookup = planned_drafts_builder<prompt_lookup_builder>;
 static_assert(round_observing_builder<planned_lookup>);
 static_assert(tree_builder<planned_lookup, looptest::drafter>);
 static_assert(tree_builder<planned_lookup, looptest::level_drafter>);
+static_assert(tree_builder<planned_drafts_builder<suffix_tree_builder>, suffix_index>);
+static_assert(!tree_builder<planned_drafts_builder<suffix_tree_builder>, looptest::drafter>);
 static_assert(!round_observing_builder<prompt_lookup_builder>);
 // The wrapped builder's build decides what the wrapper can draft from.
 static_assert(!tree_builder<planned_drafts_builder<sampled_tree_builder>, int>);
@@ -180,6 +183,23 @@ TEST_CASE(
     REQUIRE(s.round(unused, tgt).ok());
     CHECK(s.last_round().tree_nodes == 7);  // the whole draft, 6 levels deep
     CHECK(s.last_round().accepted == 6);
+  }
+  // The suffix index as the source (suffix_tree_builder syncs it with the context).
+  {
+    markov_target tgt;
+    planned_drafts_builder<suffix_tree_builder> b(
+        suffix_tree_builder({.max_depth = 6, .max_nodes = 8}),
+        {.max_nodes = 8, .max_depth = 6, .probe_every = 0, .draft_bonus = 0.0});
+    const double n[] = {1, 2, 8}, t[] = {1.0, 1.05, 1.35};
+    REQUIRE(b.planner().set_target_cost(n, t).ok());
+    REQUIRE(b.planner().set_loop_cost(0.0, 0.0).ok());
+    suffix_index index({.depth = 16, .capacity = 1 << 12});
+    speculative_session s(std::move(b), greedy_options(12, 150));
+    const auto out = s.generate(index, tgt, prompt);
+    CHECK(std::vector<token_id>(out.begin(), out.end()) == ref);
+    std::printf("[planned drafts] suffix index: %lld rounds for 150 tokens\n",
+                static_cast<long long>(s.stats().rounds));
+    CHECK(s.stats().rounds < 50);
   }
   // A target whose text never repeats exactly (random per context): still plain greedy decoding.
   {
