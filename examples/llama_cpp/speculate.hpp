@@ -75,7 +75,7 @@ inline void cut_draft(specdec::drafted_tree& t, std::int32_t max_nodes,
                       std::span<const double> min_path_probability = {}) {
   specdec::drafted_tree cut;
   std::vector<specdec::node_id> id;
-  specdec::keep_draft_within(t, max_nodes, max_depth, min_path_probability, cut, id);
+  check(specdec::keep_draft_within(t, max_nodes, max_depth, min_path_probability, cut, id), "keep_draft_within");
   t = std::move(cut);
 }
 

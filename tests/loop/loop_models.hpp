@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -114,6 +116,13 @@ struct level_drafter {
     return specdec::status::success();
   }
 };
+
+// A generator seeded with `seed`, the seed printed first so that a failing
+// randomized test can be replayed.
+inline std::mt19937_64 seeded_rng(const char* what, std::uint64_t seed) {
+  std::printf("%s seed=%llu\n", what, static_cast<unsigned long long>(seed));
+  return std::mt19937_64(seed);
+}
 
 // Plain greedy decoding of the table (lowest id on ties).
 inline std::vector<token_id> greedy_decode(const table& m, std::vector<token_id> ctx, int n) {

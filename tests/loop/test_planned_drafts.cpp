@@ -92,9 +92,7 @@ planned_lookup lookup_builder(std::int64_t V, double node_cost, std::int32_t max
 }  // namespace
 
 TEST_CASE("planned drafts: the cut keeps what the brute-force definition keeps") {
-  const std::uint64_t seed = 20261127;
-  std::printf("[planned drafts] cut seed=%llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng = looptest::seeded_rng("[planned drafts] cut", 20261127);
   std::vector<node_id> scratch;
   for (int trial = 0; trial < 3000; ++trial) {
     const auto n = static_cast<std::int32_t>(1 + rng() % 20);
@@ -111,7 +109,7 @@ TEST_CASE("planned drafts: the cut keeps what the brute-force definition keeps")
     std::vector<double> thr(rng() % 5);
     for (auto& x : thr) x = static_cast<double>(rng() % 60) / 100.0;
     drafted_tree out;
-    keep_draft_within(t, max_nodes, max_depth, thr, out, scratch);
+    REQUIRE(keep_draft_within(t, max_nodes, max_depth, thr, out, scratch).ok());
     const auto kept = reference_kept(t, max_nodes, max_depth, thr);
     INFO("trial " << trial);
     REQUIRE(out.size() == static_cast<std::int32_t>(kept.size()));
@@ -129,6 +127,31 @@ TEST_CASE("planned drafts: the cut keeps what the brute-force definition keeps")
       CHECK(out.child_mode[k] == (has_child ? t.child_mode[static_cast<std::size_t>(i)] : draft_mode::leaf));
     }
   }
+}
+
+TEST_CASE("planned drafts: the cut refuses malformed drafts before writing anything") {
+  drafted_tree out, empty;
+  out.reset(7);
+  std::vector<node_id> scratch;
+  CHECK(keep_draft_within(empty, 4, 4, {}, out, scratch) == status_code::invalid_argument);  // no root
+  drafted_tree t;
+  t.reset(1);
+  t.add(0, 2, 0.5f, std::log(0.5f), draft_mode::deterministic);
+  t.add(1, 3, 0.5f, 2 * std::log(0.5f), draft_mode::deterministic);
+  CHECK(keep_draft_within(t, 0, 4, {}, out, scratch) == status_code::invalid_argument);  // max_nodes < 1
+  drafted_tree short_prob = t;
+  short_prob.prob.pop_back();
+  CHECK(keep_draft_within(short_prob, 4, 4, {}, out, scratch) == status_code::size_mismatch);
+  drafted_tree short_modes = t;
+  short_modes.child_mode.pop_back();
+  CHECK(keep_draft_within(short_modes, 4, 4, {}, out, scratch) == status_code::size_mismatch);
+  // Nothing was written: `out` still holds its own root only.
+  CHECK(out.size() == 1);
+  CHECK(out.tree.token(0) == 7);
+  // max_nodes 1: the root alone, a leaf.
+  REQUIRE(keep_draft_within(t, 1, 4, {}, out, scratch).ok());
+  CHECK(out.size() == 1);
+  CHECK(out.child_mode[0] == draft_mode::leaf);
 }
 
 TEST_CASE(

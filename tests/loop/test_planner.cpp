@@ -703,9 +703,7 @@ TEST_CASE("planner estimators: the skipped-draft follower offers what a brute-fo
   // a plain copy, each step listing the children of its node and of the new
   // draft's root, in id order, with the first one carrying the emitted token
   // accepted. Both feed an estimator; their estimates must be equal.
-  const std::uint64_t seed = 20261129;
-  std::printf("[planner] skipped-draft follower seed=%llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng = looptest::seeded_rng("[planner] skipped-draft follower", 20261129);
   std::uniform_real_distribution<double> U(0.0, 1.0);
   detail::confidence_estimator got, want;
   got.reset(2.0, 0.0, 0.97);
@@ -783,9 +781,7 @@ TEST_CASE("planner estimators: the skipped-draft follower offers what a brute-fo
 TEST_CASE("planner estimators: drafter fit is the non-negative least-squares optimum; outliers are capped") {
   // Reference: projected gradient descent on the same (undecayed) normal
   // equations; the subset solution must reach its residual or better.
-  const std::uint64_t seed = 20261126;
-  std::printf("[planner] nnls seed %llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng = looptest::seeded_rng("[planner] nnls", 20261126);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   int clamp_worse = 0;
   for (int trial = 0; trial < 200; ++trial) {
@@ -969,9 +965,7 @@ TEST_CASE("planner estimators: the tree program's optimum equals a brute-force s
   // every node count up to 9: the program's value must be the best over
   // every ordered tree of that many nodes (enumerated), and the tree it
   // emits must have that value, its depth and its expanded count.
-  const std::uint64_t seed = 20261130;
-  std::printf("[planner] tree program vs brute force seed=%llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng = looptest::seeded_rng("[planner] tree program vs brute force", 20261130);
   std::uniform_real_distribution<double> U(0.0, 1.0);
   int compared = 0;
   for (int trial = 0; trial < 40; ++trial) {

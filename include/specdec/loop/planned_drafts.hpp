@@ -34,10 +34,16 @@ namespace specdec {
 //! limit this keeps the first max_nodes nodes (the most confident ones of
 //! a model-free builder). A node whose children were all cut becomes a
 //! leaf. For deterministic drafts, which any cut keeps exact (docs/loop.md).
-//! `id` is scratch.
-inline void keep_draft_within(const drafted_tree& in, std::int32_t max_nodes, std::int32_t max_depth,
-                              std::span<const double> min_path_probability, drafted_tree& out,
-                              std::vector<node_id>& id) {
+//! `id` is scratch. Errors (checked before `out` is written):
+//! invalid_argument (no root, max_nodes < 1), size_mismatch (fewer
+//! probabilities or child modes than nodes).
+inline status keep_draft_within(const drafted_tree& in, std::int32_t max_nodes, std::int32_t max_depth,
+                                std::span<const double> min_path_probability, drafted_tree& out,
+                                std::vector<node_id>& id) {
+  if (in.size() < 1) return make_status(status_code::invalid_argument, "the drafted tree needs its root");
+  if (max_nodes < 1) return make_status(status_code::invalid_argument, "max_nodes must be >= 1");
+  if (in.prob.size() < static_cast<std::size_t>(in.size()) || in.child_mode.size() < in.prob.size())
+    return make_status(status_code::size_mismatch, "one draft probability and child mode per drafted node");
   out.reset(in.tree.token(0));
   id.assign(static_cast<std::size_t>(in.size()), -1);
   id[0] = 0;
@@ -52,6 +58,7 @@ inline void keep_draft_within(const drafted_tree& in, std::int32_t max_nodes, st
     id[static_cast<std::size_t>(i)] = out.add(p, in.tree.token(i), in.prob[static_cast<std::size_t>(i)],
                                               in.tree.score(i), in.child_mode[static_cast<std::size_t>(u)]);
   }
+  return status::success();
 }
 
 //! Drafts with `Inner` (a builder of deterministic drafts: prompt_lookup_builder,
@@ -73,7 +80,8 @@ class planned_drafts_builder : public owning_build<planned_drafts_builder<Inner>
   explicit planned_drafts_builder(Inner inner, const planner_options& o = {}) : inner_(std::move(inner)), planner_(o) {}
 
   //! Errors: Inner's build errors; those of round_planner::plan_drafted
-  //! (invalid_argument for sampled drafts) and observe_skipped.
+  //! (invalid_argument for sampled drafts), observe_skipped and
+  //! keep_draft_within (a draft without its probabilities: size_mismatch).
   template <class D>
   requires requires(Inner& b, D& d, const draft_round& r, drafted_tree& t) {
     { b.build(d, r, t) } -> std::same_as<status>;
@@ -98,10 +106,8 @@ class planned_drafts_builder : public owning_build<planned_drafts_builder<Inner>
     summary_ = p.summary;
     if (p.summary.nodes <= 1 || p.summary.depth == 0) return plain(round, out);
     if (p.summary.kind == plan_kind::drafted)
-      keep_draft_within(draft_, p.summary.nodes, any_depth, {}, out, id_);
-    else
-      keep_draft_within(draft_, p.summary.nodes, p.summary.depth, p.min_path_probability, out, id_);
-    return status::success();
+      return keep_draft_within(draft_, p.summary.nodes, any_depth, {}, out, id_);
+    return keep_draft_within(draft_, p.summary.nodes, p.summary.depth, p.min_path_probability, out, id_);
   }
 
   //! Feeds the round's measurements to the planner.
