@@ -6,6 +6,7 @@
 // threshold lies within an ulp of an entry: not the case for these inputs).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -226,6 +227,60 @@ TEST_CASE("GPU verify_batch with strided columns and caller uniforms matches the
     uo.uniforms = &u;
     uo.draws_per_node = 13;
     compare(b, uo);
+  }
+}
+
+TEST_CASE("GPU verify_batch: trees larger than the shared-memory stage match the host") {
+  // The kernel checks and walks trees of up to 512 nodes (verify_staged_nodes)
+  // from shared memory and larger ones from global memory: a batch of both.
+  std::mt19937 gen(9090);
+  INFO("seed 9090");
+  const auto b = make_batch(gen, 6, 100, 1200);
+  bool small = false;
+  for (std::size_t r = 0; r + 1 < b.offsets.size(); ++r) small = small || b.offsets[r + 1] - b.offsets[r] <= 512;
+  REQUIRE(b.max_nodes > 512);
+  REQUIRE(small);
+  compare(b);
+}
+
+TEST_CASE("GPU verify_batch: greedy down deep chains (ties, NaN rows) matches the host") {
+  // Every draft is its parent row's argmax, so the walk goes the whole
+  // chain; ties have two maxima (the lower id wins); one request has a NaN
+  // in a row of its chain, which the walk reaches.
+  std::mt19937 gen(5151);
+  INFO("seed 5151");
+  for (std::int64_t V : {1001, 32000}) {
+    batch b;
+    b.V = V;
+    const std::vector<int> lengths{1, 2, 33, 64, 65, 40};
+    for (std::size_t r = 0; r < lengths.size(); ++r) {
+      const int n = lengths[r];
+      b.max_nodes = std::max(b.max_nodes, n);
+      token_id want = 0;
+      for (int i = 0; i < n; ++i) {
+        auto row = random_row(gen, V, 0.3);
+        const auto top = std::max_element(row.begin(), row.end()) - row.begin();
+        if (i % 3 == 1) row[static_cast<std::size_t>((top + V / 2) % V)] = row[static_cast<std::size_t>(top)];
+        if (r == 5 && i == 20) row[static_cast<std::size_t>(V - 1)] = std::numeric_limits<float>::quiet_NaN();
+        b.token.push_back(i == 0 ? 0 : want);
+        b.parent.push_back(i - 1);
+        want = static_cast<token_id>(std::max_element(row.begin(), row.end()) - row.begin());
+        for (std::int64_t j = 0; j < V; ++j)  // lowest id among the maxima, NaN ignored
+          if (row[static_cast<std::size_t>(j)] == row[static_cast<std::size_t>(want)]) {
+            want = static_cast<token_id>(j);
+            break;
+          }
+        b.P.insert(b.P.end(), row.begin(), row.end());
+        b.Q.insert(b.Q.end(), row.begin(), row.end());
+      }
+      b.offsets.push_back(b.offsets.back() + n);
+      verify_params vp;
+      vp.mode = verify_mode::greedy;
+      b.params.push_back(vp);
+    }
+    launch_options opt;
+    opt.L = 80;
+    compare(b, opt);
   }
 }
 

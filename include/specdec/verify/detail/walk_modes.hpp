@@ -320,8 +320,11 @@ SPECDEC_HD status walk_matching(const Topo& t, const Ops& ops, const Uni& uni, c
       SPECDEC_TRY(sample_p(ops, uni, rows, s, u, -1.0f, y));
     }
     node_id hit = -1;
-    for (node_id c = t.first_child(u); c >= 0 && hit < 0; c = t.next_sibling(c))
-      if (t.token_of(c) == y) hit = c;
+    for (node_id c = t.first_child(u); c >= 0; c = t.next_sibling(c))
+      if (t.token_of(c) == y) {
+        hit = c;
+        break;  // next_sibling costs O(n) with parent_topology
+      }
     if (hit < 0) {
       o.last = u;
       o.next = y;
