@@ -25,7 +25,8 @@ using namespace specdec_llama;
 
 struct cli {
   std::string model = SPECDEC_LLAMA_MODEL;
-  std::string draft_model;  // empty = the target drafts for itself
+  std::string draft_model;        // empty = the target drafts for itself
+  std::int32_t draft_layers = 0;  // > 0: draft with the target's first layers (layer_skip_copy)
   std::string prompt;
   std::int32_t n_predict = 128;
   float temperature = 0.0f;
@@ -53,6 +54,7 @@ struct cli {
       "                             [--plain-out FILE] [--repack 0|1] [--no-curve] [--format F] [--ignore-eos]\n"
       "  -m      target model (default: the cached SmolLM2-135M-Instruct.Q4_1.gguf)\n"
       "  -md     draft model for the model drafter (default: the target itself)\n"
+      "  --draft-layers K  draft with the target's first K blocks and its head (a copy made next to it)\n"
       "  --depth draft depth of every speculative method (default 6)\n"
       "  --plain-out  write the plain decoding text to FILE\n"
       "  --repack     llama.cpp weight repacking / extra buffer types (default 0: off, as run.sh's -nr)\n"
@@ -107,6 +109,8 @@ cli parse(int argc, char** argv) {
       c.plain_out = val();
     else if (a == "--repack")
       c.repack = std::atoi(val().c_str()) != 0;
+    else if (a == "--draft-layers")
+      c.draft_layers = std::atoi(val().c_str());
     else if (a == "--format")
       c.format = val();
     else if (a == "--no-curve")
@@ -146,8 +150,10 @@ int main(int argc, char** argv) {
     const model target(model_path, mo);
     const model* draft_model = &target;
     std::unique_ptr<model> owned_draft;
-    if (!c.draft_model.empty()) {
-      owned_draft = std::make_unique<model>(c.draft_model, mo);
+    const std::string draft_path = c.draft_layers > 0 ? layer_skip_copy(model_path, c.draft_layers) : c.draft_model;
+    if (c.draft_layers > 0) std::printf("draft model (first %d blocks): %s\n", c.draft_layers, draft_path.c_str());
+    if (!draft_path.empty()) {
+      owned_draft = std::make_unique<model>(draft_path, mo);
       draft_model = owned_draft.get();
     }
     const std::vector<llama_token> prompt = target.tokenize(c.prompt);

@@ -22,6 +22,7 @@
 //!   physical [slot]-indexed cache.
 #pragma once
 
+#include <gguf.h>
 #include <llama.h>
 
 #include <algorithm>
@@ -29,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <iterator>
 #include <span>
 #include <stdexcept>
@@ -153,6 +155,48 @@ inline std::string model_copy(const std::string& path, const std::string& format
   const std::string tmp = out + ".part";
   if (llama_model_quantize(path.c_str(), tmp.c_str(), &qp) != 0 || std::rename(tmp.c_str(), out.c_str()) != 0)
     throw llama_error("could not write the " + format + " copy " + out);
+  return out;
+}
+
+//! A layer-skip drafter made from the model at `path`: its first `layers`
+//! blocks with its own embeddings, final norm and output head, written next
+//! to it as <name>.first<layers>.gguf on first use (the weights are copied,
+//! not requantized). Decoding it is the target's early exit after `layers`
+//! blocks, with no training for that exit (self-speculative decoding).
+inline std::string layer_skip_copy(const std::string& path, std::int32_t layers) {
+  const std::string::size_type dot = path.rfind('.');
+  const std::string out = path.substr(0, dot) + ".first" + std::to_string(layers) + ".gguf";
+  if (std::FILE* file = std::fopen(out.c_str(), "rb")) {
+    std::fclose(file);
+    return out;
+  }
+  ggml_context* data = nullptr;
+  gguf_context* in = gguf_init_from_file(path.c_str(), gguf_init_params{false, &data});
+  if (in == nullptr) throw llama_error("could not read " + path);
+  gguf_context* copy = gguf_init_empty();
+  auto done = [&] {
+    gguf_free(copy);
+    gguf_free(in);
+    ggml_free(data);
+  };
+  const std::int64_t arch = gguf_find_key(in, "general.architecture");
+  const std::string blocks_key = std::string(arch >= 0 ? gguf_get_val_str(in, arch) : "") + ".block_count";
+  const std::int64_t blocks = gguf_find_key(in, blocks_key.c_str());
+  if (blocks < 0 || layers < 1 || static_cast<std::uint32_t>(layers) >= gguf_get_val_u32(in, blocks)) {
+    done();
+    throw llama_error("layer_skip_copy: " + path + " has no " + blocks_key + " above " + std::to_string(layers));
+  }
+  gguf_set_kv(copy, in);
+  gguf_set_val_u32(copy, blocks_key.c_str(), static_cast<std::uint32_t>(layers));
+  for (std::int64_t i = 0; i < gguf_get_n_tensors(in); ++i) {
+    const std::string name = gguf_get_tensor_name(in, i);  // "blk.<b>.<weight>" or a shared tensor
+    if (name.starts_with("blk.") && std::atoi(name.c_str() + 4) >= layers) continue;
+    gguf_add_tensor(copy, ggml_get_tensor(data, name.c_str()));
+  }
+  const std::string tmp = out + ".part";
+  const bool written = gguf_write_to_file(copy, tmp.c_str(), false);
+  done();
+  if (!written || std::rename(tmp.c_str(), out.c_str()) != 0) throw llama_error("could not write " + out);
   return out;
 }
 

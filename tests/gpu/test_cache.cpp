@@ -18,6 +18,7 @@
 
 using specdec::kv_tensor;
 using specdec_test::device_buffer;
+using specdec_test::run_in_graph;
 
 namespace {
 
@@ -114,7 +115,7 @@ gpu_case random_case(std::mt19937& g, int layout, int requests = 0) {
 // Runs the same commit on the host and on the device; returns both statuses.
 template <class T>
 void run_both(const gpu_case& c, std::mt19937_64& g64, specdec::status& host_st, specdec::status& dev_st, bool& equal,
-              bool& device_untouched, std::int32_t max_layers = 0) {
+              bool& device_untouched, std::int32_t max_layers = 0, bool graph = false) {
   std::int64_t total = 0;
   tensors_for<T>(c, static_cast<T*>(nullptr), total);
   std::vector<T> host(static_cast<std::size_t>(total));
@@ -152,8 +153,12 @@ void run_both(const gpu_case& c, std::mt19937_64& g64, specdec::status& host_st,
   p.batch = specdec::kv_commit_batch{static_cast<std::int32_t>(c.R), d_clen.data(), d_koff.data(), d_keep.data()};
   p.total_keep = static_cast<std::int64_t>(c.keep.size());
   p.status_word = d_status.data();
-  REQUIRE(specdec::kernels::kv_commit(p, nullptr, 0, nullptr).ok());
-  REQUIRE(specdec::kernels::synchronize(nullptr).ok());
+  if (graph) {  // captured into a CUDA graph and replayed once
+    run_in_graph([&](cudaStream_t s) { return specdec::kernels::kv_commit(p, nullptr, 0, s).ok(); });
+  } else {
+    REQUIRE(specdec::kernels::kv_commit(p, nullptr, 0, nullptr).ok());
+    REQUIRE(specdec::kernels::synchronize(nullptr).ok());
+  }
   dev_st = specdec::kernels::kv_commit_result(d_status.download()[0]);
   const auto out = dev.download();
   equal = std::memcmp(out.data(), host.data(), out.size() * sizeof(T)) == 0;
@@ -192,6 +197,22 @@ void random_equality(std::uint32_t seeds) {
 TEST_CASE("GPU kv_commit equals the host commit (fp16 bits)") { random_equality<std::uint16_t>(20); }
 TEST_CASE("GPU kv_commit equals the host commit (fp32 bits)") { random_equality<std::uint32_t>(10); }
 TEST_CASE("GPU kv_commit equals the host commit (fp8 bits)") { random_equality<std::uint8_t>(5); }
+
+TEST_CASE("GPU kv_commit inside a captured CUDA graph equals the host commit") {
+  // The validation kernel and the copy on the caller's stream, nothing
+  // synchronized or allocated: replayable in an engine's decode graph.
+  for (int layout = 0; layout < 5; ++layout) {
+    INFO("seed 41 layout " << layout);
+    std::mt19937 g(41 * 977 + static_cast<std::uint32_t>(layout));
+    std::mt19937_64 g64(41);
+    specdec::status hs, ds;
+    bool equal = false, untouched = false;
+    run_both<std::uint16_t>(random_case(g, layout), g64, hs, ds, equal, untouched, 0, true);
+    REQUIRE(hs.ok());
+    CHECK(ds.ok());
+    CHECK(equal);
+  }
+}
 
 TEST_CASE("GPU kv_commit rejects a bad batch and writes nothing") {
   std::mt19937 g(5);

@@ -20,6 +20,7 @@
 
 using namespace specdec;
 using specdec_test::device_buffer;
+using specdec_test::run_in_graph;
 
 namespace {
 
@@ -90,6 +91,7 @@ struct launch_options {
   const std::vector<double>* uniforms = nullptr;  // caller uniforms, else Philox
   std::int32_t draws_per_node = 0;
   int depth_counters = 8;
+  bool graph = false;  // launch inside a captured CUDA graph
 };
 
 // Rows re-laid with an element stride (the other entries hold NaN, which must never be read).
@@ -101,14 +103,19 @@ std::vector<float> spread(const std::vector<float>& x, std::int64_t s) {
 
 // The launch fields both tests set alike (outputs of row length L), then
 // the launch on a workspace of the size asked for, and the wait.
+// `graph`: captured into a CUDA graph and replayed once instead.
 void launch_and_wait(kernels::verify_batch_params& kp, std::int32_t L, node_id* paths, token_id* tokens,
-                     verify_result* results) {
+                     verify_result* results, bool graph = false) {
   kp.out_stride = L;
   kp.paths = paths;
   kp.tokens = tokens;
   kp.results = results;
   const std::size_t wbytes = kernels::verify_batch_workspace_size(kp);
   device_buffer<unsigned char> d_ws(wbytes);
+  if (graph) {
+    run_in_graph([&](cudaStream_t s) { return kernels::verify_batch(kp, d_ws.data(), wbytes, s).ok(); });
+    return;
+  }
   REQUIRE(kernels::verify_batch(kp, d_ws.data(), wbytes, nullptr).ok());
   REQUIRE(kernels::synchronize(nullptr).ok());
 }
@@ -167,7 +174,7 @@ void compare(const batch& b, const launch_options& opt = {}) {
   kp.node_capacity = b.offsets.back();
   kp.accepted_per_depth = d_depth.data();
   kp.depth_counters = opt.depth_counters;
-  launch_and_wait(kp, L, d_paths.data(), d_toks.data(), d_res.data());
+  launch_and_wait(kp, L, d_paths.data(), d_toks.data(), d_res.data(), opt.graph);
   const auto dres = d_res.download();
   const auto dpaths = d_paths.download();
   const auto dtoks = d_toks.download();
@@ -281,6 +288,18 @@ TEST_CASE("GPU verify_batch: greedy down deep chains (ties, NaN rows) matches th
     launch_options opt;
     opt.L = 80;
     compare(b, opt);
+  }
+}
+
+TEST_CASE("GPU verify_batch inside a captured CUDA graph matches the host") {
+  // Both kernels (the greedy pre-pass and the walk) on the caller's stream,
+  // no synchronization or allocation: what an engine's graph replay needs.
+  std::mt19937 gen(3131);
+  INFO("seed 3131");
+  for (std::int64_t V : {100, 32000}) {
+    launch_options opt;
+    opt.graph = true;
+    compare(make_batch(gen, 18, V, 16), opt);
   }
 }
 

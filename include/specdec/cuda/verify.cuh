@@ -504,8 +504,8 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   workspace_carver w(workspace + slice * static_cast<std::size_t>(r), slice);
   const specdec::walk_scratch s = specdec::carve_walk_scratch(w, V, n);
   // Trees of up to verify_staged_nodes nodes are checked and walked from
-  // shared memory: the checks run on one thread, and a load from global
-  // memory per node cost about 0.6 us per node on an H100.
+  // shared memory: the checks (one thread) and the walk's child searches
+  // read the parent array one node at a time.
   __shared__ node_id staged_parent[verify_staged_nodes];
   __shared__ token_id staged_token[verify_staged_nodes];
   __shared__ std::int32_t staged_depth[verify_staged_nodes];

@@ -36,7 +36,7 @@
 #include "specdec/core/workspace.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/verify_params.hpp"
-#include "specdec/verify/walk.hpp"
+#include "specdec/verify/walk_state.hpp"
 
 namespace specdec::kernels {
 
