@@ -13,8 +13,13 @@
 #   SPECDEC_GPU_SKIP_BUILD=1   use the programs already in the build folder
 #   SPECDEC_GPU_STEPS="..."    steps to run (default: build tests bench nccl memcheck racecheck
 #                              synccheck python torch-baseline)
+#   SPECDEC_GPU_BENCH_ARGS="..." extra arguments for every benchmark program, e.g.
+#                              --benchmark_filter='R:(1|64)/' for a short slot (the full
+#                              bench_gpu_verify sweep takes about 80 s on an H100)
 #   CMAKE_PREFIX_PATH          where Catch2 and Google Benchmark are, if not installed
-#                              (a copy of the Debian packages' files travels fine)
+#                              (a copy of the Debian packages' files travels fine; binaries
+#                              built on another machine did not start on the device machine,
+#                              so build there: about 70 s on 16 cores)
 # Every step runs under a time limit and the report says how each ended; the
 # exit status is the first failing step's.
 set -uo pipefail
@@ -98,7 +103,9 @@ fi
 if want bench; then
   for b in $bench_targets; do
     [ -x "$build/benchmarks/$b" ] || continue
-    step "$b" 240 "$build/benchmarks/$b" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+    # shellcheck disable=SC2086 # the extra arguments split on spaces
+    step "$b" 240 "$build/benchmarks/$b" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+      ${SPECDEC_GPU_BENCH_ARGS:-}
     report ""
     report "### $b"
     fence grep -E 'median|Run on|^-{8}|^Benchmark' "$log/$b.log"
