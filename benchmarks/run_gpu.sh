@@ -13,9 +13,10 @@
 #   SPECDEC_GPU_SKIP_BUILD=1   use the programs already in the build folder
 #   SPECDEC_GPU_STEPS="..."    steps to run (default: build tests bench nccl memcheck racecheck
 #                              synccheck python torch-baseline)
-#   SPECDEC_GPU_BENCH_ARGS="..." extra arguments for every benchmark program, e.g.
-#                              --benchmark_filter='R:(1|64)/' for a short slot (the full
-#                              bench_gpu_verify sweep takes about 80 s on an H100)
+#   SPECDEC_GPU_BENCH_ARGS="..." extra arguments for every benchmark program (split on
+#                              spaces, no quotes inside), e.g. --benchmark_filter=R:1/ for a
+#                              short slot (the full bench_gpu_verify sweep takes about 80 s on
+#                              an H100); a filter applies to bench_gpu_cache and _ssm too
 #   CMAKE_PREFIX_PATH          where Catch2 and Google Benchmark are, if not installed
 #                              (a copy of the Debian packages' files travels fine; binaries
 #                              built on another machine did not start on the device machine,

@@ -54,7 +54,7 @@ struct cli {
       "                             [--plain-out FILE] [--repack 0|1] [--no-curve] [--format F] [--ignore-eos]\n"
       "  -m      target model (default: the cached SmolLM2-135M-Instruct.Q4_1.gguf)\n"
       "  -md     draft model for the model drafter (default: the target itself)\n"
-      "  --draft-layers K  draft with the target's first K blocks and its head (a copy made next to it)\n"
+      "  --draft-layers K  draft with the target's first K blocks and its head (a copy made next to it; not with -md)\n"
       "  --depth draft depth of every speculative method (default 6)\n"
       "  --plain-out  write the plain decoding text to FILE\n"
       "  --repack     llama.cpp weight repacking / extra buffer types (default 0: off, as run.sh's -nr)\n"
@@ -109,9 +109,10 @@ cli parse(int argc, char** argv) {
       c.plain_out = val();
     else if (a == "--repack")
       c.repack = std::atoi(val().c_str()) != 0;
-    else if (a == "--draft-layers")
+    else if (a == "--draft-layers") {
       c.draft_layers = std::atoi(val().c_str());
-    else if (a == "--format")
+      if (c.draft_layers < 1) usage(2);
+    } else if (a == "--format")
       c.format = val();
     else if (a == "--no-curve")
       c.curve = false;
@@ -129,6 +130,7 @@ cli parse(int argc, char** argv) {
       usage(2);
   }
   if (c.prompt.empty() || c.n_predict <= 0 || c.depth <= 0 || c.threads <= 0 || !(c.temperature >= 0.0f)) usage(2);
+  if (c.draft_layers > 0 && !c.draft_model.empty()) usage(2);  // -md or --draft-layers, not both
   return c;
 }
 

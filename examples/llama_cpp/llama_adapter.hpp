@@ -163,9 +163,14 @@ inline std::string model_copy(const std::string& path, const std::string& format
 //! to it as <name>.first<layers>.gguf on first use (the weights are copied,
 //! not requantized). Decoding it is the target's early exit after `layers`
 //! blocks, with no training for that exit (self-speculative decoding).
+//! Refused (llama_error): fewer blocks than asked for, a block count that is
+//! not a u32, and per-layer metadata arrays (hybrid models), which would
+//! need cutting too.
 inline std::string layer_skip_copy(const std::string& path, std::int32_t layers) {
-  const std::string::size_type dot = path.rfind('.');
-  const std::string out = path.substr(0, dot) + ".first" + std::to_string(layers) + ".gguf";
+  const std::string::size_type slash = path.rfind('/'), dot = path.rfind('.');
+  const std::string stem =
+      dot != std::string::npos && (slash == std::string::npos || dot > slash) ? path.substr(0, dot) : path;
+  const std::string out = stem + ".first" + std::to_string(layers) + ".gguf";
   if (std::FILE* file = std::fopen(out.c_str(), "rb")) {
     std::fclose(file);
     return out;
@@ -182,10 +187,18 @@ inline std::string layer_skip_copy(const std::string& path, std::int32_t layers)
   const std::int64_t arch = gguf_find_key(in, "general.architecture");
   const std::string blocks_key = std::string(arch >= 0 ? gguf_get_val_str(in, arch) : "") + ".block_count";
   const std::int64_t blocks = gguf_find_key(in, blocks_key.c_str());
-  if (blocks < 0 || layers < 1 || static_cast<std::uint32_t>(layers) >= gguf_get_val_u32(in, blocks)) {
+  const std::uint32_t total =
+      blocks >= 0 && gguf_get_kv_type(in, blocks) == GGUF_TYPE_UINT32 ? gguf_get_val_u32(in, blocks) : 0;
+  if (layers < 1 || static_cast<std::uint32_t>(layers) >= total) {
     done();
-    throw llama_error("layer_skip_copy: " + path + " has no " + blocks_key + " above " + std::to_string(layers));
+    throw llama_error("layer_skip_copy: " + path + " has no u32 " + blocks_key + " above " + std::to_string(layers));
   }
+  for (std::int64_t k = 0; k < gguf_get_n_kv(in); ++k)
+    if (gguf_get_kv_type(in, k) == GGUF_TYPE_ARRAY && gguf_get_arr_n(in, k) == total) {
+      const std::string key = gguf_get_key(in, k);
+      done();
+      throw llama_error("layer_skip_copy: per-layer metadata " + key + " is not cut (not supported)");
+    }
   gguf_set_kv(copy, in);
   gguf_set_val_u32(copy, blocks_key.c_str(), static_cast<std::uint32_t>(layers));
   for (std::int64_t i = 0; i < gguf_get_n_tensors(in); ++i) {

@@ -48,31 +48,36 @@ class device_buffer {
 //! Captures launch(stream) into a CUDA graph on a new stream (global capture
 //! mode: any synchronizing or allocating call in any thread breaks the
 //! capture), runs the graph once and waits. This is how an engine replays a
-//! decode step; launch returns false when the entry point refused.
+//! decode step; launch returns false when the entry point refused. Throws
+//! on any CUDA error, with the capture ended and everything released.
 template <class Launch>
 void run_in_graph(Launch&& launch) {
-  cudaStream_t stream = nullptr;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  std::string error;
-  cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-  const bool launched = launch(stream);
-  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
-  if (!launched)
-    error = "the entry point refused the captured launch";
-  else if (end != cudaSuccess)
-    error = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
-  else if (const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0); e != cudaSuccess)
-    error = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(e);
-  else if (const cudaError_t e2 = cudaGraphLaunch(exec, stream); e2 != cudaSuccess)
-    error = std::string("cudaGraphLaunch: ") + cudaGetErrorString(e2);
-  else if (const cudaError_t e3 = cudaStreamSynchronize(stream); e3 != cudaSuccess)
-    error = std::string("cudaStreamSynchronize: ") + cudaGetErrorString(e3);
-  if (exec != nullptr) cudaGraphExecDestroy(exec);
-  if (graph != nullptr) cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
-  if (!error.empty()) throw std::runtime_error(error);
+  struct resources {
+    cudaStream_t stream = nullptr;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    bool capturing = false;
+    ~resources() {
+      if (capturing) {
+        cudaGraph_t partial = nullptr;
+        (void)cudaStreamEndCapture(stream, &partial);
+        if (partial != nullptr) cudaGraphDestroy(partial);
+      }
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      if (stream != nullptr) cudaStreamDestroy(stream);
+    }
+  } r;
+  cuda_check(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  cuda_check(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  r.capturing = true;
+  const bool launched = launch(r.stream);
+  r.capturing = false;
+  cuda_check(cudaStreamEndCapture(r.stream, &r.graph), "cudaStreamEndCapture");
+  if (!launched) throw std::runtime_error("the entry point refused the captured launch");
+  cuda_check(cudaGraphInstantiate(&r.exec, r.graph, 0), "cudaGraphInstantiate");
+  cuda_check(cudaGraphLaunch(r.exec, r.stream), "cudaGraphLaunch");
+  cuda_check(cudaStreamSynchronize(r.stream), "cudaStreamSynchronize");
 }
 
 }  // namespace specdec_test
