@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include "exactness_harness.hpp"  // gamma_q (tests/verify)
@@ -541,6 +543,47 @@ TEST_CASE("generation ends at an end-of-generation token committed in the middle
   CHECK(detail::done(m, committed, prompt.size(), go));
   CHECK(detail::generated(m, committed, prompt.size(), go).size() == 3);
   CHECK_FALSE(detail::done(m, committed, prompt.size(), gen_options{40, 0.0f, 1, false}));
+}
+
+TEST_CASE("layer_skip_copy: the first K blocks byte for byte, loadable; bad block counts refused, nothing written") {
+  const std::string src = SPECDEC_LLAMA_MODEL;
+  const std::string copy = layer_skip_copy(src, 2);
+  // Reference: every tensor of the source but blocks 2 and up, with the same bytes.
+  ggml_context *sd = nullptr, *cd = nullptr;
+  gguf_context* s = gguf_init_from_file(src.c_str(), gguf_init_params{false, &sd});
+  gguf_context* c = gguf_init_from_file(copy.c_str(), gguf_init_params{false, &cd});
+  REQUIRE(s != nullptr);
+  REQUIRE(c != nullptr);
+  std::int64_t kept = 0;
+  for (std::int64_t i = 0; i < gguf_get_n_tensors(s); ++i) {
+    const std::string name = gguf_get_tensor_name(s, i);
+    const bool want = !name.starts_with("blk.") || std::atoi(name.c_str() + 4) < 2;
+    INFO(name);
+    CHECK((gguf_find_tensor(c, name.c_str()) >= 0) == want);
+    if (!want) continue;
+    ++kept;
+    const ggml_tensor* a = ggml_get_tensor(sd, name.c_str());
+    const ggml_tensor* b = ggml_get_tensor(cd, name.c_str());
+    REQUIRE(b != nullptr);
+    CHECK(a->type == b->type);
+    REQUIRE(ggml_nbytes(a) == ggml_nbytes(b));
+    CHECK(std::memcmp(a->data, b->data, ggml_nbytes(a)) == 0);
+  }
+  CHECK(gguf_get_n_tensors(c) == kept);
+  CHECK(gguf_get_val_u32(c, gguf_find_key(c, "llama.block_count")) == 2);
+  gguf_free(c);
+  gguf_free(s);
+  ggml_free(cd);
+  ggml_free(sd);
+  const model drafter(copy);
+  CHECK(llama_model_n_layer(drafter.get()) == 2);
+  CHECK(drafter.n_vocab() == the_model().n_vocab());
+  for (const std::int32_t bad : {0, -1, 30, 31}) {  // the source has 30 blocks
+    INFO("K = " << bad);
+    CHECK_THROWS_AS(layer_skip_copy(src, bad), llama_error);
+    const std::string out = src.substr(0, src.rfind('.')) + ".first" + std::to_string(bad) + ".gguf";
+    CHECK(std::fopen(out.c_str(), "rb") == nullptr);
+  }
 }
 
 TEST_CASE("bad trees are rejected before anything is decoded") {
