@@ -232,6 +232,65 @@ TEST_CASE("planner: plain decoding where speculation cannot pay, large trees whe
   }
 }
 
+TEST_CASE("planner: a cold planner values shapes from its first drafted rounds, not from the prior") {
+  // Drafts accepted at 0.95 per level, each extra node 0.3 of a step: deep
+  // chains pay. A planner that kept valuing shapes by its prior (0.5 per
+  // level) until replan_every drafted rounds drafted chains of one or two.
+  true_acceptance a;
+  a.rank = {0.95};
+  a.depth_decay = 1.0;
+  round_planner p(planner_options{.max_nodes = 16, .max_depth = 8});
+  const double n[] = {1, 16}, t[] = {1.0, 5.5};
+  REQUIRE(p.set_target_cost(n, t).ok());
+  REQUIRE(p.set_drafter_cost(0.0, 0.05, 0.0).ok());
+  REQUIRE(p.set_loop_cost(0.0, 0.0).ok());
+  std::mt19937_64 rng(20261127);
+  std::vector<std::int32_t> depth;
+  for (int i = 0; i < 24; ++i)
+    depth.push_back(simulate_round(p, a, rng, [](round_feedback&, const plan_summary&) {}).summary.depth);
+  std::sort(depth.begin() + 8, depth.end());
+  INFO("median depth of rounds 8-23: " << depth[16]);
+  CHECK(depth[16] >= 4);
+}
+
+TEST_CASE("planner: speculation turned off by a few rejected rounds is tried again soon, not after probe_every") {
+  // Measured costs where chains pay when accepted (a node 0.2 of a step, a
+  // drafter level 0.1). Every draft is rejected until the planner decodes
+  // plainly, every later draft accepted: a verdict resting on a few rounds
+  // is checked again after about as many plain rounds (at least
+  // probe_every / 8), not after probe_every.
+  true_acceptance reject, accept;
+  reject.rank = {0.0};
+  accept.rank = {1.0};
+  accept.depth_decay = 1.0;
+  round_planner p(planner_options{.max_nodes = 16, .max_depth = 4, .probe_every = 64});
+  std::mt19937_64 rng(20261127);
+  int drafted = 0, first_plain = -1, back = -1;
+  for (int i = 0; i < 200 && back < 0; ++i) {
+    const bool plain_seen = first_plain >= 0;
+    const simulated_round r =
+        simulate_round(p, plain_seen ? accept : reject, rng, [](round_feedback& f, const plan_summary& plan) {
+          f.forward_seconds = 1e-3 * (1.0 + 0.2 * (f.forward_nodes - 1));
+          f.drafter_calls = plan.depth;
+          f.drafted_nodes = f.forward_nodes - 1;
+          f.drafter_seconds = 0.1e-3 * plan.depth;
+        });
+    if (r.summary.nodes > 1) {
+      if (plain_seen)
+        back = i;
+      else
+        ++drafted;
+    } else if (drafted > 0 && !plain_seen) {
+      first_plain = i;
+    }
+  }
+  INFO(drafted << " rejected rounds, plain from round " << first_plain << ", speculating again at round " << back);
+  REQUIRE(first_plain >= 0);
+  REQUIRE(back >= 0);
+  CHECK(back - first_plain <= std::max(drafted, 64 / 8) + 1);
+  CHECK(back - first_plain < 64);
+}
+
 TEST_CASE("planner: min_gain keeps the plain step unless speculation beats it by that share") {
   const true_acceptance a;
   auto run = [&](double min_gain, std::uint64_t seed, double& gain) {
@@ -889,6 +948,23 @@ TEST_CASE("planner estimators: pass times of rarely seen sizes lean on the poole
   for (int rep = 0; rep < 9; ++rep) q.add(1, rep % 2 == 0 ? 300e-6 : 100e-6);
   q.refresh(0.25);
   CHECK(q.at(1) == Approx(100e-6));  // the median would read 200 us
+}
+
+TEST_CASE("planner estimators: the one-node time stays as measured when the curve bends at small sizes") {
+  // t(1) = 100 us (two passes kept, as after plain_first), t(2) / t(3) /
+  // t(4) = 125 / 180 / 230 us (eight each): the line through them crosses
+  // one node near 70 us. Pooled toward it, the plain step read about 83 us,
+  // and every shape was priced against a plain step cheaper than it is.
+  detail::pass_cost_table t;
+  t.reset(8, 8);
+  for (int rep = 0; rep < 3; ++rep) t.add(1, 100e-6);
+  const double curve[] = {0, 100e-6, 125e-6, 180e-6, 230e-6};
+  for (int rep = 0; rep < 9; ++rep)
+    for (int n = 2; n <= 4; ++n) t.add(n, curve[n]);
+  t.refresh(0.25);
+  CHECK(t.at(1) == Approx(100e-6).epsilon(0.01));
+  CHECK(t.at(3) > 150e-6);
+  CHECK(t.at(3) < 200e-6);
 }
 
 TEST_CASE("planner estimators: sizes measured long ago follow the speed of the size measured now") {

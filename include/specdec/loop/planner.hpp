@@ -22,6 +22,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -72,7 +73,8 @@ class round_planner {
     solved_table_.clear();
     forget_times();
     rounds_ = 0;
-    probe_gap_ = o.probe_every;
+    speculated_ = 0;
+    probe_gap_ = restored_probe_gap();
     last_best_ = SIZE_MAX;
     since_score_ = 0;
     rescored_now_ = true;
@@ -83,6 +85,8 @@ class round_planner {
     probing_ = false;
     after_switch_ = 0;
     since_solve_ = o.replan_every;  // solve on the first plan
+    revalues_ = 0;
+    plan_seconds_ = 0.0;
     has_plan_ = false;
     skipped_.reset();
     drafts_hit_ = false;
@@ -219,7 +223,7 @@ class round_planner {
       probing_ = cands_[best].nodes > 1;
       probe_hold_ = probing_ ? probe_rounds - 1 : 0;
     } else if (cands_[best].nodes > 1) {
-      probe_gap_ = opt_.probe_every;
+      probe_gap_ = restored_probe_gap();
     }
     // A size not measured yet holds for one round only (a probe for two).
     if (unmeasured || probe || (curve_.empty() && cost_.kept(cands_[best].nodes) == 0)) rescored_now_ = true;
@@ -276,7 +280,7 @@ class round_planner {
     if (probe)
       probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 8 * static_cast<std::int64_t>(opt_.probe_every));
     else if (best > 1)
-      probe_gap_ = opt_.probe_every;
+      probe_gap_ = restored_probe_gap();
     shape_.assign(t.parent, t.parent + best);
     thresholds_.clear();
     summary_ = {best > 1 ? plan_kind::drafted : plan_kind::autoregressive, best, best_depth, 1.0 + best_value, best_t};
@@ -338,8 +342,12 @@ class round_planner {
     }
     catch_up_ = f.drafter_calls > 0 ? static_cast<std::int64_t>(f.path.size())
                                     : catch_up_ + static_cast<std::int64_t>(f.path.size());
+    // Valuing the candidates (a few tens of microseconds, every replan_every
+    // drafted rounds) ran inside this round's build: amortized, not a cost
+    // of the round's size, so it stays out of the loop's fit.
     const double y[2] = {1.0, static_cast<double>(f.forward_nodes)};
-    loop_.add(y, loop_.capped(y, f.other_seconds), opt_.forget);
+    loop_.add(y, loop_.capped(y, std::max(f.other_seconds - plan_seconds_, 0.0)), opt_.forget);
+    plan_seconds_ = 0.0;
     if (f.tree.size > 1) {
       // Acceptance per depth and rank ages with new evidence, not with time:
       // plain steps bring none, and decaying through a plain streak pulled
@@ -351,6 +359,7 @@ class round_planner {
       conf_.record(f.tree, f.path, f.draft_prob);
       drafts_hit_ = f.path.size() > 1;
       since_draft_ = 0;
+      ++speculated_;
     } else {
       ++since_draft_;
       drafts_hit_ = false;  // until observe_skipped says the step emitted a drafted token
@@ -583,8 +592,21 @@ class round_planner {
   }
 
   void refresh() {
-    if (since_solve_ < opt_.replan_every && !cands_.empty()) return;
+    if (!cands_.empty() && since_solve_ < solve_gap_) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    revalue();
+    plan_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  // Values every candidate from the acceptance estimates. The gap to the
+  // next revaluation doubles from one drafted round up to replan_every: a
+  // cold planner's first rounds move the estimates most, and valuing shapes
+  // by the prior for replan_every rounds kept it on short chains or plain
+  // steps while the drafts were almost always accepted (demo transformer,
+  // T = 0: 1.04x cold against 1.25x warm).
+  void revalue() {
     since_solve_ = 0;
+    solve_gap_ = std::min(std::int32_t{1} << std::min(revalues_++, 30), opt_.replan_every);
     rescored_now_ = true;  // candidate indices changed: score them all next
     if (family_.empty()) build_families();
     cands_.clear();
@@ -631,6 +653,15 @@ class round_planner {
     cands_.resize(kept);
   }
 
+  // Plain rounds before a probe: probe_every, shorter while few speculative
+  // rounds were measured (from probe_every / 8): a verdict resting on a
+  // round or two (one early rejection) is checked again soon, not after
+  // probe_every rounds, most of a short request.
+  [[nodiscard]] std::int64_t restored_probe_gap() const noexcept {
+    const std::int64_t full = opt_.probe_every;  // 0: never
+    return full == 0 ? 0 : std::clamp<std::int64_t>(speculated_, std::max<std::int64_t>(full / 8, 1), full);
+  }
+
   // Measured costs are extrapolated to larger sizes, but a size far above
   // every measured one is not tried: trees grow about 1.5x per step.
   std::int32_t grow_limit() const {
@@ -664,8 +695,13 @@ class round_planner {
   std::vector<std::int32_t> width_, depth_, nchild_, rank_, node_depth_;
   // drafted_rounds_: rounds that called the drafter; request_spec_rounds_:
   // rounds with a tree (model-free drafts included); both since begin_request().
-  std::int64_t rounds_ = 0, drafted_rounds_ = 0, request_spec_rounds_ = 0, catch_up_ = 0, probe_gap_ = 0;
-  std::int32_t since_solve_ = 0, since_draft_ = 0;
+  // speculated_: rounds with a tree since reset().
+  std::int64_t rounds_ = 0, drafted_rounds_ = 0, request_spec_rounds_ = 0, catch_up_ = 0, probe_gap_ = 0,
+               speculated_ = 0;
+  // since_solve_: drafted rounds since the candidates were valued; solve_gap_: rounds until the next
+  // valuation (1, 2, 4, ... replan_every); plan_seconds_: time spent valuing since the last observe().
+  std::int32_t since_solve_ = 0, since_draft_ = 0, solve_gap_ = 1, revalues_ = 0;
+  double plan_seconds_ = 0.0;
   bool has_plan_ = false, rescored_now_ = true, probing_ = false;
   detail::skipped_draft_follower skipped_;
   // Whether the last round's drafts were right (>= 1 accepted, or a plain
