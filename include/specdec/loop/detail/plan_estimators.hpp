@@ -159,13 +159,15 @@ class pass_cost_table {
     return ys_[hi - 1] + w * (ys_[hi] - ys_[hi - 1]);
   }
 
-  // An estimate from w samples weighs w against `line_weight` for the line: a
-  // size with a full window (8) reads two thirds of its own quartile. On the
-  // example models (2-core CPU) the line through all sizes, one node
-  // included, is within 15% of every size's steady time up to 8 nodes,
-  // while per-size medians of planned rounds were off up to 2x: a size
+  // An estimate from w samples weighs w against line_weight x (1 - w /
+  // window) for the line: a size tried once reads mostly the line, a size
+  // with a full window its own quartile. On the example models (2-core CPU)
+  // per-size medians of planned rounds were off up to 2x where a size was
   // tried once or twice, on caches another size or a pause had just
-  // evicted, then kept the planner off it.
+  // evicted, and that kept the planner off it; but the curve bends (the
+  // line through all sizes was 15% above a well-measured 5-node pass), and
+  // a full window still pulled a third of the way to the line kept the
+  // planner on 8-node chains where 5-node ones were 5% faster.
   static constexpr double line_weight = 4.0;
 
   void pool_toward_line() {
@@ -202,7 +204,8 @@ class pass_cost_table {
     // and plain decoding chosen over 4-node chains that paid).
     for (std::size_t j = xs_.front() == 1.0 ? 1 : 0; j < xs_.size(); ++j) {
       const double line = std::max(c + line_k_ * xs_[j], 0.0);
-      ys_[j] = (ws_[j] * ys_[j] + line_weight * line) / (ws_[j] + line_weight);
+      const double lw = line_weight * (1.0 - ws_[j] / static_cast<double>(window_));
+      ys_[j] = (ws_[j] * ys_[j] + lw * line) / (ws_[j] + lw);
     }
   }
 
