@@ -291,6 +291,38 @@ TEST_CASE("planner: speculation turned off by a few rejected rounds is tried aga
   CHECK(back - first_plain < 64);
 }
 
+TEST_CASE("planner: a plain verdict carried into a new request is checked again within probe_every / 8 rounds") {
+  // Measured costs where chains pay when accepted. Request 1: drafts
+  // accepted for 100 rounds, then always rejected until the planner decodes
+  // plainly (10 plain rounds). Request 2 (begin_request): drafts accepted
+  // again; the planner must try them within 64 / 8 rounds, not after the
+  // rest of the 64-round gap.
+  true_acceptance reject, accept;
+  reject.rank = {0.0};
+  accept.rank = {1.0};
+  accept.depth_decay = 1.0;
+  round_planner p(planner_options{.max_nodes = 16, .max_depth = 4, .probe_every = 64});
+  std::mt19937_64 rng(20261127);
+  const auto fill = [](round_feedback& f, const plan_summary& plan) {
+    f.forward_seconds = 1e-3 * (1.0 + 0.2 * (f.forward_nodes - 1));
+    f.drafter_calls = plan.depth;
+    f.drafted_nodes = f.forward_nodes - 1;
+    f.drafter_seconds = 0.1e-3 * plan.depth;
+  };
+  for (int i = 0; i < 100; ++i) (void)simulate_round(p, accept, rng, fill);
+  int plain = 0;
+  for (int i = 0; i < 300 && plain < 10; ++i)
+    plain = simulate_round(p, reject, rng, fill).summary.nodes == 1 ? plain + 1 : 0;
+  REQUIRE(plain == 10);
+  p.begin_request();
+  int back = -1;
+  for (int i = 0; i < 64 && back < 0; ++i)
+    if (simulate_round(p, accept, rng, fill).summary.nodes > 1) back = i;
+  INFO("speculating again after " << back << " plain rounds of the new request");
+  CHECK(back >= 0);
+  CHECK(back <= 64 / 8);
+}
+
 TEST_CASE("planner: min_gain keeps the plain step unless speculation beats it by that share") {
   const true_acceptance a;
   auto run = [&](double min_gain, std::uint64_t seed, double& gain) {

@@ -152,12 +152,20 @@ class round_planner {
   //! builder): its first drafted round also prefills the drafter with the
   //! prompt, so it stays out of the drafter and pass-time fits
   //! (benchmarks/results/planner_2026-11-26.md).
+  //! A plain verdict carried from the last request is checked again within
+  //! probe_every / 8 rounds, unless probes have been losing: a new request
+  //! is new text (a planner carried between requests went plain on a
+  //! repeating text whose drafts alternated between all and none accepted,
+  //! and decoded the next request, where drafts paid, plainly for 54 rounds).
   void begin_request() noexcept {
     skipped_.reset();
     drafts_hit_ = false;
     drafted_rounds_ = 0;
     request_spec_rounds_ = 0;
     catch_up_ = 0;
+    if (since_draft_ > 0 && probe_gap_ > 0 && probe_gap_ <= opt_.probe_every)
+      since_draft_ = std::max(since_draft_,
+                              static_cast<std::int32_t>(probe_gap_) - std::max(opt_.probe_every / 8, std::int32_t{1}));
   }
 
   //! The plan of the next round (also what plan() returns until observe()).
