@@ -82,7 +82,7 @@ def verify_tree(parent: Any, tokens: Any, p: Any, q: Any = None, *, mode: int = 
     capacity >= depth + 1) receive the accepted path and emitted tokens.
     CUDA arrays: the batched kernel with one request on `stream`, then a
     wait for the stream to read the result (use verify_batch to stay
-    asynchronous); BLOCK and TRAVERSAL modes are host only. `params`: a
+    asynchronous). `params`: a
     VerifyParams used instead of mode, seed, request, round,
     typical_epsilon, typical_delta and normalization_tolerance."""
     vp = _verify_params(params, mode, seed, request, round, typical_epsilon, typical_delta, normalization_tolerance)
@@ -178,8 +178,7 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
     device (then they are read back first: one sync). `workspace`: a CUDA
     uint8 array of cuda_verify_batch_workspace_size bytes, 256-aligned;
     default: torch's caching allocator (torch inputs) or cudaMallocAsync.
-    accepted_per_depth: int64 counters (added to, not reset). BLOCK and
-    TRAVERSAL modes get `unsupported` in their result code. `params`: a
+    accepted_per_depth: int64 counters (added to, not reset). `params`: a
     VerifyParams whose typical_epsilon, typical_delta and
     normalization_tolerance are used instead of those keyword arguments
     (mode and key come from modes, seeds, requests and rounds)."""

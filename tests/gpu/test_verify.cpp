@@ -76,7 +76,7 @@ batch make_batch(std::mt19937& gen, int R, std::int64_t V, int max_n) {
     }
     b.offsets.push_back(b.offsets.back() + n);
     verify_params vp;
-    vp.mode = static_cast<verify_mode>(r % 6);
+    vp.mode = static_cast<verify_mode>(r % verify_mode_count);  // every mode, block and traversal included
     vp.seed = 0xabc0 + static_cast<std::uint64_t>(r);
     vp.request = static_cast<std::uint32_t>(1000 + r);
     vp.round = 7;
@@ -181,18 +181,12 @@ std::vector<verify_result> compare(const batch& b, const launch_options& opt = {
   const auto dpaths = d_paths.download();
   const auto dtoks = d_toks.download();
   const auto ddepth = d_depth.download();
-  bool host_only = false;  // block/traversal requests are counted by the host only
-  for (const auto& vp : b.params) host_only = host_only || is_traversal(vp.mode);
-  for (int d = 0; d < opt.depth_counters && !host_only; ++d)
+  for (int d = 0; d < opt.depth_counters; ++d)
     CHECK(static_cast<std::int64_t>(ddepth[static_cast<std::size_t>(d)]) == hdepth[static_cast<std::size_t>(d)]);
   for (int r = 0; r < R; ++r) {
     const auto& h = hres[static_cast<std::size_t>(r)];
     const auto& d = dres[static_cast<std::size_t>(r)];
     INFO("V " << b.V << " request " << r << " mode " << verify_mode_name(b.params[static_cast<std::size_t>(r)].mode));
-    if (is_traversal(b.params[static_cast<std::size_t>(r)].mode)) {  // host-only modes for now
-      CHECK(d.code == status_code::unsupported);
-      continue;
-    }
     CHECK(d.code == h.code);
     CHECK(d.accepted == h.accepted);
     CHECK(d.last_node == h.last_node);
@@ -389,7 +383,7 @@ TEST_CASE("GPU verify_batch bounds every request's span by node_capacity before 
   }
 }
 
-TEST_CASE("GPU verify_batch answers unsupported for block and traversal requests, verifies the rest") {
+TEST_CASE("GPU verify_batch: block and traversal requests among others match the host") {
   std::mt19937 gen(7);
   auto b = make_batch(gen, 12, 64, 8);
   b.params[1].mode = verify_mode::traversal;

@@ -37,9 +37,9 @@ constexpr std::array<mode_row, 9> modes{{
     {verify_mode::greedy, true, false, false, true, draft_mode::leaf},
     {verify_mode::naive_matching, true, false, false, true, draft_mode::leaf},
     {verify_mode::typical_lossy, false, false, false, true, draft_mode::leaf},
-    {verify_mode::block, true, true, true, false, draft_mode::iid},
-    {verify_mode::traversal, true, true, true, false, draft_mode::iid},
-    {verify_mode::traversal_without_replacement, true, true, true, false, draft_mode::without_replacement},
+    {verify_mode::block, true, true, true, true, draft_mode::iid},
+    {verify_mode::traversal, true, true, true, true, draft_mode::iid},
+    {verify_mode::traversal_without_replacement, true, true, true, true, draft_mode::without_replacement},
 }};
 static_assert(modes.size() == static_cast<std::size_t>(verify_mode_count), "one row per verify_mode");
 

@@ -495,8 +495,6 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   // whole batch), before any of its nodes is read.
   std::int32_t b = 0, n = 0;
   if (const status_code span = kernels::verify_request_span(P, r, b, n); span != status_code::ok) return fail(span);
-  // Block and traversal verification run on the host only for now (the
-  // walk has them; the device path is not yet tested).
   const status params = validate_verify_params(vp);  // validated once per request
   if (params.ok() && !runs_on_device(vp.mode)) return fail(status_code::unsupported);
 

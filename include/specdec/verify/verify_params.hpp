@@ -96,9 +96,10 @@ SPECDEC_HD constexpr bool is_valid_mode(verify_mode m) noexcept {
   return static_cast<std::int32_t>(m) >= 0 && static_cast<std::int32_t>(m) < verify_mode_count;
 }
 
-//! True for the modes the CUDA verification kernel (cuda/verify.cuh) runs;
-//! a request in another valid mode gets `unsupported` in its result code.
-SPECDEC_HD constexpr bool runs_on_device(verify_mode m) noexcept { return is_valid_mode(m) && !is_traversal(m); }
+//! True for the modes the CUDA verification kernel (cuda/verify.cuh) runs:
+//! every valid mode (block and traversal since 0.4.0, through the same walk
+//! as the host).
+SPECDEC_HD constexpr bool runs_on_device(verify_mode m) noexcept { return is_valid_mode(m); }
 
 //! Stable short name of a mode.
 SPECDEC_HD constexpr const char* verify_mode_name(verify_mode m) noexcept {
