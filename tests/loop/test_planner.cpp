@@ -253,28 +253,36 @@ TEST_CASE("planner: a cold planner values shapes from its first drafted rounds, 
   CHECK(depth[16] >= 4);
 }
 
+namespace {
+// Every draft accepted (p = 1) or every draft rejected (p = 0), at every depth.
+true_acceptance always(double p) {
+  true_acceptance a;
+  a.rank = {p};
+  a.depth_decay = 1.0;
+  return a;
+}
+// Measured round times where chains pay when accepted: a pass costs 1 ms
+// plus 0.2 ms per extra node, the drafter 0.1 ms per level.
+void chains_pay_when_accepted(round_feedback& f, const plan_summary& plan) {
+  f.forward_seconds = 1e-3 * (1.0 + 0.2 * (f.forward_nodes - 1));
+  f.drafter_calls = plan.depth;
+  f.drafted_nodes = f.forward_nodes - 1;
+  f.drafter_seconds = 0.1e-3 * plan.depth;
+}
+}  // namespace
+
 TEST_CASE("planner: speculation turned off by a few rejected rounds is tried again soon, not after probe_every") {
-  // Measured costs where chains pay when accepted (a node 0.2 of a step, a
-  // drafter level 0.1). Every draft is rejected until the planner decodes
-  // plainly, every later draft accepted: a verdict resting on a few rounds
-  // is checked again after about as many plain rounds (at least
-  // probe_every / 8), not after probe_every.
-  true_acceptance reject, accept;
-  reject.rank = {0.0};
-  accept.rank = {1.0};
-  accept.depth_decay = 1.0;
+  // Every draft is rejected until the planner decodes plainly, every later
+  // draft accepted: a verdict resting on a few rounds is checked again
+  // after about as many plain rounds (at least probe_every / 8), not after
+  // probe_every.
+  const true_acceptance reject = always(0.0), accept = always(1.0);
   round_planner p(planner_options{.max_nodes = 16, .max_depth = 4, .probe_every = 64});
   std::mt19937_64 rng(20261127);
   int drafted = 0, first_plain = -1, back = -1;
   for (int i = 0; i < 200 && back < 0; ++i) {
     const bool plain_seen = first_plain >= 0;
-    const simulated_round r =
-        simulate_round(p, plain_seen ? accept : reject, rng, [](round_feedback& f, const plan_summary& plan) {
-          f.forward_seconds = 1e-3 * (1.0 + 0.2 * (f.forward_nodes - 1));
-          f.drafter_calls = plan.depth;
-          f.drafted_nodes = f.forward_nodes - 1;
-          f.drafter_seconds = 0.1e-3 * plan.depth;
-        });
+    const simulated_round r = simulate_round(p, plain_seen ? accept : reject, rng, chains_pay_when_accepted);
     if (r.summary.nodes > 1) {
       if (plain_seen)
         back = i;
@@ -292,23 +300,14 @@ TEST_CASE("planner: speculation turned off by a few rejected rounds is tried aga
 }
 
 TEST_CASE("planner: a plain verdict carried into a new request is checked again within probe_every / 8 rounds") {
-  // Measured costs where chains pay when accepted. Request 1: drafts
-  // accepted for 100 rounds, then always rejected until the planner decodes
-  // plainly (10 plain rounds). Request 2 (begin_request): drafts accepted
-  // again; the planner must try them within 64 / 8 rounds, not after the
-  // rest of the 64-round gap.
-  true_acceptance reject, accept;
-  reject.rank = {0.0};
-  accept.rank = {1.0};
-  accept.depth_decay = 1.0;
+  // Request 1: drafts accepted for 100 rounds, then always rejected until
+  // the planner decodes plainly (10 plain rounds). Request 2
+  // (begin_request): drafts accepted again; the planner must try them within
+  // 64 / 8 rounds, not after the rest of the 64-round gap.
+  const true_acceptance reject = always(0.0), accept = always(1.0);
   round_planner p(planner_options{.max_nodes = 16, .max_depth = 4, .probe_every = 64});
   std::mt19937_64 rng(20261127);
-  const auto fill = [](round_feedback& f, const plan_summary& plan) {
-    f.forward_seconds = 1e-3 * (1.0 + 0.2 * (f.forward_nodes - 1));
-    f.drafter_calls = plan.depth;
-    f.drafted_nodes = f.forward_nodes - 1;
-    f.drafter_seconds = 0.1e-3 * plan.depth;
-  };
+  const auto fill = chains_pay_when_accepted;
   for (int i = 0; i < 100; ++i) (void)simulate_round(p, accept, rng, fill);
   int plain = 0;
   for (int i = 0; i < 300 && plain < 10; ++i)
