@@ -11,12 +11,14 @@
 // sequences (STree's baseline), on full binary trees of 15, 31, 63 nodes.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "specdec/core/detail/simd.hpp"
 #include "specdec/ssm/detail/ssm_step.hpp"
 #include "specdec/ssm/state_commit.hpp"
 #include "specdec/ssm/tree_conv1d.hpp"
@@ -138,6 +140,24 @@ void run_scan(benchmark::State& st, specdec::tree_scan_method method, bool want_
        specdec::tree_scan_choose(pb.parent, pb.shape(), want_states, true) == specdec::tree_scan_method::dual);
   set_flops(st, dual ? pb.flop_dual() : pb.flop_recurrent());
   st.counters["pairs"] = pb.pairs();
+  if (want_states)  // per-node states are a write-bound output: compare with BM_ssm_states_store
+    st.counters["state bytes/s"] = benchmark::Counter(static_cast<double>(sizeof(float) * pb.states.size()),
+                                                      benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The same-run reference of recurrent_states: storing N x heads x headdim x
+// dstate floats (what it writes per call; 16.8 MB at N = 64), no compute.
+void BM_ssm_states_store(benchmark::State& st) {
+  bench_problem pb(st.range(0), st.range(1), st.range(2));
+  std::vector<float> states(static_cast<std::size_t>(pb.n * pb.heads * pb.headdim * pb.dstate));
+  float v = 0.0f;
+  for (auto _ : st) {
+    std::fill(states.begin(), states.end(), v += 1.0f);
+    benchmark::DoNotOptimize(states.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["state bytes/s"] = benchmark::Counter(static_cast<double>(sizeof(float) * states.size()),
+                                                    benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_ssm_recurrent(benchmark::State& st) { run_scan(st, specdec::tree_scan_method::recurrent, false); }
@@ -236,8 +256,30 @@ void BM_ssm_conv1d(benchmark::State& st) {
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
-  // 2 W flops per output (the SiLU not counted).
+  // 2 W flops per output (the SiLU not counted); outputs/s against BM_ssm_silu.
   set_flops(st, 2.0 * static_cast<double>(pb.n * ch * kConvWidth));
+  st.counters["outputs/s"] =
+      benchmark::Counter(static_cast<double>(pb.n * ch), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The same-run reference of conv1d: SiLU alone (the library's vector SiLU)
+// over as many values as conv1d outputs. conv1d's 2 W flops per output are
+// cheap next to the SiLU's exp and divide, so this, not a GEMM, bounds it.
+void BM_ssm_silu(benchmark::State& st) {
+  bench_problem pb(st.range(0), st.range(1), st.range(2));
+  const std::int64_t count = pb.n * (pb.heads * pb.headdim + 2 * kGroups * pb.dstate);
+  using S = specdec::detail::vec_ops<float>;
+  std::vector<float> x(static_cast<std::size_t>(count), 0.25f), out(x.size());
+  for (auto _ : st) {
+    std::int64_t i = 0;
+    for (; i + S::lanes <= count; i += S::lanes) S::store(out.data() + i, S::silu(S::load(x.data() + i)));
+    for (; i < count; ++i)
+      out[static_cast<std::size_t>(i)] = specdec::detail::vec_ops<float, false>::silu(x[static_cast<std::size_t>(i)]);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["outputs/s"] =
+      benchmark::Counter(static_cast<double>(count), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void form_args(benchmark::internal::Benchmark* b) {
@@ -347,6 +389,8 @@ BENCHMARK(BM_ssm_auto)->Apply(form_args);
 BENCHMARK(BM_ssm_commit)->Apply(form_args);
 BENCHMARK(BM_ssm_check)->Apply(form_args);
 BENCHMARK(BM_ssm_conv1d)->Apply(form_args);
+BENCHMARK(BM_ssm_silu)->Apply(form_args);
+BENCHMARK(BM_ssm_states_store)->Apply(form_args);
 BENCHMARK(BM_ssm_cross_recurrent)->Apply(cross_args);
 BENCHMARK(BM_ssm_cross_dual)->Apply(cross_args);
 BENCHMARK(BM_ssm_tree_recurrent)->Apply(tree_args);
