@@ -19,7 +19,7 @@ class Mode(enum.IntEnum):
     the drafts were produced; only then is the output distributed exactly as
     the target model. TYPICAL_LOSSY is Medusa's lossy typical acceptance;
     BLOCK (chains only) and the TRAVERSAL modes verify from the leaves back to
-    the root (host only in C++ too)."""
+    the root."""
 
     SAMPLED_IID = 0
     SAMPLED_WITHOUT_REPLACEMENT = 1

@@ -394,6 +394,29 @@ TEST_CASE("GPU verify_batch: block and traversal requests among others match the
   compare(b, opt);
 }
 
+TEST_CASE("GPU verify_batch: block and traversal down chains match the host") {
+  // Block verification takes chains only (random trees get invalid_argument
+  // on both sides): the random batches made chains, every request in a
+  // leaves-to-root mode or token-wise for comparison.
+  std::mt19937 gen(6262);
+  INFO("seed 6262");
+  for (std::int64_t V : {64, 1001, 32000}) {
+    auto b = make_batch(gen, 16, V, 12);
+    // Each draft is its parent row's most likely token, so paths get long.
+    for (std::size_t r = 0; r + 1 < b.offsets.size(); ++r)
+      for (std::int32_t i = b.offsets[r]; i < b.offsets[r + 1]; ++i) {
+        b.parent[static_cast<std::size_t>(i)] = i == b.offsets[r] ? -1 : i - b.offsets[r] - 1;
+        if (i == b.offsets[r]) continue;
+        const auto row = b.P.begin() + static_cast<std::ptrdiff_t>(i - 1) * V;
+        b.token[static_cast<std::size_t>(i)] = static_cast<token_id>(std::max_element(row, row + V) - row);
+      }
+    const verify_mode modes[] = {verify_mode::block, verify_mode::traversal, verify_mode::traversal_without_replacement,
+                                 verify_mode::sampled_iid};
+    for (std::size_t r = 0; r < b.params.size(); ++r) b.params[r].mode = modes[r % 4];
+    compare(b);
+  }
+}
+
 TEST_CASE("GPU verify_batch can_implement rejects bad launches") {
   kernels::verify_batch_params kp;
   kp.num_requests = 1;

@@ -983,9 +983,9 @@ TEST_CASE("planner estimators: pass times of rarely seen sizes lean on the poole
 
 TEST_CASE("planner estimators: the one-node time stays as measured when the curve bends at small sizes") {
   // t(1) = 100 us (two passes kept, as after plain_first), t(2) / t(3) /
-  // t(4) = 125 / 180 / 230 us (eight each): the line through them crosses
-  // one node near 70 us. Pooled toward it, the plain step read about 83 us,
-  // and every shape was priced against a plain step cheaper than it is.
+  // t(4) = 125 / 180 / 230 us (eight each): the line fitted through all four
+  // crosses one node at 83 us. Pooled toward it, the plain step read 88.8
+  // us, and every shape was priced against a plain step cheaper than it is.
   detail::pass_cost_table t;
   t.reset(8, 8);
   for (int rep = 0; rep < 3; ++rep) t.add(1, 100e-6);
@@ -996,6 +996,25 @@ TEST_CASE("planner estimators: the one-node time stays as measured when the curv
   CHECK(t.at(1) == Approx(100e-6).epsilon(0.01));
   CHECK(t.at(3) > 150e-6);
   CHECK(t.at(3) < 200e-6);
+}
+
+TEST_CASE("planner estimators: a size with a full window reads its own passes, a size seen once leans on the line") {
+  // t(N) = 100 + 30 N us for N = 1, 2, 4, 5 (nine passes each, eight kept),
+  // but t(3) = 215 us (25 us above that line, a full window, still below
+  // t(4)): it must read 215, not a point pulled a third of the way to the
+  // line.
+  // Size 6, seen twice (one kept) at 400 us against the line's 280, still
+  // leans on the line.
+  detail::pass_cost_table t;
+  t.reset(8, 8);
+  for (int rep = 0; rep < 9; ++rep)
+    for (int n = 1; n <= 5; ++n) t.add(n, n == 3 ? 215e-6 : (100 + 30 * n) * 1e-6);
+  t.add(6, 400e-6);
+  t.add(6, 400e-6);
+  t.refresh(0.25);
+  CHECK(t.at(3) == Approx(215e-6).epsilon(0.005));
+  CHECK(t.at(6) < 360e-6);
+  CHECK(t.at(6) > 280e-6);
 }
 
 TEST_CASE("planner estimators: sizes measured long ago follow the speed of the size measured now") {

@@ -4,8 +4,8 @@
 //! verifiers (verify/walk.hpp) with a device row policy, one thread
 //! block per request; the request checks are shared too
 //! (verify/request_checks.hpp).
-//! The block and traversal modes are host-only for now: such a request
-//! gets `unsupported` in its result code. Greedy requests first have every
+//! Every mode runs, block and traversal included (since 0.4.0; not yet run
+//! on a device). Greedy requests first have every
 //! row's argmax computed by a pre-pass that splits rows over blocks (a
 //! second launch on the same stream, verify_argmax_splits); their walk
 //! combines the partials instead of scanning rows.

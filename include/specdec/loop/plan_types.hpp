@@ -25,7 +25,7 @@ struct planner_options {
   double forget = 0.97;
   double prior_weight = 2.0;       //!< pseudo-observations behind the acceptance prior (> 0)
   double prior_accept = 0.5;       //!< prior acceptance of a rank-0 child (rank r: halved r times), in [0, 1]
-  std::int32_t replan_every = 32;  //!< rounds between re-solving the tree program (>= 1)
+  std::int32_t replan_every = 32;  //!< drafted rounds between valuations of the shapes, once past 1, 2, 4, ... (>= 1)
   std::int32_t cost_window = 8;    //!< pass times kept per tree size; their lower quartile is the estimate (>= 1)
   double explore = 0.05;           //!< optimism for rarely measured sizes: time x (1 - explore / sqrt(1 + seen))
   double prior_node_cost = 0.25;   //!< before two sizes are measured, each further node costs this share of one

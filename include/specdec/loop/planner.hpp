@@ -22,12 +22,12 @@
 #pragma once
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "specdec/core/status.hpp"
@@ -46,7 +46,8 @@ namespace specdec {
 //! same seed with injected costs (set_target_cost, set_drafter_cost,
 //! set_loop_cost) or a fixed plan gives the same output. Planning allocates
 //! only while its buffers grow to the option sizes. Cost of next(): O(number
-//! of candidates) per round, plus O(D^2 K B^2) every replan_every rounds.
+//! of candidates) per round, plus O(D^2 K B^2) per valuation (after 1, 2,
+//! 4, ... drafted rounds, then every replan_every).
 class round_planner {
  public:
   //! A planner with default options.
@@ -86,7 +87,9 @@ class round_planner {
     after_switch_ = 0;
     since_solve_ = o.replan_every;  // solve on the first plan
     revalues_ = 0;
-    plan_seconds_ = 0.0;
+    solve_gap_ = 1;
+    valued_ = false;
+    probes_losing_ = false;
     has_plan_ = false;
     skipped_.reset();
     drafts_hit_ = false;
@@ -163,9 +166,8 @@ class round_planner {
     drafted_rounds_ = 0;
     request_spec_rounds_ = 0;
     catch_up_ = 0;
-    if (since_draft_ > 0 && probe_gap_ > 0 && probe_gap_ <= opt_.probe_every)
-      since_draft_ = std::max(since_draft_,
-                              static_cast<std::int32_t>(probe_gap_) - std::max(opt_.probe_every / 8, std::int32_t{1}));
+    if (since_draft_ > 0 && probe_gap_ > 0 && !probes_losing_)
+      since_draft_ = std::max(since_draft_, static_cast<std::int32_t>(probe_gap_ - short_probe_gap()));
   }
 
   //! The plan of the next round (also what plan() returns until observe()).
@@ -228,10 +230,12 @@ class round_planner {
     // re-measures within a few hundred rounds.
     if (probe) {
       probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 8 * static_cast<std::int64_t>(opt_.probe_every));
+      probes_losing_ = true;
       probing_ = cands_[best].nodes > 1;
       probe_hold_ = probing_ ? probe_rounds - 1 : 0;
     } else if (cands_[best].nodes > 1) {
       probe_gap_ = restored_probe_gap();
+      probes_losing_ = false;
     }
     // A size not measured yet holds for one round only (a probe for two).
     if (unmeasured || probe || (curve_.empty() && cost_.kept(cands_[best].nodes) == 0)) rescored_now_ = true;
@@ -285,10 +289,13 @@ class round_planner {
       const double rate = gain * (1.0 + value) / (tm * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(m))));
       if (rate > best_rate) best_rate = rate, best = m, best_value = value, best_depth = depth, best_t = tm;
     }
-    if (probe)
+    if (probe) {
       probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 8 * static_cast<std::int64_t>(opt_.probe_every));
-    else if (best > 1)
+      probes_losing_ = true;
+    } else if (best > 1) {
       probe_gap_ = restored_probe_gap();
+      probes_losing_ = false;
+    }
     shape_.assign(t.parent, t.parent + best);
     thresholds_.clear();
     summary_ = {best > 1 ? plan_kind::drafted : plan_kind::autoregressive, best, best_depth, 1.0 + best_value, best_t};
@@ -343,19 +350,25 @@ class round_planner {
     // not a per-round cost, so it is left out of the fit.
     // A drafter that skipped rounds first catches up on the tokens committed
     // meanwhile: a cost per token (its own feature), paid once per switch.
-    if (f.drafter_calls > 0 && drafted_rounds_++ > 0 && !switching) {
+    // A round in which the planner valued its candidates (tens of
+    // microseconds, after 1, 2, 4, ... then every replan_every drafted
+    // rounds) carries that time in whichever stage the caller booked the
+    // planning to (the sessions: the loop's; the llama.cpp example: its
+    // drafting): amortized, not a cost of the round's shape, so such a round
+    // stays out of the drafter and loop fits. Early in a request, when
+    // valuations are frequent, they read as 14-60 us of loop time per round
+    // (steady: 2-4 us) and priced larger shapes dearer. A function of the
+    // feedback sequence only: plans stay deterministic.
+    const bool valued = std::exchange(valued_, false);
+    if (f.drafter_calls > 0 && drafted_rounds_++ > 0 && !switching && !valued) {
       const double x[4] = {1.0, static_cast<double>(f.drafter_calls), static_cast<double>(f.drafted_nodes),
                            static_cast<double>(catch_up_)};
       draft_.add(x, draft_.capped(x, f.drafter_seconds), opt_.forget);
     }
     catch_up_ = f.drafter_calls > 0 ? static_cast<std::int64_t>(f.path.size())
                                     : catch_up_ + static_cast<std::int64_t>(f.path.size());
-    // Valuing the candidates (a few tens of microseconds, every replan_every
-    // drafted rounds) ran inside this round's build: amortized, not a cost
-    // of the round's size, so it stays out of the loop's fit.
     const double y[2] = {1.0, static_cast<double>(f.forward_nodes)};
-    loop_.add(y, loop_.capped(y, std::max(f.other_seconds - plan_seconds_, 0.0)), opt_.forget);
-    plan_seconds_ = 0.0;
+    if (!valued) loop_.add(y, loop_.capped(y, f.other_seconds), opt_.forget);
     if (f.tree.size > 1) {
       // Acceptance per depth and rank ages with new evidence, not with time:
       // plain steps bring none, and decaying through a plain streak pulled
@@ -601,9 +614,8 @@ class round_planner {
 
   void refresh() {
     if (!cands_.empty() && since_solve_ < solve_gap_) return;
-    const auto t0 = std::chrono::steady_clock::now();
     revalue();
-    plan_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    valued_ = true;
   }
 
   // Values every candidate from the acceptance estimates. The gap to the
@@ -611,10 +623,11 @@ class round_planner {
   // cold planner's first rounds move the estimates most, and valuing shapes
   // by the prior for replan_every rounds kept it on short chains or plain
   // steps while the drafts were almost always accepted (demo transformer,
-  // T = 0: 1.04x cold against 1.25x warm).
+  // T = 0: 1.09-1.11x cold against 1.27-1.31x warm).
   void revalue() {
     since_solve_ = 0;
-    solve_gap_ = std::min(std::int32_t{1} << std::min(revalues_++, 30), opt_.replan_every);
+    solve_gap_ = std::min(std::int32_t{1} << revalues_, opt_.replan_every);
+    if (revalues_ < 30) ++revalues_;
     rescored_now_ = true;  // candidate indices changed: score them all next
     if (family_.empty()) build_families();
     cands_.clear();
@@ -667,7 +680,11 @@ class round_planner {
   // probe_every rounds, most of a short request.
   [[nodiscard]] std::int64_t restored_probe_gap() const noexcept {
     const std::int64_t full = opt_.probe_every;  // 0: never
-    return full == 0 ? 0 : std::clamp<std::int64_t>(speculated_, std::max<std::int64_t>(full / 8, 1), full);
+    return full == 0 ? 0 : std::clamp<std::int64_t>(speculated_, short_probe_gap(), full);
+  }
+  // The shortest gap: probe_every / 8, at least one round.
+  [[nodiscard]] std::int64_t short_probe_gap() const noexcept {
+    return std::max<std::int64_t>(opt_.probe_every / 8, 1);
   }
 
   // Measured costs are extrapolated to larger sizes, but a size far above
@@ -707,9 +724,10 @@ class round_planner {
   std::int64_t rounds_ = 0, drafted_rounds_ = 0, request_spec_rounds_ = 0, catch_up_ = 0, probe_gap_ = 0,
                speculated_ = 0;
   // since_solve_: drafted rounds since the candidates were valued; solve_gap_: rounds until the next
-  // valuation (1, 2, 4, ... replan_every); plan_seconds_: time spent valuing since the last observe().
+  // valuation (1, 2, 4, ... replan_every); valued_: a valuation ran since the last observe();
+  // probes_losing_: the last probe lost and no scoring chose speculation since.
   std::int32_t since_solve_ = 0, since_draft_ = 0, solve_gap_ = 1, revalues_ = 0;
-  double plan_seconds_ = 0.0;
+  bool valued_ = false, probes_losing_ = false;
   bool has_plan_ = false, rescored_now_ = true, probing_ = false;
   detail::skipped_draft_follower skipped_;
   // Whether the last round's drafts were right (>= 1 accepted, or a plain

@@ -54,16 +54,15 @@ enum class verify_mode : std::int32_t {
   //! end back to the context, and the accepted prefix is never shorter in
   //! expectation than sampled_iid's. Needs a chain (at most one child per
   //! node; a branching tree is invalid_argument). Token for token the same
-  //! as `traversal` on that chain. Lossless. Host only for now.
+  //! as `traversal` on that chain. Lossless.
   block = 6,
   //! Traversal verification (Weng et al., 2025) of a tree whose children
   //! were sampled i.i.d. from q_u: leaves to root, accepting whole root
-  //! paths; never shorter in expectation than sampled_iid. Lossless. Host
-  //! only for now (the CUDA kernel reports `unsupported`).
+  //! paths; never shorter in expectation than sampled_iid. Lossless.
   traversal = 7,
   //! Traversal verification of children sampled without replacement from
   //! q_u (stored in draw order), with q renormalized after each rejected
-  //! child. Lossless. Host only for now.
+  //! child. Lossless.
   traversal_without_replacement = 8,
 };
 

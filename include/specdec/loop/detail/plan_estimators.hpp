@@ -24,9 +24,10 @@ namespace specdec::detail {
 //! The sizes are pooled: each estimate is shrunk toward a line t = kN + C
 //! (STree's linear model) fitted through all of them, weighted by samples,
 //! so a size seen once or twice reads mostly the line, not its own few
-//! passes. Sizes never seen are interpolated between seen ones and
-//! extrapolated with the line's slope. Sizes of two nodes or more are kept
-//! as ratios to the one-node time (see add()).
+//! passes; a size with a full window reads its own (with cost_window = 1,
+//! every size), and the one-node time is never shrunk (it is the unit). Sizes never seen are interpolated between seen
+//! ones and extrapolated with the line's slope. Sizes of two nodes or more are kept as ratios to the one-node time (see
+//! add()).
 class pass_cost_table {
  public:
   void reset(std::int32_t max_n, std::int32_t window) {
@@ -164,10 +165,10 @@ class pass_cost_table {
   // with a full window its own quartile. On the example models (2-core CPU)
   // per-size medians of planned rounds were off up to 2x where a size was
   // tried once or twice, on caches another size or a pause had just
-  // evicted, and that kept the planner off it; but the curve bends (the
-  // line through all sizes was 15% above a well-measured 5-node pass), and
-  // a full window still pulled a third of the way to the line kept the
-  // planner on 8-node chains where 5-node ones were 5% faster.
+  // evicted, and that kept the planner off it; but the curve bends, and a
+  // full window still pulled a third of the way to the line kept a warm
+  // planner on 8-node chains (26.7 tokens/ms measured) where 4-node ones ran
+  // 27.3.
   static constexpr double line_weight = 4.0;
 
   void pool_toward_line() {
@@ -197,11 +198,10 @@ class pass_cost_table {
     }
     has_line_ = true;
     // The one-node time is the unit of the others and the size measured
-    // most (every plain step): it stays as measured. Pooled, it read the
-    // line's intercept, which the curve's bend at small sizes puts below it
-    // (demo transformer: 2 / 3 / 4 nodes at 1.25 / 1.8 / 2.3 put the line
-    // at 0.7 for one node, a plain step priced at 37 us against 49 measured,
-    // and plain decoding chosen over 4-node chains that paid).
+    // most (every plain step): it stays as measured. Pooled, it leaned on
+    // the line's intercept, which the curve's bend at small sizes puts below
+    // it (a demo trace: the plain step priced at 34-38 us while plain passes
+    // measured 48-57 us, and plain decoding chosen over chains that paid).
     for (std::size_t j = xs_.front() == 1.0 ? 1 : 0; j < xs_.size(); ++j) {
       const double line = std::max(c + line_k_ * xs_[j], 0.0);
       const double lw = line_weight * (1.0 - ws_[j] / static_cast<double>(window_));
