@@ -299,6 +299,34 @@ TEST_CASE("planner: speculation turned off by a few rejected rounds is tried aga
   CHECK(back - first_plain < 64);
 }
 
+TEST_CASE("planner: where plain steps report skipped drafts, probes keep the full probe_every gap") {
+  // As above, but every plain step reports its (root-only) skipped draft
+  // through observe_skipped: the planner learns acceptance from plain steps,
+  // so a probe would only force a drafted tree through the target. Neither
+  // the short gap nor the new request's early probe applies.
+  const true_acceptance reject = always(0.0), accept = always(1.0);
+  round_planner p(planner_options{.max_nodes = 16, .max_depth = 4, .probe_every = 64});
+  std::mt19937_64 rng(20261127);
+  drafted_tree root;
+  root.reset(0);
+  int first_plain = -1, back = -1;
+  for (int i = 0; i < 300 && back < 0; ++i) {
+    const bool plain_seen = first_plain >= 0;
+    if (plain_seen && i == first_plain + 10) p.begin_request();
+    const simulated_round r = simulate_round(p, plain_seen ? accept : reject, rng, chains_pay_when_accepted);
+    if (r.summary.nodes == 1) {
+      REQUIRE(p.observe_skipped(root, 0).ok());
+      if (!plain_seen && i >= 3) first_plain = i;  // past the plain_first rounds
+    } else if (plain_seen) {
+      back = i;
+    }
+  }
+  INFO("plain from round " << first_plain << ", speculating again at round " << back);
+  REQUIRE(first_plain >= 0);
+  REQUIRE(back >= 0);
+  CHECK(back - first_plain >= 64);
+}
+
 TEST_CASE("planner: a plain verdict carried into a new request is checked again within probe_every / 8 rounds") {
   // Request 1: drafts accepted for 100 rounds, then always rejected until
   // the planner decodes plainly (10 plain rounds). Request 2

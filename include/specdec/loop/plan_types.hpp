@@ -31,7 +31,8 @@ struct planner_options {
   double prior_node_cost = 0.25;   //!< before two sizes are measured, each further node costs this share of one
   //! After this many root-only rounds, a speculative probe of six rounds (0 = never); doubles per probe that
   //! loses, up to 8 x its value. Shorter while few speculative rounds were measured (as many as there
-  //! were, at least an eighth of it): a verdict from one early rejection is checked again soon.
+  //! were, at least an eighth of it; not once observe_skipped reports skipped drafts): a verdict from one
+  //! early rejection is checked again soon.
   std::int32_t probe_every = 64;
   //! Rounds between full scorings of the candidates (>= 1); the last choice is kept in between.
   std::int32_t rescore_every = 4;
