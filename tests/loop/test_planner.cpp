@@ -1060,6 +1060,26 @@ TEST_CASE("planner estimators: sizes measured long ago follow the speed of the s
   CHECK(t.estimates()[3] == Approx(t.at(4)));
 }
 
+TEST_CASE("planner estimators: the one-node time follows the speed of the speculative passes measured now") {
+  // The mirror case: passes slow by 1.3x (a longer context, another job)
+  // while only 4-node chains run, no plain step. The plain step must be
+  // priced at the new speed too: a one-node time kept from before read 130
+  // us, 23% cheap, and turned chains that paid into plain decoding.
+  detail::pass_cost_table t;
+  t.reset(8, 8);
+  for (int rep = 0; rep < 9; ++rep)
+    for (int n = 1; n <= 6; ++n) t.add(n, (100 + 30 * n) * 1e-6);
+  for (int rep = 0; rep < 100; ++rep) t.add(4, 1.3 * 220e-6);
+  t.refresh(0.25);
+  CHECK(t.at(4) == Approx(1.3 * 220e-6).epsilon(0.05));
+  CHECK(t.at(1) == Approx(1.3 * 130e-6).epsilon(0.05));  // before: 130 us
+  CHECK(t.at(2) == Approx(1.3 * 160e-6).epsilon(0.05));
+  // Plain steps measured again set it directly.
+  for (int rep = 0; rep < 8; ++rep) t.add(1, 140e-6);
+  t.refresh(0.25);
+  CHECK(t.at(1) == Approx(140e-6).epsilon(0.01));
+}
+
 namespace {
 // Acceptance p(depth, rank) from a table, as the tree program reads it.
 struct table_acceptance {

@@ -20,14 +20,15 @@ namespace specdec::detail {
 
 //! Pass times per tree size 1..max_n: a ring of the last `window` times per
 //! size and its lower quartile (robust to a descheduled pass on a shared
-//! machine, and to caches evicted between passes).
+//! machine, and to caches evicted between passes); sizes of two nodes or
+//! more as ratios to a one-node time that every pass keeps current (see
+//! add()).
 //! The sizes are pooled: each estimate is shrunk toward a line t = kN + C
 //! (STree's linear model) fitted through all of them, weighted by samples,
 //! so a size seen once or twice reads mostly the line, not its own few
 //! passes; a size with a full window reads its own (with cost_window = 1,
 //! every size), and the one-node time is never shrunk (it is the unit). Sizes never seen are interpolated between seen
-//! ones and extrapolated with the line's slope. Sizes of two nodes or more are kept as ratios to the one-node time (see
-//! add()).
+//! ones and extrapolated with the line's slope.
 class pass_cost_table {
  public:
   void reset(std::int32_t max_n, std::int32_t window) {
@@ -39,6 +40,7 @@ class pass_cost_table {
     quartile_.assign(static_cast<std::size_t>(max_n_), 0.0);
     sorted_.assign(static_cast<std::size_t>(window_), 0.0);
     level_ = 1.0;
+    level_count_ = since_direct_ = 0;
     fresh_ = false;
   }
 
@@ -50,16 +52,40 @@ class pass_cost_table {
     // (allocation, page faults): not a cost of later passes, so it is dropped.
     if (seen_[i] == 1.0) return;
     // The machine's speed drifts (other jobs, clocks, shared caches: 1.5x
-    // within minutes on the shared CPU of the example models), and a planner
-    // that decodes plainly measures only one size. So a pass over n >= 2
-    // nodes is stored as its ratio to the one-node time known then, and
-    // estimated as that ratio times the one-node time known now: sizes
-    // measured long ago follow the speed of the plain steps measured now.
-    // Without it, a planner that had gone plain compared fresh one-node
-    // times with 2-node times taken when the machine was 1.5x slower, and
-    // stayed plain for good.
-    if (n == 1 && count_[0] == 0) rescale_ratios(seconds);  // times stored raw until t(1) was known
-    if (n >= 2 && count_[0] > 0) seconds /= quartile_[0];
+    // within minutes on the shared CPU of the example models), and the
+    // context grows (the example target: a plain step 50 us at 80
+    // positions, 58-60 us at 230). So a pass over n >= 2 nodes is stored as
+    // its ratio to the one-node time (the level), and estimated as that
+    // ratio times the level now. The level is the lower quartile of a ring
+    // of one-node times: measured by plain steps, or implied by a larger
+    // pass (its time over its size's ratio) while the planner speculates and
+    // no plain step measures it. Without the first, a planner that had gone
+    // plain compared fresh one-node times with 2-node times taken when the
+    // machine was 1.5x slower, and stayed plain for good; without the
+    // second, a one-node time kept from a request's first steps priced the
+    // plain step 15-20% cheap and turned greedy chains that paid into plain
+    // decoding.
+    if (n == 1) {
+      if (count_[0]++ == 0) rescale_ratios(seconds);  // times stored raw until t(1) was known
+      since_direct_ = 0;
+      add_level(seconds);
+      fresh_ = false;
+      return;
+    }
+    const bool relative = count_[0] > 0;
+    // A size's ratio and the level cannot both be learned from that size's
+    // passes alone (whichever ring turned over first would absorb the drift:
+    // the ratio did, and the level stayed stale). So after window / 2
+    // larger passes with no plain step between them, a size with a few
+    // ratios holds them and moves the level instead: at most half a window
+    // of ratios is stored on a stale level, short of the three quarters that
+    // would move a size's quartile.
+    if (relative && ++since_direct_ > std::max<std::int64_t>(window_ / 2, 1) && count_[i] >= 3) {
+      add_level(seconds / quartile_[i]);
+      fresh_ = false;
+      return;
+    }
+    if (relative) seconds /= quartile_[0];
     const std::int64_t c = count_[i]++;
     ring_[i * static_cast<std::size_t>(window_) + static_cast<std::size_t>(c % window_)] = seconds;
     // This size's lower quartile now (a window of a few entries), the curve
@@ -141,6 +167,17 @@ class pass_cost_table {
   [[nodiscard]] std::span<const double> estimates() const noexcept { return seconds_; }
 
  private:
+  // The level ring (ring 0): one-node times, measured or implied by larger
+  // passes; its lower quartile is the level.
+  void add_level(double t1) {
+    const auto slot = static_cast<std::size_t>(level_count_++ % window_);
+    ring_[slot] = t1;
+    const auto k = static_cast<std::size_t>(std::min<std::int64_t>(level_count_, window_));
+    std::copy_n(ring_.begin(), k, sorted_.begin());
+    std::sort(sorted_.begin(), sorted_.begin() + static_cast<std::ptrdiff_t>(k));
+    quartile_[0] = sorted_[(k - 1) / 4];
+  }
+
   // Sizes >= 2 measured before the first one-node time were stored in
   // seconds: from now on they are ratios to it.
   void rescale_ratios(double t1) {
@@ -238,6 +275,8 @@ class pass_cost_table {
   std::vector<double> ring_, seen_, quartile_, sorted_, xs_, ys_, ws_, fw_, seconds_, blk_v_, blk_w_;
   std::vector<std::size_t> blk_n_;
   std::vector<std::int64_t> count_;
+  // Entries written to the level ring; larger passes since the last plain step.
+  std::int64_t level_count_ = 0, since_direct_ = 0;
   double slope_ = 0.0, line_k_ = 0.0, level_ = 1.0, prior_ = 0.25;
   bool fresh_ = false, has_line_ = false;
 };
