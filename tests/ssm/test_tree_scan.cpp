@@ -141,6 +141,10 @@ void check_against_root_paths(algo a, const std::vector<node_id>& parent, const 
   const bool want_states = a == algo::recurrent;
   const auto s = run_scan<T>(a, parent, pr, opt, y, want_states ? &st : nullptr);
   REQUIRE(s.ok());
+  // The recurrent scan without per-node states runs the folded form (one
+  // fused multiply-add per state entry): its outputs are checked too.
+  std::vector<T> y_folded;
+  if (want_states) REQUIRE(run_scan<T>(a, parent, pr, opt, y_folded).ok());
   const auto& d = pr.d;
   const auto row = static_cast<std::size_t>(d.heads * d.headdim);
   const auto srow = static_cast<std::size_t>(d.heads * d.headdim * d.dstate);
@@ -149,9 +153,12 @@ void check_against_root_paths(algo a, const std::vector<node_id>& parent, const 
     std::vector<double> ry, rs;
     ref_sequence(pr64, ro, root_path(parent, static_cast<node_id>(i)), ry, rs);
     const std::vector<double> last(ry.end() - static_cast<std::ptrdiff_t>(row), ry.end());
-    const std::vector<T> got(y.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i) * row),
-                             y.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i + 1) * row));
-    worst = std::max(worst, max_scaled_error(got, last, tol, tol));
+    const auto node_row = [&](const std::vector<T>& v) {
+      return std::vector<T>(v.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i) * row),
+                            v.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i + 1) * row));
+    };
+    worst = std::max(worst, max_scaled_error(node_row(y), last, tol, tol));
+    if (want_states) worst = std::max(worst, max_scaled_error(node_row(y_folded), last, tol, tol));
     if (want_states) {
       const std::vector<T> gs(st.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i) * srow),
                               st.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i + 1) * srow));
@@ -324,6 +331,32 @@ TEST_CASE("tree scan: changing a non-ancestor leaves a node unchanged") {
       }
       CHECK(changed >= 1);  // the modified node itself must move: the check can fail
     }
+  }
+}
+
+TEST_CASE("tree scan: long chains renormalise the folded recurrent form and stay exact") {
+  // Along a chain of 160 nodes the product of the decays falls far below
+  // 2^-60 (checked: the test would not reach the renormalisation
+  // otherwise), so the folded form renormalises its scaled state several
+  // times; a few nodes decay to under 2^-60 on their own (a plain step).
+  for (std::uint64_t seed : {901u, 902u}) {
+    INFO("seed " << seed);
+    const dims d{160, 2, 5, 1, 12};
+    const auto parent = chain_tree(d.n);
+    auto pr = make_problem(d, flags{}, seed);
+    for (std::size_t e = 0; e < pr.dt.size(); e += 37) pr.dt[e] = 120.0;  // dt' |A| >= 60 > 41.6
+    double log2_decay = 0.0;                                              // head 0's decay product over the chain
+    for (std::int64_t i = 0; i < d.n; ++i) {
+      const double dt = pr.dt[static_cast<std::size_t>(i * d.heads)] + pr.dt_bias[0];
+      const double soft = dt > 20.0 ? dt : std::log1p(std::exp(dt));
+      log2_decay += soft * pr.A[0] / std::log(2.0);
+    }
+    INFO("log2 of the decay product " << log2_decay);
+    REQUIRE(log2_decay < -180.0);
+    check_against_root_paths<double>(algo::recurrent, parent, pr, 1e-10);
+    check_against_root_paths<float>(algo::recurrent, parent, pr, 2e-4);
+    // A random tree of the same size: runs start from stored scaled states.
+    check_against_root_paths<double>(algo::recurrent, random_tree(d.n, seed), pr, 1e-10);
   }
 }
 

@@ -37,7 +37,12 @@ struct tree_scan_recurrent_scratch {
   std::int32_t* stack = nullptr;    // DFS stack (N)
   std::int32_t* depth = nullptr;    // node depths (N)
   T* bcopy = nullptr;               // contiguous B then C, [N, groups, dstate] each (strided B/C only)
-  T* rows = nullptr;                // 5 rows of headdim (x, dt' x, D, z, output), then dt' and decay (2 N)
+  T* rows = nullptr;                // 3 rows of headdim (x, D, z), then dt', decay and a run's decays (3 N),
+                                    // then the folded scales: per node (N), a run's (N + 1)
+  T* xdt = nullptr;                 // a run's dt' x rows, then its C . h rows ([N, headdim] each)
+  T* block = nullptr;               // ssm_run_row_block's state block (4 dstate)
+  const T** bc = nullptr;           // a run's B rows, then its C rows (2 N)
+  T** store = nullptr;              // a run's state destinations (N)
   T* slots = nullptr;               // (max_depth + 2) state rows of one head
 };
 
@@ -51,7 +56,11 @@ tree_scan_recurrent_scratch<T> carve_tree_scan_recurrent_walk(workspace_carver& 
   r.stack = c.take<std::int32_t>(n);
   r.depth = c.take<std::int32_t>(n);
   r.bcopy = c.take<T>(2 * static_cast<std::size_t>(s.nodes * s.groups * s.dstate));
-  r.rows = c.take<T>(5 * static_cast<std::size_t>(s.headdim) + 2 * n);
+  r.rows = c.take<T>(3 * static_cast<std::size_t>(s.headdim) + 5 * n + 1);
+  r.xdt = c.take<T>(2 * n * static_cast<std::size_t>(s.headdim));
+  r.block = c.take<T>(4 * static_cast<std::size_t>(s.dstate));
+  r.bc = c.take<const T*>(2 * n);
+  r.store = c.take<T*>(n);
   return r;
 }
 
@@ -66,11 +75,12 @@ T* carve_tree_scan_recurrent_slots(workspace_carver& c, std::int64_t max_depth, 
 //! Bytes of workspace `tree_scan_recurrent` needs for this tree and shape:
 //! (max_depth + 2) * headdim * dstate scalars (one head's state per depth
 //! level: the O(depth x state) memory of the walk), contiguous copies of B
-//! and C (2 N groups dstate scalars, used for strided B or C), 5 headdim +
-//! 2 N scalars of rows and 5 N + 1 ints (depths, DFS order and its scratch),
-//! plus unaligned_workspace_slack. `parent`
-//! must be a valid topological parent array (validate first; an invalid one
-//! gives a bound that the scan will reject anyway). O(N * depth).
+//! and C (2 N groups dstate scalars, used for strided B or C), 2 N headdim
+//! + 3 headdim + 5 N + 1 + 4 dstate scalars of rows, 3 N pointers and
+//! 5 N + 1 ints (depths, DFS order and its scratch), plus
+//! unaligned_workspace_slack. `parent` must be a valid topological parent
+//! array (validate first; an invalid one gives a bound that the scan will
+//! reject anyway). O(N * depth).
 template <ssm_scalar T>
 std::size_t tree_scan_recurrent_workspace_size(std::span<const node_id> parent, const tree_ssm_shape& shape) noexcept {
   if (!validate_topological_parents(parent).ok()) return 0;
@@ -86,6 +96,15 @@ std::size_t tree_scan_recurrent_workspace_size(std::span<const node_id> parent, 
 //! [N, heads, headdim, dstate] (the state after consuming that node along
 //! its root path: what the cache must hold if that node is the last one
 //! accepted). Nodes may be in any topological order (parent[i] < i).
+//! With `states`, node by node in the h-form (the states
+//! tree_ssm_commit_path reproduces exactly). Without, run by run in the
+//! folded form (ssm_run_row_block: one fused multiply-add per state entry
+//! and node instead of two operations and a multiply; outputs equal the
+//! h-form's up to rounding): a run is a stretch of the preorder in which
+//! each node is the previous one's child (a chain is one run), its state
+//! goes from node to node four rows at a time in L1, and a slot is written
+//! only for a node with two children or more, where a later run starts.
+//! Either way any topological order of the same tree gives the same bits.
 //! Cost O(N * heads * headdim * dstate); memory: the workspace above; no
 //! allocation. Deterministic (fixed summation order). Outputs must not
 //! overlap inputs. Returns the validation status, or buffer_too_small.
@@ -143,12 +162,21 @@ status tree_scan_recurrent(std::span<const node_id> parent, const tree_ssm_input
   detail::build_children_csr(parent.data(), static_cast<std::int32_t>(s.nodes), w.offsets, w.kids);
   detail::dfs_preorder(w.offsets, w.kids, 0, w.stack, w.order);
   T* xrow = w.rows;
-  T* xdt = xrow + P;
-  T* drow = xdt + P;
+  T* drow = xrow + P;
   T* zrow = drow + P;
-  T* acc = zrow + P;
-  T* dtcol = acc + P;
+  T* dtcol = zrow + P;
   T* decaycol = dtcol + s.nodes;
+  T* run_decay = decaycol + s.nodes;
+  // Without per-node states the runs go folded (ssm_run_row_block): slots
+  // then hold g = h / scale, node_scale[i] the scale of node i's slot.
+  const bool fold = states.data == nullptr;
+  T* node_scale = run_decay + s.nodes;
+  T* run_scale = node_scale + s.nodes;
+  T* xdt = w.xdt;
+  T* acc = xdt + s.nodes * P;
+  const T** brow = w.bc;
+  const T** crow = brow + s.nodes;
+  T** store = w.store;
 
   const std::int64_t hpg = s.heads_per_group();
   for (std::int64_t h = 0; h < s.heads; ++h) {
@@ -171,32 +199,8 @@ status tree_scan_recurrent(std::span<const node_id> parent, const tree_ssm_input
         for (std::int64_t k = 0; k < S; ++k) slots[p * S + k] = in.h0(h, p, k);
       h0p = slots;
     }
-    for (std::int64_t t = 0; t < s.nodes; ++t) {
-      // Preorder: when node i (depth d) is visited, slot d holds its parent's
-      // state (the last node seen at depth d - 1), and slot d + 1 is free.
-      const node_id i = order[t];
-      const node_id par = parent[static_cast<std::size_t>(i)];
-      const std::int32_t d = depth[i];
-      const T* h_in = par < 0 ? h0p : slots + static_cast<std::int64_t>(d) * row;
-      std::int64_t in_ld = par < 0 ? h0ld : S;
-      T* h_out = slots + static_cast<std::int64_t>(d + 1) * row;
-      std::int64_t out_ld = S;
-      if (direct) {
-        if (par >= 0) {
-          h_in = states.data + par * states.stride[0] + h * states.stride[1];
-          in_ld = states.stride[2];
-        }
-        h_out = states.data + i * states.stride[0] + h * states.stride[1];
-        out_ld = states.stride[2];
-      }
-      const T dt = dtcol[i];
-      const T decay = decaycol[i];
-      for (std::int64_t p = 0; p < P; ++p) {
-        xrow[p] = in.x(i, h, p);
-        xdt[p] = dt * xrow[p];
-      }
-      detail::ssm_step_row_block(h_in, in_ld, h_out, out_ld, bbase + i * bn + g * bg, cbase + i * cn + g * cg, decay,
-                                 xdt, acc, P, S);
+    // Node i's output row from its C . h row `a_row` and its x row.
+    const auto emit = [&](node_id i, const T* x, T* a_row) {
       const T* z = nullptr;
       if (in.z.data != nullptr) {
         if (in.z.stride[2] == 1) {
@@ -207,14 +211,83 @@ status tree_scan_recurrent(std::span<const node_id> parent, const tree_ssm_input
         }
       }
       if (y.stride[2] == 1) {
-        detail::ssm_output_row(acc, xrow, drow, z, &y(i, h, 0), P);
+        detail::ssm_output_row(a_row, x, drow, z, &y(i, h, 0), P);
       } else {
-        detail::ssm_output_row(acc, xrow, drow, z, acc, P);
-        for (std::int64_t p = 0; p < P; ++p) y(i, h, p) = acc[p];
+        detail::ssm_output_row(a_row, x, drow, z, a_row, P);
+        for (std::int64_t p = 0; p < P; ++p) y(i, h, p) = a_row[p];
       }
-      if (states.data != nullptr && !direct)
-        for (std::int64_t p = 0; p < P; ++p)
-          for (std::int64_t k = 0; k < S; ++k) states(i, h, p, k) = h_out[p * S + k];
+    };
+    if (!fold) {
+      // Every node's state kept: node by node in the h-form (the states
+      // tree_ssm_commit_path reproduces exactly).
+      for (std::int64_t t = 0; t < s.nodes; ++t) {
+        // Preorder: when node i (depth d) is visited, slot d holds its parent's
+        // state (the last node seen at depth d - 1), and slot d + 1 is free.
+        const node_id i = order[t];
+        const node_id par = parent[static_cast<std::size_t>(i)];
+        const std::int32_t d = depth[i];
+        const T* h_in = par < 0 ? h0p : slots + static_cast<std::int64_t>(d) * row;
+        std::int64_t in_ld = par < 0 ? h0ld : S;
+        T* h_out = slots + static_cast<std::int64_t>(d + 1) * row;
+        std::int64_t out_ld = S;
+        if (direct) {
+          if (par >= 0) {
+            h_in = states.data + par * states.stride[0] + h * states.stride[1];
+            in_ld = states.stride[2];
+          }
+          h_out = states.data + i * states.stride[0] + h * states.stride[1];
+          out_ld = states.stride[2];
+        }
+        const T dt = dtcol[i];
+        for (std::int64_t p = 0; p < P; ++p) {
+          xrow[p] = in.x(i, h, p);
+          xdt[p] = dt * xrow[p];
+        }
+        detail::ssm_step_row_block(h_in, in_ld, h_out, out_ld, bbase + i * bn + g * bg, cbase + i * cn + g * cg,
+                                   decaycol[i], xdt, acc, P, S);
+        emit(i, xrow, acc);
+        if (!direct)
+          for (std::int64_t p = 0; p < P; ++p)
+            for (std::int64_t k = 0; k < S; ++k) states(i, h, p, k) = h_out[p * S + k];
+      }
+      continue;
+    }
+    // No states: run by run in the folded form.
+    for (std::int64_t t0 = 0; t0 < s.nodes;) {
+      std::int64_t t1 = t0 + 1;
+      while (t1 < s.nodes && parent[static_cast<std::size_t>(order[t1])] == order[t1 - 1]) ++t1;
+      const std::int64_t L = t1 - t0;
+      // Preorder: when a run's first node (depth d) is visited, slot d holds
+      // its parent's g (the last node seen at depth d - 1, which has another
+      // child before this one, so it stored it); slots d + 1 and deeper are
+      // free.
+      const node_id first = order[t0];
+      const node_id par = parent[static_cast<std::size_t>(first)];
+      const T* h_in = par < 0 ? h0p : slots + static_cast<std::int64_t>(depth[first]) * row;
+      const std::int64_t in_ld = par < 0 ? h0ld : S;
+      for (std::int64_t j = 0; j < L; ++j) {
+        const node_id i = order[t0 + j];
+        brow[j] = bbase + i * bn + g * bg;
+        crow[j] = cbase + i * cn + g * cg;
+        run_decay[j] = decaycol[i];
+        const T dt = dtcol[i];
+        for (std::int64_t p = 0; p < P; ++p) xdt[j * P + p] = dt * in.x(i, h, p);
+        const bool branches = w.offsets[i + 1] - w.offsets[i] >= 2;
+        store[j] = branches ? slots + static_cast<std::int64_t>(depth[i] + 1) * row : nullptr;
+      }
+      run_scale[0] = par < 0 ? T(1) : node_scale[par];
+      detail::ssm_run_row_block(h_in, in_ld, store, S, brow, crow, run_decay, xdt, P, acc, L, P, S, w.block, run_scale);
+      for (std::int64_t j = 0; j < L; ++j) {
+        const node_id i = order[t0 + j];
+        node_scale[i] = run_scale[j + 1];
+        const T* x = &in.x(i, h, 0);
+        if (in.x.stride[2] != 1) {
+          for (std::int64_t p = 0; p < P; ++p) xrow[p] = in.x(i, h, p);
+          x = xrow;
+        }
+        emit(i, x, acc + j * P);
+      }
+      t0 = t1;
     }
   }
   return status::success();
