@@ -8,7 +8,8 @@
 // with it less often). For each target
 // and temperature 0 / 1 the demo decodes four prompts
 //   - autoregressively (one target call per token),
-//   - with a speculative chain (4 drafts),
+//   - with speculative chains of 1 and 4 drafts (which one is faster
+//     depends on the model and the temperature),
 //   - with an i.i.d. sampled tree (widths 3,2,2,1; multi-step speculative
 //     sampling at temperature 1),
 //   - with a deterministic top-2 tree of depth 4 and a beam tree
@@ -165,11 +166,13 @@ int main(int argc, char** argv) {
     bool speculative;
     models::tree_kind kind;
     specdec::verify_mode rule = specdec::verify_mode::sampled_iid;  // at T > 0 only; T = 0 is greedy
-    bool sampled_only = false;  // block and traversal differ from token-wise only when sampling
-    bool warm = false;          // planned: the planner carried from request to request
+    bool sampled_only = false;      // block and traversal differ from token-wise only when sampling
+    bool warm = false;              // planned: the planner carried from request to request
+    std::int32_t chain_length = 4;  // chain rows: drafts per round
   };
   const method methods[] = {
       {"autoregressive", false, models::tree_kind::chain},
+      {"chain (1 draft)", true, models::tree_kind::chain, specdec::verify_mode::sampled_iid, false, false, 1},
       {"chain (4 drafts)", true, models::tree_kind::chain},
       {"chain (4 drafts), block", true, models::tree_kind::chain, specdec::verify_mode::block, true},
       {"iid tree 3,2,2,1 (MSS)", true, models::tree_kind::iid_tree},
@@ -214,6 +217,7 @@ int main(int argc, char** argv) {
   const auto options_of = [](const job& jb) {
     models::spec_options o;
     o.kind = jb.m->kind;
+    o.chain_length = jb.m->chain_length;
     o.sampled_rule = jb.m->rule;
     o.temperature = jb.temp;
     return o;

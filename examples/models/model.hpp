@@ -370,7 +370,9 @@ inline void mamba(const weights& w, const layer_weights& L, state& s, const batc
   // the faster one anyway) runs the recurrent scan and keeps every node's
   // state: the commit then copies one state instead of replaying the
   // accepted path (hybrid chain of 5: commit 36 -> 6 us per round, the
-  // forward unchanged within noise). Long prefills do not.
+  // forward unchanged within noise, measured before the scan without
+  // states was folded; with states it stays the per-node form). Long
+  // prefills do not.
   specdec::view4d<float> states{};
   auto method = specdec::tree_scan_method::automatic;
   const bool keep =

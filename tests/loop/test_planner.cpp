@@ -1078,6 +1078,19 @@ TEST_CASE("planner estimators: the one-node time follows the speed of the specul
   for (int rep = 0; rep < 8; ++rep) t.add(1, 140e-6);
   t.refresh(0.25);
   CHECK(t.at(1) == Approx(140e-6).epsilon(0.01));
+  // And a faster machine (0.7x) the same way: the ratios stored right after
+  // the last plain step must not absorb it (with half a window of them the
+  // lower quartile moved to 0.7 of the ratio and the plain step stayed at
+  // 130 us, priced 43% dear).
+  detail::pass_cost_table f;
+  f.reset(8, 8);
+  for (int rep = 0; rep < 9; ++rep)
+    for (int n = 1; n <= 6; ++n) f.add(n, (100 + 30 * n) * 1e-6);
+  for (int rep = 0; rep < 100; ++rep) f.add(4, 0.7 * 220e-6);
+  f.refresh(0.25);
+  CHECK(f.at(4) == Approx(0.7 * 220e-6).epsilon(0.05));
+  CHECK(f.at(1) == Approx(0.7 * 130e-6).epsilon(0.05));
+  CHECK(f.at(2) == Approx(0.7 * 160e-6).epsilon(0.05));
 }
 
 namespace {

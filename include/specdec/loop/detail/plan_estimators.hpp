@@ -21,8 +21,8 @@ namespace specdec::detail {
 //! Pass times per tree size 1..max_n: a ring of the last `window` times per
 //! size and its lower quartile (robust to a descheduled pass on a shared
 //! machine, and to caches evicted between passes); sizes of two nodes or
-//! more as ratios to a one-node time that every pass keeps current (see
-//! add()).
+//! more as ratios to a one-node time measured by plain steps and, during
+//! long speculative stretches, implied by the larger passes (see add()).
 //! The sizes are pooled: each estimate is shrunk toward a line t = kN + C
 //! (STree's linear model) fitted through all of them, weighted by samples,
 //! so a size seen once or twice reads mostly the line, not its own few
@@ -40,7 +40,9 @@ class pass_cost_table {
     quartile_.assign(static_cast<std::size_t>(max_n_), 0.0);
     sorted_.assign(static_cast<std::size_t>(window_), 0.0);
     level_ = 1.0;
-    level_count_ = since_direct_ = 0;
+    level_count_ = plain_steps_ = 0;
+    stretch_.assign(static_cast<std::size_t>(max_n_), -1);
+    stored_.assign(static_cast<std::size_t>(max_n_), 0);
     fresh_ = false;
   }
 
@@ -67,23 +69,28 @@ class pass_cost_table {
     // decoding.
     if (n == 1) {
       if (count_[0]++ == 0) rescale_ratios(seconds);  // times stored raw until t(1) was known
-      since_direct_ = 0;
+      ++plain_steps_;
       add_level(seconds);
       fresh_ = false;
       return;
     }
-    const bool relative = count_[0] > 0;
+    const bool relative = count_[0] > 0 && quartile_[0] > 0.0;
     // A size's ratio and the level cannot both be learned from that size's
     // passes alone (whichever ring turned over first would absorb the drift:
-    // the ratio did, and the level stayed stale). So after window / 2
-    // larger passes with no plain step between them, a size with a few
-    // ratios holds them and moves the level instead: at most half a window
-    // of ratios is stored on a stale level, short of the three quarters that
-    // would move a size's quartile.
-    if (relative && ++since_direct_ > std::max<std::int64_t>(window_ / 2, 1) && count_[i] >= 3) {
-      add_level(seconds / quartile_[i]);
-      fresh_ = false;
-      return;
+    // the ratio did, and the level stayed stale). So once a size has a few
+    // ratios, it stores at most (window - 1) / 4 of them (at least one)
+    // between two plain steps, and its further passes move the level
+    // instead, its ratio held: too few ratios taken on a stale level to
+    // move its lower quartile either way (a faster machine as much as a
+    // slower one).
+    if (relative && count_[i] >= 3 && quartile_[i] > 0.0) {
+      if (stretch_[i] != plain_steps_) stretch_[i] = plain_steps_, stored_[i] = 0;
+      if (stored_[i] >= std::max<std::int64_t>((window_ - 1) / 4, 1)) {
+        add_level(seconds / quartile_[i]);
+        fresh_ = false;
+        return;
+      }
+      ++stored_[i];
     }
     if (relative) seconds /= quartile_[0];
     const std::int64_t c = count_[i]++;
@@ -275,8 +282,10 @@ class pass_cost_table {
   std::vector<double> ring_, seen_, quartile_, sorted_, xs_, ys_, ws_, fw_, seconds_, blk_v_, blk_w_;
   std::vector<std::size_t> blk_n_;
   std::vector<std::int64_t> count_;
-  // Entries written to the level ring; larger passes since the last plain step.
-  std::int64_t level_count_ = 0, since_direct_ = 0;
+  // Entries written to the level ring; plain steps measured (the stretch
+  // number); per size, the stretch its stored_ ratios were counted in.
+  std::int64_t level_count_ = 0, plain_steps_ = 0;
+  std::vector<std::int64_t> stretch_, stored_;
   double slope_ = 0.0, line_k_ = 0.0, level_ = 1.0, prior_ = 0.25;
   bool fresh_ = false, has_line_ = false;
 };

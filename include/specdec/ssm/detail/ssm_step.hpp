@@ -19,7 +19,10 @@ namespace specdec::detail {
 //! is loaded before it is stored, so h_in may equal h_out (same rows).
 //! Fixed summation order (vector lanes, then the scalar tail): results are
 //! deterministic for a given build and dstate.
-template <int R, bool HasIn, class T>
+//! Fold: the folded step of ssm_run_row_block instead, h_out = h_in +
+//! xdt[r] B (no decay: `decay` is then the output scale, out[r] = decay x
+//! (C . h_out)), one fused multiply-add per entry.
+template <int R, bool HasIn, class T, bool Fold = false>
 inline void ssm_step_rows(const T* h_in, std::int64_t in_ld, T* h_out, std::int64_t out_ld, const T* b, const T* c,
                           T decay, const T* xdt, T* out, std::int64_t s) noexcept {
   using S = vec_ops<T>;
@@ -40,7 +43,10 @@ inline void ssm_step_rows(const T* h_in, std::int64_t in_ld, T* h_out, std::int6
     SPECDEC_VEC_UNROLL
     for (int r = 0; r < R; ++r) {
       V v = xv[r] * bv;
-      if constexpr (HasIn) v = dv * S::load(h_in + r * in_ld + n) + v;
+      // One expression in the folded step, so that compilers contracting
+      // only within an expression (clang's default) fuse it too.
+      if constexpr (HasIn && Fold) v = S::load(h_in + r * in_ld + n) + xv[r] * bv;
+      if constexpr (HasIn && !Fold) v = dv * S::load(h_in + r * in_ld + n) + v;
       S::store(h_out + r * out_ld + n, v);
       acc[r] += v * cv;
     }
@@ -49,11 +55,12 @@ inline void ssm_step_rows(const T* h_in, std::int64_t in_ld, T* h_out, std::int6
     T tail = T(0);
     for (std::int64_t k = full; k < s; ++k) {
       T v = xdt[r] * b[k];
-      if constexpr (HasIn) v = decay * h_in[r * in_ld + k] + v;
+      if constexpr (HasIn && Fold) v = h_in[r * in_ld + k] + xdt[r] * b[k];
+      if constexpr (HasIn && !Fold) v = decay * h_in[r * in_ld + k] + v;
       h_out[r * out_ld + k] = v;
       if (c != nullptr) tail += v * c[k];
     }
-    if (c != nullptr) out[r] = S::hsum(acc[r]) + tail;
+    if (c != nullptr) out[r] = Fold ? decay * (S::hsum(acc[r]) + tail) : S::hsum(acc[r]) + tail;
   }
 }
 
@@ -80,47 +87,6 @@ inline void ssm_step_row_block(const T* h_in, std::int64_t in_ld, T* h_out, std:
     rows(std::false_type{});
 }
 
-//! One node of a run in the folded form (see ssm_run_row_block): R rows of
-//! the scaled state, g_out = g_in + xs[r] B (row r at g_in + r * in_ld, at
-//! g_out + r * out_ld; without HasIn g_in is zero; g_in may equal g_out),
-//! and the dots out[r] = scale * (C . g_out) (when c is not null).
-template <int R, bool HasIn, class T>
-inline void ssm_fold_rows(const T* g_in, std::int64_t in_ld, T* g_out, std::int64_t out_ld, const T* b, const T* c,
-                          const T* xs, T scale, T* out, std::int64_t s) noexcept {
-  using S = vec_ops<T>;
-  using V = typename S::vec;
-  constexpr int lanes = S::lanes;
-  V acc[R];
-  V xv[R];
-  SPECDEC_VEC_UNROLL
-  for (int r = 0; r < R; ++r) {
-    acc[r] = V{};
-    xv[r] = S::splat(xs[r]);
-  }
-  const std::int64_t full = s - s % lanes;
-  for (std::int64_t n = 0; n < full; n += lanes) {
-    const V bv = S::load(b + n);
-    const V cv = c != nullptr ? S::load(c + n) : V{};
-    SPECDEC_VEC_UNROLL
-    for (int r = 0; r < R; ++r) {
-      V v = xv[r] * bv;
-      if constexpr (HasIn) v = S::load(g_in + r * in_ld + n) + v;
-      S::store(g_out + r * out_ld + n, v);
-      acc[r] += v * cv;
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    T tail = T(0);
-    for (std::int64_t k = full; k < s; ++k) {
-      T v = xs[r] * b[k];
-      if constexpr (HasIn) v = g_in[r * in_ld + k] + v;
-      g_out[r * out_ld + k] = v;
-      if (c != nullptr) tail += v * c[k];
-    }
-    if (c != nullptr) out[r] = scale * (S::hsum(acc[r]) + tail);
-  }
-}
-
 //! A run of L nodes of a recurrent scan in the folded form, each node's
 //! input state the previous node's output, for all P rows of one head:
 //!   h_j = decay[j] h_{j-1} + xdt[j * xld + p] B_j,  out[j * xld + p] = C_j . h_j
@@ -132,11 +98,12 @@ inline void ssm_fold_rows(const T* g_in, std::int64_t in_ld, T* g_out, std::int6
 //! last renormalisation, so that g_j = g_{j-1} + (xdt / D_j) B_j and
 //! C . h_j = D_j (C . g_j): one fused multiply-add per state entry and
 //! node for the update instead of a multiply and one (the scan is bound by
-//! them: 30 -> 40 GFLOP/s on an AVX-512 core). Row block by row block (4
+//! them: 33 -> 40 GFLOP/s on an AVX-512 core). Row block by row block (4
 //! rows, then 2, then 1) through all L nodes: nodes with no store write
 //! the block to `blk` (4 x dstate scalars of scratch, in L1). Before D
-//! would leave [2^-60, 2^60], the block is renormalised (into blk: g = h,
-//! D = 1); a decay outside that range on its own takes a plain step. h_in
+//! would leave [2^-b, 2^b] (b = 30 for float, 60 for double), the block is
+//! renormalised (into blk: g = h, D = 1); a decay outside that range on its
+//! own takes a plain step. h_in
 //! holds g at scale D[0] (h when D[0] = 1); node j's stored g has scale
 //! D[j + 1]. Every step depends on the node's root path only, so any
 //! topological order of a tree gives the same bits.
@@ -144,7 +111,9 @@ template <class T>
 inline void ssm_run_row_block(const T* h_in, std::int64_t in_ld, T* const* store, std::int64_t st_ld, const T* const* b,
                               const T* const* c, const T* decay, const T* xdt, std::int64_t xld, T* out, std::int64_t L,
                               std::int64_t P, std::int64_t s, T* blk, T* D) noexcept {
-  const T tiny = T(1) / T(std::uint64_t{1} << 60);
+  // Float keeps 2^30 of headroom for g = h / D and x / D (its range ends at
+  // 3e38); double 2^60.
+  const T tiny = T(1) / T(std::uint64_t{1} << (sizeof(T) == 4 ? 30 : 60));
   const auto fits = [&](T v) { return v >= tiny && v <= T(1) / tiny; };
   auto block = [&]<int R>(std::integral_constant<int, R>, std::int64_t p) {
     const T* cur = h_in != nullptr ? h_in + p * in_ld : nullptr;
@@ -171,10 +140,10 @@ inline void ssm_run_row_block(const T* h_in, std::int64_t in_ld, T* const* store
         T xs[R];
         for (int r = 0; r < R; ++r) xs[r] = xdt[j * xld + p + r] * inv;
         if (cur != nullptr)
-          ssm_fold_rows<R, true>(cur, cur_ld, dst, dst_ld, b[j], c[j], xs, scale, o, s);
+          ssm_step_rows<R, true, T, true>(cur, cur_ld, dst, dst_ld, b[j], c[j], scale, xs, o, s);
         else
-          ssm_fold_rows<R, false>(cur, cur_ld, dst, dst_ld, b[j], c[j], xs, scale, o, s);
-      } else if (cur != nullptr) {  // a decay out of range on its own (dt' A below -41): one plain step, g = h
+          ssm_step_rows<R, false, T, true>(cur, cur_ld, dst, dst_ld, b[j], c[j], scale, xs, o, s);
+      } else if (cur != nullptr) {  // a decay out of range on its own: one plain step, g = h
         ssm_step_rows<R, true>(cur, cur_ld, dst, dst_ld, b[j], c[j], decay[j], xdt + j * xld + p, o, s);
       } else {
         ssm_step_rows<R, false>(cur, cur_ld, dst, dst_ld, b[j], c[j], decay[j], xdt + j * xld + p, o, s);
