@@ -103,10 +103,9 @@ inline void ssm_step_row_block(const T* h_in, std::int64_t in_ld, T* h_out, std:
 //! the block to `blk` (4 x dstate scalars of scratch, in L1). Before D
 //! would leave [2^-b, 2^b] (b = 30 for float, 60 for double), the block is
 //! renormalised (into blk: g = h, D = 1); a decay outside that range on its
-//! own takes a plain step. h_in
-//! holds g at scale D[0] (h when D[0] = 1); node j's stored g has scale
-//! D[j + 1]. Every step depends on the node's root path only, so any
-//! topological order of a tree gives the same bits.
+//! own takes a plain step. h_in holds g at scale D[0] (h when D[0] = 1);
+//! node j's stored g has scale D[j + 1]. Every step depends on the node's
+//! root path only, so any topological order of a tree gives the same bits.
 template <class T>
 inline void ssm_run_row_block(const T* h_in, std::int64_t in_ld, T* const* store, std::int64_t st_ld, const T* const* b,
                               const T* const* c, const T* decay, const T* xdt, std::int64_t xld, T* out, std::int64_t L,
