@@ -1045,11 +1045,20 @@ TEST_CASE("planner estimators: a size with a full window reads its own passes, a
   CHECK(t.at(6) > 280e-6);
 }
 
-TEST_CASE("planner estimators: sizes measured long ago follow the speed of the size measured now") {
+namespace {
+// A pass-cost table (8 sizes, window 8) that saw sizes 1..6 nine times each
+// at t(N) = 100 + 30 N us, a plain step before each round of the others.
+detail::pass_cost_table linear_table() {
   detail::pass_cost_table t;
   t.reset(8, 8);
   for (int rep = 0; rep < 9; ++rep)
     for (int n = 1; n <= 6; ++n) t.add(n, (100 + 30 * n) * 1e-6);
+  return t;
+}
+}  // namespace
+
+TEST_CASE("planner estimators: sizes measured long ago follow the speed of the size measured now") {
+  auto t = linear_table();
   t.refresh(0.25);
   CHECK(t.at(4) == Approx(220e-6).epsilon(0.03));
   // The machine slows by 1.5x while only plain steps run.
@@ -1062,35 +1071,25 @@ TEST_CASE("planner estimators: sizes measured long ago follow the speed of the s
 
 TEST_CASE("planner estimators: the one-node time follows the speed of the speculative passes measured now") {
   // The mirror case: passes slow by 1.3x (a longer context, another job)
-  // while only 4-node chains run, no plain step. The plain step must be
-  // priced at the new speed too: a one-node time kept from before read 130
-  // us, 23% cheap, and turned chains that paid into plain decoding.
-  detail::pass_cost_table t;
-  t.reset(8, 8);
-  for (int rep = 0; rep < 9; ++rep)
-    for (int n = 1; n <= 6; ++n) t.add(n, (100 + 30 * n) * 1e-6);
-  for (int rep = 0; rep < 100; ++rep) t.add(4, 1.3 * 220e-6);
-  t.refresh(0.25);
-  CHECK(t.at(4) == Approx(1.3 * 220e-6).epsilon(0.05));
-  CHECK(t.at(1) == Approx(1.3 * 130e-6).epsilon(0.05));  // before: 130 us
-  CHECK(t.at(2) == Approx(1.3 * 160e-6).epsilon(0.05));
-  // Plain steps measured again set it directly.
-  for (int rep = 0; rep < 8; ++rep) t.add(1, 140e-6);
-  t.refresh(0.25);
-  CHECK(t.at(1) == Approx(140e-6).epsilon(0.01));
-  // And a faster machine (0.7x) the same way: the ratios stored right after
-  // the last plain step must not absorb it (with half a window of them the
-  // lower quartile moved to 0.7 of the ratio and the plain step stayed at
-  // 130 us, priced 43% dear).
-  detail::pass_cost_table f;
-  f.reset(8, 8);
-  for (int rep = 0; rep < 9; ++rep)
-    for (int n = 1; n <= 6; ++n) f.add(n, (100 + 30 * n) * 1e-6);
-  for (int rep = 0; rep < 100; ++rep) f.add(4, 0.7 * 220e-6);
-  f.refresh(0.25);
-  CHECK(f.at(4) == Approx(0.7 * 220e-6).epsilon(0.05));
-  CHECK(f.at(1) == Approx(0.7 * 130e-6).epsilon(0.05));
-  CHECK(f.at(2) == Approx(0.7 * 160e-6).epsilon(0.05));
+  // or speed up to 0.7x while only 4-node chains run, no plain step. The
+  // plain step must be priced at the new speed too: a one-node time kept
+  // from before read 130 us, 23% cheap at 1.3x, and turned chains that paid
+  // into plain decoding; at 0.7x, with half a window of ratios stored right
+  // after the last plain step, the ratios absorbed the speed-up and the
+  // plain step stayed at 130 us, 43% dear.
+  for (const double speed : {1.3, 0.7}) {
+    INFO("speed " << speed);
+    auto t = linear_table();
+    for (int rep = 0; rep < 100; ++rep) t.add(4, speed * 220e-6);
+    t.refresh(0.25);
+    CHECK(t.at(4) == Approx(speed * 220e-6).epsilon(0.05));
+    CHECK(t.at(1) == Approx(speed * 130e-6).epsilon(0.05));  // before: 130 us
+    CHECK(t.at(2) == Approx(speed * 160e-6).epsilon(0.05));
+    // Plain steps measured again set it directly.
+    for (int rep = 0; rep < 8; ++rep) t.add(1, 140e-6);
+    t.refresh(0.25);
+    CHECK(t.at(1) == Approx(140e-6).epsilon(0.01));
+  }
 }
 
 namespace {

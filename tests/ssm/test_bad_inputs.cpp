@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include "specdec/ssm/tree_decay.hpp"
 #include "specdec/ssm/tree_scan.hpp"
 #include "specdec/ssm/tree_scan_dense_mask.hpp"
+#include "specdec/ssm/tree_scan_recurrent.hpp"
 #include "ssm_test_util.hpp"
 
 using namespace ssm_test;
@@ -99,6 +101,44 @@ TEST_CASE("tree scan bad inputs: shapes") {
   CHECK(specdec::tree_scan<double>(f.parent, in, {}, f.yv(), specdec::make_view(small.data(), 1, 1, 1, 5), f.ws) ==
         status_code::size_mismatch);
   CHECK(f.untouched());
+}
+
+TEST_CASE("tree scan bad inputs: the recurrent workspace at its exact size, and one slot short") {
+  // Exactly the queried bytes, in a buffer of its own (the sanitizer build
+  // catches any write past it), for the folded walk (no states: runs, branch
+  // slots, scales) and the per-node walk (states); with too few bytes for
+  // the depth slots (carved last) the scan refuses and writes nothing.
+  for (const auto& parent : {binary_tree(15), chain_tree(15), random_tree(15, 77)}) {
+    const dims d{15, 2, 5, 1, 6};
+    const auto pr = make_problem(d, flags{}, 78);
+    const specdec::tree_ssm_shape shape{d.n, d.heads, d.headdim, d.groups, d.dstate};
+    const std::size_t bytes = specdec::tree_scan_recurrent_workspace_size<double>(parent, shape);
+    const std::size_t slot = static_cast<std::size_t>(d.headdim * d.dstate) * sizeof(double);
+    for (const bool with_states : {false, true}) {
+      INFO("states " << with_states);
+      std::vector<double> y(static_cast<std::size_t>(d.n * d.heads * d.headdim), 11.0), ref(y.size());
+      std::vector<double> st(with_states ? static_cast<std::size_t>(d.n * d.heads * d.headdim * d.dstate) : 0);
+      const auto sv =
+          with_states ? specdec::make_view(st.data(), d.n, d.heads, d.headdim, d.dstate) : specdec::view4d<double>{};
+      // Short by a slot beyond the alignment slack, whatever the allocator's alignment.
+      std::vector<std::byte> big(bytes + 4096), exact(bytes),
+          short_ws(bytes - slot - specdec::unaligned_workspace_slack);
+      REQUIRE(specdec::tree_scan_recurrent<double>(parent, pr.inputs(), {},
+                                                   specdec::make_view(ref.data(), d.n, d.heads, d.headdim), sv, big)
+                  .ok());
+      REQUIRE(specdec::tree_scan_recurrent<double>(parent, pr.inputs(), {},
+                                                   specdec::make_view(y.data(), d.n, d.heads, d.headdim), sv, exact)
+                  .ok());
+      CHECK(y == ref);
+      std::fill(y.begin(), y.end(), 11.0);
+      CHECK(specdec::tree_scan_recurrent<double>(parent, pr.inputs(), {},
+                                                 specdec::make_view(y.data(), d.n, d.heads, d.headdim), sv,
+                                                 short_ws) == status_code::buffer_too_small);
+      bool untouched = true;
+      for (double v : y) untouched = untouched && v == 11.0;
+      CHECK(untouched);
+    }
+  }
 }
 
 TEST_CASE("tree scan bad inputs: values and options") {

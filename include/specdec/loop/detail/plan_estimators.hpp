@@ -27,8 +27,9 @@ namespace specdec::detail {
 //! (STree's linear model) fitted through all of them, weighted by samples,
 //! so a size seen once or twice reads mostly the line, not its own few
 //! passes; a size with a full window reads its own (with cost_window = 1,
-//! every size), and the one-node time is never shrunk (it is the unit). Sizes never seen are interpolated between seen
-//! ones and extrapolated with the line's slope.
+//! every size), and the one-node time is never shrunk (it is the unit).
+//! Sizes never seen are interpolated between seen ones and extrapolated
+//! with the line's slope.
 class pass_cost_table {
  public:
   void reset(std::int32_t max_n, std::int32_t window) {
