@@ -35,45 +35,56 @@ constexpr status ssm_check_state_out(const view3d<T>& h, const tree_ssm_shape& s
   return status::success();
 }
 
-// One recurrence step of node j for every head into h_out. The first step
-// reads h0 (or zeros); later steps update h_out in place. Every element only
-// reads its own index (each vector is loaded before it is stored), so h_out
-// may be the very view h0. Rows with a unit dstate stride go through the
-// vector step; other layouts element by element.
+//! Most commit steps one call of ssm_commit_steps takes (its scratch is on the stack).
+inline constexpr std::int64_t ssm_commit_chunk = 16;
+
+// Recurrence steps of nodes[0 .. L) (L <= ssm_commit_chunk; a root-path
+// segment, root side first) for every head into h_out. The first segment
+// (`first`) reads h0 (or zeros); later ones update h_out in place. Rows
+// with a unit dstate stride go through ssm_commit_rows (the state held in
+// registers through the L steps, 64 rows at a time; the operations of the
+// scans' step, so commits match their states); other layouts element by
+// element. Every element only reads its own index, so h_out may be the
+// very view h0.
 template <class T>
-void ssm_commit_step(const tree_ssm_inputs<T>& in, const tree_ssm_options<T>& opt, const tree_ssm_shape& s, node_id j,
-                     bool first, view3d<T> h_out) noexcept {
+void ssm_commit_steps(const tree_ssm_inputs<T>& in, const tree_ssm_options<T>& opt, const tree_ssm_shape& s,
+                      const node_id* nodes, std::int64_t L, bool first, view3d<T> h_out) noexcept {
   const std::int64_t hpg = s.heads_per_group();
   const bool has_h0 = in.h0.data != nullptr;
   const bool rows = h_out.stride[2] == 1 && in.B.stride[2] == 1 && (!first || !has_h0 || in.h0.stride[2] == 1);
+  constexpr std::int64_t chunk = 64;
+  T decay[ssm_commit_chunk];
+  T dt[ssm_commit_chunk];
+  const T* b[ssm_commit_chunk];
+  T xdt[ssm_commit_chunk * chunk];
   for (std::int64_t h = 0; h < s.heads; ++h) {
     const std::int64_t g = h / hpg;
     const T bias = in.dt_bias.data != nullptr ? in.dt_bias(h) : T(0);
-    // The scans' dt' and exp (one-lane host vectors), so commits match their states.
-    const T dt = ssm_dt_host(in.dt(j, h), bias, opt);
-    const T decay = vec_ops<T, false>::exp(ssm_log_decay(dt, in.A(h)));
+    for (std::int64_t j = 0; j < L; ++j) {
+      // The scans' dt' and exp (one-lane host vectors), so commits match their states.
+      dt[j] = ssm_dt_host(in.dt(nodes[j], h), bias, opt);
+      decay[j] = vec_ops<T, false>::exp(ssm_log_decay(dt[j], in.A(h)));
+      b[j] = &in.B(nodes[j], g, 0);
+    }
     if (rows) {
-      // The head's rows in blocks (ssm_step_row_block: 4 rows per step, so
-      // one loaded B vector feeds four rows), chunk by chunk of x dt.
-      constexpr std::int64_t chunk = 64;
-      T xdt[chunk];
-      T unused[chunk];  // C . h: not needed by a commit
-      const T* b = &in.B(j, g, 0);
       for (std::int64_t p0 = 0; p0 < s.headdim; p0 += chunk) {
         const std::int64_t np = s.headdim - p0 < chunk ? s.headdim - p0 : chunk;
-        for (std::int64_t q = 0; q < np; ++q) xdt[q] = dt * in.x(j, h, p0 + q);
+        for (std::int64_t j = 0; j < L; ++j)
+          for (std::int64_t q = 0; q < np; ++q) xdt[j * chunk + q] = dt[j] * in.x(nodes[j], h, p0 + q);
         const T* h_in = !first ? &h_out(h, p0, 0) : (has_h0 ? &in.h0(h, p0, 0) : nullptr);
         const std::int64_t in_ld = !first ? h_out.stride[1] : (has_h0 ? in.h0.stride[1] : 0);
-        ssm_step_row_block(h_in, in_ld, &h_out(h, p0, 0), h_out.stride[1], b, static_cast<const T*>(nullptr), decay,
-                           xdt, unused, np, s.dstate);
+        ssm_commit_rows(h_in, in_ld, &h_out(h, p0, 0), h_out.stride[1], b, decay, xdt, chunk, L, np, s.dstate);
       }
       continue;
     }
-    for (std::int64_t p = 0; p < s.headdim; ++p) {
-      const T xdt = dt * in.x(j, h, p);
-      for (std::int64_t k = 0; k < s.dstate; ++k) {
-        const T prev = first ? (has_h0 ? in.h0(h, p, k) : T(0)) : h_out(h, p, k);
-        h_out(h, p, k) = decay * prev + xdt * in.B(j, g, k);
+    for (std::int64_t j = 0; j < L; ++j) {
+      const bool from_h0 = first && j == 0;
+      for (std::int64_t p = 0; p < s.headdim; ++p) {
+        const T xd = dt[j] * in.x(nodes[j], h, p);
+        for (std::int64_t k = 0; k < s.dstate; ++k) {
+          const T prev = from_h0 ? (has_h0 ? in.h0(h, p, k) : T(0)) : h_out(h, p, k);
+          h_out(h, p, k) = vec_ops<T, false>::fma(decay[j], prev, xd * in.B(nodes[j], g, k));
+        }
       }
     }
   }
@@ -94,7 +105,11 @@ status tree_ssm_commit_path(std::span<const node_id> parent, const tree_ssm_inpu
   SPECDEC_TRY(validate_tree_ssm(parent, in, opt, s));
   SPECDEC_TRY(detail::ssm_check_state_out(h_out, s));
   SPECDEC_TRY(validate_root_path(parent, path));
-  for (std::size_t k = 0; k < path.size(); ++k) detail::ssm_commit_step(in, opt, s, path[k], k == 0, h_out);
+  const auto len = static_cast<std::int64_t>(path.size());
+  for (std::int64_t k = 0; k < len; k += detail::ssm_commit_chunk) {
+    const std::int64_t L = len - k < detail::ssm_commit_chunk ? len - k : detail::ssm_commit_chunk;
+    detail::ssm_commit_steps(in, opt, s, path.data() + k, L, k == 0, h_out);
+  }
   return status::success();
 }
 
@@ -128,12 +143,20 @@ status tree_ssm_replay_masked(std::span<const node_id> parent, const tree_ssm_in
     prev = static_cast<node_id>(j);
   }
   if (prev < 0) return make_status(status_code::empty_input, "mask selects no node");
+  // The masked nodes in root-to-node order, a segment at a time.
+  node_id seg[detail::ssm_commit_chunk];
+  std::int64_t L = 0;
   bool first = true;
   for (std::size_t j = 0; j < n; ++j) {
     if (!bit(j)) continue;
-    detail::ssm_commit_step(in, opt, s, static_cast<node_id>(j), first, h_out);
-    first = false;
+    seg[L++] = static_cast<node_id>(j);
+    if (L == detail::ssm_commit_chunk) {
+      detail::ssm_commit_steps(in, opt, s, seg, L, first, h_out);
+      first = false;
+      L = 0;
+    }
   }
+  if (L > 0) detail::ssm_commit_steps(in, opt, s, seg, L, first, h_out);
   return status::success();
 }
 

@@ -36,10 +36,19 @@ struct tree_scan_dual_scratch {
   T* cb = nullptr;                     // C.B per pair, then the weight per pair
   T* dt_eff = nullptr;                 // dt', then A_tree of one head (2 N)
   T* bc = nullptr;                     // B and C of one group (strided B/C only), [N, dstate] each
+  T* ct = nullptr;                     // C^T of one group [dstate, Npad], Npad: N up to whole vectors
   T* acc = nullptr;                    // output accumulators of one head [N, headdim]
+  T* acct = nullptr;                   // h0 C^T of one head [headdim, Npad]
   T* xh = nullptr;                     // x of one head (strided x) or h0 of one head (strided h0)
   T* rows = nullptr;                   // D and z rows of one head (2 headdim)
 };
+
+//! N rounded up to whole host vectors: the node axis of the h0 C^T product.
+template <class T>
+constexpr std::size_t dual_padded_nodes(std::int64_t nodes) noexcept {
+  constexpr auto lanes = static_cast<std::size_t>(vec_ops<T>::lanes);
+  return (static_cast<std::size_t>(nodes) + lanes - 1) / lanes * lanes;
+}
 
 template <class T>
 tree_scan_dual_scratch<T> carve_tree_scan_dual(workspace_carver& c, std::int64_t pairs,
@@ -53,7 +62,10 @@ tree_scan_dual_scratch<T> carve_tree_scan_dual(workspace_carver& c, std::int64_t
   r.cb = c.take<T>(2 * np);
   r.dt_eff = c.take<T>(2 * n);
   r.bc = c.take<T>(2 * n * S);
+  const std::size_t npad = dual_padded_nodes<T>(s.nodes);
+  r.ct = c.take<T>(S * npad);
   r.acc = c.take<T>(n * P);
+  r.acct = c.take<T>(npad * P);
   r.xh = c.take<T>((n > S ? n : S) * P);
   r.rows = c.take<T>(2 * P);
   return r;
@@ -62,7 +74,8 @@ tree_scan_dual_scratch<T> carve_tree_scan_dual(workspace_carver& c, std::int64_t
 }  // namespace detail
 
 //! Bytes of workspace `tree_scan_dual` needs: 2 scalars and 1 int per
-//! (node, ancestor-or-self) pair, 2 N (dstate + 1) scalars, N headdim
+//! (node, ancestor-or-self) pair, 2 N (dstate + 1) scalars, N' (dstate +
+//! headdim) (N' = N rounded up to whole host vectors) and N headdim
 //! accumulators, max(N, dstate) headdim scalars (x or h0 rows of a
 //! strided layout) and 2 headdim. `parent` must be valid (0 otherwise). O(N * depth).
 template <ssm_scalar T>
@@ -103,6 +116,9 @@ status tree_scan_dual(std::span<const node_id> parent, const tree_ssm_inputs<T>&
   T* bg = ws.bc;
   T* cg = bg + N * S;
   T* acc = ws.acc;
+  T* acct = ws.acct;
+  T* ct = ws.ct;
+  const auto npad = static_cast<std::int64_t>(detail::dual_padded_nodes<T>(N));
   T* xh = ws.xh;
   T* drow = ws.rows;
   T* zrow = drow + P;
@@ -139,6 +155,10 @@ status tree_scan_dual(std::span<const node_id> parent, const tree_ssm_inputs<T>&
     for (std::size_t i = 0; i < n; ++i)
       for (std::int64_t e = pair_begin[i]; e < pair_begin[i + 1]; ++e)
         cb[e] = detail::ssm_dot_row(crows + static_cast<std::int64_t>(i) * cld, brows + pair_node[e] * bld, S);
+    // C^T [dstate, N'] for the initial-state term, zero-padded to whole vectors.
+    if (in.h0.data != nullptr)
+      for (std::int64_t q = 0; q < S; ++q)
+        for (std::int64_t i = 0; i < npad; ++i) ct[q * npad + i] = i < N ? crows[i * cld + q] : T(0);
     for (std::int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
       tree_cumulative_decay_head(parent, in, opt, h, dt_eff, a_tree);
       for (std::int64_t p = 0; p < P; ++p) drow[p] = tree_ssm_d(in, h, p);
@@ -148,7 +168,8 @@ status tree_scan_dual(std::span<const node_id> parent, const tree_ssm_inputs<T>&
         for (std::int64_t e = pair_begin[i]; e < pair_begin[i + 1]; ++e) weight[e] = a_tree[i] - a_tree[pair_node[e]];
       detail::ssm_exp_inplace(weight, pairs);
       for (std::int64_t e = 0; e < pairs; ++e) weight[e] *= dt_eff[pair_node[e]] * cb[e];
-      // Initial-state term: exp(A_tree[i]) (C_i . h0) for all nodes, a GEMM C h0^T.
+      // Initial-state term: exp(A_tree[i]) (C_i . h0) for all nodes, the
+      // GEMM h0 C^T (vectors along the nodes), transposed on the way out.
       if (in.h0.data != nullptr) {
         const T* h0p = in.h0.data + h * in.h0.stride[0];
         std::int64_t h0ld = in.h0.stride[1];
@@ -159,10 +180,10 @@ status tree_scan_dual(std::span<const node_id> parent, const tree_ssm_inputs<T>&
           h0p = xh;
           h0ld = S;
         }
-        detail::ssm_gemm_nt(crows, cld, h0p, h0ld, acc, P, N, P, S);
+        detail::ssm_gemm_nn(h0p, h0ld, ct, npad, acct, npad, P, npad, S);
         for (std::int64_t i = 0; i < N; ++i) {
           const T e0 = detail::vec_ops<T, false>::exp(a_tree[i]);
-          for (std::int64_t p = 0; p < P; ++p) acc[i * P + p] *= e0;
+          for (std::int64_t p = 0; p < P; ++p) acc[i * P + p] = e0 * acct[p * npad + i];
         }
       } else {
         for (std::int64_t i = 0; i < N * P; ++i) acc[i] = T(0);
@@ -176,8 +197,8 @@ status tree_scan_dual(std::span<const node_id> parent, const tree_ssm_inputs<T>&
       for (std::size_t i = 0; i < n; ++i) {
         const auto ii = static_cast<std::int64_t>(i);
         T* arow = acc + ii * P;
-        for (std::int64_t e = pair_begin[i]; e < pair_begin[i + 1]; ++e)
-          detail::ssm_axpy_row(weight[e], xrows + pair_node[e] * xld, arow, P);
+        detail::ssm_weighted_rows(weight + pair_begin[i], pair_node + pair_begin[i], pair_begin[i + 1] - pair_begin[i],
+                                  xrows, xld, arow, P);
         const T* z = nullptr;
         if (in.z.data != nullptr) {
           if (in.z.stride[2] == 1) {

@@ -14,10 +14,27 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__FMA__) && !defined(__CUDACC__) && !defined(SPECDEC_NO_SIMD)
+#include <immintrin.h>
+#define SPECDEC_HOST_FMA 1
+#else
+#define SPECDEC_HOST_FMA 0
+#endif
+
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && !defined(SPECDEC_NO_SIMD)
 #define SPECDEC_HOST_VEC 1
 #else
 #define SPECDEC_HOST_VEC 0
+#endif
+
+#ifndef SPECDEC_VEC_BYTES
+#if defined(__AVX512F__)
+#define SPECDEC_VEC_BYTES 64
+#elif defined(__AVX__)
+#define SPECDEC_VEC_BYTES 32
+#else
+#define SPECDEC_VEC_BYTES 16
+#endif
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -60,9 +77,9 @@ struct vec_types {
 template <class T>
 struct vec_types<T, true> {
   using uint = typename float_bits<T>::uint;
-  static constexpr int lanes = static_cast<int>(16 / sizeof(T));
-  typedef T vec __attribute__((vector_size(16)));
-  typedef uint uvec __attribute__((vector_size(16)));
+  static constexpr int lanes = static_cast<int>(SPECDEC_VEC_BYTES / sizeof(T));
+  typedef T vec __attribute__((vector_size(SPECDEC_VEC_BYTES)));
+  typedef uint uvec __attribute__((vector_size(SPECDEC_VEC_BYTES)));
 };
 #endif
 
@@ -83,6 +100,46 @@ struct vec_ops : vec_types<T, Wide> {
   }
   static void store(T* p, vec v) noexcept { std::memcpy(p, &v, sizeof v); }
   static vec splat(T x) noexcept { return vec{} + x; }
+  //! a * b + c, rounded once where the target has fused multiply-add
+  //! (x86 FMA), else twice. Explicit so that the compiler's contraction
+  //! choices (which product of `a * b + c * d` it fuses) cannot differ
+  //! between two kernels that must give the same bits, nor lengthen a
+  //! dependency chain (a recurrence h = d h + t fuses d h, not t).
+  static vec fma(vec a, vec b, vec c) noexcept {
+#if SPECDEC_HOST_FMA
+    constexpr bool f = sizeof(T) == 4;
+    if constexpr (lanes == 1) {
+      if constexpr (f)
+        return __builtin_fmaf(a, b, c);
+      else
+        return __builtin_fma(a, b, c);
+    } else if constexpr (sizeof(vec) == 16) {
+      if constexpr (f)
+        return std::bit_cast<vec>(
+            _mm_fmadd_ps(std::bit_cast<__m128>(a), std::bit_cast<__m128>(b), std::bit_cast<__m128>(c)));
+      else
+        return std::bit_cast<vec>(
+            _mm_fmadd_pd(std::bit_cast<__m128d>(a), std::bit_cast<__m128d>(b), std::bit_cast<__m128d>(c)));
+    } else if constexpr (sizeof(vec) == 32) {
+      if constexpr (f)
+        return std::bit_cast<vec>(
+            _mm256_fmadd_ps(std::bit_cast<__m256>(a), std::bit_cast<__m256>(b), std::bit_cast<__m256>(c)));
+      else
+        return std::bit_cast<vec>(
+            _mm256_fmadd_pd(std::bit_cast<__m256d>(a), std::bit_cast<__m256d>(b), std::bit_cast<__m256d>(c)));
+#if defined(__AVX512F__)
+    } else if constexpr (sizeof(vec) == 64) {
+      if constexpr (f)
+        return std::bit_cast<vec>(
+            _mm512_fmadd_ps(std::bit_cast<__m512>(a), std::bit_cast<__m512>(b), std::bit_cast<__m512>(c)));
+      else
+        return std::bit_cast<vec>(
+            _mm512_fmadd_pd(std::bit_cast<__m512d>(a), std::bit_cast<__m512d>(b), std::bit_cast<__m512d>(c)));
+#endif
+    }
+#endif
+    return a * b + c;
+  }
   //! Sum of the lanes, lane 0 first (a fixed order).
   static T hsum(vec v) noexcept {
     if constexpr (lanes == 1) {

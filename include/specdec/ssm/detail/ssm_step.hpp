@@ -43,10 +43,8 @@ inline void ssm_step_rows(const T* h_in, std::int64_t in_ld, T* h_out, std::int6
     SPECDEC_VEC_UNROLL
     for (int r = 0; r < R; ++r) {
       V v = xv[r] * bv;
-      // One expression in the folded step, so that compilers contracting
-      // only within an expression (clang's default) fuse it too.
-      if constexpr (HasIn && Fold) v = S::load(h_in + r * in_ld + n) + xv[r] * bv;
-      if constexpr (HasIn && !Fold) v = dv * S::load(h_in + r * in_ld + n) + v;
+      if constexpr (HasIn && Fold) v = S::fma(xv[r], bv, S::load(h_in + r * in_ld + n));
+      if constexpr (HasIn && !Fold) v = S::fma(dv, S::load(h_in + r * in_ld + n), v);
       S::store(h_out + r * out_ld + n, v);
       acc[r] += v * cv;
     }
@@ -55,8 +53,8 @@ inline void ssm_step_rows(const T* h_in, std::int64_t in_ld, T* h_out, std::int6
     T tail = T(0);
     for (std::int64_t k = full; k < s; ++k) {
       T v = xdt[r] * b[k];
-      if constexpr (HasIn && Fold) v = h_in[r * in_ld + k] + xdt[r] * b[k];
-      if constexpr (HasIn && !Fold) v = decay * h_in[r * in_ld + k] + v;
+      if constexpr (HasIn && Fold) v = vec_ops<T, false>::fma(xdt[r], b[k], h_in[r * in_ld + k]);
+      if constexpr (HasIn && !Fold) v = vec_ops<T, false>::fma(decay, h_in[r * in_ld + k], v);
       h_out[r * out_ld + k] = v;
       if (c != nullptr) tail += v * c[k];
     }
@@ -161,6 +159,83 @@ inline void ssm_run_row_block(const T* h_in, std::int64_t in_ld, T* const* store
   if (p < P) block(std::integral_constant<int, 1>{}, p);
 }
 
+//! R rows x NV vectors of a state held in registers through L steps of a
+//! commit: h = decay[j] h + xdt[j * xld + r] B_j (B_j from b[j] + col), with
+//! the operations of ssm_step_rows in its order, so the same bits as L
+//! calls of it; one load and one store per entry instead of L of each.
+//! Rows at h_in + r * in_ld (HasIn = false: the zero state), written to
+//! h_out + r * out_ld; h_in may equal h_out.
+template <int R, int NV, bool HasIn, class T>
+inline void ssm_commit_tile(const T* h_in, std::int64_t in_ld, T* h_out, std::int64_t out_ld, const T* const* b,
+                            std::int64_t col, const T* decay, const T* xdt, std::int64_t xld, std::int64_t L) noexcept {
+  using S = vec_ops<T>;
+  using V = typename S::vec;
+  V h[R][NV];
+  SPECDEC_VEC_UNROLL
+  for (int r = 0; r < R; ++r) SPECDEC_VEC_UNROLL
+  for (int v = 0; v < NV; ++v) h[r][v] = HasIn ? S::load(h_in + r * in_ld + v * S::lanes) : V{};
+  for (std::int64_t j = 0; j < L; ++j) {
+    const V dv = S::splat(decay[j]);
+    V bv[NV];
+    SPECDEC_VEC_UNROLL
+    for (int v = 0; v < NV; ++v) bv[v] = S::load(b[j] + col + v * S::lanes);
+    SPECDEC_VEC_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const V xv = S::splat(xdt[j * xld + r]);
+      SPECDEC_VEC_UNROLL
+      for (int v = 0; v < NV; ++v) {
+        const V t = xv * bv[v];
+        h[r][v] = HasIn || j > 0 ? S::fma(dv, h[r][v], t) : t;
+      }
+    }
+  }
+  SPECDEC_VEC_UNROLL
+  for (int r = 0; r < R; ++r) SPECDEC_VEC_UNROLL
+  for (int v = 0; v < NV; ++v) S::store(h_out + r * out_ld + v * S::lanes, h[r][v]);
+}
+
+//! L commit steps over all P rows of one head's state (rows at h_in + p *
+//! in_ld, h_in null: the zero state; written to h_out + p * out_ld): row
+//! blocks of 4, 2, 1, each through the dstate `s` entries as tiles of 2
+//! vectors, then 1, then scalars, every tile through all L steps.
+template <class T>
+inline void ssm_commit_rows(const T* h_in, std::int64_t in_ld, T* h_out, std::int64_t out_ld, const T* const* b,
+                            const T* decay, const T* xdt, std::int64_t xld, std::int64_t L, std::int64_t P,
+                            std::int64_t s) noexcept {
+  constexpr std::int64_t lanes = vec_ops<T>::lanes;
+  auto block = [&]<int R, bool HasIn>(std::integral_constant<int, R>, std::bool_constant<HasIn>, std::int64_t p) {
+    const T* in = HasIn ? h_in + p * in_ld : h_in;
+    T* out = h_out + p * out_ld;
+    std::int64_t k = 0;
+    for (; k + 2 * lanes <= s; k += 2 * lanes)
+      ssm_commit_tile<R, 2, HasIn>(HasIn ? in + k : in, in_ld, out + k, out_ld, b, k, decay, xdt + p, xld, L);
+    for (; k + lanes <= s; k += lanes)
+      ssm_commit_tile<R, 1, HasIn>(HasIn ? in + k : in, in_ld, out + k, out_ld, b, k, decay, xdt + p, xld, L);
+    for (; k < s; ++k)
+      for (int r = 0; r < R; ++r) {
+        T v = HasIn ? in[r * in_ld + k] : T(0);
+        for (std::int64_t j = 0; j < L; ++j) {
+          const T t = xdt[j * xld + p + r] * b[j][k];
+          v = HasIn || j > 0 ? vec_ops<T, false>::fma(decay[j], v, t) : t;
+        }
+        out[r * out_ld + k] = v;
+      }
+  };
+  auto rows = [&]<bool HasIn>(std::bool_constant<HasIn> has) {
+    std::int64_t p = 0;
+    for (; p + 4 <= P; p += 4) block(std::integral_constant<int, 4>{}, has, p);
+    if (p + 2 <= P) {
+      block(std::integral_constant<int, 2>{}, has, p);
+      p += 2;
+    }
+    if (p < P) block(std::integral_constant<int, 1>{}, has, p);
+  };
+  if (h_in != nullptr)
+    rows(std::true_type{});
+  else
+    rows(std::false_type{});
+}
+
 //! One row (R = 1) of ssm_step_rows; returns C . h_out (0 when `c` is null).
 template <class T>
 inline T ssm_step_row(const T* h_in, T* h_out, const T* b, const T* c, T decay, T xdt, std::int64_t s) noexcept {
@@ -204,56 +279,93 @@ inline T ssm_dot_row(const T* h, const T* c, std::int64_t s) noexcept {
   return S::hsum(acc0 + acc1) + tail;
 }
 
-//! One MI x MP tile of c = a b^T with both operands contiguous along k
-//! (rows of a at lda, rows of b at ldb): register accumulators on vectors
-//! along k, then one horizontal sum per entry.
-template <int MI, int MP, class T>
-inline void ssm_gemm_nt_tile(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
+//! One MI-row x NV-vector tile of c = a b (a [m, k] row-major at lda, b
+//! [k, n] row-major at ldb): NV vectors of a row of b per k, each entry
+//! of a broadcast to all of them, MI x NV register accumulators (no
+//! horizontal sums). Columns j .. j + NV * lanes of c.
+template <int MI, int NV, class T>
+inline void ssm_gemm_nn_tile(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
                              std::int64_t k) noexcept {
   using S = vec_ops<T>;
   using V = typename S::vec;
-  V acc[MI][MP];
-  for (int i = 0; i < MI; ++i)
-    for (int j = 0; j < MP; ++j) acc[i][j] = V{};
-  const std::int64_t full = k - k % S::lanes;
-  for (std::int64_t n = 0; n < full; n += S::lanes) {
-    V av[MI], bv[MP];
+  V acc[MI][NV];
+  SPECDEC_VEC_UNROLL
+  for (int i = 0; i < MI; ++i) SPECDEC_VEC_UNROLL
+  for (int v = 0; v < NV; ++v) acc[i][v] = V{};
+  for (std::int64_t q = 0; q < k; ++q) {
+    V bv[NV];
     SPECDEC_VEC_UNROLL
-    for (int i = 0; i < MI; ++i) av[i] = S::load(a + i * lda + n);
+    for (int v = 0; v < NV; ++v) bv[v] = S::load(b + q * ldb + v * S::lanes);
     SPECDEC_VEC_UNROLL
-    for (int j = 0; j < MP; ++j) bv[j] = S::load(b + j * ldb + n);
-    SPECDEC_VEC_UNROLL
-    for (int i = 0; i < MI; ++i) SPECDEC_VEC_UNROLL
-    for (int j = 0; j < MP; ++j) acc[i][j] += av[i] * bv[j];
-  }
-  for (int i = 0; i < MI; ++i)
-    for (int j = 0; j < MP; ++j) {
-      T tail = T(0);
-      for (std::int64_t n = full; n < k; ++n) tail += a[i * lda + n] * b[j * ldb + n];
-      c[i * ldc + j] = S::hsum(acc[i][j]) + tail;
+    for (int i = 0; i < MI; ++i) {
+      const V av = S::splat(a[i * lda + q]);
+      SPECDEC_VEC_UNROLL
+      for (int v = 0; v < NV; ++v) acc[i][v] += av * bv[v];
     }
+  }
+  SPECDEC_VEC_UNROLL
+  for (int i = 0; i < MI; ++i) SPECDEC_VEC_UNROLL
+  for (int v = 0; v < NV; ++v) S::store(c + i * ldc + v * S::lanes, acc[i][v]);
 }
 
-//! c [m, n] = a [m, k] b [n, k]^T (row-major, unit stride along k): the
-//! C h0^T product of the dual scan. Blocks of 16 rows of b stay in L1
-//! while all rows of a pass; 4 x 2 register tiles.
+//! c [m, n] = a [m, k] b [k, n] (row-major, unit stride along rows), n a
+//! multiple of the vector lanes (pad b and c): the initial-state term h0
+//! C^T of the dual scan, nodes along the vectors. Every column goes through
+//! the same code (tiles of 8 rows x 1 vector, then 4, 2, 1 rows), so a
+//! column's values do not depend on its position (a tree's node order).
 template <class T>
-inline void ssm_gemm_nt(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
+inline void ssm_gemm_nn(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
                         std::int64_t m, std::int64_t n, std::int64_t k) noexcept {
-  constexpr std::int64_t block = 16;
-  for (std::int64_t j0 = 0; j0 < n; j0 += block) {
-    const std::int64_t j1 = j0 + block < n ? j0 + block : n;
-    std::int64_t i = 0;
-    for (; i + 4 <= m; i += 4) {
-      std::int64_t j = j0;
-      for (; j + 2 <= j1; j += 2) ssm_gemm_nt_tile<4, 2>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, k);
-      if (j < j1) ssm_gemm_nt_tile<4, 1>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, k);
+  constexpr std::int64_t L = vec_ops<T>::lanes;
+  auto rows = [&]<int MI>(std::integral_constant<int, MI>, std::int64_t i) {
+    for (std::int64_t j = 0; j < n; j += L)
+      ssm_gemm_nn_tile<MI, 1>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, k);
+  };
+  std::int64_t i = 0;
+  for (; i + 8 <= m; i += 8) rows(std::integral_constant<int, 8>{}, i);
+  if (i + 4 <= m) {
+    rows(std::integral_constant<int, 4>{}, i);
+    i += 4;
+  }
+  if (i + 2 <= m) {
+    rows(std::integral_constant<int, 2>{}, i);
+    i += 2;
+  }
+  if (i < m) rows(std::integral_constant<int, 1>{}, i);
+}
+
+//! y[p] += sum over e < count of w[e] * x[node[e] * ld + p], p < P: the
+//! pair sums of the dual scan, up to eight vectors of y held in registers
+//! through all the terms (each term one load and one fused multiply-add
+//! per vector, eight independent chains); per entry the terms are added in
+//! order e = 0, 1, ...
+template <class T, class Index>
+inline void ssm_weighted_rows(const T* w, const Index* node, std::int64_t count, const T* x, std::int64_t ld, T* y,
+                              std::int64_t P) noexcept {
+  using S = vec_ops<T>;
+  using V = typename S::vec;
+  constexpr std::int64_t L = S::lanes;
+  auto chunk = [&]<int NV>(std::integral_constant<int, NV>, std::int64_t p) {
+    V acc[NV];
+    SPECDEC_VEC_UNROLL
+    for (int v = 0; v < NV; ++v) acc[v] = S::load(y + p + v * L);
+    for (std::int64_t e = 0; e < count; ++e) {
+      const V wv = S::splat(w[e]);
+      const T* xr = x + static_cast<std::int64_t>(node[e]) * ld + p;
+      SPECDEC_VEC_UNROLL
+      for (int v = 0; v < NV; ++v) acc[v] += wv * S::load(xr + v * L);
     }
-    for (; i < m; ++i) {
-      std::int64_t j = j0;
-      for (; j + 2 <= j1; j += 2) ssm_gemm_nt_tile<1, 2>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, k);
-      if (j < j1) ssm_gemm_nt_tile<1, 1>(a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc, k);
-    }
+    SPECDEC_VEC_UNROLL
+    for (int v = 0; v < NV; ++v) S::store(y + p + v * L, acc[v]);
+  };
+  std::int64_t p = 0;
+  for (; p + 8 * L <= P; p += 8 * L) chunk(std::integral_constant<int, 8>{}, p);
+  for (; p + 4 * L <= P; p += 4 * L) chunk(std::integral_constant<int, 4>{}, p);
+  for (; p + L <= P; p += L) chunk(std::integral_constant<int, 1>{}, p);
+  for (; p < P; ++p) {
+    T acc = y[p];
+    for (std::int64_t e = 0; e < count; ++e) acc += w[e] * x[static_cast<std::int64_t>(node[e]) * ld + p];
+    y[p] = acc;
   }
 }
 
