@@ -21,9 +21,9 @@ std::vector<std::uint64_t> packed_row(const std::vector<node_id>& path, std::siz
 }
 
 template <class T>
-void check_commit(const dims& d, flags f, std::uint64_t seed, double tol) {
-  INFO("seed " << seed << " n " << d.n);
-  const auto parent = random_tree(d.n, seed);
+void check_commit(const dims& d, flags f, std::uint64_t seed, double tol, bool chain = false) {
+  INFO("seed " << seed << " n " << d.n << (chain ? " chain" : ""));
+  const auto parent = chain ? chain_tree(d.n) : random_tree(d.n, seed);
   const auto pr = make_problem(d, f, seed).cast<T>();
   const specdec::tree_ssm_shape shape{d.n, d.heads, d.headdim, d.groups, d.dstate};
   std::vector<T> y(static_cast<std::size_t>(d.n * d.heads * d.headdim));
@@ -70,6 +70,14 @@ TEST_CASE("state commit: path commit and masked replay equal the per-node state"
   // headdim 70: the commit's rows go in chunks of 64 (then 4-, 2-, 1-row blocks).
   check_commit<double>({9, 2, 70, 1, 7}, flags{}, 75, 1e-12);
   check_commit<float>({9, 3, 70, 1, 16}, flags{}, 76, 2e-5);
+  // Chains of 40: the commit takes 16 steps at a time (16 + 16 + 8), with and
+  // without h0; headdim 13 and dstate 21 run every row block and column tile.
+  for (bool h0 : {true, false}) {
+    flags f;
+    f.has_h0 = h0;
+    check_commit<double>({40, 2, 13, 1, 21}, f, 77, 1e-12, true);
+    check_commit<float>({40, 2, 13, 1, 21}, f, 78, 2e-5, true);
+  }
 }
 
 TEST_CASE("state commit: in place over h0, and chained rounds equal one long sequence") {

@@ -1,7 +1,7 @@
 //! \file
 //! Short vectors for host kernels (the SSM scans, the softmax weights of
-//! logits_to_probs): GNU vector extensions (16 bytes, 4 floats or 2
-//! doubles: SSE2 on x86-64, NEON on AArch64) under GCC and Clang, plain
+//! logits_to_probs): GNU vector extensions (SPECDEC_VEC_BYTES: 32 bytes
+//! with AVX, else 16: SSE2 on x86-64, NEON on AArch64) under GCC and Clang, plain
 //! scalars (one lane) elsewhere, under nvcc or with SPECDEC_NO_SIMD, so
 //! every kernel is written once. The vector code does not depend on the
 //! optimisation level or on the auto-vectoriser (GCC's -O2 "very cheap"
@@ -27,10 +27,13 @@
 #define SPECDEC_HOST_VEC 0
 #endif
 
+//! Bytes per host vector: 32 where the target has AVX (also with AVX-512:
+//! on Zen 4 the SSM scans ran slower with 64-byte vectors than with 32,
+//! benchmarks/results/ssm-vectors_2026-11-27.md), else 16. May be set to
+//! 16, 32 or 64 before the first specdec include, the same in every
+//! translation unit of a program.
 #ifndef SPECDEC_VEC_BYTES
-#if defined(__AVX512F__)
-#define SPECDEC_VEC_BYTES 64
-#elif defined(__AVX__)
+#if defined(__AVX__)
 #define SPECDEC_VEC_BYTES 32
 #else
 #define SPECDEC_VEC_BYTES 16
