@@ -27,25 +27,32 @@ enum class tree_scan_method {
   dual,       //!< ancestor-pair dual form (no per-node states)
 };
 
+namespace detail {
+//! Whether the host vectors are 32 bytes or wider (the cost model's AVX set).
+inline constexpr bool scan_cost_wide = SPECDEC_HOST_VEC != 0 && SPECDEC_VEC_BYTES >= 32;
+}  // namespace detail
+
 //! Host cost model of tree_scan_choose, in nanoseconds: linear in the work
-//! terms of each form, coefficients fitted (weighted least squares) to
-//! bench_ssm's BM_ssm_cross sweep: 8 heads, 1 group, h0 and gate given,
-//! N = 8..128, headdim 32 and 64, dstate 16, 64 and 128, full binary trees
-//! and chains; float, GCC 12 -O2 (SSE2 baseline), AMD EPYC (Zen 3) VM.
-//! The model picks the faster form in all 60 measured configurations
-//! (fitted before the recurrent form without states was folded, which made
-//! it 10-20% cheaper; not refitted).
+//! terms of each form, coefficients fitted (least squares on relative
+//! errors, benchmarks/fit_scan_cost.py) to bench_ssm's BM_ssm_cross sweep:
+//! 8 heads, 1 group, h0 and gate given, N = 8..128, headdim 32 and 64,
+//! dstate 16, 64 and 128, full binary trees and chains; float, GCC 12 -O3,
+//! AMD EPYC (Zen 4) VM. Two sets, by the host vector width
+//! (SPECDEC_VEC_BYTES): 32 bytes (-march=native on that machine: AVX-512,
+//! FMA) and 16 (the x86-64 baseline, SSE2). Each picks the faster form in
+//! 60/60 configurations of its own build; the other build's set would in
+//! 56/60.
 struct tree_scan_cost_model {
   // Recurrent: per (node, head), per (node, head, headdim row), per state entry.
-  double rec_node = 39.0;   //!< ns per (node, head): dt', decay, row set-up
-  double rec_row = 7.1;     //!< ns per (node, head, headdim row): x, gate, epilogue
-  double rec_entry = 0.18;  //!< ns per state entry and node: update + C . h
-  // Dual: per (node, head), per row, per h0 entry (the C h0^T GEMM), per pair.
-  double dual_node = 96.0;        //!< ns per (node, head): dt', A_tree, exp(A_tree)
-  double dual_row = 5.8;          //!< ns per (node, head, headdim row): epilogue
-  double dual_h0_entry = 0.057;   //!< ns per (node, h0 entry): the C h0^T GEMM
-  double dual_pair_row = 0.22;    //!< ns per (pair, head, headdim row): weight * x
-  double dual_pair_state = 0.37;  //!< ns per (pair, group, dstate entry): C . B
+  double rec_node = detail::scan_cost_wide ? 16.5 : 26.2;     //!< ns per (node, head): dt', decay, row set-up
+  double rec_row = detail::scan_cost_wide ? 6.1 : 5.9;        //!< ns per (node, head, headdim row): x, gate, epilogue
+  double rec_entry = detail::scan_cost_wide ? 0.049 : 0.115;  //!< ns per state entry and node: update + C . h
+  // Dual: per (node, head), per row, per h0 entry (the h0 C^T GEMM), per pair.
+  double dual_node = detail::scan_cost_wide ? 41.6 : 49.3;          //!< ns per (node, head): dt', A_tree, exp(A_tree)
+  double dual_row = detail::scan_cost_wide ? 0.78 : 2.74;           //!< ns per (node, head, headdim row): epilogue
+  double dual_h0_entry = detail::scan_cost_wide ? 0.034 : 0.069;    //!< ns per (node, h0 entry): the h0 C^T GEMM
+  double dual_pair_row = detail::scan_cost_wide ? 0.087 : 0.121;    //!< ns per (pair, head, headdim row): weight * x
+  double dual_pair_state = detail::scan_cost_wide ? 0.081 : 0.289;  //!< ns per (pair, group, dstate entry): C . B
 };
 
 //! Estimated host times (ns) of the recurrent and the dual form for a tree
@@ -63,15 +70,13 @@ inline void tree_scan_cost(const tree_ssm_shape& s, double pairs, bool has_h0, d
 //! The algorithm `automatic` resolves to: recurrent when per-node states
 //! are wanted; otherwise the form with the smaller measured host cost
 //! (tree_scan_cost_model). Per node and head the recurrent form updates and
-//! reads a whole headdim x dstate state (0.18 ns per entry), while the
-//! dual form's per-node work is one C h0^T GEMM row (0.057 ns per entry)
-//! plus weight * x per ancestor (0.22 ns per ancestor and headdim row), so
-//! the dual form wins unless trees are deep. Crossovers (8 heads, 1 group,
-//! h0 given): chains switch to the recurrent form at N = 12 for headdim 32
-//! x dstate 16 (the model demo's layer), 20 for 64 x 16, 47 for 32 x 64, 62
-//! for 64 x 64, 75 for 32 x 128 and 103 for 64 x 128 (mean depth ~ N / 2);
-//! full binary trees keep the dual form up to N ~ 130 at 32 x 16 and to
-//! thousands of nodes at the larger shapes. O(N * depth).
+//! reads a whole headdim x dstate state, while the dual form's per-node
+//! work is one h0 C^T GEMM row plus weight * x per ancestor, so the dual
+//! form wins unless trees are deep. Crossovers (8 heads, 1 group, h0
+//! given, headdim 32-64 x dstate 16-128): chains switch to the recurrent
+//! form at N = 102-129 with 32-byte vectors (104 at the model demo's 32 x
+//! 16 layer), at 45-89 with 16-byte ones (45); full binary trees keep the
+//! dual form at every size. O(N * depth).
 inline tree_scan_method tree_scan_choose(std::span<const node_id> parent, const tree_ssm_shape& s, bool want_states,
                                          bool has_h0) noexcept {
   if (want_states) return tree_scan_method::recurrent;

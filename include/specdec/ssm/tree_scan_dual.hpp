@@ -36,18 +36,18 @@ struct tree_scan_dual_scratch {
   T* cb = nullptr;                     // C.B per pair, then the weight per pair
   T* dt_eff = nullptr;                 // dt', then A_tree of one head (2 N)
   T* bc = nullptr;                     // B and C of one group (strided B/C only), [N, dstate] each
-  T* ct = nullptr;                     // C^T of one group [dstate, Npad], Npad: N up to whole vectors
+  T* ct = nullptr;                     // C^T of one group [dstate, Npad], Npad: N up to whole GEMM tiles
   T* acc = nullptr;                    // output accumulators of one head [N, headdim]
   T* acct = nullptr;                   // h0 C^T of one head [headdim, Npad]
   T* xh = nullptr;                     // x of one head (strided x) or h0 of one head (strided h0)
   T* rows = nullptr;                   // D and z rows of one head (2 headdim)
 };
 
-//! N rounded up to whole host vectors: the node axis of the h0 C^T product.
+//! N rounded up to whole tiles of ssm_gemm_nn: the node axis of the h0 C^T product.
 template <class T>
 constexpr std::size_t dual_padded_nodes(std::int64_t nodes) noexcept {
-  constexpr auto lanes = static_cast<std::size_t>(vec_ops<T>::lanes);
-  return (static_cast<std::size_t>(nodes) + lanes - 1) / lanes * lanes;
+  constexpr auto cols = static_cast<std::size_t>(gemm_nn_columns<T>);
+  return (static_cast<std::size_t>(nodes) + cols - 1) / cols * cols;
 }
 
 template <class T>
@@ -75,7 +75,7 @@ tree_scan_dual_scratch<T> carve_tree_scan_dual(workspace_carver& c, std::int64_t
 
 //! Bytes of workspace `tree_scan_dual` needs: 2 scalars and 1 int per
 //! (node, ancestor-or-self) pair, 2 N (dstate + 1) scalars, N' (dstate +
-//! headdim) (N' = N rounded up to whole host vectors) and N headdim
+//! headdim) (N' = N rounded up to 32 bytes of scalars) and N headdim
 //! accumulators, max(N, dstate) headdim scalars (x or h0 rows of a
 //! strided layout) and 2 headdim. `parent` must be valid (0 otherwise). O(N * depth).
 template <ssm_scalar T>
@@ -155,7 +155,7 @@ status tree_scan_dual(std::span<const node_id> parent, const tree_ssm_inputs<T>&
     for (std::size_t i = 0; i < n; ++i)
       for (std::int64_t e = pair_begin[i]; e < pair_begin[i + 1]; ++e)
         cb[e] = detail::ssm_dot_row(crows + static_cast<std::int64_t>(i) * cld, brows + pair_node[e] * bld, S);
-    // C^T [dstate, N'] for the initial-state term, zero-padded to whole vectors.
+    // C^T [dstate, N'] for the initial-state term, zero-padded to whole GEMM tiles.
     if (in.h0.data != nullptr)
       for (std::int64_t q = 0; q < S; ++q)
         for (std::int64_t i = 0; i < npad; ++i) ct[q * npad + i] = i < N ? crows[i * cld + q] : T(0);

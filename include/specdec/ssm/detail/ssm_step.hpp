@@ -308,30 +308,36 @@ inline void ssm_gemm_nn_tile(const T* a, std::int64_t lda, const T* b, std::int6
   for (int v = 0; v < NV; ++v) S::store(c + i * ldc + v * S::lanes, acc[i][v]);
 }
 
+//! Vectors per tile of ssm_gemm_nn: 32 bytes of columns (one vector of 32
+//! bytes or more, two of 16, eight scalars), so every tile holds eight
+//! accumulators.
+template <class T>
+inline constexpr int gemm_nn_vectors =
+    sizeof(typename vec_ops<T>::vec) >= 32 ? 1 : static_cast<int>(32 / sizeof(typename vec_ops<T>::vec));
+
+//! Columns ssm_gemm_nn takes at a time: n must be a multiple (pad).
+template <class T>
+inline constexpr std::int64_t gemm_nn_columns = gemm_nn_vectors<T> * vec_ops<T>::lanes;
+
 //! c [m, n] = a [m, k] b [k, n] (row-major, unit stride along rows), n a
-//! multiple of the vector lanes (pad b and c): the initial-state term h0
+//! multiple of gemm_nn_columns (pad b and c): the initial-state term h0
 //! C^T of the dual scan, nodes along the vectors. Every column goes through
-//! the same code (tiles of 8 rows x 1 vector, then 4, 2, 1 rows), so a
-//! column's values do not depend on its position (a tree's node order).
+//! the same code (tiles of 8 / NV rows x NV vectors, NV = gemm_nn_vectors,
+//! then single rows), so a column's values do not depend on its position
+//! (a tree's node order).
 template <class T>
 inline void ssm_gemm_nn(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
                         std::int64_t m, std::int64_t n, std::int64_t k) noexcept {
-  constexpr std::int64_t L = vec_ops<T>::lanes;
-  auto rows = [&]<int MI>(std::integral_constant<int, MI>, std::int64_t i) {
-    for (std::int64_t j = 0; j < n; j += L)
-      ssm_gemm_nn_tile<MI, 1>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, k);
-  };
+  constexpr int NV = gemm_nn_vectors<T>;
+  constexpr int MI = 8 / NV > 0 ? 8 / NV : 1;
+  constexpr std::int64_t cols = gemm_nn_columns<T>;
   std::int64_t i = 0;
-  for (; i + 8 <= m; i += 8) rows(std::integral_constant<int, 8>{}, i);
-  if (i + 4 <= m) {
-    rows(std::integral_constant<int, 4>{}, i);
-    i += 4;
-  }
-  if (i + 2 <= m) {
-    rows(std::integral_constant<int, 2>{}, i);
-    i += 2;
-  }
-  if (i < m) rows(std::integral_constant<int, 1>{}, i);
+  for (; i + MI <= m; i += MI)
+    for (std::int64_t j = 0; j < n; j += cols)
+      ssm_gemm_nn_tile<MI, NV>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, k);
+  for (; i < m; ++i)
+    for (std::int64_t j = 0; j < n; j += cols)
+      ssm_gemm_nn_tile<1, NV>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, k);
 }
 
 //! y[p] += sum over e < count of w[e] * x[node[e] * ld + p], p < P: the
