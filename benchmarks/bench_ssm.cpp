@@ -162,6 +162,29 @@ void BM_ssm_states_store(benchmark::State& st) {
                                                     benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The data movement alone of recurrent_states on a chain: per head and
+// node, read the parent's state and write the node's (h = d h + x B per
+// entry, no read-out, no dt', no output row), in the scan's order (head by
+// head) and layout. The states form cannot run faster than this.
+void BM_ssm_states_pass(benchmark::State& st) {
+  bench_problem pb(st.range(0), st.range(1), st.range(2));
+  const std::int64_t P = pb.headdim, S = pb.dstate, row = P * S;
+  std::vector<float> states(static_cast<std::size_t>(pb.n * pb.heads * row)), xdt(static_cast<std::size_t>(P), 0.01f);
+  float unused[64];
+  for (auto _ : st) {
+    for (std::int64_t h = 0; h < pb.heads; ++h)
+      for (std::int64_t i = 0; i < pb.n; ++i) {
+        const float* in = i == 0 ? pb.h0.data() + h * row : states.data() + ((i - 1) * pb.heads + h) * row;
+        specdec::detail::ssm_step_row_block(in, S, states.data() + (i * pb.heads + h) * row, S, pb.B.data() + i * S,
+                                            static_cast<const float*>(nullptr), 0.9f, xdt.data(), unused, P, S);
+      }
+    benchmark::DoNotOptimize(states.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["state bytes/s"] = benchmark::Counter(static_cast<double>(sizeof(float) * states.size()),
+                                                    benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void BM_ssm_recurrent(benchmark::State& st) { run_scan(st, specdec::tree_scan_method::recurrent, false); }
 void BM_ssm_recurrent_states(benchmark::State& st) { run_scan(st, specdec::tree_scan_method::recurrent, true); }
 void BM_ssm_dual(benchmark::State& st) { run_scan(st, specdec::tree_scan_method::dual, false); }
@@ -399,6 +422,7 @@ BENCHMARK(BM_ssm_check)->Apply(form_args);
 BENCHMARK(BM_ssm_conv1d)->Apply(form_args);
 BENCHMARK(BM_ssm_silu)->Apply(roofline_args);
 BENCHMARK(BM_ssm_states_store)->Apply(roofline_args);
+BENCHMARK(BM_ssm_states_pass)->Apply(roofline_args);
 BENCHMARK(BM_ssm_cross_recurrent)->Apply(cross_args);
 BENCHMARK(BM_ssm_cross_dual)->Apply(cross_args);
 BENCHMARK(BM_ssm_tree_recurrent)->Apply(tree_args);
