@@ -300,7 +300,7 @@ inline void ssm_gemm_nn_tile(const T* a, std::int64_t lda, const T* b, std::int6
     for (int i = 0; i < MI; ++i) {
       const V av = S::splat(a[i * lda + q]);
       SPECDEC_VEC_UNROLL
-      for (int v = 0; v < NV; ++v) acc[i][v] += av * bv[v];
+      for (int v = 0; v < NV; ++v) acc[i][v] = S::fma(av, bv[v], acc[i][v]);
     }
   }
   SPECDEC_VEC_UNROLL
@@ -359,7 +359,7 @@ inline void ssm_weighted_rows(const T* w, const Index* node, std::int64_t count,
       const V wv = S::splat(w[e]);
       const T* xr = x + static_cast<std::int64_t>(node[e]) * ld + p;
       SPECDEC_VEC_UNROLL
-      for (int v = 0; v < NV; ++v) acc[v] += wv * S::load(xr + v * L);
+      for (int v = 0; v < NV; ++v) acc[v] = S::fma(wv, S::load(xr + v * L), acc[v]);
     }
     SPECDEC_VEC_UNROLL
     for (int v = 0; v < NV; ++v) S::store(y + p + v * L, acc[v]);
@@ -370,7 +370,8 @@ inline void ssm_weighted_rows(const T* w, const Index* node, std::int64_t count,
   for (; p + L <= P; p += L) chunk(std::integral_constant<int, 1>{}, p);
   for (; p < P; ++p) {
     T acc = y[p];
-    for (std::int64_t e = 0; e < count; ++e) acc += w[e] * x[static_cast<std::int64_t>(node[e]) * ld + p];
+    for (std::int64_t e = 0; e < count; ++e)
+      acc = vec_ops<T, false>::fma(w[e], x[static_cast<std::int64_t>(node[e]) * ld + p], acc);
     y[p] = acc;
   }
 }
