@@ -34,10 +34,16 @@ def pairs_of(n, chain):
 
 
 def load(paths):
+    """Each configuration's fastest time over the files: a file's medians
+    when it has aggregates (--benchmark_repetitions), else its runs."""
     best = {}
     for path in paths:
-        for b in json.load(open(path))["benchmarks"]:
-            if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+        entries = json.load(open(path))["benchmarks"]
+        medians = any(b.get("aggregate_name") == "median" for b in entries)
+        for b in entries:
+            if medians and b.get("aggregate_name") != "median":
+                continue
+            if not medians and b.get("run_type") == "aggregate":
                 continue
             m = re.match(r"BM_ssm_cross_(recurrent|dual)/nodes:(\d+)/headdim:(\d+)/dstate:(\d+)/chain:(\d+)", b["name"])
             if not m:

@@ -48,6 +48,10 @@ void check_commit(const dims& d, flags f, std::uint64_t seed, double tol, bool c
     REQUIRE(specdec::tree_ssm_replay_masked<T>(parent, pr.inputs(), {}, mask,
                                                specdec::make_view(h2.data(), d.heads, d.headdim, d.dstate))
                 .ok());
+    // The commit takes the scan's per-node operations (vec_ops::fma where
+    // the target fuses): the same bits, not only the same values.
+    CHECK(h1 == node_state);
+    CHECK(h2 == node_state);
     worst_path = std::max(worst_path, max_scaled_error(h1, node_state, tol, tol));
     worst_replay = std::max(worst_replay, max_scaled_error(h2, node_state, tol, tol));
     std::vector<double> ry, rs;
@@ -71,13 +75,46 @@ TEST_CASE("state commit: path commit and masked replay equal the per-node state"
   check_commit<double>({9, 2, 70, 1, 7}, flags{}, 75, 1e-12);
   check_commit<float>({9, 3, 70, 1, 16}, flags{}, 76, 2e-5);
   // Chains of 40: the commit takes 16 steps at a time (16 + 16 + 8), with and
-  // without h0; headdim 13 and dstate 21 run every row block and column tile.
+  // without h0; headdim 15 (row blocks 4, 4, 4, 2, 1) and dstate 29 (for
+  // float: two 2-vector tiles, a 1-vector tile and 1 scalar at 16-byte
+  // vectors, one 2-vector tile, a 1-vector tile and 5 scalars at 32).
   for (bool h0 : {true, false}) {
     flags f;
     f.has_h0 = h0;
-    check_commit<double>({40, 2, 13, 1, 21}, f, 77, 1e-12, true);
-    check_commit<float>({40, 2, 13, 1, 21}, f, 78, 2e-5, true);
+    check_commit<double>({40, 2, 15, 1, 29}, f, 77, 1e-12, true);
+    check_commit<float>({40, 2, 15, 1, 29}, f, 78, 2e-5, true);
   }
+}
+
+TEST_CASE("state commit: segments of 16 steps in place over h0 and into a strided state, bit for bit") {
+  const dims d{40, 2, 15, 1, 29};
+  const std::uint64_t seed = 79;
+  INFO("seed " << seed);
+  const auto parent = chain_tree(d.n);
+  auto pr = make_problem(d, flags{}, seed).cast<float>();
+  const auto path = root_path(parent, static_cast<node_id>(d.n - 1));
+  const auto srow = static_cast<std::size_t>(d.heads * d.headdim * d.dstate);
+  std::vector<float> ref(srow);
+  REQUIRE(specdec::tree_ssm_commit_path<float>(parent, pr.inputs(), {}, path,
+                                               specdec::make_view(ref.data(), d.heads, d.headdim, d.dstate))
+              .ok());
+  // Strided output (dstate innermost no longer: [heads, dstate, headdim]
+  // memory), element by element across the segments.
+  std::vector<float> t(srow, -9.0f);
+  specdec::view3d<float> tv{t.data(), {d.heads, d.headdim, d.dstate}, {d.headdim * d.dstate, 1, d.headdim}};
+  REQUIRE(specdec::tree_ssm_commit_path<float>(parent, pr.inputs(), {}, path, tv).ok());
+  bool same = true;
+  for (std::int64_t h = 0; h < d.heads; ++h)
+    for (std::int64_t p = 0; p < d.headdim; ++p)
+      for (std::int64_t k = 0; k < d.dstate; ++k)
+        same = same && tv(h, p, k) == ref[static_cast<std::size_t>((h * d.headdim + p) * d.dstate + k)];
+  CHECK(same);
+  // In place: h_out is the very view of h0.
+  auto in = pr.inputs();
+  REQUIRE(specdec::tree_ssm_commit_path<float>(parent, in, {}, path,
+                                               specdec::make_view(pr.h0.data(), d.heads, d.headdim, d.dstate))
+              .ok());
+  CHECK(pr.h0 == ref);
 }
 
 TEST_CASE("state commit: in place over h0, and chained rounds equal one long sequence") {

@@ -74,7 +74,7 @@ inline void tree_scan_cost(const tree_ssm_shape& s, double pairs, bool has_h0, d
 //! work is one h0 C^T GEMM row plus weight * x per ancestor, so the dual
 //! form wins unless trees are deep. Crossovers (8 heads, 1 group, h0
 //! given, headdim 32-64 x dstate 16-128): chains switch to the recurrent
-//! form at N = 102-129 with 32-byte vectors (104 at the model demo's 32 x
+//! form at N = 101-127 with 32-byte vectors (103 at the model demo's 32 x
 //! 16 layer), at 45-89 with 16-byte ones (45); full binary trees keep the
 //! dual form at every size. O(N * depth).
 inline tree_scan_method tree_scan_choose(std::span<const node_id> parent, const tree_ssm_shape& s, bool want_states,

@@ -75,7 +75,8 @@ tree_scan_dual_scratch<T> carve_tree_scan_dual(workspace_carver& c, std::int64_t
 
 //! Bytes of workspace `tree_scan_dual` needs: 2 scalars and 1 int per
 //! (node, ancestor-or-self) pair, 2 N (dstate + 1) scalars, N' (dstate +
-//! headdim) (N' = N rounded up to 32 bytes of scalars) and N headdim
+//! headdim) (N' = N rounded up to whole ssm_gemm_nn tiles, gemm_nn_columns;
+//! carved with or without h0) and N headdim
 //! accumulators, max(N, dstate) headdim scalars (x or h0 rows of a
 //! strided layout) and 2 headdim. `parent` must be valid (0 otherwise). O(N * depth).
 template <ssm_scalar T>

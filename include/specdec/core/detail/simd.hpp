@@ -14,17 +14,25 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__FMA__) && !defined(__CUDACC__) && !defined(SPECDEC_NO_SIMD)
-#include <immintrin.h>
-#define SPECDEC_HOST_FMA 1
-#else
-#define SPECDEC_HOST_FMA 0
-#endif
-
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && !defined(SPECDEC_NO_SIMD)
 #define SPECDEC_HOST_VEC 1
 #else
 #define SPECDEC_HOST_VEC 0
+#endif
+
+// Whether the target has a fused multiply-add instruction (vec_ops::fma
+// then rounds once, everywhere: compilers may contract a * b + c there).
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && \
+    (defined(__FMA__) || defined(__FP_FAST_FMA) || defined(__FP_FAST_FMAF) || defined(__ARM_FEATURE_FMA))
+#define SPECDEC_HOST_FMA 1
+#else
+#define SPECDEC_HOST_FMA 0
+#endif
+#if SPECDEC_HOST_FMA && SPECDEC_HOST_VEC && defined(__FMA__)
+#include <immintrin.h>
+#define SPECDEC_HOST_X86_FMA 1
+#else
+#define SPECDEC_HOST_X86_FMA 0
 #endif
 
 //! Bytes per host vector: 32 where the target has AVX (also with AVX-512:
@@ -39,6 +47,8 @@
 #define SPECDEC_VEC_BYTES 16
 #endif
 #endif
+static_assert(SPECDEC_VEC_BYTES == 16 || SPECDEC_VEC_BYTES == 32 || SPECDEC_VEC_BYTES == 64,
+              "SPECDEC_VEC_BYTES must be 16, 32 or 64");
 
 #if defined(__GNUC__) || defined(__clang__)
 //! Fully unrolls the next short fixed-count loop (register tiles; GCC's -O2
@@ -104,10 +114,12 @@ struct vec_ops : vec_types<T, Wide> {
   static void store(T* p, vec v) noexcept { std::memcpy(p, &v, sizeof v); }
   static vec splat(T x) noexcept { return vec{} + x; }
   //! a * b + c, rounded once where the target has fused multiply-add
-  //! (x86 FMA), else twice. Explicit so that the compiler's contraction
-  //! choices (which product of `a * b + c * d` it fuses) cannot differ
-  //! between two kernels that must give the same bits, nor lengthen a
-  //! dependency chain (a recurrence h = d h + t fuses d h, not t).
+  //! (SPECDEC_HOST_FMA: x86 FMA, AArch64, any target whose compiler says
+  //! fma is fast), else twice (no contraction possible there). Explicit so
+  //! that the compiler's contraction choices (which product of `a * b + c *
+  //! d` it fuses, and whether it fuses at all) cannot differ between two
+  //! kernels that must give the same bits, nor lengthen a dependency chain
+  //! (a recurrence h = d h + t fuses d h, not t).
   static vec fma(vec a, vec b, vec c) noexcept {
 #if SPECDEC_HOST_FMA
     constexpr bool f = sizeof(T) == 4;
@@ -116,32 +128,42 @@ struct vec_ops : vec_types<T, Wide> {
         return __builtin_fmaf(a, b, c);
       else
         return __builtin_fma(a, b, c);
-    } else if constexpr (sizeof(vec) == 16) {
-      if constexpr (f)
-        return std::bit_cast<vec>(
-            _mm_fmadd_ps(std::bit_cast<__m128>(a), std::bit_cast<__m128>(b), std::bit_cast<__m128>(c)));
-      else
-        return std::bit_cast<vec>(
-            _mm_fmadd_pd(std::bit_cast<__m128d>(a), std::bit_cast<__m128d>(b), std::bit_cast<__m128d>(c)));
-    } else if constexpr (sizeof(vec) == 32) {
-      if constexpr (f)
-        return std::bit_cast<vec>(
-            _mm256_fmadd_ps(std::bit_cast<__m256>(a), std::bit_cast<__m256>(b), std::bit_cast<__m256>(c)));
-      else
-        return std::bit_cast<vec>(
-            _mm256_fmadd_pd(std::bit_cast<__m256d>(a), std::bit_cast<__m256d>(b), std::bit_cast<__m256d>(c)));
+    } else {
+#if SPECDEC_HOST_X86_FMA
+      if constexpr (sizeof(vec) == 16) {
+        if constexpr (f)
+          return std::bit_cast<vec>(
+              _mm_fmadd_ps(std::bit_cast<__m128>(a), std::bit_cast<__m128>(b), std::bit_cast<__m128>(c)));
+        else
+          return std::bit_cast<vec>(
+              _mm_fmadd_pd(std::bit_cast<__m128d>(a), std::bit_cast<__m128d>(b), std::bit_cast<__m128d>(c)));
+      } else if constexpr (sizeof(vec) == 32) {
+        if constexpr (f)
+          return std::bit_cast<vec>(
+              _mm256_fmadd_ps(std::bit_cast<__m256>(a), std::bit_cast<__m256>(b), std::bit_cast<__m256>(c)));
+        else
+          return std::bit_cast<vec>(
+              _mm256_fmadd_pd(std::bit_cast<__m256d>(a), std::bit_cast<__m256d>(b), std::bit_cast<__m256d>(c)));
 #if defined(__AVX512F__)
-    } else if constexpr (sizeof(vec) == 64) {
-      if constexpr (f)
-        return std::bit_cast<vec>(
-            _mm512_fmadd_ps(std::bit_cast<__m512>(a), std::bit_cast<__m512>(b), std::bit_cast<__m512>(c)));
-      else
-        return std::bit_cast<vec>(
-            _mm512_fmadd_pd(std::bit_cast<__m512d>(a), std::bit_cast<__m512d>(b), std::bit_cast<__m512d>(c)));
+      } else if constexpr (sizeof(vec) == 64) {
+        if constexpr (f)
+          return std::bit_cast<vec>(
+              _mm512_fmadd_ps(std::bit_cast<__m512>(a), std::bit_cast<__m512>(b), std::bit_cast<__m512>(c)));
+        else
+          return std::bit_cast<vec>(
+              _mm512_fmadd_pd(std::bit_cast<__m512d>(a), std::bit_cast<__m512d>(b), std::bit_cast<__m512d>(c)));
 #endif
+      } else
+#endif
+      {  // other widths and targets: lane by lane
+        vec r{};
+        for (int l = 0; l < lanes; ++l) r[l] = vec_ops<T, false>::fma(a[l], b[l], c[l]);
+        return r;
+      }
     }
-#endif
+#else
     return a * b + c;
+#endif
   }
   //! Sum of the lanes, lane 0 first (a fixed order).
   static T hsum(vec v) noexcept {

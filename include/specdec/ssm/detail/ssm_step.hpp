@@ -13,6 +13,20 @@
 
 namespace specdec::detail {
 
+//! Calls f(std::integral_constant<int, R>{}, p) over the P rows of a
+//! head's state in blocks of R = 4 rows, then one of 2, then one of 1: the
+//! row blocking of every state kernel (one loaded B vector feeds R rows).
+template <class F>
+inline void ssm_row_blocks(std::int64_t P, const F& f) {
+  std::int64_t p = 0;
+  for (; p + 4 <= P; p += 4) f(std::integral_constant<int, 4>{}, p);
+  if (p + 2 <= P) {
+    f(std::integral_constant<int, 2>{}, p);
+    p += 2;
+  }
+  if (p < P) f(std::integral_constant<int, 1>{}, p);
+}
+
 //! Updates R rows of dstate `s` entries (row r at h_in + r * in_ld, written
 //! to h_out + r * out_ld; `h_in` null: the zero state) with xdt[r], and
 //! writes out[r] = C . h_out row r (nothing when `c` is null). Each vector
@@ -68,16 +82,11 @@ template <class T>
 inline void ssm_step_row_block(const T* h_in, std::int64_t in_ld, T* h_out, std::int64_t out_ld, const T* b, const T* c,
                                T decay, const T* xdt, T* out, std::int64_t P, std::int64_t s) noexcept {
   auto rows = [&]<bool HasIn>(std::bool_constant<HasIn>) {
-    std::int64_t p = 0;
-    // h_in + p * in_ld only when h_in is set (no arithmetic on a null pointer).
-    auto in = [&](std::int64_t q) { return HasIn ? h_in + q * in_ld : h_in; };
-    for (; p + 4 <= P; p += 4)
-      ssm_step_rows<4, HasIn>(in(p), in_ld, h_out + p * out_ld, out_ld, b, c, decay, xdt + p, out + p, s);
-    if (p + 2 <= P) {
-      ssm_step_rows<2, HasIn>(in(p), in_ld, h_out + p * out_ld, out_ld, b, c, decay, xdt + p, out + p, s);
-      p += 2;
-    }
-    if (p < P) ssm_step_rows<1, HasIn>(in(p), in_ld, h_out + p * out_ld, out_ld, b, c, decay, xdt + p, out + p, s);
+    ssm_row_blocks(P, [&]<int R>(std::integral_constant<int, R>, std::int64_t p) {
+      // h_in + p * in_ld only when h_in is set (no arithmetic on a null pointer).
+      ssm_step_rows<R, HasIn>(HasIn ? h_in + p * in_ld : h_in, in_ld, h_out + p * out_ld, out_ld, b, c, decay, xdt + p,
+                              out + p, s);
+    });
   };
   if (h_in != nullptr)
     rows(std::true_type{});
@@ -150,13 +159,7 @@ inline void ssm_run_row_block(const T* h_in, std::int64_t in_ld, T* const* store
       D[j + 1] = scale;
     }
   };
-  std::int64_t p = 0;
-  for (; p + 4 <= P; p += 4) block(std::integral_constant<int, 4>{}, p);
-  if (p + 2 <= P) {
-    block(std::integral_constant<int, 2>{}, p);
-    p += 2;
-  }
-  if (p < P) block(std::integral_constant<int, 1>{}, p);
+  ssm_row_blocks(P, block);
 }
 
 //! R rows x NV vectors of a state held in registers through L steps of a
@@ -222,13 +225,7 @@ inline void ssm_commit_rows(const T* h_in, std::int64_t in_ld, T* h_out, std::in
       }
   };
   auto rows = [&]<bool HasIn>(std::bool_constant<HasIn> has) {
-    std::int64_t p = 0;
-    for (; p + 4 <= P; p += 4) block(std::integral_constant<int, 4>{}, has, p);
-    if (p + 2 <= P) {
-      block(std::integral_constant<int, 2>{}, has, p);
-      p += 2;
-    }
-    if (p < P) block(std::integral_constant<int, 1>{}, has, p);
+    ssm_row_blocks(P, [&]<int R>(std::integral_constant<int, R> r, std::int64_t p) { block(r, has, p); });
   };
   if (h_in != nullptr)
     rows(std::true_type{});
@@ -308,16 +305,17 @@ inline void ssm_gemm_nn_tile(const T* a, std::int64_t lda, const T* b, std::int6
   for (int v = 0; v < NV; ++v) S::store(c + i * ldc + v * S::lanes, acc[i][v]);
 }
 
-//! Vectors per tile of ssm_gemm_nn: 32 bytes of columns (one vector of 32
-//! bytes or more, two of 16, eight scalars), so every tile holds eight
-//! accumulators.
+//! Vectors per tile of ssm_gemm_nn: 32 bytes of columns or one vector if
+//! wider (one vector of 32 or 64 bytes, two of 16, 32 / sizeof(T) scalars
+//! without host vectors), so that 8 / NV rows give eight accumulators.
 template <class T>
-inline constexpr int gemm_nn_vectors =
-    sizeof(typename vec_ops<T>::vec) >= 32 ? 1 : static_cast<int>(32 / sizeof(typename vec_ops<T>::vec));
+inline constexpr int gemm_nn_vectors = sizeof(typename vec_ops<T>::vec) >= 32
+                                           ? 1
+                                           : static_cast<int>(32 / sizeof(typename vec_ops<T>::vec));
 
 //! Columns ssm_gemm_nn takes at a time: n must be a multiple (pad).
 template <class T>
-inline constexpr std::int64_t gemm_nn_columns = gemm_nn_vectors<T> * vec_ops<T>::lanes;
+inline constexpr std::int64_t gemm_nn_columns = gemm_nn_vectors<T>* vec_ops<T>::lanes;
 
 //! c [m, n] = a [m, k] b [k, n] (row-major, unit stride along rows), n a
 //! multiple of gemm_nn_columns (pad b and c): the initial-state term h0
@@ -391,8 +389,8 @@ inline void ssm_axpy_row(T w, const T* x, T* y, std::int64_t P) noexcept {
   using S = vec_ops<T>;
   const auto wv = S::splat(w);
   const std::int64_t full = P - P % S::lanes;
-  for (std::int64_t p = 0; p < full; p += S::lanes) S::store(y + p, S::load(y + p) + wv * S::load(x + p));
-  for (std::int64_t p = full; p < P; ++p) y[p] += w * x[p];
+  for (std::int64_t p = 0; p < full; p += S::lanes) S::store(y + p, S::fma(wv, S::load(x + p), S::load(y + p)));
+  for (std::int64_t p = full; p < P; ++p) y[p] = vec_ops<T, false>::fma(w, x[p], y[p]);
 }
 
 }  // namespace specdec::detail
