@@ -28,9 +28,13 @@ def cuda_available() -> bool:
 def build_info() -> dict:
     """How this module was built: ``build`` (the line CMake printed, e.g.
     "with CUDA kernels (archs 80;90)" or "host-only (no nvcc found)"),
-    ``cuda`` (bool), ``cuda_archs`` and ``cuda_devices`` (visible now)."""
+    ``cuda`` (bool), ``cuda_archs``, ``cuda_devices`` (visible now) and
+    ``host_vector_bytes`` (the width of the host SSM kernels' vectors: 16
+    for a portable build, 32 for one built with
+    ``-C cmake.define.SPECDEC_PYTHON_NATIVE=ON`` on a CPU with AVX)."""
     return {"build": str(_core.build), "cuda": has_cuda, "cuda_archs": str(_core.cuda_archs),
-            "cuda_devices": int(_core.cuda_device_count()) if has_cuda else 0}
+            "cuda_devices": int(_core.cuda_device_count()) if has_cuda else 0,
+            "host_vector_bytes": int(_core.host_vector_bytes)}
 
 
 def _is_torch(x: Any) -> bool:

@@ -7,6 +7,7 @@
 #include "common.hpp"
 #include "common_cuda.hpp"
 #include "specdec/core/config.hpp"
+#include "specdec/core/detail/simd.hpp"
 #include "specdec/core/status.hpp"
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
 #include "specdec/kernels/runtime.hpp"
@@ -24,6 +25,8 @@ NB_MODULE(_core, m) {
   m.attr("cuda_archs") = "";
 #endif
   m.attr("build") = SPECDEC_PYTHON_BUILD;
+  // Bytes per host vector of the SSM kernels and softmax weights (4: plain scalars).
+  m.attr("host_vector_bytes") = static_cast<int>(sizeof(specdec::detail::vec_ops<float>::vec));
   m.def(
       "status_code_name",
       [](std::int32_t code) { return specdec::status_code_name(static_cast<specdec::status_code>(code)); },

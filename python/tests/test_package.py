@@ -72,6 +72,7 @@ def test_build_info():
     else:
         assert info["build"].startswith("host-only")
     assert specdec.cuda_available() == (specdec.has_cuda and info["cuda_devices"] > 0)
+    assert info["host_vector_bytes"] in (4, 16, 32, 64)
 
 class FakeCuda:
     """Claims to live on a CUDA device (DLPack device type 2); never read."""
