@@ -75,10 +75,11 @@ tree_scan_dual_scratch<T> carve_tree_scan_dual(workspace_carver& c, std::int64_t
 
 //! Bytes of workspace `tree_scan_dual` needs: 2 scalars and 1 int per
 //! (node, ancestor-or-self) pair, 2 N (dstate + 1) scalars, N' (dstate +
-//! headdim) (N' = N rounded up to whole ssm_gemm_nn tiles, gemm_nn_columns;
-//! carved with or without h0) and N headdim
-//! accumulators, max(N, dstate) headdim scalars (x or h0 rows of a
-//! strided layout) and 2 headdim. `parent` must be valid (0 otherwise). O(N * depth).
+//! headdim) scalars for the h0 C^T product (N' = N rounded up to whole
+//! GEMM tiles, detail::gemm_nn_columns; counted with or without h0), N
+//! headdim accumulators, max(N, dstate) headdim scalars (x or h0 rows of a
+//! strided layout) and 2 headdim. `parent` must be valid (0 otherwise).
+//! O(N * depth).
 template <ssm_scalar T>
 std::size_t tree_scan_dual_workspace_size(std::span<const node_id> parent, const tree_ssm_shape& shape) noexcept {
   if (!validate_topological_parents(parent).ok()) return 0;

@@ -15,7 +15,8 @@ namespace specdec::detail {
 
 //! Calls f(std::integral_constant<int, R>{}, p) over the P rows of a
 //! head's state in blocks of R = 4 rows, then one of 2, then one of 1: the
-//! row blocking of every state kernel (one loaded B vector feeds R rows).
+//! row blocking of the state kernels (one loaded B vector feeds R rows;
+//! ssm_run_row_block writes the same loop out, see there).
 template <class F>
 inline void ssm_row_blocks(std::int64_t P, const F& f) {
   std::int64_t p = 0;
