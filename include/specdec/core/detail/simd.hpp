@@ -54,9 +54,14 @@ static_assert(SPECDEC_VEC_BYTES == 16 || SPECDEC_VEC_BYTES == 32 || SPECDEC_VEC_
 //! Fully unrolls the next short fixed-count loop (register tiles; GCC's -O2
 //! keeps small arrays of vectors in memory otherwise).
 #define SPECDEC_VEC_UNROLL _Pragma("GCC unroll 8")
+//! Inlines a small host-kernel driver into its caller, so that the lambdas
+//! it calls see the caller's locals, not a closure behind a pointer.
+#define SPECDEC_HOST_INLINE [[gnu::always_inline]] inline
 #else
 //! Other compilers: no hint.
 #define SPECDEC_VEC_UNROLL
+//! Other compilers: a plain inline function.
+#define SPECDEC_HOST_INLINE inline
 #endif
 
 namespace specdec::detail {

@@ -15,10 +15,11 @@ namespace specdec::detail {
 
 //! Calls f(std::integral_constant<int, R>{}, p) over the P rows of a
 //! head's state in blocks of R = 4 rows, then one of 2, then one of 1: the
-//! row blocking of the state kernels (one loaded B vector feeds R rows;
-//! ssm_run_row_block writes the same loop out, see there).
+//! row blocking of the state kernels (one loaded B vector feeds R rows).
+//! Always inlined: called out of line, it kept ssm_run_row_block's large
+//! block behind a closure pointer and the folded scan ran 9% slower.
 template <class F>
-inline void ssm_row_blocks(std::int64_t P, const F& f) {
+SPECDEC_HOST_INLINE void ssm_row_blocks(std::int64_t P, const F& f) {
   std::int64_t p = 0;
   for (; p + 4 <= P; p += 4) f(std::integral_constant<int, 4>{}, p);
   if (p + 2 <= P) {
@@ -160,16 +161,7 @@ inline void ssm_run_row_block(const T* h_in, std::int64_t in_ld, T* const* store
       D[j + 1] = scale;
     }
   };
-  // The row blocks written out, not through ssm_row_blocks: with the run's
-  // large block behind one more call, GCC 12 kept it out of line and the
-  // folded scan ran 9% slower at 64 nodes (two alternating rounds).
-  std::int64_t p = 0;
-  for (; p + 4 <= P; p += 4) block(std::integral_constant<int, 4>{}, p);
-  if (p + 2 <= P) {
-    block(std::integral_constant<int, 2>{}, p);
-    p += 2;
-  }
-  if (p < P) block(std::integral_constant<int, 1>{}, p);
+  ssm_row_blocks(P, block);
 }
 
 //! R rows x NV vectors of a state held in registers through L steps of a
