@@ -9,6 +9,7 @@
 #include "specdec/ssm/tree_decay.hpp"
 #include "specdec/ssm/tree_scan.hpp"
 #include "specdec/ssm/tree_scan_dense_mask.hpp"
+#include "specdec/ssm/tree_scan_dual.hpp"
 #include "specdec/ssm/tree_scan_recurrent.hpp"
 #include "ssm_test_util.hpp"
 
@@ -139,6 +140,67 @@ TEST_CASE("tree scan bad inputs: the recurrent workspace at its exact size, and 
       CHECK(untouched);
     }
   }
+}
+
+TEST_CASE("tree scan bad inputs: the dual workspace at its exact size, and short") {
+  // Exactly the queried bytes, in a buffer of its own (the sanitizer build
+  // catches any write past it): N = 13 and 15 leave padded node columns in
+  // the h0 C^T tiles, at sizes whose padding exceeds the 256-byte alignment
+  // between workspace regions (smaller ones hide a region carved short for
+  // the padding); with and without h0; x and h0 also strided along
+  // headdim / dstate, so that the scratch after the GEMM's output holds the
+  // copies it reads (regions that overlap give wrong outputs). Checked
+  // against the recurrent scan. Short by the last region (the D and z rows)
+  // beyond the alignment slack: refused, nothing written.
+  for (const std::int64_t n : {13, 15})
+    for (const bool h0 : {true, false})
+      for (const bool strided : {false, true}) {
+        INFO("n " << n << " h0 " << h0 << " strided " << strided);
+        const dims d{n, 2, 9, 1, 40};
+        flags f;
+        f.has_h0 = h0;
+        f.has_z = true;
+        const auto parent = random_tree(n, 81);
+        const auto pr = make_problem(d, f, 82);
+        auto in = pr.inputs();
+        // x as [N, headdim, heads] and h0 as [heads, dstate, headdim] in memory.
+        std::vector<double> xt(pr.x.size()), h0t(pr.h0.size());
+        if (strided) {
+          for (std::int64_t i = 0; i < d.n; ++i)
+            for (std::int64_t h = 0; h < d.heads; ++h)
+              for (std::int64_t p = 0; p < d.headdim; ++p)
+                xt[static_cast<std::size_t>((i * d.headdim + p) * d.heads + h)] =
+                    pr.x[static_cast<std::size_t>((i * d.heads + h) * d.headdim + p)];
+          in.x = {xt.data(), {d.n, d.heads, d.headdim}, {d.headdim * d.heads, 1, d.heads}};
+          if (h0) {
+            for (std::int64_t h = 0; h < d.heads; ++h)
+              for (std::int64_t p = 0; p < d.headdim; ++p)
+                for (std::int64_t q = 0; q < d.dstate; ++q)
+                  h0t[static_cast<std::size_t>((h * d.dstate + q) * d.headdim + p)] =
+                      pr.h0[static_cast<std::size_t>((h * d.headdim + p) * d.dstate + q)];
+            in.h0 = {h0t.data(), {d.heads, d.headdim, d.dstate}, {d.dstate * d.headdim, 1, d.headdim}};
+          }
+        }
+        const specdec::tree_ssm_shape shape{d.n, d.heads, d.headdim, d.groups, d.dstate};
+        const std::size_t bytes = specdec::tree_scan_dual_workspace_size<double>(parent, shape);
+        std::vector<std::byte> exact(bytes), short_ws(bytes - 2 * static_cast<std::size_t>(d.headdim) * sizeof(double) -
+                                                      specdec::unaligned_workspace_slack);
+        std::vector<double> y(static_cast<std::size_t>(d.n * d.heads * d.headdim), 11.0), ref(y.size());
+        std::vector<std::byte> rws(specdec::tree_scan_recurrent_workspace_size<double>(parent, shape));
+        REQUIRE(specdec::tree_scan_recurrent<double>(parent, in, {},
+                                                     specdec::make_view(ref.data(), d.n, d.heads, d.headdim), {}, rws)
+                    .ok());
+        REQUIRE(specdec::tree_scan_dual<double>(parent, in, {}, specdec::make_view(y.data(), d.n, d.heads, d.headdim),
+                                                exact)
+                    .ok());
+        CHECK(max_scaled_error(y, ref, 1e-12, 1e-12) <= 1.0);
+        std::fill(y.begin(), y.end(), 11.0);
+        CHECK(specdec::tree_scan_dual<double>(parent, in, {}, specdec::make_view(y.data(), d.n, d.heads, d.headdim),
+                                              short_ws) == status_code::buffer_too_small);
+        bool untouched = true;
+        for (double v : y) untouched = untouched && v == 11.0;
+        CHECK(untouched);
+      }
 }
 
 TEST_CASE("tree scan bad inputs: values and options") {
