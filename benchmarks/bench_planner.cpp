@@ -9,6 +9,9 @@
 // iteration with a round of the demo (bash scripts/demo.sh prints t(1) of the
 // target: a round costs at least that).
 //
+// BM_planner_cold_request/B/D: a planner reset, then 48 rounds as above per
+// iteration (a cold request: valuations after 1, 2, 4, ... drafted rounds).
+//
 // BM_planner_drafted: plan_drafted() + observe() per iteration on a 16-node
 // deterministic draft (rounds planned per second).
 //
@@ -128,6 +131,28 @@ void BM_planner_round(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());  // rounds planned per second
 }
 BENCHMARK(BM_planner_round)->Args({16, 6})->Args({32, 8})->Args({64, 10})->Unit(benchmark::kMicrosecond);
+
+// A cold planner per request of 48 rounds (the demo's "planned, cold" rows
+// run about that many per 160 tokens), time per round: its valuations after
+// 1, 2, 4, ... drafted rounds come with every request.
+void BM_planner_cold_request(benchmark::State& state) {
+  const specdec::planner_options o{.max_nodes = static_cast<std::int32_t>(state.range(0)),
+                                   .max_depth = static_cast<std::int32_t>(state.range(1))};
+  std::mt19937_64 rng(7);
+  std::vector<node_id> shape, path;
+  std::vector<specdec::token_id> tok;
+  specdec::round_planner p(o);
+  constexpr int rounds = 48;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(p.reset(o));
+    for (int i = 0; i < rounds; ++i) {
+      const specdec::round_plan plan = p.next();
+      benchmark::DoNotOptimize(p.observe(simulated_round(plan, rng, shape, path, tok, -1.0)));
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * rounds);  // rounds planned per second
+}
+BENCHMARK(BM_planner_cold_request)->Args({16, 6})->Args({32, 8})->Args({64, 10})->Unit(benchmark::kMicrosecond);
 
 // plan_drafted + observe() per iteration: a 16-node drafted lookup-like
 // tree (a chain of 6 with two siblings per level, confidences 0.9 / 0.3 /

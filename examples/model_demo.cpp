@@ -339,7 +339,8 @@ int main(int argc, char** argv) {
   for (const auto& r : rows) {
     if (r.st.plans.empty()) continue;
     std::printf("%-11s T=%.0f:", r.model.c_str(), static_cast<double>(r.temperature));
-    for (const auto& [shape, n] : r.st.plans) std::printf(" %s x%lld", shape.c_str(), static_cast<long long>(n));
+    for (const auto& [shape, n] : r.st.plans)
+      std::printf(" %s x%lld", models::shape_name(shape).c_str(), static_cast<long long>(n));
     std::printf("\n    %s\n", r.st.planner_estimates.c_str());
   }
   std::printf("\nGreedy continuation (transformer): %s%s\n", prompt_texts[0].c_str(), text(rows[0].first_out).c_str());

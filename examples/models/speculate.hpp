@@ -14,6 +14,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <specdec/specdec.hpp>
@@ -257,11 +258,20 @@ struct decode_stats {
   std::int64_t tokens = 0, target_calls = 0, drafter_calls = 0, rounds = 0;
   double seconds = 0;  //!< CPU seconds
   stage_times stages;
-  //! Planned runs: rounds per chosen shape ("AR", "chain 3", "tree 7/3" =
-  //! 7 nodes, depth 3) and the planner's estimates at the end of the run.
-  std::map<std::string, std::int64_t> plans;
+  //! Planned runs: rounds per chosen shape, keyed (0 AR / 1 chain / 2 tree,
+  //! nodes, depth) so that counting inside the timed run costs no string
+  //! (shape_name prints them), and the planner's estimates at the end of the run.
+  std::map<std::tuple<int, int, int>, std::int64_t> plans;
   std::string planner_estimates;
 };
+
+//! "AR", "chain 3" or "tree 7/3" (7 nodes, depth 3) for a key of decode_stats::plans.
+inline std::string shape_name(const std::tuple<int, int, int>& key) {
+  const auto [kind, nodes, depth] = key;
+  return kind == 0   ? "AR"
+         : kind == 1 ? "chain " + std::to_string(depth)
+                     : "tree " + std::to_string(nodes) + "/" + std::to_string(depth);
+}
 
 //! Which tree a speculative run drafts (planned: the round planner chooses
 //! every round; lookup: prompt lookup, no drafter model; planned_lookup: the
@@ -345,10 +355,7 @@ inline std::vector<token_id> generate_autoregressive(const weights& target, std:
 
 namespace detail {
 inline void tally_plan(const specdec::plan_summary& p, decode_stats& st) {
-  std::string k = p.nodes <= 1             ? "AR"
-                  : p.nodes == p.depth + 1 ? "chain " + std::to_string(p.depth)
-                                           : "tree " + std::to_string(p.nodes) + "/" + std::to_string(p.depth);
-  ++st.plans[k];
+  ++st.plans[{p.nodes <= 1 ? 0 : p.nodes == p.depth + 1 ? 1 : 2, p.nodes, p.depth}];
 }
 
 // The planner's view at the end of a run: pass time per size relative to

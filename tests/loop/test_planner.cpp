@@ -8,6 +8,7 @@
 // test_session.cpp next to the other law tests.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "loop/loop_models.hpp"
@@ -199,6 +201,66 @@ TEST_CASE("planner: acceptance estimates follow the drafted rounds") {
     REQUIRE(p.observe(f).ok());
   }
   CHECK(p.acceptance(2, 0) == Approx(before));
+}
+
+TEST_CASE("planner: every candidate is valued as its shape, and the list is the Pareto front by value") {
+  // Valuation sums each width tree's levels (products of rank sums) and
+  // keeps the Pareto front with a table: checked here against the plain
+  // definitions, node by node, on the shape each candidate drafts.
+  const std::uint64_t seed = looptest::seeded_rng("[planner] candidates", 20261127)();
+  for (const auto& [nodes, depth, kids] : {std::tuple{32, 8, 4}, std::tuple{16, 6, 2}, std::tuple{64, 10, 3}}) {
+    CAPTURE(nodes, depth, kids);
+    // replan_every = 1: the last round's estimates are valued.
+    round_planner p(planner_options{.max_nodes = nodes, .max_depth = depth, .max_children = kids, .replan_every = 1});
+    const double n_pts[] = {1, 64}, t_pts[] = {1e-4, 1e-4 + 63 * 4e-6};
+    REQUIRE(p.set_target_cost(n_pts, t_pts).ok());
+    true_acceptance a;
+    a.rank = {0.6, 0.2, 0.1};
+    (void)simulate(p, a, 80, seed);
+    p.prepare();
+    const std::vector<round_planner::candidate> cands(p.candidates().begin(), p.candidates().end());
+    REQUIRE(cands.size() > 10);
+    for (std::size_t i = 0; i < cands.size(); ++i) {
+      CAPTURE(i);
+      p.choose(i, 1.0);
+      const std::vector<node_id> shape(p.plan().shape.begin(), p.plan().shape.end());
+      REQUIRE(validate_topological_parents(shape.data(), static_cast<std::int32_t>(shape.size())).ok());
+      std::vector<double> reach(shape.size(), 1.0);
+      std::vector<std::int32_t> d(shape.size(), 0), kids_of(shape.size(), 0);
+      double value = 0.0;
+      std::int32_t deepest = 0;
+      for (std::size_t u = 1; u < shape.size(); ++u) {
+        const auto par = static_cast<std::size_t>(shape[u]);
+        d[u] = d[par] + 1;
+        reach[u] = reach[par] * p.acceptance(d[u], kids_of[par]++);
+        value += reach[u];
+        deepest = std::max(deepest, d[u]);
+      }
+      const auto expanded = std::count_if(kids_of.begin(), kids_of.end(), [](std::int32_t k) { return k > 0; });
+      // Optimal trees keep the value of their last solve (re-solved when an
+      // estimate moved by more than 0.05); the families are valued afresh.
+      if (cands[i].kind != plan_kind::optimal) CHECK(cands[i].value == Approx(value).epsilon(1e-12).margin(1e-15));
+      CHECK(cands[i].nodes == static_cast<std::int32_t>(shape.size()));
+      CHECK(cands[i].depth == deepest);
+      CHECK(cands[i].expanded == expanded);
+      // By decreasing value, none dominated by one listed before it.
+      for (std::size_t j = 0; j < i; ++j) {
+        CHECK(cands[j].value >= cands[i].value);
+        CHECK_FALSE((cands[j].nodes <= cands[i].nodes && cands[j].depth <= cands[i].depth &&
+                     cands[j].expanded <= cands[i].expanded));
+      }
+    }
+    // Nothing dropped that the front does not cover: every chain is listed
+    // or dominated by a listed candidate of at least its value.
+    double chain = 0.0, reach = 1.0;
+    for (std::int32_t L = 1; L <= std::min(depth, nodes - 1); ++L) {
+      chain += reach *= p.acceptance(L, 0);
+      const bool covered = std::any_of(cands.begin(), cands.end(), [&](const round_planner::candidate& c) {
+        return c.value >= chain * (1.0 - 1e-12) && c.nodes <= L + 1 && c.depth <= L && c.expanded <= L;
+      });
+      CHECK(covered);
+    }
+  }
 }
 
 TEST_CASE("planner: plain decoding where speculation cannot pay, large trees where passes are flat") {
@@ -904,7 +966,7 @@ TEST_CASE("planner estimators: drafter fit is the non-negative least-squares opt
   int clamp_worse = 0;
   for (int trial = 0; trial < 200; ++trial) {
     INFO("trial " << trial);
-    detail::decayed_regression<4> fit;
+    detail::decayed_regression<4> fit, incremental;  // incremental: solved after every sample (warm starts)
     std::vector<std::array<double, 4>> xs;
     std::vector<double> ys;
     double truth[4];
@@ -920,6 +982,8 @@ TEST_CASE("planner estimators: drafter fit is the non-negative least-squares opt
       ys.push_back(y);
       const double xv[4] = {x[0], x[1], x[2], x[3]};
       fit.add(xv, y, 1.0);  // no decay, no cap: plain NNLS over all samples
+      incremental.add(xv, y, 1.0);
+      (void)incremental.weights();
     }
     auto sse = [&](const double* w) {
       double s = 0;
@@ -945,6 +1009,10 @@ TEST_CASE("planner estimators: drafter fit is the non-negative least-squares opt
     double syy = 0;
     for (const double y : ys) syy += y * y;
     CHECK(sse(w) <= sse(ref) + 1e-6 * syy);  // the ridge is 1e-6 of the largest diagonal
+    // Starting from the last sample's support gives the same optimum as the
+    // search over every support.
+    const double* wi = incremental.weights();
+    for (int k = 0; k < 4; ++k) CHECK(wi[k] == Approx(w[k]).margin(1e-9));
     // Negative control: the unconstrained solution clamped at zero (the old fit).
     double a[4][5] = {};
     for (std::size_t i = 0; i < xs.size(); ++i)

@@ -376,8 +376,7 @@ class round_planner {
       // the estimates back to the prior, which kept speculation off
       // (measured: a greedy chain accepting 0.95 per level read as 0.6 after
       // 150 plain steps). Probes try again instead.
-      acc_.decay(opt_.forget);
-      acc_.record(f.tree, f.path, f.draft_prob, nchild_, rank_);
+      acc_.record(f.tree, f.path, f.draft_prob, opt_.forget, nchild_, rank_);
       conf_.record(f.tree, f.path, f.draft_prob);
       drafts_hit_ = f.path.size() > 1;
       since_draft_ = 0;
@@ -582,6 +581,7 @@ class round_planner {
         end = static_cast<std::int32_t>(store_.size()) - off;
       }
       add_candidate(off, plan_kind::widths, family_);
+      add_family_widths(w);
     }
     if (static_cast<std::int32_t>(w.size()) >= depth_cap_) return;
     const std::int32_t top = w.empty() ? opt_.max_children : w.back();
@@ -604,15 +604,26 @@ class round_planner {
   // The fixed families (root, chains, width trees): shapes built once.
   void build_families() {
     family_.clear();
+    family_w_.clear();
+    family_w_end_.clear();
     store_.assign(1, -1);
     add_candidate(0, plan_kind::autoregressive, family_);
+    add_family_widths({});
     for (std::int32_t L = 1; L <= depth_cap_; ++L) {
       const auto off = static_cast<std::int32_t>(store_.size());
       for (std::int32_t i = 0; i <= L; ++i) store_.push_back(i - 1);
       add_candidate(off, plan_kind::chain, family_);
+      width_.assign(static_cast<std::size_t>(L), 1);
+      add_family_widths(width_);
     }
     width_.clear();
     add_width_trees(width_, 1, 1);
+  }
+  // Every family shape is a width-per-level tree (a chain: widths of 1):
+  // its widths, for valuing it by level sums.
+  void add_family_widths(std::span<const std::int32_t> w) {
+    family_w_.insert(family_w_.end(), w.begin(), w.end());
+    family_w_end_.push_back(static_cast<std::int32_t>(family_w_.size()));
   }
 
   void refresh() {
@@ -634,11 +645,26 @@ class round_planner {
     rescored_now_ = true;  // candidate indices changed: score them all next
     if (family_.empty()) build_families();
     cands_.clear();
-    for (candidate c : family_) {
-      c.value = describe(std::span<const node_id>(store_).subspan(static_cast<std::size_t>(c.offset),
-                                                                  static_cast<std::size_t>(c.nodes)),
-                         c.kind)
-                    .value;
+    // A width tree's level l holds w_1 ... w_l nodes, each reached with the
+    // product of its ancestors' acceptances: the level's reach sums to
+    // S_1 ... S_l, S_j = sum of the acceptance of ranks 0 .. w_j - 1 at depth
+    // j. O(depth) per shape instead of O(nodes).
+    const auto K = static_cast<std::size_t>(opt_.max_children);
+    rank_sum_.assign(static_cast<std::size_t>(depth_cap_ + 1) * (K + 1), 0.0);
+    for (std::int32_t d = 1; d <= depth_cap_; ++d)
+      for (std::size_t r = 0; r < K; ++r)
+        rank_sum_[static_cast<std::size_t>(d) * (K + 1) + r + 1] =
+            rank_sum_[static_cast<std::size_t>(d) * (K + 1) + r] + acc_.at(d, static_cast<std::int32_t>(r));
+    for (std::size_t i = 0; i < family_.size(); ++i) {
+      candidate c = family_[i];
+      double reach = 1.0, v = 0.0;
+      const std::int32_t begin = i == 0 ? 0 : family_w_end_[i - 1];
+      for (std::int32_t l = begin; l < family_w_end_[i]; ++l) {
+        const auto d = static_cast<std::size_t>(l - begin + 1);
+        reach *= rank_sum_[d * (K + 1) + static_cast<std::size_t>(family_w_[static_cast<std::size_t>(l)])];
+        v += reach;
+      }
+      c.value = v;
       cands_.push_back(c);
     }
     // Acceptance-optimal trees per depth bound L (kept at their own depth: a
@@ -666,13 +692,24 @@ class round_planner {
     // keep the Pareto front (scan by decreasing value, compare with the kept).
     std::stable_sort(cands_.begin(), cands_.end(),
                      [](const candidate& a, const candidate& b) { return a.value > b.value; });
+    // front_[n][d]: the fewest expanded nodes among the kept candidates of at
+    // most n nodes and depth d (nonincreasing in both), so each test is one
+    // look-up and each kept candidate lowers only the cells it improves
+    // (pairwise tests were most of a valuation).
+    const auto W = static_cast<std::size_t>(depth_cap_) + 1;
+    const auto N = static_cast<std::size_t>(opt_.max_nodes);
+    front_.assign((N + 1) * W, std::numeric_limits<std::int32_t>::max());
     std::size_t kept = 0;
     for (std::size_t i = 0; i < cands_.size(); ++i) {
       const candidate& c = cands_[i];
-      bool dominated = false;
-      for (std::size_t j = 0; j < kept && !dominated; ++j)
-        dominated = cands_[j].nodes <= c.nodes && cands_[j].depth <= c.depth && cands_[j].expanded <= c.expanded;
-      if (!dominated) cands_[kept++] = c;
+      const auto col = static_cast<std::size_t>(c.depth);
+      if (front_[static_cast<std::size_t>(c.nodes) * W + col] <= c.expanded) continue;
+      for (auto n = static_cast<std::size_t>(c.nodes); n <= N; ++n) {
+        std::int32_t* row = &front_[n * W];
+        if (row[col] <= c.expanded) break;
+        for (std::size_t d = col; d < W && row[d] > c.expanded; ++d) row[d] = c.expanded;
+      }
+      cands_[kept++] = c;
     }
     cands_.resize(kept);
   }
@@ -724,7 +761,9 @@ class round_planner {
   std::vector<double> tmemo_;
   std::vector<node_id> fixed_, store_, shape_;
   std::vector<candidate> cands_;
-  std::vector<double> thresholds_, reach_, kid_sum_;
+  std::vector<double> thresholds_, reach_, kid_sum_, rank_sum_;
+  std::vector<std::int32_t> family_w_, family_w_end_;  // widths per level of each family_ shape (ends)
+  std::vector<std::int32_t> front_;                    // revalue's Pareto front, (max_nodes + 1) x (depth cap + 1)
   std::vector<std::int32_t> width_, depth_, nchild_, rank_, node_depth_;
   // drafted_rounds_: rounds that called the drafter; request_spec_rounds_:
   // rounds with a tree (model-free drafts included); both since begin_request().

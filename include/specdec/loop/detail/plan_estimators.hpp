@@ -339,6 +339,15 @@ class decayed_regression {
     constexpr unsigned all = (1u << K) - 1;
     if (double w[K] = {}; solve(all, ridge, w)) {
       std::copy_n(w, K, w_);
+      support_ = all;
+      return w_;
+    }
+    // The last solve's support first (it rarely changes from one sample to
+    // the next): when its solution is feasible and no left-out feature would
+    // lower the error (gradient >= 0, the KKT conditions of this convex
+    // problem) it is the optimum, and the subsets need not be searched.
+    if (double w[K] = {}; support_ != all && solve(support_, ridge, w) && optimal(support_, ridge, w)) {
+      std::copy_n(w, K, w_);
       return w_;
     }
     for (unsigned mask = 1; mask < all; ++mask) {
@@ -353,6 +362,7 @@ class decayed_regression {
       if (sse < best) {
         best = sse;
         std::copy_n(w, K, w_);
+        support_ = mask;
       }
     }
     return w_;
@@ -391,11 +401,25 @@ class decayed_regression {
     return true;
   }
 
+  // Whether w (zero outside `mask`) satisfies the KKT conditions of the
+  // ridge-regularised non-negative least squares: the error's gradient is
+  // >= 0 at every feature outside the support.
+  bool optimal(unsigned mask, double ridge, const double (&w)[K]) const {
+    for (int r = 0; r < K; ++r) {
+      if (mask & (1u << r)) continue;
+      double g = -xy_[r] + ridge * w[r];
+      for (int c = 0; c < K; ++c) g += xx_[r][c] * w[c];
+      if (g < 0.0) return false;
+    }
+    return true;
+  }
+
   double xx_[K][K] = {};
   double xy_[K] = {};
   double yy_ = 0.0;
   double w_[K] = {};
   double n_ = 0.0;
+  unsigned support_ = 0;  // features of the last solve's optimum (0: none yet)
   bool solved_ = false;
 };
 
@@ -417,19 +441,15 @@ class acceptance_estimator {
     refresh();
   }
 
-  //! Ages every count by `forget` (the planner calls it once per drafted round).
-  void decay(double forget) {
+  //! One verified tree, after ageing every count by `forget` (once per
+  //! drafted round): `path` the accepted root-to-node path, `prob` each
+  //! node's draft probability (may be empty). `nchild`, `rank` scratch.
+  void record(const tree_view& t, std::span<const node_id> path, std::span<const float> prob, double forget,
+              std::vector<std::int32_t>& nchild, std::vector<std::int32_t>& rank) {
     for (double& x : off_) x *= forget;
     for (double& x : acc_) x *= forget;
     q_sum_ *= forget;
     acc_sum_ *= forget;
-    refresh();
-  }
-
-  //! One verified tree: `path` the accepted root-to-node path, `prob` each
-  //! node's draft probability (may be empty). `nchild`, `rank` scratch.
-  void record(const tree_view& t, std::span<const node_id> path, std::span<const float> prob,
-              std::vector<std::int32_t>& nchild, std::vector<std::int32_t>& rank) {
     const auto n = static_cast<std::size_t>(t.size);
     nchild.assign(n, 0);
     rank.assign(n, -1);
@@ -471,7 +491,7 @@ class acceptance_estimator {
       double o = 0, a = 0;
       for (std::int32_t d = 0; d < D_; ++d)
         o += off_[static_cast<std::size_t>(d * K_ + r)], a += acc_[static_cast<std::size_t>(d * K_ + r)];
-      const double prior = prior_ * std::pow(0.5, r);
+      const double prior = std::ldexp(prior_, -r);  // rank r: halved r times
       const double pooled = (a + w_ * prior) / (o + w_);
       for (std::int32_t d = 0; d < D_; ++d) {
         const auto i = static_cast<std::size_t>(d * K_ + r);
