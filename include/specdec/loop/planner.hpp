@@ -47,7 +47,9 @@ namespace specdec {
 //! set_loop_cost) or a fixed plan gives the same output. Planning allocates
 //! only while its buffers grow to the option sizes. Cost of next(): O(number
 //! of candidates) per round, plus O(D^2 K B^2) per valuation (after 1, 2,
-//! 4, ... drafted rounds, then every replan_every).
+//! 4, ... drafted rounds, then every replan_every), B the node budget up to
+//! the planner's growth limit (1.5x the largest pass measured, or max_nodes
+//! with an injected curve).
 class round_planner {
  public:
   //! A planner with default options.
@@ -72,6 +74,7 @@ class round_planner {
     family_.clear();
     cands_.clear();
     solved_table_.clear();
+    solved_nodes_ = 0;
     forget_times();
     rounds_ = 0;
     speculated_ = 0;
@@ -668,21 +671,26 @@ class round_planner {
       cands_.push_back(c);
     }
     // Acceptance-optimal trees per depth bound L (kept at their own depth: a
-    // shallower optimum is listed under its own bound). The program is
-    // solved again only when the acceptance estimates moved.
+    // shallower optimum is listed under its own bound), up to the size the
+    // planner may grow to (grow_limit: a cold planner's first valuations
+    // solve small programs; the program's cost grows with the square of its
+    // size). The program is solved again when the acceptance estimates
+    // moved or that size grew.
+    const std::int32_t B = std::min(opt_.max_nodes, grow_limit());
     const auto table = acc_.table();
     double moved = solved_table_.size() == table.size() ? 0.0 : 1.0;
     for (std::size_t i = 0; i < solved_table_.size() && i < table.size(); ++i)
       moved = std::max(moved, std::fabs(solved_table_[i] - table[i]));
-    if (moved > 0.05) {  // the optimal shapes barely change below this
+    if (moved > 0.05 || B > solved_nodes_) {  // the optimal shapes barely change below 0.05
       solved_table_.assign(table.begin(), table.end());
+      solved_nodes_ = B;
       programs_.resize(static_cast<std::size_t>(depth_cap_) + 1);
-      for (std::int32_t L = 1; L <= depth_cap_; L = next_bound(L))
-        programs_[static_cast<std::size_t>(L)].solve(acc_, L, opt_.max_children, opt_.max_nodes);
+      for (std::int32_t L = 1; L <= depth_cap_ && L + 2 <= B; L = next_bound(L))
+        programs_[static_cast<std::size_t>(L)].solve(acc_, L, opt_.max_children, B);
     }
-    for (std::int32_t L = 1; L <= depth_cap_; L = next_bound(L)) {
+    for (std::int32_t L = 1; L <= depth_cap_ && L + 2 <= solved_nodes_; L = next_bound(L)) {
       const detail::tree_program& prog = programs_[static_cast<std::size_t>(L)];
-      for (std::int32_t n = L + 2; n <= opt_.max_nodes; ++n) {
+      for (std::int32_t n = L + 2; n <= solved_nodes_; ++n) {
         if (prog.value(n) == -std::numeric_limits<double>::infinity() || prog.depth(n) != L) continue;
         cands_.push_back(candidate{prog.value(n), n, L, prog.expanded(n), -L, plan_kind::optimal});
       }
@@ -774,6 +782,7 @@ class round_planner {
   // valuation (1, 2, 4, ... replan_every); valued_: a valuation ran since the last observe();
   // probes_losing_: the last probe lost and no scoring chose speculation since.
   std::int32_t since_solve_ = 0, since_draft_ = 0, solve_gap_ = 1, revalues_ = 0;
+  std::int32_t solved_nodes_ = 0;  // node budget the tree programs were last solved for
   bool valued_ = false, probes_losing_ = false;
   bool has_plan_ = false, rescored_now_ = true, probing_ = false;
   detail::skipped_draft_follower skipped_;
