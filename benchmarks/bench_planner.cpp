@@ -133,8 +133,9 @@ void BM_planner_round(benchmark::State& state) {
 BENCHMARK(BM_planner_round)->Args({16, 6})->Args({32, 8})->Args({64, 10})->Unit(benchmark::kMicrosecond);
 
 // A cold planner per request of 48 rounds (the demo's "planned, cold" rows
-// run about that many per 160 tokens), time per round: its valuations after
-// 1, 2, 4, ... drafted rounds come with every request.
+// run about that many per 160 tokens), time per request (items/s: rounds
+// per second): its valuations after 1, 2, 4, ... drafted rounds come with
+// every request.
 void BM_planner_cold_request(benchmark::State& state) {
   const specdec::planner_options o{.max_nodes = static_cast<std::int32_t>(state.range(0)),
                                    .max_depth = static_cast<std::int32_t>(state.range(1))};

@@ -263,6 +263,110 @@ TEST_CASE("planner: every candidate is valued as its shape, and the list is the 
   }
 }
 
+TEST_CASE("planner: optimal trees reach every size once passes or an injected curve allow it") {
+  // Valuations solve the tree programs only up to the growth limit; a curve
+  // injected later (or a batch plan) must still see the large trees.
+  round_planner p(planner_options{.max_nodes = 32, .max_depth = 8});
+  const node_id chain3[] = {-1, 0, 1};
+  std::vector<token_id> tok;
+  for (int i = 0; i < 12; ++i) {
+    if (i == 3) REQUIRE(p.fix_plan(chain3).ok());
+    const round_plan plan = p.next();
+    const std::vector<node_id> shape(plan.shape.begin(), plan.shape.end());
+    std::vector<node_id> path(shape.size());
+    for (std::size_t k = 0; k < shape.size(); ++k) path[k] = static_cast<node_id>(k);  // every draft accepted
+    tok.assign(shape.size(), 0);
+    round_feedback f;
+    f.tree = tree_view{tok.data(), shape.data(), nullptr, nullptr, static_cast<std::int32_t>(shape.size())};
+    f.path = path;
+    f.forward_nodes = static_cast<std::int32_t>(shape.size());
+    f.forward_seconds = 1e-4 + 5e-6 * static_cast<double>(shape.size());
+    f.drafter_calls = plan.summary.depth;
+    f.drafted_nodes = plan.summary.nodes - 1;
+    f.drafter_seconds = 1e-6 * plan.summary.depth;
+    REQUIRE(p.observe(f).ok());
+  }
+  REQUIRE(p.fix_plan({}).ok());
+  const auto largest_optimal = [&] {
+    std::int32_t n = 0;
+    for (const auto& c : p.candidates())
+      if (c.kind == plan_kind::optimal) n = std::max(n, c.nodes);
+    return n;
+  };
+  CHECK(largest_optimal() <= 5);                                       // passes of 3 nodes measured: grows to 5
+  const double n_pts[] = {1, 64}, t_pts[] = {1e-4, 1e-4 + 63 * 1e-7};  // nearly flat: large trees pay
+  REQUIRE(p.set_target_cost(n_pts, t_pts).ok());
+  const round_plan plan = p.next();
+  CHECK(plan.summary.kind == plan_kind::optimal);
+  CHECK(plan.summary.nodes >= 24);
+  CHECK(largest_optimal() >= 24);
+}
+
+TEST_CASE("planner estimators: a tree program solved for fewer nodes agrees on every size it covers") {
+  // The planner solves the programs up to its growth limit and extends them
+  // later: a program's optimum for n nodes must not depend on its bound.
+  std::mt19937_64 rng = looptest::seeded_rng("[planner] program bounds", 20261127);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int trial = 0; trial < 40; ++trial) {
+    const std::int32_t D = 1 + static_cast<std::int32_t>(u(rng) * 8), K = 1 + static_cast<std::int32_t>(u(rng) * 4);
+    std::vector<double> table(static_cast<std::size_t>(D * K));
+    for (std::int32_t d = 0; d < D; ++d) {
+      double left = 1.0;
+      for (std::int32_t r = 0; r < K; ++r) left -= table[static_cast<std::size_t>(d * K + r)] = left * u(rng) * 0.9;
+    }
+    const detail::acceptance_table acc{table, D, K};
+    const std::int32_t B = 20 + static_cast<std::int32_t>(u(rng) * 30);
+    for (std::int32_t L = 1; L <= D; ++L) {
+      detail::tree_program full, part;
+      full.solve(acc, L, K, B);
+      const std::int32_t b = L + 2 + static_cast<std::int32_t>(u(rng) * (B - L - 2));
+      part.solve(acc, L, K, b);
+      for (std::int32_t n = 1; n <= b; ++n) {
+        CAPTURE(trial, D, K, L, B, b, n);
+        CHECK(part.value(n) == full.value(n));
+        if (part.value(n) == -std::numeric_limits<double>::infinity()) continue;
+        CHECK(part.depth(n) == full.depth(n));
+        CHECK(part.expanded(n) == full.expanded(n));
+        std::vector<node_id> a, c;
+        part.emit(n, a);
+        full.emit(n, c);
+        CHECK(a == c);
+      }
+    }
+  }
+}
+
+TEST_CASE("planner estimators: the Pareto front by table equals the pairwise definition") {
+  struct cand {
+    double value;
+    std::int32_t nodes, depth, expanded, id;
+  };
+  std::mt19937_64 rng = looptest::seeded_rng("[planner] pareto front", 20261127);
+  std::uniform_int_distribution<std::int32_t> pick(0, 1 << 20);
+  std::vector<std::int32_t> scratch;
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::int32_t N = 1 + pick(rng) % 40, D = pick(rng) % 10;
+    std::vector<cand> c(static_cast<std::size_t>(pick(rng) % 200));
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      const std::int32_t nodes = 1 + pick(rng) % N;
+      // Few distinct values and counts: ties in every field are common.
+      c[i] = {static_cast<double>(pick(rng) % 7), nodes, pick(rng) % (D + 1), pick(rng) % nodes,
+              static_cast<std::int32_t>(i)};
+    }
+    std::stable_sort(c.begin(), c.end(), [](const cand& a, const cand& b) { return a.value > b.value; });
+    std::vector<cand> want;
+    for (const cand& x : c) {
+      bool dominated = false;
+      for (const cand& k : want)
+        dominated = dominated || (k.nodes <= x.nodes && k.depth <= x.depth && k.expanded <= x.expanded);
+      if (!dominated) want.push_back(x);
+    }
+    const std::size_t kept = detail::pareto_front(std::span<cand>(c), N, D, scratch);
+    REQUIRE(kept == want.size());
+    for (std::size_t i = 0; i < kept; ++i) CHECK(c[i].id == want[i].id);
+  }
+}
+
 TEST_CASE("planner: plain decoding where speculation cannot pay, large trees where passes are flat") {
   const true_acceptance a;
   SECTION("every node costs a full step and drafting costs more: autoregressive") {

@@ -98,9 +98,7 @@ inline double cur_draft_of(round_planner& p, const round_planner::candidate& c) 
 //! loop times come from planners[0] (every planner is fed the same pass
 //! times); acceptance and drafter times are each request's. Hands each
 //! planner its plan (pending until observe()). Requests keep their own
-//! depth; their candidates reach as far as their planners' growth limit
-//! (1.5x the largest pass measured; max_nodes with an injected curve).
-//! O(R x C x budget) for R requests with C candidates each.
+//! depth. O(R x C x budget) for R requests with C candidates each.
 //! Errors: invalid_argument (null planner, budget below one node per request).
 
 inline status plan_batch(std::span<round_planner* const> planners, std::int32_t node_budget) {

@@ -216,6 +216,7 @@ class round_planner {
     since_score_ = 0;
     rescored_now_ = false;
     const std::int32_t grow_to = grow_limit();
+    (void)extend_candidates(grow_to);  // the list is scored in full below
     std::size_t best = 0;
     double best_rate = -1.0, best_t = 0.0;
     for (std::size_t i = 0; i < cands_.size(); ++i) {
@@ -354,14 +355,15 @@ class round_planner {
     // not a per-round cost, so it is left out of the fit.
     // A drafter that skipped rounds first catches up on the tokens committed
     // meanwhile: a cost per token (its own feature), paid once per switch.
-    // A round in which the planner valued its candidates (tens of
+    // A round in which the planner valued its candidates (a few to tens of
     // microseconds, after 1, 2, 4, ... then every replan_every drafted
     // rounds) carries that time in whichever stage the caller booked the
     // planning to (the sessions: the loop's; the llama.cpp example: its
     // drafting): amortized, not a cost of the round's shape, so such a round
     // stays out of the drafter and loop fits. Early in a request, when
     // valuations are frequent, they read as 14-60 us of loop time per round
-    // (steady: 2-4 us) and priced larger shapes dearer. A function of the
+    // (steady: 2-4 us; measured before a cold request's planning became
+    // 1.9-8.3x cheaper) and priced larger shapes dearer. A function of the
     // feedback sequence only: plans stay deterministic.
     const bool valued = std::exchange(valued_, false);
     if (f.drafter_calls > 0 && drafted_rounds_++ > 0 && !switching && !valued) {
@@ -473,8 +475,12 @@ class round_planner {
   };
   //! The current candidate list (refreshed by prepare()).
   [[nodiscard]] std::span<const candidate> candidates() const noexcept { return cands_; }
-  //! Re-solves the candidates when due; plan_batch calls it for each request.
-  void prepare() { refresh(); }
+  //! Re-solves the candidates when due, with the optimal trees of every
+  //! size up to max_nodes; plan_batch calls it for each request.
+  void prepare() {
+    refresh();
+    if (extend_candidates(opt_.max_nodes)) rescored_now_ = true;  // indices changed
+  }
   //! Predicted seconds of candidate c run alone (target + drafter + loop).
   [[nodiscard]] double predict_seconds(const candidate& c) {
     return target_at(c.nodes) + drafter_seconds(c.depth, c.expanded, 1.0 + c.value) + loop_seconds(c.nodes);
@@ -608,7 +614,7 @@ class round_planner {
   void build_families() {
     family_.clear();
     family_w_.clear();
-    family_w_end_.clear();
+    family_w_end_.assign(1, 0);
     store_.assign(1, -1);
     add_candidate(0, plan_kind::autoregressive, family_);
     add_family_widths({});
@@ -647,7 +653,6 @@ class round_planner {
     if (revalues_ < 30) ++revalues_;
     rescored_now_ = true;  // candidate indices changed: score them all next
     if (family_.empty()) build_families();
-    cands_.clear();
     // A width tree's level l holds w_1 ... w_l nodes, each reached with the
     // product of its ancestors' acceptances: the level's reach sums to
     // S_1 ... S_l, S_j = sum of the acceptance of ranks 0 .. w_j - 1 at depth
@@ -658,35 +663,64 @@ class round_planner {
       for (std::size_t r = 0; r < K; ++r)
         rank_sum_[static_cast<std::size_t>(d) * (K + 1) + r + 1] =
             rank_sum_[static_cast<std::size_t>(d) * (K + 1) + r] + acc_.at(d, static_cast<std::int32_t>(r));
+    family_value_.resize(family_.size());
     for (std::size_t i = 0; i < family_.size(); ++i) {
-      candidate c = family_[i];
       double reach = 1.0, v = 0.0;
-      const std::int32_t begin = i == 0 ? 0 : family_w_end_[i - 1];
-      for (std::int32_t l = begin; l < family_w_end_[i]; ++l) {
-        const auto d = static_cast<std::size_t>(l - begin + 1);
+      for (std::int32_t l = family_w_end_[i]; l < family_w_end_[i + 1]; ++l) {
+        const auto d = static_cast<std::size_t>(l - family_w_end_[i] + 1);
         reach *= rank_sum_[d * (K + 1) + static_cast<std::size_t>(family_w_[static_cast<std::size_t>(l)])];
         v += reach;
       }
-      c.value = v;
-      cands_.push_back(c);
+      family_value_[i] = v;
     }
-    // Acceptance-optimal trees per depth bound L (kept at their own depth: a
-    // shallower optimum is listed under its own bound), up to the size the
-    // planner may grow to (grow_limit: a cold planner's first valuations
-    // solve small programs; the program's cost grows with the square of its
-    // size). The program is solved again when the acceptance estimates
-    // moved or that size grew.
-    const std::int32_t B = std::min(opt_.max_nodes, grow_limit());
+    // Acceptance-optimal trees per depth bound L: solved again when the
+    // acceptance estimates moved (the optimal shapes barely change below
+    // 0.05), against the table of that solve.
     const auto table = acc_.table();
     double moved = solved_table_.size() == table.size() ? 0.0 : 1.0;
     for (std::size_t i = 0; i < solved_table_.size() && i < table.size(); ++i)
       moved = std::max(moved, std::fabs(solved_table_[i] - table[i]));
-    if (moved > 0.05 || B > solved_nodes_) {  // the optimal shapes barely change below 0.05
+    if (moved > 0.05) {
       solved_table_.assign(table.begin(), table.end());
-      solved_nodes_ = B;
-      programs_.resize(static_cast<std::size_t>(depth_cap_) + 1);
-      for (std::int32_t L = 1; L <= depth_cap_ && L + 2 <= B; L = next_bound(L))
-        programs_[static_cast<std::size_t>(L)].solve(acc_, L, opt_.max_children, B);
+      solved_nodes_ = 0;
+    }
+    solve_programs(std::min(opt_.max_nodes, grow_limit()));
+    assemble();
+  }
+
+  // The tree programs up to `B` nodes. Only as far as the planner may grow
+  // (grow_limit; next() and plan_batch extend them on demand): the program's
+  // cost grows with the square of its size, and a cold planner's first
+  // valuations need only small trees. Solved against solved_table_, so an
+  // extension gives the values a full solve at that table would have (a
+  // program's optimum for n nodes does not depend on its node bound).
+  void solve_programs(std::int32_t B) {
+    if (B <= solved_nodes_) return;
+    solved_nodes_ = B;
+    programs_.resize(static_cast<std::size_t>(depth_cap_) + 1);
+    const detail::acceptance_table solved{solved_table_, acc_.depths(), acc_.ranks()};
+    for (std::int32_t L = 1; L <= depth_cap_ && L + 2 <= B; L = next_bound(L))
+      programs_[static_cast<std::size_t>(L)].solve(solved, L, opt_.max_children, B);
+  }
+  // The programs extended to `B` nodes when the last valuation stopped
+  // short (the growth limit rose, a curve was injected, plan_batch wants
+  // every size); true when the candidate list changed.
+  bool extend_candidates(std::int32_t B) {
+    B = std::min(B, opt_.max_nodes);
+    if (B <= solved_nodes_ || family_value_.empty()) return false;
+    solve_programs(B);
+    assemble();
+    return true;
+  }
+
+  // The candidate list: the families at their last valuation, the optimal
+  // trees of every depth bound L (kept at their own depth: a shallower
+  // optimum is listed under its own bound), then the Pareto front.
+  void assemble() {
+    cands_.clear();
+    for (std::size_t i = 0; i < family_.size(); ++i) {
+      cands_.push_back(family_[i]);
+      cands_.back().value = family_value_[i];
     }
     for (std::int32_t L = 1; L <= depth_cap_ && L + 2 <= solved_nodes_; L = next_bound(L)) {
       const detail::tree_program& prog = programs_[static_cast<std::size_t>(L)];
@@ -696,30 +730,10 @@ class round_planner {
       }
     }
     // Every cost grows with nodes, levels and expanded nodes, so a candidate
-    // that another beats in value at no more of each can never be chosen:
-    // keep the Pareto front (scan by decreasing value, compare with the kept).
+    // that another beats in value at no more of each can never be chosen.
     std::stable_sort(cands_.begin(), cands_.end(),
                      [](const candidate& a, const candidate& b) { return a.value > b.value; });
-    // front_[n][d]: the fewest expanded nodes among the kept candidates of at
-    // most n nodes and depth d (nonincreasing in both), so each test is one
-    // look-up and each kept candidate lowers only the cells it improves
-    // (pairwise tests were most of a valuation).
-    const auto W = static_cast<std::size_t>(depth_cap_) + 1;
-    const auto N = static_cast<std::size_t>(opt_.max_nodes);
-    front_.assign((N + 1) * W, std::numeric_limits<std::int32_t>::max());
-    std::size_t kept = 0;
-    for (std::size_t i = 0; i < cands_.size(); ++i) {
-      const candidate& c = cands_[i];
-      const auto col = static_cast<std::size_t>(c.depth);
-      if (front_[static_cast<std::size_t>(c.nodes) * W + col] <= c.expanded) continue;
-      for (auto n = static_cast<std::size_t>(c.nodes); n <= N; ++n) {
-        std::int32_t* row = &front_[n * W];
-        if (row[col] <= c.expanded) break;
-        for (std::size_t d = col; d < W && row[d] > c.expanded; ++d) row[d] = c.expanded;
-      }
-      cands_[kept++] = c;
-    }
-    cands_.resize(kept);
+    cands_.resize(detail::pareto_front(std::span<candidate>(cands_), opt_.max_nodes, depth_cap_, front_));
   }
 
   // Plain rounds before a probe: probe_every, shorter while few speculative
@@ -769,8 +783,8 @@ class round_planner {
   std::vector<double> tmemo_;
   std::vector<node_id> fixed_, store_, shape_;
   std::vector<candidate> cands_;
-  std::vector<double> thresholds_, reach_, kid_sum_, rank_sum_;
-  std::vector<std::int32_t> family_w_, family_w_end_;  // widths per level of each family_ shape (ends)
+  std::vector<double> thresholds_, reach_, kid_sum_, rank_sum_, family_value_;
+  std::vector<std::int32_t> family_w_, family_w_end_;  // widths per level of family_[i]: [end[i], end[i + 1])
   std::vector<std::int32_t> front_;                    // revalue's Pareto front, (max_nodes + 1) x (depth cap + 1)
   std::vector<std::int32_t> width_, depth_, nchild_, rank_, node_depth_;
   // drafted_rounds_: rounds that called the drafter; request_spec_rounds_:
@@ -782,7 +796,7 @@ class round_planner {
   // valuation (1, 2, 4, ... replan_every); valued_: a valuation ran since the last observe();
   // probes_losing_: the last probe lost and no scoring chose speculation since.
   std::int32_t since_solve_ = 0, since_draft_ = 0, solve_gap_ = 1, revalues_ = 0;
-  std::int32_t solved_nodes_ = 0;  // node budget the tree programs were last solved for
+  std::int32_t solved_nodes_ = 0;  // nodes the tree programs are solved up to (at solved_table_)
   bool valued_ = false, probes_losing_ = false;
   bool has_plan_ = false, rescored_now_ = true, probing_ = false;
   detail::skipped_draft_follower skipped_;

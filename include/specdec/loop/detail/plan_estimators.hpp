@@ -346,7 +346,7 @@ class decayed_regression {
     // the next): when its solution is feasible and no left-out feature would
     // lower the error (gradient >= 0, the KKT conditions of this convex
     // problem) it is the optimum, and the subsets need not be searched.
-    if (double w[K] = {}; support_ != all && solve(support_, ridge, w) && optimal(support_, ridge, w)) {
+    if (double w[K] = {}; support_ != all && solve(support_, ridge, w) && optimal(support_, w)) {
       std::copy_n(w, K, w_);
       return w_;
     }
@@ -401,13 +401,14 @@ class decayed_regression {
     return true;
   }
 
-  // Whether w (zero outside `mask`) satisfies the KKT conditions of the
-  // ridge-regularised non-negative least squares: the error's gradient is
-  // >= 0 at every feature outside the support.
-  bool optimal(unsigned mask, double ridge, const double (&w)[K]) const {
+  // Whether w (zero outside `mask`, the least squares on it) satisfies the
+  // KKT conditions of the non-negative least squares: the error's gradient
+  // is >= 0 at every feature outside the support (the ridge term vanishes
+  // there, w being 0).
+  bool optimal(unsigned mask, const double (&w)[K]) const {
     for (int r = 0; r < K; ++r) {
       if (mask & (1u << r)) continue;
-      double g = -xy_[r] + ridge * w[r];
+      double g = -xy_[r];
       for (int c = 0; c < K; ++c) g += xx_[r][c] * w[c];
       if (g < 0.0) return false;
     }
@@ -419,7 +420,7 @@ class decayed_regression {
   double yy_ = 0.0;
   double w_[K] = {};
   double n_ = 0.0;
-  unsigned support_ = 0;  // features of the last solve's optimum (0: none yet)
+  unsigned support_ = 0;  // features of the last solve's optimum (0 before any, or none feasible)
   bool solved_ = false;
 };
 
@@ -427,6 +428,18 @@ class decayed_regression {
 //! probability that the rank-r child of a reached node at depth d - 1 is the
 //! accepted one. Estimate: the depth's counts shrunk toward the rank's pooled
 //! rate, itself shrunk toward a prior (prior_first * 0.5^r).
+//! An acceptance table (acceptance_estimator::table() of some moment: depth
+//! d's ranks at [(d - 1) K, d K)), read as the estimator reads its own:
+//! depths past the last share its row, ranks past the last are 0.
+struct acceptance_table {
+  std::span<const double> p;
+  std::int32_t depths = 1, ranks = 1;
+  [[nodiscard]] double at(std::int32_t depth, std::int32_t rank) const noexcept {
+    if (rank < 0 || rank >= ranks || depth < 1) return 0.0;
+    return p[static_cast<std::size_t>((std::min(depth, depths) - 1) * ranks + rank)];
+  }
+};
+
 class acceptance_estimator {
  public:
   void reset(std::int32_t depths, std::int32_t ranks, double prior_weight, double prior_first) {
@@ -475,9 +488,7 @@ class acceptance_estimator {
   }
 
   [[nodiscard]] double at(std::int32_t depth, std::int32_t rank) const noexcept {
-    if (rank < 0 || rank >= K_ || depth < 1) return 0.0;
-    const std::int32_t d = std::min(depth, D_) - 1;
-    return p_[static_cast<std::size_t>(d * K_ + rank)];
+    return acceptance_table{p_, D_, K_}.at(depth, rank);
   }
   [[nodiscard]] std::int32_t depths() const noexcept { return D_; }
   [[nodiscard]] std::int32_t ranks() const noexcept { return K_; }
@@ -562,6 +573,36 @@ class cost_curve {
 //! rooted at absolute depth k; g_k(j, m): best use of m nodes by the children
 //! of rank >= j of such a root. Also tracks each optimum's depth and number
 //! of expanded nodes (what the drafter pays for). O(L K B^2) per bound.
+//! Keeps the candidates (sorted by decreasing value) that no earlier kept
+//! one matches or beats in nodes, depth and expanded nodes (all three no
+//! larger): it could never be chosen over that one, whose every cost is no
+//! larger. Moves them to the front in order and returns how many.
+//! Candidates need nodes in [0, max_nodes], depth in [0, max_depth].
+//! `front` scratch: front[n][d] holds the fewest expanded nodes among the
+//! kept candidates of at most n nodes and depth d (non-increasing in both),
+//! so each test is one look-up and each kept candidate lowers only the
+//! cells it improves (a scan of the kept ones was most of a valuation).
+template <class Candidate>
+std::size_t pareto_front(std::span<Candidate> c, std::int32_t max_nodes, std::int32_t max_depth,
+                         std::vector<std::int32_t>& front) {
+  const auto W = static_cast<std::size_t>(max_depth) + 1;
+  const auto N = static_cast<std::size_t>(max_nodes);
+  front.assign((N + 1) * W, std::numeric_limits<std::int32_t>::max());
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    const auto col = static_cast<std::size_t>(c[i].depth);
+    const std::int32_t e = c[i].expanded;
+    if (front[static_cast<std::size_t>(c[i].nodes) * W + col] <= e) continue;
+    for (auto n = static_cast<std::size_t>(c[i].nodes); n <= N; ++n) {
+      std::int32_t* row = &front[n * W];
+      if (row[col] <= e) break;  // and every row below: non-increasing in n
+      for (std::size_t d = col; d < W && row[d] > e; ++d) row[d] = e;
+    }
+    c[kept++] = c[i];
+  }
+  return kept;
+}
+
 class tree_program {
  public:
   template <class P>
