@@ -363,7 +363,7 @@ class round_planner {
     // stays out of the drafter and loop fits. Early in a request, when
     // valuations are frequent, they read as 14-60 us of loop time per round
     // (steady: 2-4 us; measured before a cold request's planning became
-    // 1.9-8.3x cheaper) and priced larger shapes dearer. A function of the
+    // 1.7-7.1x cheaper) and priced larger shapes dearer. A function of the
     // feedback sequence only: plans stay deterministic.
     const bool valued = std::exchange(valued_, false);
     if (f.drafter_calls > 0 && drafted_rounds_++ > 0 && !switching && !valued) {
