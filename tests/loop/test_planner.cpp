@@ -302,6 +302,51 @@ TEST_CASE("planner: optimal trees reach every size once passes or an injected cu
   CHECK(largest_optimal() >= 24);
 }
 
+TEST_CASE("planner: preparing for a batch (every size solved) does not change the single-request plans") {
+  // prepare() extends the tree programs to max_nodes; next() extends them
+  // only as far as the planner may grow. Both read the table of the last
+  // solve, so two planners fed the same rounds plan alike whether or not
+  // one is also prepared now and then (as a batched session's would be).
+  for (const std::uint64_t seed : {1u, 2u, 3u}) {
+    CAPTURE(seed);
+    const planner_options o{.max_nodes = 32, .max_depth = 8};
+    round_planner a(o), b(o);
+    std::mt19937_64 rng(seed);
+    true_acceptance acc;
+    acc.rank = {0.75, 0.12, 0.05};
+    std::vector<token_id> tok;
+    for (int i = 0; i < 300; ++i) {
+      CAPTURE(i);
+      if (i % 9 == 4) {
+        b.prepare();
+        std::int32_t largest = 0;
+        for (const auto& c : b.candidates())
+          if (c.kind == plan_kind::optimal) largest = std::max(largest, c.nodes);
+        CHECK(largest > 16);  // every size listed, not only up to the growth limit
+      }
+      const round_plan pa = a.next(), pb = b.next();
+      REQUIRE(pa.summary.nodes == pb.summary.nodes);
+      REQUIRE(pa.summary.depth == pb.summary.depth);
+      REQUIRE(pa.summary.kind == pb.summary.kind);
+      REQUIRE(pa.summary.expected_tokens == pb.summary.expected_tokens);
+      REQUIRE(std::equal(pa.shape.begin(), pa.shape.end(), pb.shape.begin(), pb.shape.end()));
+      const std::vector<node_id> shape(pa.shape.begin(), pa.shape.end());
+      const std::vector<node_id> path = simulate_path(shape, acc, rng);
+      tok.assign(shape.size(), 0);
+      round_feedback f;
+      f.tree = tree_view{tok.data(), shape.data(), nullptr, nullptr, static_cast<std::int32_t>(shape.size())};
+      f.path = path;
+      f.forward_nodes = static_cast<std::int32_t>(shape.size());
+      f.forward_seconds = 1e-4 + 6e-6 * static_cast<double>(shape.size()) + 1e-6 * static_cast<double>(i % 5);
+      f.drafter_calls = pa.summary.depth;
+      f.drafted_nodes = pa.summary.nodes - 1;
+      f.drafter_seconds = 4e-6 * pa.summary.depth;
+      REQUIRE(a.observe(f).ok());
+      REQUIRE(b.observe(f).ok());
+    }
+  }
+}
+
 TEST_CASE("planner estimators: a tree program solved for fewer nodes agrees on every size it covers") {
   // The planner solves the programs up to its growth limit and extends them
   // later: a program's optimum for n nodes must not depend on its bound.

@@ -363,7 +363,7 @@ class round_planner {
     // stays out of the drafter and loop fits. Early in a request, when
     // valuations are frequent, they read as 14-60 us of loop time per round
     // (steady: 2-4 us; measured before a cold request's planning became
-    // 1.7-7.1x cheaper) and priced larger shapes dearer. A function of the
+    // 1.7-7.0x cheaper) and priced larger shapes dearer. A function of the
     // feedback sequence only: plans stay deterministic.
     const bool valued = std::exchange(valued_, false);
     if (f.drafter_calls > 0 && drafted_rounds_++ > 0 && !switching && !valued) {
@@ -478,8 +478,8 @@ class round_planner {
   //! Re-solves the candidates when due, with the optimal trees of every
   //! size up to max_nodes; plan_batch calls it for each request.
   void prepare() {
-    refresh();
-    if (extend_candidates(opt_.max_nodes)) rescored_now_ = true;  // indices changed
+    refresh(opt_.max_nodes);
+    (void)extend_candidates(opt_.max_nodes);
   }
   //! Predicted seconds of candidate c run alone (target + drafter + loop).
   [[nodiscard]] double predict_seconds(const candidate& c) {
@@ -635,9 +635,11 @@ class round_planner {
     family_w_end_.push_back(static_cast<std::int32_t>(family_w_.size()));
   }
 
-  void refresh() {
+  // Values the candidates when due, with optimal trees of at least
+  // `nodes` nodes (else as far as the planner may grow).
+  void refresh(std::int32_t nodes = 0) {
     if (!cands_.empty() && since_solve_ < solve_gap_) return;
-    revalue();
+    revalue(nodes);
     valued_ = true;
   }
 
@@ -647,7 +649,7 @@ class round_planner {
   // by the prior for replan_every rounds kept it on short chains or plain
   // steps while the drafts were almost always accepted (demo transformer,
   // T = 0: 1.09-1.11x cold against 1.27-1.31x warm).
-  void revalue() {
+  void revalue(std::int32_t nodes) {
     since_solve_ = 0;
     solve_gap_ = std::min(std::int32_t{1} << revalues_, opt_.replan_every);
     if (revalues_ < 30) ++revalues_;
@@ -684,7 +686,7 @@ class round_planner {
       solved_table_.assign(table.begin(), table.end());
       solved_nodes_ = 0;
     }
-    solve_programs(std::min(opt_.max_nodes, grow_limit()));
+    solve_programs(std::min(opt_.max_nodes, std::max(grow_limit(), nodes)));
     assemble();
   }
 
@@ -704,12 +706,29 @@ class round_planner {
   }
   // The programs extended to `B` nodes when the last valuation stopped
   // short (the growth limit rose, a curve was injected, plan_batch wants
-  // every size); true when the candidate list changed.
+  // every size). The last choice stays current: it has at most the nodes
+  // solved so far, and whatever dominates a candidate has no more nodes,
+  // so it is still on the front. Unlike a valuation's, the round stays in
+  // the time fits (so that plans do not depend on when a caller prepares):
+  // a few microseconds, about six times per cold request of ~50 rounds,
+  // which the fits' outlier cap bounds.
   bool extend_candidates(std::int32_t B) {
     B = std::min(B, opt_.max_nodes);
     if (B <= solved_nodes_ || family_value_.empty()) return false;
+    const bool had = last_best_ < cands_.size();
+    const candidate last = had ? cands_[last_best_] : candidate{};
     solve_programs(B);
     assemble();
+    if (had) {
+      const auto it = std::find_if(cands_.begin(), cands_.end(), [&](const candidate& c) {
+        return c.offset == last.offset && c.nodes == last.nodes && c.kind == last.kind;
+      });
+      if (it != cands_.end()) {
+        last_best_ = static_cast<std::size_t>(it - cands_.begin());
+      } else {
+        rescored_now_ = true;
+      }
+    }
     return true;
   }
 

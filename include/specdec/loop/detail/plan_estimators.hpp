@@ -424,10 +424,6 @@ class decayed_regression {
   bool solved_ = false;
 };
 
-//! Acceptance per (depth, sibling rank), decayed counts: p(d, r) is the
-//! probability that the rank-r child of a reached node at depth d - 1 is the
-//! accepted one. Estimate: the depth's counts shrunk toward the rank's pooled
-//! rate, itself shrunk toward a prior (prior_first * 0.5^r).
 //! An acceptance table (acceptance_estimator::table() of some moment: depth
 //! d's ranks at [(d - 1) K, d K)), read as the estimator reads its own:
 //! depths past the last share its row, ranks past the last are 0.
@@ -440,6 +436,10 @@ struct acceptance_table {
   }
 };
 
+//! Acceptance per (depth, sibling rank), decayed counts: p(d, r) is the
+//! probability that the rank-r child of a reached node at depth d - 1 is the
+//! accepted one. Estimate: the depth's counts shrunk toward the rank's pooled
+//! rate, itself shrunk toward a prior (prior_first * 0.5^r).
 class acceptance_estimator {
  public:
   void reset(std::int32_t depths, std::int32_t ranks, double prior_weight, double prior_first) {
@@ -566,20 +566,13 @@ class cost_curve {
   std::vector<double> n_, t_;
 };
 
-//! Sequoia's dynamic program with acceptance depending on depth: for a depth
-//! bound L and every node count n <= B, the tree of n nodes, depth <= L,
-//! children taking ranks 0, 1, ... < K, that maximises the expected accepted
-//! drafts sum_v prod_{path} p(depth, rank). c(k, n): best subtree of n nodes
-//! rooted at absolute depth k; g_k(j, m): best use of m nodes by the children
-//! of rank >= j of such a root. Also tracks each optimum's depth and number
-//! of expanded nodes (what the drafter pays for). O(L K B^2) per bound.
 //! Keeps the candidates (sorted by decreasing value) that no earlier kept
 //! one matches or beats in nodes, depth and expanded nodes (all three no
 //! larger): it could never be chosen over that one, whose every cost is no
 //! larger. Moves them to the front in order and returns how many.
 //! Candidates need nodes in [0, max_nodes], depth in [0, max_depth].
 //! `front` scratch: front[n][d] holds the fewest expanded nodes among the
-//! kept candidates of at most n nodes and depth d (non-increasing in both),
+//! kept candidates of at most n nodes and depth at most d (non-increasing in both),
 //! so each test is one look-up and each kept candidate lowers only the
 //! cells it improves (a scan of the kept ones was most of a valuation).
 template <class Candidate>
@@ -603,6 +596,13 @@ std::size_t pareto_front(std::span<Candidate> c, std::int32_t max_nodes, std::in
   return kept;
 }
 
+//! Sequoia's dynamic program with acceptance depending on depth: for a depth
+//! bound L and every node count n <= B, the tree of n nodes, depth <= L,
+//! children taking ranks 0, 1, ... < K, that maximises the expected accepted
+//! drafts sum_v prod_{path} p(depth, rank). c(k, n): best subtree of n nodes
+//! rooted at absolute depth k; g_k(j, m): best use of m nodes by the children
+//! of rank >= j of such a root. Also tracks each optimum's depth and number
+//! of expanded nodes (what the drafter pays for). O(L K B^2) per bound.
 class tree_program {
  public:
   template <class P>
