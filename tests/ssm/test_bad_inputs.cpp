@@ -163,21 +163,22 @@ TEST_CASE("tree scan bad inputs: the dual workspace at its exact size, and short
         const auto parent = random_tree(n, 81);
         const auto pr = make_problem(d, f, 82);
         auto in = pr.inputs();
-        // x as [N, headdim, heads] and h0 as [heads, dstate, headdim] in memory.
-        std::vector<double> xt(pr.x.size()), h0t(pr.h0.size());
+        // x as [N, headdim, heads] and h0 as [heads, dstate, headdim] in memory:
+        // an [A, B, C] array stored with its last two axes swapped.
+        const auto swap_last_axes = [](const std::vector<double>& src, std::int64_t A, std::int64_t B, std::int64_t C) {
+          std::vector<double> out(src.size());
+          for (std::int64_t a = 0; a < A; ++a)
+            for (std::int64_t b = 0; b < B; ++b)
+              for (std::int64_t c = 0; c < C; ++c)
+                out[static_cast<std::size_t>((a * C + c) * B + b)] = src[static_cast<std::size_t>((a * B + b) * C + c)];
+          return out;
+        };
+        std::vector<double> xt, h0t;
         if (strided) {
-          for (std::int64_t i = 0; i < d.n; ++i)
-            for (std::int64_t h = 0; h < d.heads; ++h)
-              for (std::int64_t p = 0; p < d.headdim; ++p)
-                xt[static_cast<std::size_t>((i * d.headdim + p) * d.heads + h)] =
-                    pr.x[static_cast<std::size_t>((i * d.heads + h) * d.headdim + p)];
+          xt = swap_last_axes(pr.x, d.n, d.heads, d.headdim);
           in.x = {xt.data(), {d.n, d.heads, d.headdim}, {d.headdim * d.heads, 1, d.heads}};
           if (h0) {
-            for (std::int64_t h = 0; h < d.heads; ++h)
-              for (std::int64_t p = 0; p < d.headdim; ++p)
-                for (std::int64_t q = 0; q < d.dstate; ++q)
-                  h0t[static_cast<std::size_t>((h * d.dstate + q) * d.headdim + p)] =
-                      pr.h0[static_cast<std::size_t>((h * d.headdim + p) * d.dstate + q)];
+            h0t = swap_last_axes(pr.h0, d.heads, d.headdim, d.dstate);
             in.h0 = {h0t.data(), {d.heads, d.headdim, d.dstate}, {d.dstate * d.headdim, 1, d.headdim}};
           }
         }

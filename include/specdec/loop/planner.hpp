@@ -75,6 +75,7 @@ class round_planner {
     cands_.clear();
     solved_table_.clear();
     solved_nodes_ = 0;
+    family_value_.clear();
     forget_times();
     rounds_ = 0;
     speculated_ = 0;
@@ -804,7 +805,7 @@ class round_planner {
   std::vector<candidate> cands_;
   std::vector<double> thresholds_, reach_, kid_sum_, rank_sum_, family_value_;
   std::vector<std::int32_t> family_w_, family_w_end_;  // widths per level of family_[i]: [end[i], end[i + 1])
-  std::vector<std::int32_t> front_;                    // revalue's Pareto front, (max_nodes + 1) x (depth cap + 1)
+  std::vector<std::int32_t> front_;  // assemble()'s Pareto front table, (max_nodes + 1) x (depth cap + 1)
   std::vector<std::int32_t> width_, depth_, nchild_, rank_, node_depth_;
   // drafted_rounds_: rounds that called the drafter; request_spec_rounds_:
   // rounds with a tree (model-free drafts included); both since begin_request().
