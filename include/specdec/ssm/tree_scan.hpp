@@ -40,19 +40,19 @@ inline constexpr bool scan_cost_wide = SPECDEC_HOST_VEC != 0 && SPECDEC_VEC_BYTE
 //! AMD EPYC (Zen 4) VM. Two sets, by the host vector width
 //! (SPECDEC_VEC_BYTES): 32 bytes (-march=native on that machine: AVX-512,
 //! FMA) and 16 (the x86-64 baseline, SSE2). Each picks the faster form in
-//! 60/60 configurations of its own build; the other build's set would in
-//! 56/60.
+//! 59/60 configurations of its own build (each misses one chain where the
+//! two forms are 3% apart); the other build's set would in 56/60.
 struct tree_scan_cost_model {
   // Recurrent: per (node, head), per (node, head, headdim row), per state entry.
-  double rec_node = detail::scan_cost_wide ? 16.5 : 26.2;     //!< ns per (node, head): dt', decay, row set-up
-  double rec_row = detail::scan_cost_wide ? 6.1 : 5.9;        //!< ns per (node, head, headdim row): x, gate, epilogue
-  double rec_entry = detail::scan_cost_wide ? 0.049 : 0.115;  //!< ns per state entry and node: update + C . h
+  double rec_node = detail::scan_cost_wide ? 13.4 : 29.2;    //!< ns per (node, head): dt', decay, row set-up
+  double rec_row = detail::scan_cost_wide ? 5.8 : 5.7;       //!< ns per (node, head, headdim row): x, gate, epilogue
+  double rec_entry = detail::scan_cost_wide ? 0.05 : 0.115;  //!< ns per state entry and node: update + C . h
   // Dual: per (node, head), per row, per h0 entry (the h0 C^T GEMM), per pair.
-  double dual_node = detail::scan_cost_wide ? 41.6 : 49.3;          //!< ns per (node, head): dt', A_tree, exp(A_tree)
-  double dual_row = detail::scan_cost_wide ? 0.78 : 2.74;           //!< ns per (node, head, headdim row): epilogue
-  double dual_h0_entry = detail::scan_cost_wide ? 0.034 : 0.069;    //!< ns per (node, h0 entry): the h0 C^T GEMM
-  double dual_pair_row = detail::scan_cost_wide ? 0.087 : 0.121;    //!< ns per (pair, head, headdim row): weight * x
-  double dual_pair_state = detail::scan_cost_wide ? 0.081 : 0.289;  //!< ns per (pair, group, dstate entry): C . B
+  double dual_node = detail::scan_cost_wide ? 38.2 : 47.0;          //!< ns per (node, head): dt', A_tree, exp(A_tree)
+  double dual_row = detail::scan_cost_wide ? 0.8 : 2.53;            //!< ns per (node, head, headdim row): epilogue
+  double dual_h0_entry = detail::scan_cost_wide ? 0.02 : 0.056;     //!< ns per (node, h0 entry): the h0 C^T GEMM
+  double dual_pair_row = detail::scan_cost_wide ? 0.095 : 0.134;    //!< ns per (pair, head, headdim row): weight * x
+  double dual_pair_state = detail::scan_cost_wide ? 0.104 : 0.204;  //!< ns per (pair, group, dstate entry): C . B
 };
 
 //! Estimated host times (ns) of the recurrent and the dual form for a tree
@@ -74,8 +74,8 @@ inline void tree_scan_cost(const tree_ssm_shape& s, double pairs, bool has_h0, d
 //! work is one h0 C^T GEMM row plus weight * x per ancestor, so the dual
 //! form wins unless trees are deep. Crossovers (8 heads, 1 group, h0
 //! given, headdim 32-64 x dstate 16-128): chains switch to the recurrent
-//! form at N = 101-127 with 32-byte vectors (103 at the model demo's 32 x
-//! 16 layer), at 45-89 with 16-byte ones (45); full binary trees keep the
+//! form at N = 92-139 with 32-byte vectors (92 at the model demo's 32 x
+//! 16 layer), at 48-112 with 16-byte ones (48); full binary trees keep the
 //! dual form at every size. O(N * depth).
 inline tree_scan_method tree_scan_choose(std::span<const node_id> parent, const tree_ssm_shape& s, bool want_states,
                                          bool has_h0) noexcept {
