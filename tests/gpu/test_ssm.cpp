@@ -14,7 +14,9 @@
 #include "gpu_util.hpp"
 #include "specdec/kernels.hpp"
 #include "specdec/ssm/tree_conv1d.hpp"
+#include "specdec/ssm/tree_scan.hpp"
 #include "specdec/ssm/tree_scan_recurrent.hpp"
+#include "specdec/ssm/tree_ssm_batch.hpp"
 #include "ssm/ssm_test_util.hpp"
 
 using namespace ssm_test;
@@ -168,6 +170,163 @@ TEST_CASE("gpu tree_conv1d equals the host tree conv1d") {
     REQUIRE(specdec::kernels::tree_conv1d(p, nullptr, 0, nullptr).ok());
     REQUIRE(specdec::kernels::synchronize(nullptr).ok());
     CHECK(dstatus.download()[0] == 0);
+    CHECK(max_scaled_error(dout.download(), out_host, 1e-5, 1e-5) <= 1.0);
+  }
+}
+
+namespace {
+
+// A ragged batch through kernels::tree_scan_batch and its host twin
+// specdec::tree_scan_batch (host recurrent with states, else the host's
+// own choice: equal up to rounding, tolerances as above). `mutate` may
+// break the offsets or parents (both sides get the same arrays); every
+// request's status must match, and rows of failed requests stay untouched
+// on the device.
+template <class T, class Mutate>
+void compare_scan_batch(dims d, const std::vector<std::int64_t>& sizes, flags f, std::uint64_t seed, double tol,
+                        bool with_h0, bool with_states, Mutate mutate) {
+  INFO("seed " << seed << " requests " << sizes.size() << " states " << with_states << " h0 " << with_h0);
+  batch_case bc = make_batch(d, sizes, f, seed, 2);
+  mutate(bc.offsets, bc.parent);
+  const auto pr = bc.pr.cast<T>();
+  d.n = pr.d.n;
+  const std::vector<T> h0(bc.h0.begin(), bc.h0.end());
+  const auto R = static_cast<std::int64_t>(sizes.size());
+  const auto ny = static_cast<std::size_t>(d.n * d.heads * d.headdim), ns = ny * static_cast<std::size_t>(d.dstate);
+  const T fill = T(-777);
+  std::vector<T> y_host(ny, fill), st_host(with_states ? ns : 0, fill);
+  std::vector<std::int32_t> status_host(sizes.size(), 99);
+  specdec::tree_scan_batch_params<T> hp;
+  hp.offsets = bc.offsets.data();
+  hp.parent = bc.parent.data();
+  hp.in = pr.inputs();
+  if (with_h0) hp.h0 = specdec::make_view<const T>(h0.data(), R, d.heads, d.headdim, d.dstate);
+  hp.y = specdec::make_view(y_host.data(), d.n, d.heads, d.headdim);
+  if (with_states) hp.states = specdec::make_view(st_host.data(), d.n, d.heads, d.headdim, d.dstate);
+  hp.num_requests = static_cast<std::int32_t>(R);
+  hp.request_status = status_host.data();
+  std::vector<std::byte> ws(specdec::tree_scan_batch_workspace_size(hp));
+  REQUIRE(specdec::tree_scan_batch(hp, ws).ok());
+
+  device_problem<T> dp(pr);
+  device_buffer<std::int32_t> doff(bc.offsets), dstatus(std::vector<std::int32_t>(sizes.size(), 99));
+  device_buffer<node_id> dparent(bc.parent);
+  device_buffer<T> dh0(h0), dy(std::vector<T>(ny, fill)), dst(std::vector<T>(with_states ? ns : 0, fill));
+  auto p = hp;
+  p.offsets = doff.data();
+  p.parent = dparent.data();
+  p.in = dp.in;
+  if (with_h0) p.h0.data = dh0.data();
+  p.y.data = dy.data();
+  if (with_states) p.states.data = dst.data();
+  p.request_status = dstatus.data();
+  const std::size_t wbytes = specdec::kernels::tree_scan_batch_workspace_size(p);
+  device_buffer<std::byte> dws(wbytes);
+  REQUIRE(specdec::kernels::tree_scan_batch(p, dws.data(), wbytes, nullptr).ok());
+  REQUIRE(specdec::kernels::synchronize(nullptr).ok());
+  CHECK(dstatus.download() == status_host);
+  const auto y_dev = dy.download();
+  const auto st_dev = with_states ? dst.download() : std::vector<T>{};
+  const auto HP = static_cast<std::size_t>(d.heads * d.headdim), S = static_cast<std::size_t>(d.dstate);
+  for (std::size_t r = 0; r < sizes.size(); ++r) {
+    if (status_host[r] != 0) continue;
+    INFO("request " << r);
+    const auto b = static_cast<std::size_t>(bc.offsets[r]) * HP, e = static_cast<std::size_t>(bc.offsets[r + 1]) * HP;
+    CHECK(max_scaled_error(std::vector<T>(y_dev.begin() + b, y_dev.begin() + e),
+                           std::vector<T>(y_host.begin() + b, y_host.begin() + e), tol, tol) <= 1.0);
+    if (with_states)
+      CHECK(max_scaled_error(std::vector<T>(st_dev.begin() + b * S, st_dev.begin() + e * S),
+                             std::vector<T>(st_host.begin() + b * S, st_host.begin() + e * S), tol, tol) <= 1.0);
+  }
+  // Rows no successful request owns (failed requests, spare rows) are untouched.
+  std::vector<bool> owned(static_cast<std::size_t>(d.n), false);
+  for (std::size_t r = 0; r < sizes.size(); ++r)
+    if (status_host[r] == 0)
+      for (std::int32_t i = bc.offsets[r]; i < bc.offsets[r + 1]; ++i) owned[static_cast<std::size_t>(i)] = true;
+  for (std::size_t i = 0; i < owned.size(); ++i)
+    if (!owned[i])
+      for (std::size_t k = i * HP; k < (i + 1) * HP; ++k) REQUIRE(y_dev[k] == fill);
+}
+
+const auto keep = [](std::vector<std::int32_t>&, std::vector<node_id>&) {};
+
+}  // namespace
+
+TEST_CASE("gpu tree_scan_batch equals its host twin, request by request") {
+  compare_scan_batch<float>({0, 8, 64, 1, 128}, {15, 1, 31, 7}, flags{}, 51, 1e-4, true, true, keep);
+  compare_scan_batch<float>({0, 4, 16, 2, 64}, {40, 3, 22}, flags{true, true, true, true, true}, 52, 1e-4, false, false,
+                            keep);
+  compare_scan_batch<double>({0, 3, 9, 3, 20}, {9, 17, 1, 5, 12}, flags{true, false, true, false, false}, 53, 1e-12,
+                             true, true, keep);
+}
+
+TEST_CASE("gpu tree_scan_batch: malformed offsets and requests get the host twin's statuses") {
+  const dims d{0, 2, 8, 1, 16};
+  const std::vector<std::int64_t> sizes{6, 4, 7, 5};
+  // Offsets that decrease (request 2 would overlap request 0): every request not_sorted.
+  compare_scan_batch<float>(d, sizes, flags{}, 61, 1e-4, true, false,
+                            [](std::vector<std::int32_t>& o, std::vector<node_id>&) { o[2] = 5; });
+  // Past the capacity: every request out_of_range.
+  compare_scan_batch<float>(d, sizes, flags{}, 62, 1e-4, true, true,
+                            [](std::vector<std::int32_t>& o, std::vector<node_id>&) { o.back() = 1000; });
+  // A bad parent, a root with a parent, an empty request: those alone fail.
+  compare_scan_batch<float>(d, {6, 4, 0, 7, 5}, flags{}, 63, 1e-4, true, true,
+                            [](std::vector<std::int32_t>&, std::vector<node_id>& par) {
+                              par[6 + 2] = 3;
+                              par[10] = 0;
+                            });
+}
+
+TEST_CASE("gpu tree_conv1d_batch equals its host twin, request by request") {
+  for (const bool broken : {false, true}) {
+    const std::uint64_t seed = broken ? 72 : 71;
+    INFO("seed " << seed);
+    const std::int64_t ch = 300, w = 4, len = 3;
+    const std::vector<std::int64_t> sizes{9, 1, 45, 6};
+    batch_case bc = make_batch({0, 1, 1, 1, 1}, sizes, flags{}, seed, 2);
+    if (broken) bc.parent[static_cast<std::size_t>(bc.offsets[2]) + 3] = 7;  // request 2 alone fails
+    const auto cap = static_cast<std::int64_t>(bc.parent.size());
+    const auto R = static_cast<std::int64_t>(sizes.size());
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> nd;
+    auto rnd = [&](std::int64_t k) {
+      std::vector<float> v(static_cast<std::size_t>(k));
+      for (auto& e : v) e = nd(rng);
+      return v;
+    };
+    const auto x = rnd(cap * ch), wt = rnd(ch * w), b = rnd(ch), st = rnd(R * ch * len);
+    std::vector<float> out_host(static_cast<std::size_t>(cap * ch), -777.0f);
+    std::vector<std::int32_t> status_host(sizes.size(), 99);
+    specdec::tree_conv1d_batch_params<float> hp;
+    hp.offsets = bc.offsets.data();
+    hp.parent = bc.parent.data();
+    hp.in.x = specdec::make_view(x.data(), cap, ch);
+    hp.in.weight = specdec::make_view(wt.data(), ch, w);
+    hp.in.bias = specdec::make_view(b.data(), ch);
+    hp.in.silu = true;
+    hp.conv_state = specdec::make_view(st.data(), R, ch, len);
+    hp.out = specdec::make_view(out_host.data(), cap, ch);
+    hp.num_requests = static_cast<std::int32_t>(R);
+    hp.request_status = status_host.data();
+    std::vector<std::byte> ws(specdec::tree_conv1d_workspace_size(w));
+    REQUIRE(specdec::tree_conv1d_batch(hp, ws).ok());
+
+    device_buffer<float> dx(x), dw(wt), db(b), dst(st), dout(std::vector<float>(out_host.size(), -777.0f));
+    device_buffer<std::int32_t> doff(bc.offsets), dstatus(std::vector<std::int32_t>(sizes.size(), 99));
+    device_buffer<node_id> dparent(bc.parent);
+    auto p = hp;
+    p.offsets = doff.data();
+    p.parent = dparent.data();
+    p.in.x.data = dx.data();
+    p.in.weight.data = dw.data();
+    p.in.bias.data = db.data();
+    p.conv_state.data = dst.data();
+    p.out.data = dout.data();
+    p.request_status = dstatus.data();
+    REQUIRE(specdec::kernels::tree_conv1d_batch(p, nullptr, 0, nullptr).ok());
+    REQUIRE(specdec::kernels::synchronize(nullptr).ok());
+    CHECK(dstatus.download() == status_host);
+    // Failed requests' rows and spare rows hold -777 on both sides.
     CHECK(max_scaled_error(dout.download(), out_host, 1e-5, 1e-5) <= 1.0);
   }
 }

@@ -180,6 +180,41 @@ void ref_sequence(const P& pr, const ref_options& o, const std::vector<node_id>&
   }
 }
 
+// ---- ragged batches -----------------------------------------------------------
+
+// R trees of the given sizes concatenated along the node axis of one
+// problem (d.n = the capacity: the nodes plus `spare` unused rows at the
+// end), local parent ids, and one initial state per request
+// ([R, heads, headdim, dstate]; the problem's own h0 is not used). Tree r
+// is a chain, a binary tree or a random tree by r % 3.
+struct batch_case {
+  std::vector<std::int32_t> offsets;
+  std::vector<node_id> parent;
+  problem<double> pr;
+  std::vector<double> h0;
+};
+
+inline batch_case make_batch(dims d, const std::vector<std::int64_t>& sizes, flags f, std::uint64_t seed,
+                             std::int64_t spare = 0) {
+  batch_case b;
+  b.offsets.push_back(0);
+  for (std::size_t r = 0; r < sizes.size(); ++r) {
+    const std::int64_t n = sizes[r];
+    const auto t = r % 3 == 0 ? chain_tree(n) : r % 3 == 1 ? binary_tree(n) : random_tree(n, seed + r);
+    b.parent.insert(b.parent.end(), t.begin(), t.end());
+    b.offsets.push_back(b.offsets.back() + static_cast<std::int32_t>(n));
+  }
+  b.parent.resize(b.parent.size() + static_cast<std::size_t>(spare), -1);
+  d.n = static_cast<std::int64_t>(b.parent.size());
+  f.has_h0 = false;
+  b.pr = make_problem(d, f, seed);
+  std::mt19937_64 rng(seed ^ 0x5eedULL);
+  std::normal_distribution<double> normal(0.0, 0.5);
+  b.h0.resize(sizes.size() * static_cast<std::size_t>(d.heads * d.headdim * d.dstate));
+  for (auto& e : b.h0) e = normal(rng);
+  return b;
+}
+
 // Largest |a - b| / (atol + rtol |b|) over a range: <= 1 means within tolerance.
 template <class A, class B>
 double max_scaled_error(const A& a, const B& b, double atol, double rtol) {

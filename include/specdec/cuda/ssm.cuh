@@ -17,6 +17,7 @@
 #include "specdec/cuda/check.cuh"
 #include "specdec/kernels/ssm.hpp"
 #include "specdec/ssm/tree_conv1d.hpp"
+#include "specdec/ssm/tree_ssm_batch.hpp"
 #include "specdec/ssm/tree_ssm_inputs.hpp"
 #include "specdec/tree/token_tree.hpp"
 
@@ -37,25 +38,23 @@ SPECDEC_DEVICE void ssm_report(std::int32_t* word, status_code code) {
 //! API never reads device memory.
 SPECDEC_DEVICE bool ssm_parent_ok(std::int32_t i, node_id p) { return i == 0 ? p == -1 : (p >= 0 && p < i); }
 
-//! Recurrent tree scan. Grid (heads, ceil(headdim / ssm_scan_warps)), block
-//! 32 * ssm_scan_warps threads. Warp w of block (h, t) owns row
-//! p = t * warps + w of head h; lane l owns state entries n = l + 32 r. Nodes
-//! are visited in storage order (any topological order); node i starts from
-//! its parent's state, read from `states` (written earlier by this very
-//! thread, so no synchronisation), or from registers when the parent is
-//! node i - 1 (chains, first children in DFS order). Every node's state is
-//! written to `states` [N, heads, headdim, dstate] (the caller's per-node
-//! output or a workspace). y = warp-reduced C . h + D x, gated.
-template <class T>
-SPECDEC_KERNEL void tree_scan_kernel(const node_id* parent, tree_ssm_inputs<T> in, tree_ssm_options<T> opt, view3d<T> y,
-                                     view4d<T> states, std::int32_t* status_word) {
-  const std::int64_t heads = in.x.extent[1], headdim = in.x.extent[2];
-  const std::int64_t nodes = in.x.extent[0], dstate = in.B.extent[2];
-  const std::int64_t h = blockIdx.x;
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t p = static_cast<std::int64_t>(blockIdx.y) * ssm_scan_warps + warp;
-  if (h >= heads || p >= headdim) return;
-  const std::int64_t g = h / (heads / in.B.extent[1]);
+//! One warp's headdim row p of head h through the `nodes` nodes of a tree
+//! whose node i is row base + i of every node-major view (parent ids
+//! local): lane l owns state entries n = l + 32 r. Nodes are visited in
+//! storage order (any topological order); node i starts from its parent's
+//! state, read from `states` (written earlier by this very thread, so no
+//! synchronisation), from registers when the parent is node i - 1 (chains,
+//! first children in DFS order), or from h0 ([heads, headdim, dstate];
+//! null: zeros) at the root. Every node's state is written to `states`.
+//! y = warp-reduced C . h + D x, gated. CheckParents: returns false at the
+//! first parent that is not topological (nodes before it are written).
+template <bool CheckParents, class T>
+SPECDEC_DEVICE bool ssm_scan_row(const node_id* parent, std::int64_t base, std::int64_t nodes,
+                                 const tree_ssm_inputs<T>& in, const view3d<const T>& h0,
+                                 const tree_ssm_options<T>& opt, const view3d<T>& y, const view4d<T>& states,
+                                 std::int64_t h, std::int64_t p, int lane) {
+  const std::int64_t dstate = in.B.extent[2];
+  const std::int64_t g = h / (in.x.extent[1] / in.B.extent[1]);
   const T bias = in.dt_bias.data != nullptr ? in.dt_bias(h) : T(0);
   const T a = in.A(h);
   const T dcoef = tree_ssm_d(in, h, p);
@@ -63,14 +62,12 @@ SPECDEC_KERNEL void tree_scan_kernel(const node_id* parent, tree_ssm_inputs<T> i
 #pragma unroll
   for (int r = 0; r < ssm_scan_max_per_lane; ++r) reg[r] = T(0);
   for (std::int64_t i = 0; i < nodes; ++i) {
-    const node_id par = parent[i];
-    if (!ssm_parent_ok(static_cast<std::int32_t>(i), par)) {
-      ssm_report(status_word, status_code::not_topological);
-      return;
-    }
-    const T dt = specdec::detail::ssm_dt_effective(in.dt(i, h), bias, opt);
+    const std::int64_t k = base + i;
+    const node_id par = parent[k];
+    if (CheckParents && !ssm_parent_ok(static_cast<std::int32_t>(i), par)) return false;
+    const T dt = specdec::detail::ssm_dt_effective(in.dt(k, h), bias, opt);
     const T decay = exp(specdec::detail::ssm_log_decay(dt, a));
-    const T xv = in.x(i, h, p);
+    const T xv = in.x(k, h, p);
     const T xdt = dt * xv;
     T acc = T(0);
 #pragma unroll
@@ -79,57 +76,148 @@ SPECDEC_KERNEL void tree_scan_kernel(const node_id* parent, tree_ssm_inputs<T> i
       if (n < dstate) {
         T prev;
         if (par < 0)
-          prev = in.h0.data != nullptr ? in.h0(h, p, n) : T(0);
+          prev = h0.data != nullptr ? h0(h, p, n) : T(0);
         else if (par == i - 1)
           prev = reg[r];
         else
-          prev = states(par, h, p, n);
-        const T v = decay * prev + xdt * in.B(i, g, n);
+          prev = states(base + par, h, p, n);
+        const T v = decay * prev + xdt * in.B(k, g, n);
         reg[r] = v;
-        states(i, h, p, n) = v;
-        acc += v * in.C(i, g, n);
+        states(k, h, p, n) = v;
+        acc += v * in.C(k, g, n);
       }
     }
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (lane == 0) {
       T out = acc + dcoef * xv;
-      if (in.z.data != nullptr) out *= specdec::detail::ssm_silu(in.z(i, h, p));
-      y(i, h, p) = out;
+      if (in.z.data != nullptr) out *= specdec::detail::ssm_silu(in.z(k, h, p));
+      y(k, h, p) = out;
     }
   }
+  return true;
 }
 
-//! Tree conv1d: one thread per (node, channel); grid (ceil(channels /
-//! blockDim.x), N). The window walks parent links (checked) and then the
-//! newest conv-state columns, like the host tree_conv1d.
+//! Recurrent tree scan. Grid (heads, ceil(headdim / ssm_scan_warps)), block
+//! 32 * ssm_scan_warps threads: warp w of block (h, t) runs row p = t *
+//! warps + w of head h through ssm_scan_row, states [N, heads, headdim,
+//! dstate] (the caller's per-node output or a workspace).
 template <class T>
-SPECDEC_KERNEL void tree_conv1d_kernel(const node_id* parent, tree_conv1d_inputs<T> in, view2d<T> out,
-                                       std::int32_t* status_word) {
-  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::int64_t i = blockIdx.y;
-  const std::int64_t ch = in.x.extent[1], w = in.weight.extent[1];
-  if (c >= ch || i >= in.x.extent[0]) return;
-  const std::int64_t len = in.conv_state.data != nullptr ? in.conv_state.extent[1] : 0;
+SPECDEC_KERNEL void tree_scan_kernel(const node_id* parent, tree_ssm_inputs<T> in, tree_ssm_options<T> opt, view3d<T> y,
+                                     view4d<T> states, std::int32_t* status_word) {
+  const std::int64_t h = blockIdx.x;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t p = static_cast<std::int64_t>(blockIdx.y) * ssm_scan_warps + warp;
+  if (h >= in.x.extent[1] || p >= in.x.extent[2]) return;
+  if (!ssm_scan_row<true>(parent, 0, in.x.extent[0], in, view3d<const T>(in.h0), opt, y, states, h, p, lane))
+    ssm_report(status_word, status_code::not_topological);
+}
+
+//! The check of a batched SSM call, one block: request_status[r] =
+//! ssm_batch_offsets_check's code for every request when the offsets fail
+//! (endpoints, then the steps in parallel), else ssm_batch_request_check's.
+template <int Threads>
+SPECDEC_KERNEL void __launch_bounds__(Threads)
+    ssm_batch_check_kernel(const std::int32_t* offsets, const node_id* parent, std::int32_t num_requests,
+                           std::int64_t capacity, std::int32_t* request_status) {
+  __shared__ int fault;  // 0 ok, 1 out of range, 2 not sorted
+  if (threadIdx.x == 0) fault = offsets[0] < 0 || offsets[num_requests] > capacity ? 1 : 0;
+  __syncthreads();
+  if (fault == 0)
+    for (std::int32_t i = static_cast<std::int32_t>(threadIdx.x); i < num_requests; i += Threads)
+      if (!ssm_batch_offset_step_ok(offsets, i)) atomicOr(&fault, 2);
+  __syncthreads();
+  const status_code all = fault == 1   ? status_code::out_of_range
+                          : fault == 2 ? status_code::not_sorted
+                                       : status_code::ok;
+  for (std::int32_t r = static_cast<std::int32_t>(threadIdx.x); r < num_requests; r += Threads)
+    request_status[r] =
+        static_cast<std::int32_t>(all != status_code::ok ? all : ssm_batch_request_check(offsets, parent, r));
+}
+
+//! Batched recurrent tree scan: grid (heads, ceil(headdim / warps), R);
+//! block (h, t, r) runs request r's rows through ssm_scan_row when its
+//! check passed (request_status[r], written by ssm_batch_check_kernel
+//! earlier on the stream), with its h0 slice.
+template <class T>
+SPECDEC_KERNEL void tree_scan_batch_kernel(tree_scan_batch_params<T> bp, view4d<T> states) {
+  const auto r = static_cast<std::int32_t>(blockIdx.z);
+  const std::int64_t h = blockIdx.x;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t p = static_cast<std::int64_t>(blockIdx.y) * ssm_scan_warps + warp;
+  if (h >= bp.in.x.extent[1] || p >= bp.in.x.extent[2] || bp.request_status[r] != 0) return;
+  const std::int64_t b = bp.offsets[r];
+  const view3d<const T> h0 = bp.h0.data != nullptr ? bp.h0.slice(r) : view3d<const T>{};
+  (void)ssm_scan_row<false>(bp.parent, b, bp.offsets[r + 1] - b, bp.in, h0, bp.opt, bp.y, states, h, p, lane);
+}
+
+//! Output channel c of tree node i (row base + i of x and out, local parent
+//! ids): the window walks parent links (CheckParents: false at the first
+//! link that is not topological, nothing written) and then the newest
+//! columns of conv_state ([channels, L]), like the host tree_conv1d.
+template <bool CheckParents, class T>
+SPECDEC_DEVICE bool ssm_conv1d_at(const node_id* parent, std::int64_t base, std::int64_t i, std::int64_t c,
+                                  const tree_conv1d_inputs<T>& in, const view2d<const T>& conv_state,
+                                  const view2d<T>& out) {
+  const std::int64_t w = in.weight.extent[1];
+  const std::int64_t len = conv_state.data != nullptr ? conv_state.extent[1] : 0;
   T acc = in.bias.data != nullptr ? in.bias(c) : T(0);
   std::int64_t u = i, r = 0;
   for (std::int64_t m = 0; m < w; ++m) {
     T v;
     if (u >= 0) {
-      v = in.x(u, c);
-      const node_id par = parent[u];
-      if (!ssm_parent_ok(static_cast<std::int32_t>(u), par)) {
-        ssm_report(status_word, status_code::not_topological);
-        return;
-      }
+      v = in.x(base + u, c);
+      const node_id par = parent[base + u];
+      if (CheckParents && !ssm_parent_ok(static_cast<std::int32_t>(u), par)) return false;
       u = par;
     } else {
-      v = in.conv_state(c, len - 1 - r);
+      v = conv_state(c, len - 1 - r);
       ++r;
     }
     acc += in.weight(c, w - 1 - m) * v;
   }
-  out(i, c) = in.silu ? specdec::detail::ssm_silu(acc) : acc;
+  out(base + i, c) = in.silu ? specdec::detail::ssm_silu(acc) : acc;
+  return true;
+}
+
+//! Tree conv1d: one thread per (node, channel); grid (ceil(channels /
+//! blockDim.x), N).
+template <class T>
+SPECDEC_KERNEL void tree_conv1d_kernel(const node_id* parent, tree_conv1d_inputs<T> in, view2d<T> out,
+                                       std::int32_t* status_word) {
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t i = blockIdx.y;
+  if (c >= in.x.extent[1] || i >= in.x.extent[0]) return;
+  if (!ssm_conv1d_at<true>(parent, 0, i, c, in, view2d<const T>(in.conv_state), out))
+    ssm_report(status_word, status_code::not_topological);
+}
+
+//! Batched tree conv1d: one thread per (node, channel) of the whole
+//! capacity; grid (ceil(channels / blockDim.x), capacity). Node k belongs
+//! to the request whose span holds it (a binary search over the checked
+//! offsets); nodes outside every span and nodes of requests whose check
+//! failed do nothing.
+template <class T>
+SPECDEC_KERNEL void tree_conv1d_batch_kernel(tree_conv1d_batch_params<T> bp) {
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const auto k = static_cast<std::int32_t>(blockIdx.y);
+  const std::int32_t R = bp.num_requests;
+  if (c >= bp.in.x.extent[1] || bp.request_status[0] == static_cast<std::int32_t>(status_code::out_of_range) ||
+      bp.request_status[0] == static_cast<std::int32_t>(status_code::not_sorted))
+    return;  // the offsets failed: every request has that code, no span is trusted
+  if (k < bp.offsets[0] || k >= bp.offsets[R]) return;
+  std::int32_t lo = 0, hi = R - 1;  // the last request whose span begins at or before k
+  while (lo < hi) {
+    const std::int32_t mid = (lo + hi + 1) / 2;
+    if (bp.offsets[mid] <= k)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  if (bp.request_status[lo] != 0) return;
+  const std::int64_t b = bp.offsets[lo];
+  const view2d<const T> st = bp.conv_state.data != nullptr ? bp.conv_state.slice(lo) : view2d<const T>{};
+  (void)ssm_conv1d_at<false>(bp.parent, b, k - b, c, bp.in, st, bp.out);
 }
 
 static_assert(32 * ssm_scan_max_per_lane == 256, "tree_scan_can_implement assumes dstate <= 256");
@@ -174,6 +262,57 @@ status tree_conv1d(const kernels::tree_conv1d_params<T>& p, void* /*workspace*/,
   const dim3 grid(static_cast<unsigned>((ch + threads - 1) / threads), static_cast<unsigned>(n));
   if (p.status_word != nullptr) SPECDEC_TRY(from_cuda(cudaMemsetAsync(p.status_word, 0, sizeof(std::int32_t), stream)));
   tree_conv1d_kernel<T><<<grid, threads, 0, stream>>>(p.parent, p.in, p.out, p.status_word);
+  return last_launch_status();
+}
+
+//! Threads of ssm_batch_check_kernel's one block.
+inline constexpr int ssm_batch_check_threads = 256;
+
+//! Checks (kernels::tree_scan_batch_can_implement, workspace) and launches
+//! ssm_batch_check_kernel then tree_scan_batch_kernel on `stream`: the
+//! kernels API's tree_scan_batch, for engines that compile this header.
+template <class T>
+status tree_scan_batch(const tree_scan_batch_params<T>& p, void* workspace, std::size_t workspace_bytes,
+                       cudaStream_t stream) noexcept {
+  SPECDEC_TRY(kernels::tree_scan_batch_can_implement(p));
+  if (p.num_requests == 0) return status::success();
+  tree_ssm_shape s;
+  SPECDEC_TRY(validate_tree_ssm_shapes(p.in, s));
+  view4d<T> states = p.states;
+  if (states.data == nullptr) {
+    workspace_carver c(workspace, workspace_bytes);
+    T* buf = c.take<T>(static_cast<std::size_t>(s.nodes * s.heads * s.headdim * s.dstate));
+    if (buf == nullptr || c.overflowed())
+      return make_status(status_code::buffer_too_small,
+                         "tree_scan_batch: workspace smaller than tree_scan_batch_workspace_size");
+    if (!c.base_aligned()) return make_status(status_code::invalid_argument, "workspace must be 256-byte aligned");
+    states = make_view(buf, s.nodes, s.heads, s.headdim, s.dstate);
+  }
+  ssm_batch_check_kernel<ssm_batch_check_threads>
+      <<<1, ssm_batch_check_threads, 0, stream>>>(p.offsets, p.parent, p.num_requests, s.nodes, p.request_status);
+  SPECDEC_TRY(last_launch_status());
+  const dim3 grid(static_cast<unsigned>(s.heads),
+                  static_cast<unsigned>((s.headdim + ssm_scan_warps - 1) / ssm_scan_warps),
+                  static_cast<unsigned>(p.num_requests));
+  tree_scan_batch_kernel<T><<<grid, 32 * ssm_scan_warps, 0, stream>>>(p, states);
+  return last_launch_status();
+}
+
+//! Checks (kernels::tree_conv1d_batch_can_implement) and launches
+//! ssm_batch_check_kernel then tree_conv1d_batch_kernel on `stream`: the
+//! kernels API's tree_conv1d_batch. Needs no workspace.
+template <class T>
+status tree_conv1d_batch(const tree_conv1d_batch_params<T>& p, void* /*workspace*/, std::size_t /*workspace_bytes*/,
+                         cudaStream_t stream) noexcept {
+  SPECDEC_TRY(kernels::tree_conv1d_batch_can_implement(p));
+  if (p.num_requests == 0) return status::success();
+  const std::int64_t n = p.in.x.extent[0], ch = p.in.x.extent[1];
+  ssm_batch_check_kernel<ssm_batch_check_threads>
+      <<<1, ssm_batch_check_threads, 0, stream>>>(p.offsets, p.parent, p.num_requests, n, p.request_status);
+  SPECDEC_TRY(last_launch_status());
+  constexpr int threads = 128;
+  const dim3 grid(static_cast<unsigned>((ch + threads - 1) / threads), static_cast<unsigned>(n));
+  tree_conv1d_batch_kernel<T><<<grid, threads, 0, stream>>>(p);
   return last_launch_status();
 }
 

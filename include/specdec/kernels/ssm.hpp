@@ -17,6 +17,7 @@
 #include "specdec/core/view.hpp"
 #include "specdec/core/workspace.hpp"
 #include "specdec/ssm/tree_conv1d.hpp"
+#include "specdec/ssm/tree_ssm_batch.hpp"
 #include "specdec/ssm/tree_ssm_inputs.hpp"
 #include "specdec/tree/token_tree.hpp"
 
@@ -123,5 +124,73 @@ status tree_conv1d(const tree_conv1d_params<float>& p, void* workspace, std::siz
 //! Double-precision overload.
 status tree_conv1d(const tree_conv1d_params<double>& p, void* workspace, std::size_t workspace_bytes,
                    void* stream) noexcept;
+
+//! Host checks of kernels::tree_scan_batch, no device memory read:
+//! tree_scan_batch_check_shapes (the host twin's), then the kernel's limits
+//! (unsupported beyond): dstate <= 256, heads and R <= 65535, and no zero
+//! stride in `states` (read back as parent states).
+template <class T>
+status tree_scan_batch_can_implement(const tree_scan_batch_params<T>& p) noexcept {
+  tree_ssm_shape s;
+  SPECDEC_TRY(tree_scan_batch_check_shapes(p, s));
+  if (p.num_requests == 0) return status::success();
+  if (s.dstate > 256) return make_status(status_code::unsupported, "tree_scan kernel supports dstate <= 256");
+  if (s.nodes > INT32_MAX || s.heads > 65535 || p.num_requests > 65535)
+    return make_status(status_code::unsupported, "too many nodes, heads or requests");
+  if ((s.headdim + 3) / 4 > 65535) return make_status(status_code::unsupported, "tree_scan kernel: headdim too large");
+  for (int d = 0; d < 4; ++d)
+    if (p.states.data != nullptr && p.states.extent[d] > 1 && p.states.stride[d] == 0)
+      return make_status(status_code::invalid_argument, "tree_scan kernel: states must not have a zero stride");
+  return status::success();
+}
+
+//! Workspace bytes kernels::tree_scan_batch needs: 0 when `p.states` is
+//! given, else room for capacity * heads * headdim * dstate scalars (0 for
+//! calls tree_scan_batch_can_implement rejects).
+template <class T>
+std::size_t tree_scan_batch_workspace_size(const tree_scan_batch_params<T>& p) noexcept {
+  tree_ssm_shape s;
+  if (p.states.data != nullptr || p.num_requests <= 0 || !tree_scan_batch_check_shapes(p, s).ok()) return 0;
+  workspace_carver c;
+  (void)c.take<T>(static_cast<std::size_t>(s.nodes * s.heads * s.headdim * s.dstate));
+  return c.bytes_used();
+}
+
+//! R tree scans in two launches (a one-block check of the offsets and of
+//! every request's parents, then grid (heads, headdim / 4, R)), equal to
+//! the host twin specdec::tree_scan_batch up to rounding. The offsets must
+//! hold R + 1 entries; offsets that leave [0, capacity] or decrease give
+//! every request out_of_range or not_sorted in request_status, and a
+//! request that is empty or not topological gets empty_input or
+//! not_topological: such requests read and write nothing else. Input
+//! values are trusted (the host twin reports non_finite). Returns
+//! tree_scan_batch_can_implement's status, buffer_too_small /
+//! invalid_argument (workspace) or cuda_error (launch); statuses stay on
+//! the device.
+status tree_scan_batch(const tree_scan_batch_params<float>& p, void* workspace, std::size_t workspace_bytes,
+                       void* stream) noexcept;
+//! Double-precision overload.
+status tree_scan_batch(const tree_scan_batch_params<double>& p, void* workspace, std::size_t workspace_bytes,
+                       void* stream) noexcept;
+
+//! Host checks of kernels::tree_conv1d_batch: tree_conv1d_batch_check_shapes
+//! and a node capacity of at most 65535 (unsupported beyond).
+template <class T>
+status tree_conv1d_batch_can_implement(const tree_conv1d_batch_params<T>& p) noexcept {
+  SPECDEC_TRY(tree_conv1d_batch_check_shapes(p));
+  if (p.num_requests > 0 && p.in.x.extent[0] > 65535)
+    return make_status(status_code::unsupported, "tree_conv1d kernel: at most 65535 nodes");
+  return status::success();
+}
+
+//! R tree conv1d calls in two launches (the check of tree_scan_batch, then
+//! one thread per (node, channel)), equal to the host twin
+//! specdec::tree_conv1d_batch up to rounding (same summation order). No
+//! workspace. Statuses as kernels::tree_scan_batch.
+status tree_conv1d_batch(const tree_conv1d_batch_params<float>& p, void* workspace, std::size_t workspace_bytes,
+                         void* stream) noexcept;
+//! Double-precision overload.
+status tree_conv1d_batch(const tree_conv1d_batch_params<double>& p, void* workspace, std::size_t workspace_bytes,
+                         void* stream) noexcept;
 
 }  // namespace specdec::kernels

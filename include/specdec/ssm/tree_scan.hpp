@@ -14,6 +14,7 @@
 #include "specdec/core/view.hpp"
 #include "specdec/ssm/tree_scan_dual.hpp"
 #include "specdec/ssm/tree_scan_recurrent.hpp"
+#include "specdec/ssm/tree_ssm_batch.hpp"
 #include "specdec/ssm/tree_ssm_inputs.hpp"
 #include "specdec/tree/structure.hpp"
 #include "specdec/tree/token_tree.hpp"
@@ -158,6 +159,55 @@ status tree_scan(std::span<const node_id> parent, const tree_ssm_inputs<T>& in, 
     return tree_scan_dual(parent, in, opt, y, workspace);
   }
   return tree_scan_recurrent(parent, in, opt, y, states, workspace);
+}
+
+//! Workspace bytes tree_scan_batch needs (host): the largest request's
+//! tree_scan workspace, so the offsets and parents are read (0 when the
+//! shapes, the offsets or every request fail their checks).
+template <ssm_scalar T>
+std::size_t tree_scan_batch_workspace_size(const tree_scan_batch_params<T>& p) noexcept {
+  tree_ssm_shape s;
+  if (p.num_requests <= 0 || !tree_scan_batch_check_shapes(p, s).ok()) return 0;
+  if (ssm_batch_offsets_check(p.offsets, p.num_requests, s.nodes) != status_code::ok) return 0;
+  std::size_t need = 0;
+  for (std::int32_t r = 0; r < p.num_requests; ++r) {
+    if (ssm_batch_request_check(p.offsets, p.parent, r) != status_code::ok) continue;
+    const std::int64_t b = p.offsets[r], n = p.offsets[r + 1] - b;
+    tree_ssm_shape rs = s;
+    rs.nodes = n;
+    const std::span<const node_id> par(p.parent + b, static_cast<std::size_t>(n));
+    const std::size_t w = tree_scan_workspace_size<T>(par, rs);
+    need = w > need ? w : need;
+  }
+  return need;
+}
+
+//! Host twin of kernels::tree_scan_batch: each request goes through
+//! tree_scan (automatic method; recurrent with per-node states when
+//! `states` is given) on its node rows and its h0, and gets its status in
+//! request_status[r] (the checks above, then tree_scan's own: a request
+//! with NaN inputs gets non_finite). The returned status is the batch's:
+//! shapes (nothing written), else success; a workspace smaller than
+//! tree_scan_batch_workspace_size gives buffer_too_small for the requests
+//! that need more.
+template <ssm_scalar T>
+status tree_scan_batch(const tree_scan_batch_params<T>& p, std::span<std::byte> workspace) noexcept {
+  tree_ssm_shape s;
+  SPECDEC_TRY(tree_scan_batch_check_shapes(p, s));
+  if (p.num_requests == 0) return status::success();
+  const status_code all = ssm_batch_offsets_check(p.offsets, p.num_requests, s.nodes);
+  for (std::int32_t r = 0; r < p.num_requests; ++r) {
+    status_code code = all != status_code::ok ? all : ssm_batch_request_check(p.offsets, p.parent, r);
+    if (code == status_code::ok) {
+      const std::int64_t b = p.offsets[r], n = p.offsets[r + 1] - b;
+      const std::span<const node_id> par(p.parent + b, static_cast<std::size_t>(n));
+      code = tree_scan(par, detail::batch_request_inputs(p, r, b, n), p.opt, detail::node_rows(p.y, b, n),
+                       detail::node_rows(p.states, b, n), workspace)
+                 .code();
+    }
+    p.request_status[r] = static_cast<std::int32_t>(code);
+  }
+  return status::success();
 }
 
 }  // namespace specdec

@@ -52,11 +52,14 @@ static_assert(SPECDEC_VEC_BYTES == 16 || SPECDEC_VEC_BYTES == 32 || SPECDEC_VEC_
 
 //! Vector registers of the target (register tiles size themselves by it):
 //! 32 with AVX-512 (VL: also for 16- and 32-byte vectors) and on AArch64,
-//! else 16.
+//! else 16. It changes tilings only, never results; like SPECDEC_VEC_BYTES
+//! it may be defined first, the same in every translation unit.
+#ifndef SPECDEC_HOST_VEC_REGS
 #if defined(__AVX512VL__) || defined(__aarch64__)
 #define SPECDEC_HOST_VEC_REGS 32
 #else
 #define SPECDEC_HOST_VEC_REGS 16
+#endif
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -128,7 +131,7 @@ struct vec_ops : vec_types<T, Wide> {
   static void store(T* p, vec v) noexcept { std::memcpy(p, &v, sizeof v); }
   // x - 0 is x for every x (-0 included), so this folds to one broadcast;
   // 0 + x does not fold (0 + -0 is +0) and cost an add before every
-  // broadcast (the dual scan's h0 GEMM ran at 65 instead of 98 GFLOP/s).
+  // broadcast (the dual scan's h0 GEMM ran at 64 instead of 98 GFLOP/s).
   static vec splat(T x) noexcept { return x - vec{}; }
   //! a * b + c, rounded once where the target has fused multiply-add
   //! (SPECDEC_HOST_FMA: x86 FMA, AArch64, any target whose compiler says
