@@ -228,6 +228,9 @@ void compare_scan_batch(dims d, const std::vector<std::int64_t>& sizes, flags f,
   const auto y_dev = dy.download();
   const auto st_dev = with_states ? dst.download() : std::vector<T>{};
   const auto HP = static_cast<std::size_t>(d.heads * d.headdim), S = static_cast<std::size_t>(d.dstate);
+  // Without states the host twin may run the dual form (another order of
+  // sums than the device's recurrence): twice the tolerance.
+  tol = with_states ? tol : 2 * tol;
   for (std::size_t r = 0; r < sizes.size(); ++r) {
     if (status_host[r] != 0) continue;
     INFO("request " << r);
