@@ -205,7 +205,8 @@ void compare_scan_batch(dims d, const std::vector<std::int64_t>& sizes, flags f,
   if (with_states) hp.states = specdec::make_view(st_host.data(), d.n, d.heads, d.headdim, d.dstate);
   hp.num_requests = static_cast<std::int32_t>(R);
   hp.request_status = status_host.data();
-  std::vector<std::byte> ws(specdec::tree_scan_batch_workspace_size(hp));
+  std::vector<std::byte> ws(
+      specdec::tree_scan_batch_workspace_size<T>(bc.offsets, bc.parent, {d.n, d.heads, d.headdim, d.groups, d.dstate}));
   REQUIRE(specdec::tree_scan_batch(hp, ws).ok());
 
   device_problem<T> dp(pr);
@@ -247,8 +248,11 @@ void compare_scan_batch(dims d, const std::vector<std::int64_t>& sizes, flags f,
     if (status_host[r] == 0)
       for (std::int32_t i = bc.offsets[r]; i < bc.offsets[r + 1]; ++i) owned[static_cast<std::size_t>(i)] = true;
   for (std::size_t i = 0; i < owned.size(); ++i)
-    if (!owned[i])
+    if (!owned[i]) {
       for (std::size_t k = i * HP; k < (i + 1) * HP; ++k) REQUIRE(y_dev[k] == fill);
+      if (with_states)
+        for (std::size_t k = i * HP * S; k < (i + 1) * HP * S; ++k) REQUIRE(st_dev[k] == fill);
+    }
 }
 
 const auto keep = [](std::vector<std::int32_t>&, std::vector<node_id>&) {};
@@ -272,6 +276,13 @@ TEST_CASE("gpu tree_scan_batch: malformed offsets and requests get the host twin
   // Past the capacity: every request out_of_range.
   compare_scan_batch<float>(d, sizes, flags{}, 62, 1e-4, true, true,
                             [](std::vector<std::int32_t>& o, std::vector<node_id>&) { o.back() = 1000; });
+  // Offsets that start past 0: request 0 becomes the chain on rows [2, 6).
+  compare_scan_batch<float>(d, sizes, flags{}, 64, 1e-4, true, true,
+                            [](std::vector<std::int32_t>& o, std::vector<node_id>& par) {
+                              o[0] = 2;
+                              par[2] = -1;
+                              for (std::size_t i = 3; i < 6; ++i) par[i] = static_cast<node_id>(i - 3);
+                            });
   // A bad parent, a root with a parent, an empty request: those alone fail.
   compare_scan_batch<float>(d, {6, 4, 0, 7, 5}, flags{}, 63, 1e-4, true, true,
                             [](std::vector<std::int32_t>&, std::vector<node_id>& par) {
@@ -281,13 +292,17 @@ TEST_CASE("gpu tree_scan_batch: malformed offsets and requests get the host twin
 }
 
 TEST_CASE("gpu tree_conv1d_batch equals its host twin, request by request") {
-  for (const bool broken : {false, true}) {
-    const std::uint64_t seed = broken ? 72 : 71;
-    INFO("seed " << seed);
+  // 0: well formed (an empty request among them: the search for a node's
+  // request skips it); 1: request 3's parents broken (it alone fails);
+  // 2: decreasing offsets (every request not_sorted, nothing written).
+  for (const int variant : {0, 1, 2}) {
+    const std::uint64_t seed = 71 + static_cast<std::uint64_t>(variant);
+    INFO("seed " << seed << " variant " << variant);
     const std::int64_t ch = 300, w = 4, len = 3;
-    const std::vector<std::int64_t> sizes{9, 1, 45, 6};
+    const std::vector<std::int64_t> sizes{9, 1, 0, 45, 6};
     batch_case bc = make_batch({0, 1, 1, 1, 1}, sizes, flags{}, seed, 2);
-    if (broken) bc.parent[static_cast<std::size_t>(bc.offsets[2]) + 3] = 7;  // request 2 alone fails
+    if (variant == 1) bc.parent[static_cast<std::size_t>(bc.offsets[3]) + 3] = 7;
+    if (variant == 2) bc.offsets[1] = bc.offsets[3] + 1;
     const auto cap = static_cast<std::int64_t>(bc.parent.size());
     const auto R = static_cast<std::int64_t>(sizes.size());
     std::mt19937_64 rng(seed);

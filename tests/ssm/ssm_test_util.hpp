@@ -106,6 +106,7 @@ inline std::vector<node_id> binary_tree(std::int64_t n) {
 inline std::vector<node_id> random_tree(std::int64_t n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<node_id> p(static_cast<std::size_t>(n));
+  if (n == 0) return p;
   p[0] = -1;
   for (std::int64_t i = 1; i < n; ++i) {
     // Bias towards recent nodes so trees get some depth.

@@ -53,8 +53,13 @@ struct scan_batch {
     p.request_status = status.data();
   }
 
+  std::size_t workspace_size() const {
+    return specdec::tree_scan_batch_workspace_size<float>(bc.offsets, bc.parent,
+                                                          {d.n, d.heads, d.headdim, d.groups, d.dstate});
+  }
+
   status_code run() {
-    std::vector<std::byte> ws(specdec::tree_scan_batch_workspace_size(p));
+    std::vector<std::byte> ws(workspace_size());
     return specdec::tree_scan_batch(p, ws).code();
   }
 
@@ -167,6 +172,17 @@ TEST_CASE("tree_scan_batch gives each malformed request its status and writes no
     CHECK(root.status[2] == static_cast<std::int32_t>(status_code::not_topological));
     CHECK(root.untouched(10, 17));
   }
+  SECTION("offsets that start past 0: the rows before the first span are not touched") {
+    scan_batch sb(d, sizes, flags{}, 4208, true, true);
+    // Request 0, a chain on rows [0, 6), becomes the chain on rows [2, 6).
+    sb.bc.offsets[0] = 2;
+    sb.bc.parent[2] = -1;
+    for (std::size_t i = 3; i < 6; ++i) sb.bc.parent[i] = static_cast<node_id>(i - 3);
+    REQUIRE(sb.run() == status_code::ok);
+    CHECK(sb.status == std::vector<std::int32_t>(3, 0));
+    CHECK(sb.untouched(0, 2));
+    for (std::int32_t r = 0; r < 3; ++r) sb.expect_request_equal(r);
+  }
   SECTION("a NaN in one request's inputs fails that request (host twin: values checked)") {
     scan_batch sb(d, sizes, flags{}, 4205, false, false);
     sb.pr.x[static_cast<std::size_t>(7 * d.heads * d.headdim)] = NAN;  // request 1, node 1
@@ -181,7 +197,7 @@ TEST_CASE("tree_scan_batch gives each malformed request its status and writes no
     const std::vector<node_id> two = chain_tree(2);
     std::vector<std::byte> ws(
         specdec::tree_scan_workspace_size<float>(two, {2, d.heads, d.headdim, d.groups, d.dstate}));
-    REQUIRE(ws.size() < specdec::tree_scan_batch_workspace_size(sb.p));
+    REQUIRE(ws.size() < sb.workspace_size());
     REQUIRE(specdec::tree_scan_batch(sb.p, ws).ok());
     CHECK(sb.status == std::vector<std::int32_t>{0, static_cast<std::int32_t>(status_code::buffer_too_small)});
     CHECK(sb.untouched(2, 32));

@@ -120,16 +120,19 @@ template <int Threads>
 SPECDEC_KERNEL void __launch_bounds__(Threads)
     ssm_batch_check_kernel(const std::int32_t* offsets, const node_id* parent, std::int32_t num_requests,
                            std::int64_t capacity, std::int32_t* request_status) {
-  __shared__ int fault;  // 0 ok, 1 out of range, 2 not sorted
-  if (threadIdx.x == 0) fault = offsets[0] < 0 || offsets[num_requests] > capacity ? 1 : 0;
+  __shared__ int out_of_range, unsorted;
+  if (threadIdx.x == 0) {
+    out_of_range = offsets[0] < 0 || offsets[num_requests] > capacity ? 1 : 0;
+    unsorted = 0;
+  }
   __syncthreads();
-  if (fault == 0)
+  if (out_of_range == 0)
     for (std::int32_t i = static_cast<std::int32_t>(threadIdx.x); i < num_requests; i += Threads)
-      if (!ssm_batch_offset_step_ok(offsets, i)) atomicOr(&fault, 2);
+      if (!ssm_batch_offset_step_ok(offsets, i)) unsorted = 1;  // every writer writes 1
   __syncthreads();
-  const status_code all = fault == 1   ? status_code::out_of_range
-                          : fault == 2 ? status_code::not_sorted
-                                       : status_code::ok;
+  const status_code all = out_of_range != 0 ? status_code::out_of_range
+                          : unsorted != 0   ? status_code::not_sorted
+                                            : status_code::ok;
   for (std::int32_t r = static_cast<std::int32_t>(threadIdx.x); r < num_requests; r += Threads)
     request_status[r] =
         static_cast<std::int32_t>(all != status_code::ok ? all : ssm_batch_request_check(offsets, parent, r));
@@ -208,7 +211,7 @@ SPECDEC_KERNEL void tree_conv1d_batch_kernel(tree_conv1d_batch_params<T> bp) {
   if (k < bp.offsets[0] || k >= bp.offsets[R]) return;
   std::int32_t lo = 0, hi = R - 1;  // the last request whose span begins at or before k
   while (lo < hi) {
-    const std::int32_t mid = (lo + hi + 1) / 2;
+    const std::int32_t mid = lo + (hi - lo + 1) / 2;
     if (bp.offsets[mid] <= k)
       lo = mid;
     else

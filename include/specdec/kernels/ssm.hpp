@@ -163,7 +163,8 @@ std::size_t tree_scan_batch_workspace_size(const tree_scan_batch_params<T>& p) n
 //! every request out_of_range or not_sorted in request_status, and a
 //! request that is empty or not topological gets empty_input or
 //! not_topological: such requests read and write nothing else. Input
-//! values are trusted (the host twin reports non_finite). Returns
+//! values are trusted (the host twin reports non_finite, and
+//! invalid_argument for A > 0). Returns
 //! tree_scan_batch_can_implement's status, buffer_too_small /
 //! invalid_argument (workspace) or cuda_error (launch); statuses stay on
 //! the device.

@@ -161,21 +161,25 @@ status tree_scan(std::span<const node_id> parent, const tree_ssm_inputs<T>& in, 
   return tree_scan_recurrent(parent, in, opt, y, states, workspace);
 }
 
-//! Workspace bytes tree_scan_batch needs (host): the largest request's
-//! tree_scan workspace, so the offsets and parents are read (0 when the
-//! shapes, the offsets or every request fail their checks).
+//! Workspace bytes tree_scan_batch needs: the largest request's tree_scan
+//! workspace, from the host arrays of R + 1 offsets and the concatenated
+//! parents (the node capacity: parent.size()), with heads, headdim, groups
+//! and dstate from `shape` (its node count is not used). 0 when the
+//! offsets or every request fail their checks. (It reads the trees, so
+//! unlike kernels::tree_scan_batch_workspace_size it takes host arrays.)
 template <ssm_scalar T>
-std::size_t tree_scan_batch_workspace_size(const tree_scan_batch_params<T>& p) noexcept {
-  tree_ssm_shape s;
-  if (p.num_requests <= 0 || !tree_scan_batch_check_shapes(p, s).ok()) return 0;
-  if (ssm_batch_offsets_check(p.offsets, p.num_requests, s.nodes) != status_code::ok) return 0;
+std::size_t tree_scan_batch_workspace_size(std::span<const std::int32_t> offsets, std::span<const node_id> parent,
+                                           const tree_ssm_shape& shape) noexcept {
+  if (offsets.size() < 2) return 0;
+  const auto R = static_cast<std::int32_t>(offsets.size() - 1);
+  if (ssm_batch_offsets_check(offsets.data(), R, static_cast<std::int64_t>(parent.size())) != status_code::ok) return 0;
   std::size_t need = 0;
-  for (std::int32_t r = 0; r < p.num_requests; ++r) {
-    if (ssm_batch_request_check(p.offsets, p.parent, r) != status_code::ok) continue;
-    const std::int64_t b = p.offsets[r], n = p.offsets[r + 1] - b;
-    tree_ssm_shape rs = s;
+  for (std::int32_t r = 0; r < R; ++r) {
+    if (ssm_batch_request_check(offsets.data(), parent.data(), r) != status_code::ok) continue;
+    const std::int64_t b = offsets[static_cast<std::size_t>(r)], n = offsets[static_cast<std::size_t>(r) + 1] - b;
+    tree_ssm_shape rs = shape;
     rs.nodes = n;
-    const std::span<const node_id> par(p.parent + b, static_cast<std::size_t>(n));
+    const std::span<const node_id> par = parent.subspan(static_cast<std::size_t>(b), static_cast<std::size_t>(n));
     const std::size_t w = tree_scan_workspace_size<T>(par, rs);
     need = w > need ? w : need;
   }

@@ -4,8 +4,9 @@
 //! [offsets[r], offsets[r + 1])), one initial SSM state and one conv state
 //! per request. The params structs are shared by the host twins
 //! (`tree_scan_batch` in ssm/tree_scan.hpp, `tree_conv1d_batch` here) and
-//! the CUDA entry points of the same names (kernels/ssm.hpp: one launch for
-//! the whole batch); this header stays light for the latter. Statuses: one int32 per request (0 = ok, else a
+//! the CUDA entry points of the same names (kernels/ssm.hpp: a check launch,
+//! then one launch for the whole batch); this header stays light for the
+//! latter. Statuses: one int32 per request (0 = ok, else a
 //! status_code); the checks are the same functions on both sides.
 #pragma once
 
