@@ -133,12 +133,7 @@ TEST_CASE("gpu tree_conv1d equals the host tree conv1d") {
     const bool plain = seed == 33;
     const std::int64_t n = 45, ch = 300, w = plain ? 1 : 4, len = seed % 2 ? w - 1 : w;
     std::mt19937_64 rng(seed);
-    std::normal_distribution<float> nd;
-    auto rnd = [&](std::int64_t k) {
-      std::vector<float> v(static_cast<std::size_t>(k));
-      for (auto& e : v) e = nd(rng);
-      return v;
-    };
+    auto rnd = [&](std::int64_t k) { return normal_floats(rng, k); };
     const auto parent = random_tree(n, seed);
     const auto x = rnd(n * ch), wt = rnd(ch * w), b = rnd(ch), st = rnd(ch * len);
     specdec::tree_conv1d_inputs<float> in;
@@ -306,12 +301,7 @@ TEST_CASE("gpu tree_conv1d_batch equals its host twin, request by request") {
     const auto cap = static_cast<std::int64_t>(bc.parent.size());
     const auto R = static_cast<std::int64_t>(sizes.size());
     std::mt19937_64 rng(seed);
-    std::normal_distribution<float> nd;
-    auto rnd = [&](std::int64_t k) {
-      std::vector<float> v(static_cast<std::size_t>(k));
-      for (auto& e : v) e = nd(rng);
-      return v;
-    };
+    auto rnd = [&](std::int64_t k) { return normal_floats(rng, k); };
     const auto x = rnd(cap * ch), wt = rnd(ch * w), b = rnd(ch), st = rnd(R * ch * len);
     std::vector<float> out_host(static_cast<std::size_t>(cap * ch), -777.0f);
     std::vector<std::int32_t> status_host(sizes.size(), 99);

@@ -181,6 +181,14 @@ void ref_sequence(const P& pr, const ref_options& o, const std::vector<node_id>&
   }
 }
 
+// k draws of a standard normal, as floats.
+inline std::vector<float> normal_floats(std::mt19937_64& rng, std::int64_t k) {
+  std::normal_distribution<float> nd;
+  std::vector<float> v(static_cast<std::size_t>(k));
+  for (auto& e : v) e = nd(rng);
+  return v;
+}
+
 // ---- ragged batches -----------------------------------------------------------
 
 // R trees of the given sizes concatenated along the node axis of one

@@ -237,12 +237,7 @@ TEST_CASE("tree_conv1d_batch equals tree_conv1d on each request, statuses per re
   const auto cap = static_cast<std::int64_t>(bc.parent.size());
   const auto R = static_cast<std::int64_t>(sizes.size());
   std::mt19937_64 rng(seed);
-  std::normal_distribution<float> nd;
-  auto rnd = [&](std::int64_t k) {
-    std::vector<float> v(static_cast<std::size_t>(k));
-    for (auto& e : v) e = nd(rng);
-    return v;
-  };
+  auto rnd = [&](std::int64_t k) { return normal_floats(rng, k); };
   const auto x = rnd(cap * ch), wt = rnd(ch * w), bias = rnd(ch), st = rnd(R * ch * len);
   std::vector<std::int32_t> offsets = bc.offsets;
   std::vector<node_id> parent = bc.parent;

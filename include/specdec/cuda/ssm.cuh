@@ -226,6 +226,24 @@ SPECDEC_KERNEL void tree_conv1d_batch_kernel(tree_conv1d_batch_params<T> bp) {
 static_assert(32 * ssm_scan_max_per_lane == 256, "tree_scan_can_implement assumes dstate <= 256");
 static_assert(ssm_scan_warps == 4, "tree_scan_can_implement assumes 4 headdim rows per block");
 
+namespace detail {
+//! The per-node states a scan launch writes and reads back: the caller's
+//! `states`, or else N x heads x headdim x dstate scalars carved from the
+//! workspace (buffer_too_small with `too_small`, a static string, when it
+//! is shorter; invalid_argument when it is not 256-byte aligned).
+template <class T>
+status scan_states(view4d<T>& states, const tree_ssm_shape& s, void* workspace, std::size_t workspace_bytes,
+                   const char* too_small) noexcept {
+  if (states.data != nullptr) return status::success();
+  workspace_carver c(workspace, workspace_bytes);
+  T* buf = c.take<T>(static_cast<std::size_t>(s.nodes * s.heads * s.headdim * s.dstate));
+  if (buf == nullptr || c.overflowed()) return make_status(status_code::buffer_too_small, too_small);
+  if (!c.base_aligned()) return make_status(status_code::invalid_argument, "workspace must be 256-byte aligned");
+  states = make_view(buf, s.nodes, s.heads, s.headdim, s.dstate);
+  return status::success();
+}
+}  // namespace detail
+
 //! Checks (kernels::tree_scan_can_implement, workspace) and launches
 //! tree_scan_kernel on `stream`: the kernels API's tree_scan, for engines
 //! that compile this header themselves. The status word, when given, is
@@ -237,14 +255,8 @@ status tree_scan(const kernels::tree_scan_params<T>& p, void* workspace, std::si
   tree_ssm_shape s;
   SPECDEC_TRY(validate_tree_ssm_shapes(p.in, s));
   view4d<T> states = p.states;
-  if (states.data == nullptr) {
-    workspace_carver c(workspace, workspace_bytes);
-    T* buf = c.take<T>(static_cast<std::size_t>(s.nodes * s.heads * s.headdim * s.dstate));
-    if (buf == nullptr || c.overflowed())
-      return make_status(status_code::buffer_too_small, "tree_scan: workspace smaller than tree_scan_workspace_size");
-    if (!c.base_aligned()) return make_status(status_code::invalid_argument, "workspace must be 256-byte aligned");
-    states = make_view(buf, s.nodes, s.heads, s.headdim, s.dstate);
-  }
+  SPECDEC_TRY(detail::scan_states(states, s, workspace, workspace_bytes,
+                                  "tree_scan: workspace smaller than tree_scan_workspace_size"));
   const dim3 grid(static_cast<unsigned>(s.heads),
                   static_cast<unsigned>((s.headdim + ssm_scan_warps - 1) / ssm_scan_warps));
   const dim3 block(32 * ssm_scan_warps);
@@ -282,15 +294,8 @@ status tree_scan_batch(const tree_scan_batch_params<T>& p, void* workspace, std:
   tree_ssm_shape s;
   SPECDEC_TRY(validate_tree_ssm_shapes(p.in, s));
   view4d<T> states = p.states;
-  if (states.data == nullptr) {
-    workspace_carver c(workspace, workspace_bytes);
-    T* buf = c.take<T>(static_cast<std::size_t>(s.nodes * s.heads * s.headdim * s.dstate));
-    if (buf == nullptr || c.overflowed())
-      return make_status(status_code::buffer_too_small,
-                         "tree_scan_batch: workspace smaller than tree_scan_batch_workspace_size");
-    if (!c.base_aligned()) return make_status(status_code::invalid_argument, "workspace must be 256-byte aligned");
-    states = make_view(buf, s.nodes, s.heads, s.headdim, s.dstate);
-  }
+  SPECDEC_TRY(detail::scan_states(states, s, workspace, workspace_bytes,
+                                  "tree_scan_batch: workspace smaller than tree_scan_batch_workspace_size"));
   ssm_batch_check_kernel<ssm_batch_check_threads>
       <<<1, ssm_batch_check_threads, 0, stream>>>(p.offsets, p.parent, p.num_requests, s.nodes, p.request_status);
   SPECDEC_TRY(last_launch_status());
