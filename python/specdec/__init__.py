@@ -29,7 +29,10 @@ from .tree import (
 )
 from .verify import Mode, VerifyParams, VerifyResult, verify_tree, verify_chain, verify_batch, philox_uniforms
 from .cache import keep_indices, keep_indices_batch, commit_kv, kv_commit_check
-from .ssm import tree_scan, ssm_commit_path, ssm_replay_masked, tree_conv1d, tree_conv1d_commit_state
+from .ssm import (
+    tree_scan, ssm_commit_path, ssm_replay_masked, tree_conv1d, tree_conv1d_commit_state, tree_scan_batch,
+    tree_conv1d_batch,
+)
 from .draft import (
     DraftMode, prune_batch, topk_tree, beam_tree, sampled_tree, static_tree, DraftedTree, prune_to_budget,
 )
@@ -81,6 +84,8 @@ __all__ = [
     "ssm_replay_masked",
     "tree_conv1d",
     "tree_conv1d_commit_state",
+    "tree_scan_batch",
+    "tree_conv1d_batch",
     "prune_batch",
     "topk_tree",
     "beam_tree",

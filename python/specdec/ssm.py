@@ -155,3 +155,75 @@ for _name, _key in [
 ]:
     _doc(globals()[_name], _key)
 del _name, _key
+
+
+def tree_scan_batch(offsets: Any, parent: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, *, D: Any = None,
+                    dt_bias: Any = None, z: Any = None, h0: Any = None, dt_softplus: bool = True,
+                    dt_min: float = 0.0, dt_max: float = math.inf, y: Any = None, states: Any = None,
+                    status: Any = None, workspace: Any = None, stream: Any = None) -> tuple:
+    """A ragged batch of tree scans in one call: R = len(offsets) - 1 trees,
+    their nodes concatenated along the node axis of x, dt, B, C, z (and y,
+    states); request r owns rows offsets[r]:offsets[r + 1], its parent ids
+    are local (its root: -1), h0 [R, H, P, S] holds one initial state per
+    request. Returns (y, status): status[r] is 0 or the request's status
+    code (its name: `specdec._core.status_code_name(code)`); a request that fails (malformed offsets
+    fail every request) is not computed and its rows are not written.
+    CUDA arrays: the batched kernel on `stream`, asynchronous, with nothing
+    staged, allocated by the binding or waited for: `status` (R int32 on the
+    device) is valid once the stream reaches it; the workspace (only without
+    `states`) is the caller's or comes from torch's caching allocator."""
+    dt_ = _ssm_dtype(x)
+    R = int(offsets.shape[0] if hasattr(offsets, "shape") else len(offsets)) - 1
+    dev = _where("offsets parent x dt A B C D dt_bias z h0 y states status workspace", offsets, parent, x, dt, A, B,
+                 C, D, dt_bias, z, h0, y, states, status, workspace)
+    if dev is not None:
+        y = _cuda_empty(x, tuple(int(v) for v in x.shape), dt_, dev) if y is None else y
+        status = _cuda_empty(x, (R,), np.int32, dev) if status is None else status
+        handle = _stream_handle(stream, dev)
+        sz = (_core.cuda_tree_scan_batch_workspace_size_f64 if dt_ == np.float64 else
+              _core.cuda_tree_scan_batch_workspace_size_f32)(int(x.shape[0]), int(x.shape[1]), int(x.shape[2]),
+                                                             int(B.shape[2]), states is not None)
+        workspace = _workspace(int(sz), x, dev, handle, workspace)
+        c = lambda a: _cuda_in(a, dt_, contiguous=False)  # noqa: E731
+        (_core.cuda_tree_scan_batch_f64 if dt_ == np.float64 else _core.cuda_tree_scan_batch_f32)(
+            _cuda_in(offsets, np.int32), _cuda_in(parent, np.int32), c(x), c(dt), c(A), c(B), c(C), c(D),
+            c(dt_bias), c(z), c(h0), bool(dt_softplus), float(dt_min), float(dt_max), y, states, status, workspace,
+            handle)
+        return y, status
+    xs = _strided(x, dt_, "x")
+    y = _out(y, x, tuple(int(v) for v in xs.shape), dt_, "y")
+    if states is not None:
+        _check_host(states, "states")
+    status = _out(status, x, (R,), np.int32, "status")
+    (_core.tree_scan_batch_f64 if dt_ == np.float64 else _core.tree_scan_batch_f32)(
+        _inp(offsets, np.int32, "offsets"), _inp(parent, np.int32, "parent"), xs, _strided(dt, dt_, "dt"),
+        _strided(A, dt_, "A"), _strided(B, dt_, "B"), _strided(C, dt_, "C"), _strided(D, dt_, "D"),
+        _strided(dt_bias, dt_, "dt_bias"), _strided(z, dt_, "z"), _strided(h0, dt_, "h0"), bool(dt_softplus),
+        float(dt_min), float(dt_max), y, states, status)
+    return y, status
+
+
+def tree_conv1d_batch(offsets: Any, parent: Any, x: Any, weight: Any, *, bias: Any = None, conv_state: Any = None,
+                      silu: bool = False, out: Any = None, status: Any = None, stream: Any = None) -> tuple:
+    """A ragged batch of tree conv1d calls (layout as tree_scan_batch): x
+    [capacity, channels], conv_state [R, channels, L] (one per request).
+    Returns (out, status); CUDA arrays: asynchronous as tree_scan_batch."""
+    dt_ = _ssm_dtype(x)
+    R = int(offsets.shape[0] if hasattr(offsets, "shape") else len(offsets)) - 1
+    dev = _where("offsets parent x weight bias conv_state out status", offsets, parent, x, weight, bias, conv_state,
+                 out, status)
+    if dev is not None:
+        out = _cuda_empty(x, (int(x.shape[0]), int(x.shape[1])), dt_, dev) if out is None else out
+        status = _cuda_empty(x, (R,), np.int32, dev) if status is None else status
+        c = lambda a: _cuda_in(a, dt_, contiguous=False)  # noqa: E731
+        (_core.cuda_tree_conv1d_batch_f64 if dt_ == np.float64 else _core.cuda_tree_conv1d_batch_f32)(
+            _cuda_in(offsets, np.int32), _cuda_in(parent, np.int32), c(x), c(weight), c(bias), c(conv_state),
+            bool(silu), out, status, _stream_handle(stream, dev))
+        return out, status
+    xs = _strided(x, dt_, "x")
+    out = _out(out, x, (int(xs.shape[0]), int(xs.shape[1])), dt_, "out")
+    status = _out(status, x, (R,), np.int32, "status")
+    (_core.tree_conv1d_batch_f64 if dt_ == np.float64 else _core.tree_conv1d_batch_f32)(
+        _inp(offsets, np.int32, "offsets"), _inp(parent, np.int32, "parent"), xs, _strided(weight, dt_, "weight"),
+        _strided(bias, dt_, "bias"), _strided(conv_state, dt_, "conv_state"), bool(silu), out, status)
+    return out, status

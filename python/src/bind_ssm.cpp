@@ -12,6 +12,7 @@
 #include "specdec/ssm/state_commit.hpp"
 #include "specdec/ssm/tree_conv1d.hpp"
 #include "specdec/ssm/tree_scan.hpp"
+#include "specdec/ssm/tree_ssm_batch.hpp"
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
 #include "specdec/kernels/ssm.hpp"
 #endif
@@ -110,6 +111,58 @@ void conv1d_commit(const in1<node_id>& parent, const in_nd<T, 2>& x, const in1<n
   check(tree_conv1d_commit_state<T>(span_of(parent), view_of<2>(x), span_of(path), view_of<2>(state)));
 }
 
+// ---- ragged batches (host): one status per request in `status` ----------------
+
+template <class Params>
+void batch_counts(const Params& P, std::size_t offsets, std::size_t status, std::size_t parent) {
+  require(offsets == status + 1, status_code::size_mismatch, "offsets needs one entry more than status");
+  require(static_cast<std::int64_t>(parent) == P.in.x.extent[0], status_code::size_mismatch,
+          "parent needs one entry per node row of x");
+}
+
+template <class T>
+void scan_batch(const in1<std::int32_t>& offsets, const in1<node_id>& parent, const in_nd<T, 3>& x,
+                const in_nd<T, 2>& dt, const in_nd<T, 1>& A, const in_nd<T, 3>& B, const in_nd<T, 3>& C,
+                const opt_in<T, 2>& D, const opt_in<T, 1>& dt_bias, const opt_in<T, 3>& z, const opt_in<T, 4>& h0,
+                bool dt_softplus, double dt_min, double dt_max, const out_nd<T, 3>& y,
+                const std::optional<out_nd<T, 4>>& states, const out1<std::int32_t>& status) {
+  tree_scan_batch_params<T> P;
+  P.offsets = offsets.data();
+  P.parent = parent.data();
+  P.in = inputs<T>(x, dt, A, B, C, D, dt_bias, z, std::nullopt);
+  P.h0 = opt_view<T, 4>(h0);
+  P.opt = options<T>(dt_softplus, dt_min, dt_max);
+  P.y = view_of<3>(y);
+  if (states) P.states = view_of<4>(*states);
+  P.num_requests = static_cast<std::int32_t>(status.size());
+  P.request_status = status.data();
+  batch_counts(P, offsets.size(), status.size(), parent.size());
+  tree_ssm_shape s;
+  check(tree_scan_batch_check_shapes(P, s));
+  auto ws = scratch(tree_scan_batch_workspace_size<T>(span_of(offsets), span_of(parent), s));
+  check(tree_scan_batch<T>(P, ws));
+}
+
+template <class T>
+void conv1d_batch(const in1<std::int32_t>& offsets, const in1<node_id>& parent, const in_nd<T, 2>& x,
+                  const in_nd<T, 2>& weight, const opt_in<T, 1>& bias, const opt_in<T, 3>& conv_state, bool silu,
+                  const out_nd<T, 2>& out, const out1<std::int32_t>& status) {
+  tree_conv1d_batch_params<T> P;
+  P.offsets = offsets.data();
+  P.parent = parent.data();
+  P.in.x = view_of<2>(x);
+  P.in.weight = view_of<2>(weight);
+  P.in.bias = opt_view<T, 1>(bias);
+  P.in.silu = silu;
+  P.conv_state = opt_view<T, 3>(conv_state);
+  P.out = view_of<2>(out);
+  P.num_requests = static_cast<std::int32_t>(status.size());
+  P.request_status = status.data();
+  batch_counts(P, offsets.size(), status.size(), parent.size());
+  auto ws = scratch(tree_conv1d_workspace_size(P.in.weight.extent[1]));
+  check(tree_conv1d_batch<T>(P, ws));
+}
+
 template <class T>
 void bind_typed(nb::module_& m, const char* scan_name, const char* commit_name, const char* replay_name,
                 const char* conv_name, const char* conv_commit_name) {
@@ -126,6 +179,16 @@ void bind_typed(nb::module_& m, const char* scan_name, const char* commit_name, 
   m.def(conv_name, &conv1d<T>, arg("parent"), arg("x"), arg("weight"), arg("bias").none(), arg("conv_state").none(),
         arg("silu"), arg("out").noconvert());
   m.def(conv_commit_name, &conv1d_commit<T>, arg("parent"), arg("x"), arg("path"), arg("state").noconvert());
+}
+
+template <class T>
+void bind_batch_typed(nb::module_& m, const char* scan_name, const char* conv_name) {
+  using nb::arg;
+  m.def(scan_name, &scan_batch<T>, arg("offsets"), arg("parent"), arg("x"), arg("dt"), arg("A"), arg("B"), arg("C"),
+        arg("D").none(), arg("dt_bias").none(), arg("z").none(), arg("h0").none(), arg("dt_softplus"), arg("dt_min"),
+        arg("dt_max"), arg("y").noconvert(), arg("states").noconvert().none(), arg("status").noconvert());
+  m.def(conv_name, &conv1d_batch<T>, arg("offsets"), arg("parent"), arg("x"), arg("weight"), arg("bias").none(),
+        arg("conv_state").none(), arg("silu"), arg("out").noconvert(), arg("status").noconvert());
 }
 
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
@@ -233,6 +296,90 @@ void cuda_conv1d(const dev1<const node_id>& parent, const dev_nd<const T, 2>& x,
 
 std::size_t conv1d_ws_size() { return device_scratch::bytes(0, ssm_staging()); }
 
+// Ragged batches: no staging, no allocation, no synchronisation. The
+// statuses stay in the caller's `status` (R int32 on the device); the
+// workspace (scan without per-node states) comes from the caller, sized by
+// cuda_tree_scan_batch_workspace_size.
+template <class T>
+std::size_t scan_batch_ws_size(std::int64_t capacity, std::int64_t H, std::int64_t P, std::int64_t S,
+                               bool with_states) {
+  if (with_states || capacity <= 0 || H <= 0 || P <= 0 || S <= 0) return 0;
+  workspace_carver c;
+  (void)c.take<T>(static_cast<std::size_t>(capacity * H * P * S));
+  return c.bytes_used();
+}
+
+template <class T>
+void cuda_scan_batch(const dev1<const std::int32_t>& offsets, const dev1<const node_id>& parent,
+                     const dev_nd<const T, 3>& x, const dev_nd<const T, 2>& dt, const dev_nd<const T, 1>& A,
+                     const dev_nd<const T, 3>& B, const dev_nd<const T, 3>& C, const dev_opt<T, 2>& D,
+                     const dev_opt<T, 1>& dt_bias, const dev_opt<T, 3>& z, const dev_opt<T, 4>& h0, bool dt_softplus,
+                     double dt_min, double dt_max, const dev_nd<T, 3>& y, const std::optional<dev_nd<T, 4>>& states,
+                     const dev1<std::int32_t>& status, const std::optional<dev_bytes>& workspace,
+                     std::uintptr_t stream) {
+  device_guard g;
+  g.add(offsets, "offsets", parent, "parent", x, "x", dt, "dt", A, "A", B, "B", C, "C", D, "D", dt_bias, "dt_bias", z,
+        "z", h0, "h0", y, "y", states, "states", status, "status", workspace, "workspace");
+  tree_scan_batch_params<T> P;
+  P.offsets = offsets.data();
+  P.parent = parent.data();
+  P.in.x = view_of<3>(x);
+  P.in.dt = view_of<2>(dt);
+  P.in.A = view_of<1>(A);
+  P.in.B = view_of<3>(B);
+  P.in.C = view_of<3>(C);
+  P.in.D = dev_view<T, 2>(D);
+  P.in.dt_bias = dev_view<T, 1>(dt_bias);
+  P.in.z = dev_view<T, 3>(z);
+  P.h0 = dev_view<T, 4>(h0);
+  P.opt.dt_softplus = dt_softplus;
+  P.opt.dt_min = static_cast<T>(dt_min);
+  P.opt.dt_max = static_cast<T>(dt_max);
+  P.y = view_of<3>(y);
+  if (states) P.states = view_of<4>(*states);
+  P.num_requests = static_cast<std::int32_t>(status.size());
+  P.request_status = status.data();
+  batch_counts(P, offsets.size(), status.size(), parent.size());
+  check(kernels::tree_scan_batch(P, workspace ? workspace->data() : nullptr, workspace ? workspace->size() : 0,
+                                 stream_of(stream)));
+}
+
+template <class T>
+void cuda_conv1d_batch(const dev1<const std::int32_t>& offsets, const dev1<const node_id>& parent,
+                       const dev_nd<const T, 2>& x, const dev_nd<const T, 2>& weight, const dev_opt<T, 1>& bias,
+                       const dev_opt<T, 3>& conv_state, bool silu, const dev_nd<T, 2>& out,
+                       const dev1<std::int32_t>& status, std::uintptr_t stream) {
+  device_guard g;
+  g.add(offsets, "offsets", parent, "parent", x, "x", weight, "weight", bias, "bias", conv_state, "conv_state", out,
+        "out", status, "status");
+  tree_conv1d_batch_params<T> P;
+  P.offsets = offsets.data();
+  P.parent = parent.data();
+  P.in.x = view_of<2>(x);
+  P.in.weight = view_of<2>(weight);
+  P.in.bias = dev_view<T, 1>(bias);
+  P.in.silu = silu;
+  P.conv_state = dev_view<T, 3>(conv_state);
+  P.out = view_of<2>(out);
+  P.num_requests = static_cast<std::int32_t>(status.size());
+  P.request_status = status.data();
+  batch_counts(P, offsets.size(), status.size(), parent.size());
+  check(kernels::tree_conv1d_batch(P, nullptr, 0, stream_of(stream)));
+}
+
+template <class T>
+void bind_cuda_batch_typed(nb::module_& m, const char* scan_name, const char* conv_name, const char* size_name) {
+  using nb::arg;
+  m.def(size_name, &scan_batch_ws_size<T>, arg("capacity"), arg("heads"), arg("headdim"), arg("dstate"),
+        arg("with_states"));
+  m.def(scan_name, &cuda_scan_batch<T>, arg("offsets"), arg("parent"), arg("x"), arg("dt"), arg("A"), arg("B"),
+        arg("C"), arg("D").none(), arg("dt_bias").none(), arg("z").none(), arg("h0").none(), arg("dt_softplus"),
+        arg("dt_min"), arg("dt_max"), arg("y").noconvert(), arg("states").noconvert().none(), arg("status").noconvert(),
+        arg("workspace").noconvert().none(), arg("stream"));
+  m.def(conv_name, &cuda_conv1d_batch<T>, arg("offsets"), arg("parent"), arg("x"), arg("weight"), arg("bias").none(),
+        arg("conv_state").none(), arg("silu"), arg("out").noconvert(), arg("status").noconvert(), arg("stream"));
+}
+
 template <class T>
 void bind_cuda_typed(nb::module_& m, const char* scan_name, const char* conv_name) {
   using nb::arg;
@@ -253,6 +400,8 @@ void bind_ssm(nb::module_& m) {
                     "tree_conv1d_commit_f32");
   bind_typed<double>(m, "tree_scan_f64", "ssm_commit_path_f64", "ssm_replay_masked_f64", "tree_conv1d_f64",
                      "tree_conv1d_commit_f64");
+  bind_batch_typed<float>(m, "tree_scan_batch_f32", "tree_conv1d_batch_f32");
+  bind_batch_typed<double>(m, "tree_scan_batch_f64", "tree_conv1d_batch_f64");
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
   using nb::arg;
   m.def("cuda_tree_scan_workspace_size_f32", &scan_ws_size<float>, arg("nodes"), arg("heads"), arg("headdim"),
@@ -262,6 +411,10 @@ void bind_ssm(nb::module_& m) {
   m.def("cuda_tree_conv1d_workspace_size", &conv1d_ws_size);
   bind_cuda_typed<float>(m, "cuda_tree_scan_f32", "cuda_tree_conv1d_f32");
   bind_cuda_typed<double>(m, "cuda_tree_scan_f64", "cuda_tree_conv1d_f64");
+  bind_cuda_batch_typed<float>(m, "cuda_tree_scan_batch_f32", "cuda_tree_conv1d_batch_f32",
+                               "cuda_tree_scan_batch_workspace_size_f32");
+  bind_cuda_batch_typed<double>(m, "cuda_tree_scan_batch_f64", "cuda_tree_conv1d_batch_f64",
+                                "cuda_tree_scan_batch_workspace_size_f64");
 #endif
 }
 

@@ -168,3 +168,61 @@ def test_tree_conv1d_commit_state(rng):
     assert got is state
     cols = np.concatenate([old, x[path].T], axis=1)
     np.testing.assert_array_equal(state, cols[:, -L:])
+
+
+def test_tree_scan_batch_matches_one_call_per_request(rng):
+    """Ragged batches: each request equals tree_scan on its own rows and
+    h0 (bit for bit: the same host code); a request with a bad parent gets
+    not_topological and its rows stay unwritten; decreasing offsets fail
+    every request."""
+    sizes = [5, 1, 9, 7]
+    H, P, G, S = 4, 3, 2, 5
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+    N = int(offsets[-1]) + 2  # two spare rows
+    parent = np.full(N, -1, np.int32)
+    for r, n in enumerate(sizes):
+        parent[offsets[r]:offsets[r] + n] = random_tree(rng, n)
+    a = ssm_inputs(rng, N, H, P, G, S, np.float32)
+    h0 = rng.standard_normal((len(sizes), H, P, S)).astype(np.float32)
+    del a["h0"]
+    states = np.zeros((N, H, P, S), np.float32)
+    y, status = specdec.tree_scan_batch(offsets, parent, **a, h0=h0, states=states)
+    assert status.tolist() == [0, 0, 0, 0]
+    for r, n in enumerate(sizes):
+        b = int(offsets[r])
+        one = {k: (v[b:b + n] if v.shape[0] == N else v) for k, v in a.items()}
+        st1 = np.zeros((n, H, P, S), np.float32)
+        y1 = specdec.tree_scan(parent[b:b + n], **one, h0=h0[r], states=st1)
+        assert np.array_equal(y[b:b + n], y1) and np.array_equal(states[b:b + n], st1)
+
+    bad = parent.copy()
+    bad[int(offsets[2]) + 3] = 5  # request 2, node 3: parent 5 > 3
+    y2 = np.full((N, H, P), -7.0, np.float32)
+    _, status = specdec.tree_scan_batch(offsets, bad, **a, h0=h0, y=y2)
+    names = [specdec._core.status_code_name(int(c)) for c in status]
+    assert names == ["ok", "ok", "not_topological", "ok"]
+    assert (y2[offsets[2]:offsets[3]] == -7.0).all() and (y2[offsets[-1]:] == -7.0).all()
+    unsorted = offsets.copy()
+    unsorted[2] = unsorted[1] - 1
+    _, status = specdec.tree_scan_batch(unsorted, parent, **a, h0=h0)
+    assert [specdec._core.status_code_name(int(c)) for c in status] == ["not_sorted"] * 4
+    with pytest.raises(specdec.Error, match="size_mismatch"):
+        specdec.tree_scan_batch(offsets, parent[:-1], **a, h0=h0)
+
+
+def test_tree_conv1d_batch_matches_one_call_per_request(rng):
+    sizes = [4, 11, 1]
+    ch, W, L = 6, 4, 3
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+    N = int(offsets[-1])
+    parent = np.concatenate([random_tree(rng, n) for n in sizes]).astype(np.int32)
+    x = rng.standard_normal((N, ch))
+    w = rng.standard_normal((ch, W))
+    bias = rng.standard_normal(ch)
+    st = rng.standard_normal((len(sizes), ch, L))
+    out, status = specdec.tree_conv1d_batch(offsets, parent, x, w, bias=bias, conv_state=st, silu=True)
+    assert status.tolist() == [0, 0, 0]
+    for r, n in enumerate(sizes):
+        b = int(offsets[r])
+        one = specdec.tree_conv1d(parent[b:b + n], x[b:b + n], w, bias=bias, conv_state=st[r], silu=True)
+        assert np.array_equal(out[b:b + n], one)
