@@ -120,23 +120,55 @@ void batch_counts(const Params& P, std::size_t offsets, std::size_t status, std:
           "parent needs one entry per node row of x");
 }
 
+// The params of a batched call from views already made (host and device
+// arrays alike), with the counts checked against the arrays' lengths.
+template <class T, class Off, class Par, class St>
+tree_scan_batch_params<T> scan_batch_params(const Off& offsets, const Par& parent, const tree_ssm_inputs<T>& in,
+                                            view4d<const T> h0, const tree_ssm_options<T>& opt, view3d<T> y,
+                                            view4d<T> states, const St& status) {
+  tree_scan_batch_params<T> P;
+  P.offsets = offsets.data();
+  P.parent = parent.data();
+  P.in = in;
+  P.h0 = h0;
+  P.opt = opt;
+  P.y = y;
+  P.states = states;
+  P.num_requests = static_cast<std::int32_t>(status.size());
+  P.request_status = status.data();
+  batch_counts(P, offsets.size(), status.size(), parent.size());
+  return P;
+}
+
+template <class T, class Off, class Par, class St>
+tree_conv1d_batch_params<T> conv1d_batch_params(const Off& offsets, const Par& parent, view2d<const T> x,
+                                                view2d<const T> weight, view1d<const T> bias,
+                                                view3d<const T> conv_state, bool silu, view2d<T> out,
+                                                const St& status) {
+  tree_conv1d_batch_params<T> P;
+  P.offsets = offsets.data();
+  P.parent = parent.data();
+  P.in.x = x;
+  P.in.weight = weight;
+  P.in.bias = bias;
+  P.in.silu = silu;
+  P.conv_state = conv_state;
+  P.out = out;
+  P.num_requests = static_cast<std::int32_t>(status.size());
+  P.request_status = status.data();
+  batch_counts(P, offsets.size(), status.size(), parent.size());
+  return P;
+}
+
 template <class T>
 void scan_batch(const in1<std::int32_t>& offsets, const in1<node_id>& parent, const in_nd<T, 3>& x,
                 const in_nd<T, 2>& dt, const in_nd<T, 1>& A, const in_nd<T, 3>& B, const in_nd<T, 3>& C,
                 const opt_in<T, 2>& D, const opt_in<T, 1>& dt_bias, const opt_in<T, 3>& z, const opt_in<T, 4>& h0,
                 bool dt_softplus, double dt_min, double dt_max, const out_nd<T, 3>& y,
                 const std::optional<out_nd<T, 4>>& states, const out1<std::int32_t>& status) {
-  tree_scan_batch_params<T> P;
-  P.offsets = offsets.data();
-  P.parent = parent.data();
-  P.in = inputs<T>(x, dt, A, B, C, D, dt_bias, z, std::nullopt);
-  P.h0 = opt_view<T, 4>(h0);
-  P.opt = options<T>(dt_softplus, dt_min, dt_max);
-  P.y = view_of<3>(y);
-  if (states) P.states = view_of<4>(*states);
-  P.num_requests = static_cast<std::int32_t>(status.size());
-  P.request_status = status.data();
-  batch_counts(P, offsets.size(), status.size(), parent.size());
+  const auto P = scan_batch_params<T>(offsets, parent, inputs<T>(x, dt, A, B, C, D, dt_bias, z, std::nullopt),
+                                      opt_view<T, 4>(h0), options<T>(dt_softplus, dt_min, dt_max), view_of<3>(y),
+                                      states ? view_of<4>(*states) : view4d<T>{}, status);
   tree_ssm_shape s;
   check(tree_scan_batch_check_shapes(P, s));
   auto ws = scratch(tree_scan_batch_workspace_size<T>(span_of(offsets), span_of(parent), s));
@@ -147,18 +179,8 @@ template <class T>
 void conv1d_batch(const in1<std::int32_t>& offsets, const in1<node_id>& parent, const in_nd<T, 2>& x,
                   const in_nd<T, 2>& weight, const opt_in<T, 1>& bias, const opt_in<T, 3>& conv_state, bool silu,
                   const out_nd<T, 2>& out, const out1<std::int32_t>& status) {
-  tree_conv1d_batch_params<T> P;
-  P.offsets = offsets.data();
-  P.parent = parent.data();
-  P.in.x = view_of<2>(x);
-  P.in.weight = view_of<2>(weight);
-  P.in.bias = opt_view<T, 1>(bias);
-  P.in.silu = silu;
-  P.conv_state = opt_view<T, 3>(conv_state);
-  P.out = view_of<2>(out);
-  P.num_requests = static_cast<std::int32_t>(status.size());
-  P.request_status = status.data();
-  batch_counts(P, offsets.size(), status.size(), parent.size());
+  const auto P = conv1d_batch_params<T>(offsets, parent, view_of<2>(x), view_of<2>(weight), opt_view<T, 1>(bias),
+                                        opt_view<T, 3>(conv_state), silu, view_of<2>(out), status);
   auto ws = scratch(tree_conv1d_workspace_size(P.in.weight.extent[1]));
   check(tree_conv1d_batch<T>(P, ws));
 }
@@ -320,26 +342,17 @@ void cuda_scan_batch(const dev1<const std::int32_t>& offsets, const dev1<const n
   device_guard g;
   g.add(offsets, "offsets", parent, "parent", x, "x", dt, "dt", A, "A", B, "B", C, "C", D, "D", dt_bias, "dt_bias", z,
         "z", h0, "h0", y, "y", states, "states", status, "status", workspace, "workspace");
-  tree_scan_batch_params<T> P;
-  P.offsets = offsets.data();
-  P.parent = parent.data();
-  P.in.x = view_of<3>(x);
-  P.in.dt = view_of<2>(dt);
-  P.in.A = view_of<1>(A);
-  P.in.B = view_of<3>(B);
-  P.in.C = view_of<3>(C);
-  P.in.D = dev_view<T, 2>(D);
-  P.in.dt_bias = dev_view<T, 1>(dt_bias);
-  P.in.z = dev_view<T, 3>(z);
-  P.h0 = dev_view<T, 4>(h0);
-  P.opt.dt_softplus = dt_softplus;
-  P.opt.dt_min = static_cast<T>(dt_min);
-  P.opt.dt_max = static_cast<T>(dt_max);
-  P.y = view_of<3>(y);
-  if (states) P.states = view_of<4>(*states);
-  P.num_requests = static_cast<std::int32_t>(status.size());
-  P.request_status = status.data();
-  batch_counts(P, offsets.size(), status.size(), parent.size());
+  tree_ssm_inputs<T> in;
+  in.x = view_of<3>(x);
+  in.dt = view_of<2>(dt);
+  in.A = view_of<1>(A);
+  in.B = view_of<3>(B);
+  in.C = view_of<3>(C);
+  in.D = dev_view<T, 2>(D);
+  in.dt_bias = dev_view<T, 1>(dt_bias);
+  in.z = dev_view<T, 3>(z);
+  const auto P = scan_batch_params<T>(offsets, parent, in, dev_view<T, 4>(h0), options<T>(dt_softplus, dt_min, dt_max),
+                                      view_of<3>(y), states ? view_of<4>(*states) : view4d<T>{}, status);
   check(kernels::tree_scan_batch(P, workspace ? workspace->data() : nullptr, workspace ? workspace->size() : 0,
                                  stream_of(stream)));
 }
@@ -352,18 +365,8 @@ void cuda_conv1d_batch(const dev1<const std::int32_t>& offsets, const dev1<const
   device_guard g;
   g.add(offsets, "offsets", parent, "parent", x, "x", weight, "weight", bias, "bias", conv_state, "conv_state", out,
         "out", status, "status");
-  tree_conv1d_batch_params<T> P;
-  P.offsets = offsets.data();
-  P.parent = parent.data();
-  P.in.x = view_of<2>(x);
-  P.in.weight = view_of<2>(weight);
-  P.in.bias = dev_view<T, 1>(bias);
-  P.in.silu = silu;
-  P.conv_state = dev_view<T, 3>(conv_state);
-  P.out = view_of<2>(out);
-  P.num_requests = static_cast<std::int32_t>(status.size());
-  P.request_status = status.data();
-  batch_counts(P, offsets.size(), status.size(), parent.size());
+  const auto P = conv1d_batch_params<T>(offsets, parent, view_of<2>(x), view_of<2>(weight), dev_view<T, 1>(bias),
+                                        dev_view<T, 3>(conv_state), silu, view_of<2>(out), status);
   check(kernels::tree_conv1d_batch(P, nullptr, 0, stream_of(stream)));
 }
 
