@@ -1,8 +1,10 @@
 // GPU tree scan (specdec::kernels::tree_scan) on full binary trees vs the
 // unrolled baseline: each root-to-leaf sequence scanned on its own by the same
 // kernel (one launch per leaf, inputs pre-gathered), i.e. leaves x depth
-// token steps. headdim 64, dstate 128, groups 1, float. Wall time per
-// round including the synchronisation. Skips without a CUDA device.
+// token steps; and R trees of one round (one per request) in one batched
+// launch (kernels::tree_scan_batch) against one launch per request.
+// headdim 64, dstate 128, groups 1, float. Wall time per round including
+// the synchronisation. Skips without a CUDA device.
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
@@ -124,7 +126,74 @@ void gpu_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"nodes", "heads"})->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);
 }
 
+// R requests' binary trees of n nodes each: one kernels::tree_scan_batch
+// call (a check launch, then one launch for all) against R tree_scan calls
+// on the same per-request problems. items/s: nodes.
+void BM_gpu_ssm_tree_scan_batch(benchmark::State& st) {
+  if (gpu_bench::skip_without_device(st)) return;
+  const std::int64_t n = st.range(0), R = st.range(1), heads = 8;
+  std::mt19937_64 rng(7);
+  const auto tree = binary_tree(n);
+  std::vector<node_id> forest;
+  std::vector<std::int32_t> offsets{0};
+  for (std::int64_t r = 0; r < R; ++r) {
+    forest.insert(forest.end(), tree.begin(), tree.end());
+    offsets.push_back(static_cast<std::int32_t>(offsets.back() + n));
+  }
+  dev_problem pb(forest, heads, rng);
+  dev_buf doff(offsets.size() * sizeof(std::int32_t)), dstatus(static_cast<std::size_t>(R) * sizeof(std::int32_t));
+  if (!pb.ok() || !doff.p || !dstatus.p) {
+    st.SkipWithError("cudaMalloc failed");
+    return;
+  }
+  upload(doff, offsets);
+  const auto one = pb.params();
+  specdec::tree_scan_batch_params<float> p;
+  p.offsets = doff.as<std::int32_t>();
+  p.parent = one.parent;
+  p.in = one.in;
+  p.y = one.y;
+  p.states = one.states;
+  p.num_requests = static_cast<std::int32_t>(R);
+  p.request_status = dstatus.as<std::int32_t>();
+  for (auto _ : st) {
+    if (!specdec::kernels::tree_scan_batch(p, nullptr, 0, nullptr).ok()) st.SkipWithError("launch failed");
+    if (!specdec::kernels::synchronize(nullptr).ok()) st.SkipWithError("kernel failed");
+  }
+  st.SetItemsProcessed(st.iterations() * n * R);
+}
+
+void BM_gpu_ssm_tree_scan_per_request(benchmark::State& st) {
+  if (gpu_bench::skip_without_device(st)) return;
+  const std::int64_t n = st.range(0), R = st.range(1), heads = 8;
+  std::mt19937_64 rng(7);
+  std::vector<std::unique_ptr<dev_problem>> reqs;
+  for (std::int64_t r = 0; r < R; ++r) reqs.push_back(std::make_unique<dev_problem>(binary_tree(n), heads, rng));
+  std::vector<specdec::kernels::tree_scan_params<float>> params;
+  for (const auto& q : reqs) {
+    if (!q->ok()) {
+      st.SkipWithError("cudaMalloc failed");
+      return;
+    }
+    params.push_back(q->params());
+  }
+  for (auto _ : st) {
+    for (const auto& q : params)
+      if (!specdec::kernels::tree_scan(q, nullptr, 0, nullptr).ok()) st.SkipWithError("launch failed");
+    if (!specdec::kernels::synchronize(nullptr).ok()) st.SkipWithError("kernel failed");
+  }
+  st.SetItemsProcessed(st.iterations() * n * R);
+}
+
+void batch_args(benchmark::internal::Benchmark* b) {
+  for (std::int64_t R : {1, 8, 64})
+    for (std::int64_t n : {7, 31}) b->Args({n, R});
+  b->ArgNames({"nodes", "requests"})->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(0.1);
+}
+
 }  // namespace
 
 BENCHMARK(BM_gpu_ssm_tree_scan)->Apply(gpu_args);
 BENCHMARK(BM_gpu_ssm_unrolled_sequences)->Apply(gpu_args);
+BENCHMARK(BM_gpu_ssm_tree_scan_batch)->Apply(batch_args);
+BENCHMARK(BM_gpu_ssm_tree_scan_per_request)->Apply(batch_args);

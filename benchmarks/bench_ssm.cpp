@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "specdec/core/detail/simd.hpp"
@@ -23,6 +24,7 @@
 #include "specdec/ssm/state_commit.hpp"
 #include "specdec/ssm/tree_conv1d.hpp"
 #include "specdec/ssm/tree_scan.hpp"
+#include "specdec/ssm/tree_ssm_batch.hpp"
 #include "specdec/tree/structure.hpp"
 
 #if __has_include(<Eigen/Dense>)
@@ -183,6 +185,74 @@ void BM_ssm_states_pass(benchmark::State& st) {
   }
   st.counters["state bytes/s"] = benchmark::Counter(static_cast<double>(sizeof(float) * states.size()),
                                                     benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// A ragged batch of R binary trees of n nodes (one per request, h0 per
+// request): tree_scan_batch (the host twin of kernels::tree_scan_batch)
+// against R tree_scan calls on the same rows. items/s: nodes.
+struct batch_problem {
+  bench_problem pb;
+  std::vector<std::int32_t> offsets{0}, status;
+  std::vector<float> h0;
+  batch_problem(std::int64_t n, std::int64_t R) : pb(n * R, 8) {
+    for (std::int64_t r = 0; r < R; ++r) {
+      for (std::int64_t i = 0; i < n; ++i)
+        pb.parent[static_cast<std::size_t>(r * n + i)] = i == 0 ? -1 : static_cast<node_id>((i - 1) / 2);
+      offsets.push_back(static_cast<std::int32_t>((r + 1) * n));
+    }
+    status.resize(static_cast<std::size_t>(R));
+    for (std::int64_t r = 0; r < R; ++r) h0.insert(h0.end(), pb.h0.begin(), pb.h0.end());
+  }
+  specdec::tree_scan_batch_params<float> params() {
+    specdec::tree_scan_batch_params<float> p;
+    p.offsets = offsets.data();
+    p.parent = pb.parent.data();
+    p.in = pb.inputs();
+    p.in.h0 = {};
+    p.h0 = specdec::make_view<const float>(h0.data(), static_cast<std::int64_t>(status.size()), pb.heads, pb.headdim,
+                                           pb.dstate);
+    p.y = specdec::make_view(pb.y.data(), pb.n, pb.heads, pb.headdim);
+    p.num_requests = static_cast<std::int32_t>(status.size());
+    p.request_status = status.data();
+    return p;
+  }
+};
+
+void BM_ssm_scan_batch(benchmark::State& st) {
+  batch_problem bp(st.range(0), st.range(1));
+  const auto p = bp.params();
+  std::vector<std::byte> ws(specdec::tree_scan_batch_workspace_size<float>(bp.offsets, bp.pb.parent, bp.pb.shape()));
+  for (auto _ : st) {
+    if (!specdec::tree_scan_batch(p, ws).ok() || bp.status[0] != 0) st.SkipWithError("tree_scan_batch failed");
+    benchmark::DoNotOptimize(bp.pb.y.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetItemsProcessed(st.iterations() * bp.pb.n);
+}
+
+void BM_ssm_scan_per_request(benchmark::State& st) {
+  batch_problem bp(st.range(0), st.range(1));
+  const auto p = bp.params();
+  const std::int64_t n = st.range(0);
+  std::vector<std::byte> ws(specdec::tree_scan_batch_workspace_size<float>(bp.offsets, bp.pb.parent, bp.pb.shape()));
+  for (auto _ : st) {
+    for (std::int32_t r = 0; r < p.num_requests; ++r) {
+      const std::int64_t b = r * n;
+      auto in = specdec::detail::batch_request_inputs(p, r, b, n);
+      const std::span<const node_id> par(bp.pb.parent.data() + b, static_cast<std::size_t>(n));
+      if (!specdec::tree_scan<float>(par, in, p.opt, specdec::detail::node_rows(p.y, b, n), {}, ws).ok())
+        st.SkipWithError("tree_scan failed");
+    }
+    benchmark::DoNotOptimize(bp.pb.y.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetItemsProcessed(st.iterations() * bp.pb.n);
+}
+
+void batch_args(benchmark::internal::Benchmark* b) {
+  for (std::int64_t R : {1, 8, 32})
+    for (std::int64_t n : {7, 31}) b->Args({n, R});
+  b->ArgNames({"nodes", "requests"})->Unit(benchmark::kMicrosecond)->MinTime(0.05);
 }
 
 void BM_ssm_recurrent(benchmark::State& st) { run_scan(st, specdec::tree_scan_method::recurrent, false); }
@@ -423,6 +493,8 @@ BENCHMARK(BM_ssm_conv1d)->Apply(form_args);
 BENCHMARK(BM_ssm_silu)->Apply(roofline_args);
 BENCHMARK(BM_ssm_states_store)->Apply(roofline_args);
 BENCHMARK(BM_ssm_states_pass)->Apply(roofline_args);
+BENCHMARK(BM_ssm_scan_batch)->Apply(batch_args);
+BENCHMARK(BM_ssm_scan_per_request)->Apply(batch_args);
 BENCHMARK(BM_ssm_cross_recurrent)->Apply(cross_args);
 BENCHMARK(BM_ssm_cross_dual)->Apply(cross_args);
 BENCHMARK(BM_ssm_tree_recurrent)->Apply(tree_args);
