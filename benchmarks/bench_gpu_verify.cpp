@@ -1,6 +1,7 @@
 // GPU batched verification (specdec::kernels::verify_batch) at engine shapes:
 // R requests of n-node chains over a vocabulary of V (Llama-2 32000,
-// Llama-3 128256, Qwen2 152064), fp32 rows, time per call with CUDA events.
+// Llama-3 128256, Qwen2 152064), fp32 rows (and bf16 at V = 128256), time
+// per call with CUDA events.
 //
 // greedy: every draft is the argmax of its parent's row, so the walk accepts
 // the whole chain and reads each of the R x n rows exactly once: the
@@ -15,8 +16,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -30,34 +33,51 @@ using gpu_bench::dev_buf;
 using gpu_bench::upload;
 constexpr int kPool = 8;
 
-// kPool peaked random rows (softmax of 3 x normal logits) and their argmaxes.
-std::vector<float> pool_rows(std::int64_t V, std::uint32_t seed, std::vector<token_id>& argmax) {
+// kPool peaked random rows (softmax of 3 x normal logits) stored as `t`
+// (bf16 rounded to nearest even), and the argmaxes of the stored rows.
+std::vector<unsigned char> pool_rows(std::int64_t V, std::uint32_t seed, row_dtype t, std::vector<token_id>& argmax) {
   std::mt19937 gen(seed);
   std::normal_distribution<double> N(0.0, 3.0);
-  std::vector<float> rows(static_cast<std::size_t>(kPool * V));
+  const std::int64_t elem = row_dtype_bytes(t);
+  std::vector<unsigned char> rows(static_cast<std::size_t>(kPool * V * elem));
   argmax.assign(kPool, 0);
   std::vector<double> w(static_cast<std::size_t>(V));
   for (int k = 0; k < kPool; ++k) {
     double mx = -1e300, s = 0;
     for (auto& x : w) mx = std::max(mx, x = N(gen));
     for (auto& x : w) s += (x = std::exp(x - mx));
-    float* r = rows.data() + k * V;
-    for (std::int64_t i = 0; i < V; ++i) r[i] = static_cast<float>(w[static_cast<std::size_t>(i)] / s);
-    argmax[static_cast<std::size_t>(k)] = static_cast<token_id>(std::max_element(r, r + V) - r);
+    float best = -1;
+    for (std::int64_t i = 0; i < V; ++i) {
+      float f = static_cast<float>(w[static_cast<std::size_t>(i)] / s);
+      unsigned char* at = rows.data() + (k * V + i) * elem;
+      if (t == row_dtype::bf16) {
+        const auto u = std::bit_cast<std::uint32_t>(f);
+        const auto b = static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+        std::memcpy(at, &b, sizeof b);
+        f = static_cast<float>(bfloat16{b});
+      } else {
+        std::memcpy(at, &f, sizeof f);
+      }
+      if (f > best) {
+        best = f;
+        argmax[static_cast<std::size_t>(k)] = static_cast<token_id>(i);
+      }
+    }
   }
   return rows;
 }
 
-// Fills `rows` row-major rows of V with the pool, row i = pool row (i + shift) % kPool.
-bool fill(float* dst, std::int64_t rows, std::int64_t V, const float* pool, int shift) {
-  const std::size_t row_bytes = static_cast<std::size_t>(V) * sizeof(float);
+// Fills `rows` row-major rows of `row_bytes` with the pool, row i = pool row (i + shift) % kPool.
+bool fill(unsigned char* dst, std::int64_t rows, std::int64_t row_bytes, const unsigned char* pool, int shift) {
+  const auto rb = static_cast<std::size_t>(row_bytes);
   for (std::int64_t i = 0; i < std::min<std::int64_t>(rows, kPool); ++i)
-    if (cudaMemcpy(dst + i * V, pool + ((i + shift) % kPool) * V, row_bytes, cudaMemcpyDeviceToDevice) != cudaSuccess)
+    if (cudaMemcpy(dst + i * row_bytes, pool + ((i + shift) % kPool) * row_bytes, rb, cudaMemcpyDeviceToDevice) !=
+        cudaSuccess)
       return false;
   // Doubling copies: rows [done, 2 done) from [0, done) keep the period kPool.
   for (std::int64_t done = kPool; done < rows; done *= 2) {
     const std::int64_t m = std::min(done, rows - done);
-    if (cudaMemcpy(dst + done * V, dst, static_cast<std::size_t>(m) * row_bytes, cudaMemcpyDeviceToDevice) !=
+    if (cudaMemcpy(dst + done * row_bytes, dst, static_cast<std::size_t>(m) * rb, cudaMemcpyDeviceToDevice) !=
         cudaSuccess)
       return false;
   }
@@ -71,17 +91,19 @@ void BM_gpu_verify(benchmark::State& state) {
   const auto n = static_cast<std::int32_t>(state.range(2));
   const bool greedy = state.range(3) == 0;
   const bool copy = state.range(4) != 0;
+  const row_dtype t = state.range(5) == 0 ? row_dtype::f32 : row_dtype::bf16;
   const std::int64_t rows = static_cast<std::int64_t>(R) * n;
-  const std::int64_t row_bytes = rows * V * static_cast<std::int64_t>(sizeof(float));
+  const std::int64_t row_bytes = rows * V * row_dtype_bytes(t);
 
   std::vector<token_id> pmax, qmax;
-  const auto hp = pool_rows(V, 11, pmax);
-  const auto hq = pool_rows(V, 23, qmax);
-  dev_buf pool(hp.size() * sizeof(float)), qpool(hq.size() * sizeof(float));
+  const auto hp = pool_rows(V, 11, t, pmax);
+  const auto hq = pool_rows(V, 23, t, qmax);
+  dev_buf pool(hp.size()), qpool(hq.size());
   dev_buf P(static_cast<std::size_t>(row_bytes)), Q(greedy ? 0 : static_cast<std::size_t>(row_bytes));
+  const std::int64_t one_row = V * row_dtype_bytes(t);
   if (!upload(pool, hp) || !upload(qpool, hq) || P.p == nullptr || Q.p == nullptr ||
-      !fill(P.as<float>(), rows, V, pool.as<float>(), 0) ||
-      (!greedy && !fill(Q.as<float>(), rows, V, qpool.as<float>(), 0))) {
+      !fill(P.as<unsigned char>(), rows, one_row, pool.as<unsigned char>(), 0) ||
+      (!greedy && !fill(Q.as<unsigned char>(), rows, one_row, qpool.as<unsigned char>(), 0))) {
     state.SkipWithError("device allocation or fill failed");
     return;
   }
@@ -117,9 +139,10 @@ void BM_gpu_verify(benchmark::State& state) {
   p.offsets = d_off.as<std::int32_t>();
   p.token = d_tok.as<token_id>();
   p.parent = d_par.as<node_id>();
-  p.p = P.as<float>();
+  p.p = P.p;
+  p.p_dtype = p.q_dtype = t;
   p.p_row_stride = V;
-  p.q = greedy ? nullptr : Q.as<float>();
+  p.q = greedy ? nullptr : Q.p;
   p.q_row_stride = greedy ? 0 : V;
   p.params = d_params.as<verify_params>();
   p.num_requests = R;
@@ -164,11 +187,14 @@ void BM_gpu_verify(benchmark::State& state) {
 
 }  // namespace
 
-// R x V x n x mode (0 greedy, 1 sampled_iid) x copy_baseline; the copy
-// baseline only beside greedy (its bytes are the rows greedy reads).
+// R x V x n x mode (0 greedy, 1 sampled_iid) x copy_baseline x bf16 rows;
+// the copy baseline only beside greedy (its bytes are the rows greedy
+// reads); bf16 rows (half the bytes) at V = 128256.
 BENCHMARK(BM_gpu_verify)
-    ->ArgNames({"R", "V", "n", "sampled", "copy_baseline"})
-    ->ArgsProduct({{1, 64, 256}, {32000, 128256, 152064}, {1, 8, 64}, {0, 1}, {0}})
-    ->ArgsProduct({{1, 64, 256}, {32000, 128256, 152064}, {1, 8, 64}, {0}, {1}})
+    ->ArgNames({"R", "V", "n", "sampled", "copy_baseline", "bf16"})
+    ->ArgsProduct({{1, 64, 256}, {32000, 128256, 152064}, {1, 8, 64}, {0, 1}, {0}, {0}})
+    ->ArgsProduct({{1, 64, 256}, {32000, 128256, 152064}, {1, 8, 64}, {0}, {1}, {0}})
+    ->ArgsProduct({{1, 64, 256}, {128256}, {1, 8, 64}, {0, 1}, {0}, {1}})
+    ->ArgsProduct({{1, 64, 256}, {128256}, {1, 8, 64}, {0}, {1}, {1}})
     ->MinTime(0.05)
     ->UseManualTime();

@@ -213,6 +213,28 @@ def _strided(x: Any, dtype: Any, name: str) -> Any:
     return x if x.dtype == dtype else x.astype(dtype)
 
 
+def _rows(x: Any, name: str) -> Any:
+    """Probability rows read in place with any strides: float32, float16 and
+    (torch) bfloat16 pass as they are, anything else becomes float32."""
+    if x is None:
+        return None
+    _check_host(x, name)
+    if _is_torch(x):
+        import torch
+        return x if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else x.to(torch.float32)
+    x = np.asarray(x)
+    return x if x.dtype in (np.float32, np.float16) else x.astype(np.float32)
+
+
+def _cuda_rows(x: Any) -> Any:
+    """CUDA probability rows: float32, float16 and bfloat16 torch tensors
+    pass as they are (any strides), others are converted to float32."""
+    if x is None or not _is_torch(x):
+        return x
+    import torch
+    return x if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else x.to(torch.float32)
+
+
 def _out(out: Any, like: Any, shape: tuple, dtype: Any, name: str) -> Any:
     """The caller's output (checked to be on the host), or a new array."""
     if out is not None:

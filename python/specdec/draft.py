@@ -119,8 +119,12 @@ def prune_batch(parent: Any, scores: Any, offsets: Any, budget: Any, *, new_inde
     `budget` is one int for all or one per request. Returns (new_index,
     kept, request_status): a request that fails gets its status code and its
     new_index entries untouched. CUDA arrays: the batch_prune_to_budget
-    kernel on `stream`, asynchronous (offsets on the host are uploaded; on
-    the device they are read back first)."""
+    kernel on `stream`, asynchronous: offsets on the host are checked and
+    uploaded; on the device they are used in place, never read back (the
+    kernel checks every request's span: bad offsets give every request
+    out_of_range in request_status). With device offsets and budgets, a
+    workspace and outputs given, nothing is uploaded, allocated or waited
+    for."""
     per = np.ndim(budget) > 0 or _device_of(budget) is not None
     dev = _where("parent scores budget new_index kept request_status workspace", parent, scores,
                  budget if per else None, new_index, kept, request_status, workspace)

@@ -9,8 +9,8 @@ import numpy as np
 from . import _core
 from ._core import Error
 from ._common import (
-    _cuda_empty, _cuda_in, _device_of, _doc, _inp, _is_torch, _np, _on_device, _out, _per_request,
-    _stream_handle, _strided, _to_host, _where, _workspace,
+    _cuda_empty, _cuda_in, _cuda_rows, _device_of, _doc, _inp, _is_torch, _np, _on_device, _out, _per_request,
+    _rows, _stream_handle, _to_host, _where, _workspace,
 )
 
 
@@ -97,8 +97,8 @@ def verify_tree(parent: Any, tokens: Any, p: Any, q: Any = None, *, mode: int = 
         return _verify_one_cuda(dev, n, parent, tokens, p, q, vp, uniforms, path, tokens_out, workspace, stream)
     par = _inp(parent, np.int32, "parent")
     tok = _inp(tokens, np.int32, "tokens")
-    pp = _strided(p, np.float32, "p")
-    qq = _strided(q, np.float32, "q")
+    pp = _rows(p, "p")
+    qq = _rows(q, "q")
     u = _inp(uniforms, np.float64, "uniforms")
     cap = _max_depth_plus_one(_np(par)) if (path is None or tokens_out is None) else 0
     path = _out(path, parent, (cap,), np.int32, "path")
@@ -132,8 +132,8 @@ def verify_chain(drafts: Any, p: Any, q: Any = None, *, mode: int = Mode.SAMPLED
             tokens_out = _cuda_empty(d, (g + 1,), np.int32, dev)
         return _verify_one_cuda(dev, g + 1, parent, tok, p, q, vp, uniforms, path, tokens_out, workspace, stream)
     d = _inp(drafts, np.int32, "drafts")
-    pp = _strided(p, np.float32, "p")
-    qq = _strided(q, np.float32, "q")
+    pp = _rows(p, "p")
+    qq = _rows(q, "q")
     u = _inp(uniforms, np.float64, "uniforms")
     tokens_out = _out(tokens_out, drafts, (len(d) + 1,), np.int32, "tokens_out")
     a, last, nxt = _core.verify_chain(d, pp, qq, vp, u, tokens_out)
@@ -165,7 +165,7 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
                  typical_epsilon: float = 0.09, typical_delta: float = 0.3, normalization_tolerance: float = 1e-3,
                  paths: Any = None, tokens_out: Any = None, results: Any = None,
                  accepted_per_depth: Any = None, workspace: Any = None, stream: Any = None,
-                 params: Any = None) -> tuple:
+                 params: Any = None, max_nodes: Any = None) -> tuple:
     """Verifies R ragged requests (request r owns nodes and rows
     offsets[r]..offsets[r+1], local parent ids), each with its own mode and
     Philox key (scalars broadcast; requests default to 0..R-1). Returns
@@ -173,11 +173,18 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
     next_token, status code). A request with bad inputs gets its code in
     results and its rows untouched; batch-level errors raise.
     CUDA arrays: the verify_batch kernel on `stream`, asynchronous (results
-    are valid once the stream gets there). `offsets` may stay on the host
-    (they are uploaded with the per-request settings, no sync) or be on the
-    device (then they are read back first: one sync). `workspace`: a CUDA
-    uint8 array of cuda_verify_batch_workspace_size bytes, 256-aligned;
-    default: torch's caching allocator (torch inputs) or cudaMallocAsync.
+    are valid once the stream gets there). p and q may be float32, float16
+    or bfloat16, read in place. Scalar modes, seeds and rounds travel in the
+    launch's parameters; per-request arrays are read where they are (CUDA
+    tensors) or uploaded (host arrays); `offsets` likewise. `max_nodes`
+    bounds every request's node count (checked per request on the device);
+    without it, device offsets are read back first (one wait). With
+    offsets and per-request arrays on the device, `max_nodes` and a
+    workspace, nothing is uploaded, allocated or waited for: the call can be
+    captured in a CUDA graph (update rounds on the device between replays).
+    `workspace`: a CUDA uint8 array of cuda_verify_batch_workspace_size
+    bytes, 256-aligned; default: torch's caching allocator (torch inputs)
+    or cudaMallocAsync.
     accepted_per_depth: int64 counters (added to, not reset). `params`: a
     VerifyParams whose typical_epsilon, typical_delta and
     normalization_tolerance are used instead of those keyword arguments
@@ -187,7 +194,7 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
                  q, uniforms, paths, tokens_out, results, accepted_per_depth, workspace)
     if dev is not None:
         return _verify_batch_cuda(dev, offsets, parent, tokens, p, q, base, modes, seeds, requests, rounds, uniforms,
-                                  paths, tokens_out, results, accepted_per_depth, workspace, stream)
+                                  paths, tokens_out, results, accepted_per_depth, workspace, stream, max_nodes)
     off = _inp(offsets, np.int32, "offsets")
     R = max(len(off) - 1, 0)
 
@@ -201,8 +208,8 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
     rd = per_request(rounds, np.uint32)
     par = _inp(parent, np.int32, "parent")
     tok = _inp(tokens, np.int32, "tokens")
-    pp = _strided(p, np.float32, "p")
-    qq = _strided(q, np.float32, "q")
+    pp = _rows(p, "p")
+    qq = _rows(q, "q")
     u = _inp(uniforms, np.float64, "uniforms")
     if paths is None or tokens_out is None:
         L = 1
@@ -218,25 +225,38 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
     return paths, tokens_out, results
 
 
+def _launch_arg(v: Any, dtype: Any, torch_dtype: str) -> Any:
+    """A per-request array of a CUDA launch: None stays None, a CUDA tensor
+    is converted on the device (to the integer type of the same width; the
+    kernel reads the bits as unsigned), anything else is a host array."""
+    if v is None:
+        return None
+    if _device_of(v) is not None:
+        import torch
+        t = getattr(torch, torch_dtype)
+        return v if v.dtype == t else v.to(t)
+    return np.ascontiguousarray(np.asarray(v, dtype=dtype))
+
+
 def _verify_batch_cuda(dev: int, offsets: Any, parent: Any, tokens: Any, p: Any, q: Any, base: Any, modes: Any,
-                       seeds: Any, requests: Any, rounds: Any, uniforms: Any, paths: Any, tokens_out: Any, results: Any, accepted_per_depth: Any, workspace: Any,
-                       stream: Any) -> tuple:
+                       seeds: Any, requests: Any, rounds: Any, uniforms: Any, paths: Any, tokens_out: Any,
+                       results: Any, accepted_per_depth: Any, workspace: Any, stream: Any,
+                       max_nodes: Any = None) -> tuple:
     on_dev = _device_of(offsets) is not None
     if on_dev and _device_of(offsets) != dev:
         raise Error("invalid_argument: offsets are on another CUDA device than the other arrays")
     off = _cuda_in(offsets, np.int32) if on_dev else _inp(offsets, np.int32, "offsets")
     R = max(int(off.shape[0]) - 1, 0)
     par = _cuda_in(parent, np.int32)
-    # Sizes for what is allocated here: device offsets are read back for them.
-    need_sizes = paths is None or tokens_out is None or (workspace is None and _is_torch(par))
-    off_h = _np(off) if not on_dev else (_to_host(off) if need_sizes else None)
+    largest = int(max_nodes) if max_nodes is not None else 0
+    if largest <= 0:
+        # Device offsets are read back here (one wait for the stream).
+        off_h = _to_host(off) if on_dev else _np(off)
+        largest = max(int(np.diff(off_h.astype(np.int64)).max()), 1) if len(off_h) > 1 else 1
     tok = _cuda_in(tokens, np.int32)
-    pp = _cuda_in(p, np.float32, contiguous=False)
-    qq = _cuda_in(q, np.float32, contiguous=False)
+    pp = _cuda_rows(p)
+    qq = _cuda_rows(q)
     u = _cuda_in(uniforms, np.float64)
-    largest = 1
-    if off_h is not None and len(off_h) > 1:
-        largest = max(int(np.diff(off_h.astype(np.int64)).max()), 1)
     if paths is None or tokens_out is None:
         L = largest  # a request of n nodes is at most n - 1 deep
         paths = _cuda_empty(par, (R, L), np.int32, dev) if paths is None else paths
@@ -244,15 +264,26 @@ def _verify_batch_cuda(dev: int, offsets: Any, parent: Any, tokens: Any, p: Any,
     if results is None:
         results = _cuda_empty(par, (R, 4), np.int32, dev, zero=True)
     handle = _stream_handle(stream, dev)
+    # Scalars go into the shared settings (request keys default to 0 .. R-1);
+    # arrays are pointed to on the device or staged from the host.
+    vp = VerifyParams(0, 0, 0, 0, base.typical_epsilon, base.typical_delta, base.normalization_tolerance)
+    arrays = []
+    for name, v, dt, tdt in (("mode", modes, np.int32, "int32"), ("seed", seeds, np.uint64, "int64"),
+                             ("request", requests, np.uint32, "int32"), ("round", rounds, np.uint32, "int32")):
+        if v is not None and _device_of(v) is None and np.ndim(v) == 0:
+            if name == "request" and R > 1:
+                v = np.full(R, int(v), dtype=np.uint32)  # one key for every request
+            else:
+                setattr(vp, name, int(v))
+                v = None
+        arrays.append(_launch_arg(v, dt, tdt))
+    staged = not on_dev or any(a is not None and _device_of(a) is None for a in arrays)
     vocab = int(pp.shape[1])
     if workspace is None and _is_torch(par):
-        nbytes = _core.cuda_verify_batch_workspace_size(R, vocab, largest, not on_dev)
+        nbytes = _core.cuda_verify_batch_workspace_size(R, vocab, largest, staged)
         workspace = _workspace(nbytes, par, dev, handle, None)
-    rq = np.arange(R) if requests is None else requests
-    _core.cuda_verify_batch(off, par, tok, pp, qq, base, _per_request(modes, R, np.int32),
-                            _per_request(seeds, R, np.uint64), _per_request(rq, R, np.uint32),
-                            _per_request(rounds, R, np.uint32), u, paths, tokens_out, results, accepted_per_depth,
-                            workspace, handle)
+    _core.cuda_verify_batch(off, par, tok, pp, qq, vp, *arrays, u, paths, tokens_out, results, accepted_per_depth,
+                            workspace, handle, largest if max_nodes is not None else 0)
     return paths, tokens_out, results
 
 
@@ -260,8 +291,9 @@ def _verify_one_cuda(dev: int, n: int, parent: Any, tokens: Any, p: Any, q: Any,
                      tokens_out: Any, workspace: Any, stream: Any) -> VerifyResult:
     off = np.array([0, n], dtype=np.int32)
     res = _cuda_empty(path, (1, 4), np.int32, dev, zero=True)
-    _verify_batch_cuda(dev, off, parent, tokens, p, q, vp, int(vp.mode), int(vp.seed), [int(vp.request)],
-                       int(vp.round), uniforms, path[None, :], tokens_out[None, :], res, None, workspace, stream)
+    _verify_batch_cuda(dev, off, parent, tokens, p, q, vp, int(vp.mode), int(vp.seed), int(vp.request),
+                       int(vp.round), uniforms, path[None, :], tokens_out[None, :], res, None, workspace, stream,
+                       max_nodes=n)
     _core.cuda_synchronize(_stream_handle(stream, dev))
     a, last, nxt, code = (int(v) for v in _to_host(res)[0])
     if code != 0:

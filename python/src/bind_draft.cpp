@@ -177,13 +177,21 @@ void cuda_prune_batch(const dev1<const node_id>& parent, const dev1<const float>
   g.add(parent, "parent", score, "score", budgets, "budgets", new_index, "new_index", kept, "kept", request_status,
         "request_status", workspace, "workspace");
   const cudaStream_t s = stream_of(stream);
-  const offsets_arg o = offsets_of(g, offsets, s);
-  const std::vector<std::int32_t>& off = o.host;
   require(parent.size() == score.size(), status_code::size_mismatch, "parent and score sizes differ");
-  (void)check_offsets(off, parent.size(), false);
-  require(static_cast<std::size_t>(off.back()) == parent.size(), status_code::invalid_argument,
-          "offsets must run from 0 to the node count");
-  const std::size_t R = off.size() - 1;
+  require(offsets.size() >= 1, status_code::invalid_argument, "offsets needs R + 1 entries");
+  const std::size_t R = offsets.size() - 1;
+  // Host offsets are checked here and uploaded; device offsets are used in
+  // place, unread (the kernel checks every span before it reads a request).
+  const bool on_device = offsets.device_type() == nb::device::cuda::value;
+  std::vector<std::int32_t> off;
+  if (on_device) {
+    g.add(offsets, "offsets");
+  } else {
+    off = host_offsets(offsets, s);
+    (void)check_offsets(off, parent.size(), false);
+    require(static_cast<std::size_t>(off.back()) == parent.size(), status_code::invalid_argument,
+            "offsets must run from 0 to the node count");
+  }
   require(!budgets || budgets->size() == R, status_code::size_mismatch, "one budget per request");
   require(new_index.size() >= parent.size() && kept.size() >= R && request_status.size() >= R,
           status_code::buffer_too_small, "outputs too small");
@@ -196,9 +204,9 @@ void cuda_prune_batch(const dev1<const node_id>& parent, const dev1<const float>
   P.new_index = new_index.data();
   P.kept = kept.data();
   P.request_status = request_status.data();
-  device_scratch ws(kernels::batch_prune_workspace_size(P), o.on_device ? 0 : (R + 1) * sizeof(std::int32_t), workspace,
+  device_scratch ws(kernels::batch_prune_workspace_size(P), on_device ? 0 : (R + 1) * sizeof(std::int32_t), workspace,
                     s);
-  P.offsets = o.on_device ? offsets.data() : ws.stage(0, off.data(), R + 1);
+  P.offsets = on_device ? offsets.data() : ws.stage(0, off.data(), R + 1);
   check(kernels::batch_prune_can_implement(P));
   ws.upload();
   check(kernels::batch_prune_to_budget(P, ws.kernel(), ws.kernel_bytes(), s));

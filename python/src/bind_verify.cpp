@@ -25,12 +25,10 @@ namespace {
 
 using result_tuple = std::tuple<std::int32_t, std::int32_t, std::int32_t>;
 
-view2d<const float> q_view(const std::optional<in_nd<float, 2>>& q) {
-  return q ? view_of<2>(*q) : view2d<const float>{};
-}
+rows_view q_rows(const std::optional<rows_in>& q) { return q ? rows_of(*q, "q") : rows_view{}; }
 
-result_tuple tree(const in1<node_id>& parent, const in1<token_id>& tokens, const in_nd<float, 2>& p,
-                  const std::optional<in_nd<float, 2>>& q, const verify_params& vp,
+result_tuple tree(const in1<node_id>& parent, const in1<token_id>& tokens, const rows_in& p,
+                  const std::optional<rows_in>& q, const verify_params& vp,
                   const std::optional<in_nd<double, 2>>& uniforms, const out1<node_id>& path_out,
                   const out1<token_id>& tokens_out) {
   require(parent.size() == tokens.size(), status_code::size_mismatch, "parent and tokens differ in size");
@@ -39,12 +37,12 @@ result_tuple tree(const in1<node_id>& parent, const in1<token_id>& tokens, const
   auto ws = scratch(verify_workspace_size(static_cast<std::int64_t>(p.shape(1)), t.size));
   verify_result r{};
   const auto u = uniforms_of(uniforms);
-  check(u ? verify_tree(t, view_of<2>(p), q_view(q), vp, *u, ws, span_of(path_out), span_of(tokens_out), r)
-          : verify_tree(t, view_of<2>(p), q_view(q), vp, ws, span_of(path_out), span_of(tokens_out), r));
+  check(u ? verify_tree(t, rows_of(p, "p"), q_rows(q), vp, *u, ws, span_of(path_out), span_of(tokens_out), r)
+          : verify_tree(t, rows_of(p, "p"), q_rows(q), vp, ws, span_of(path_out), span_of(tokens_out), r));
   return {r.accepted, r.last_node, r.next_token};
 }
 
-result_tuple chain(const in1<token_id>& drafts, const in_nd<float, 2>& p, const std::optional<in_nd<float, 2>>& q,
+result_tuple chain(const in1<token_id>& drafts, const rows_in& p, const std::optional<rows_in>& q,
                    const verify_params& vp, const std::optional<in_nd<double, 2>>& uniforms,
                    const out1<token_id>& tokens_out) {
   require(drafts.size() < static_cast<std::size_t>(INT32_MAX), status_code::invalid_argument, "too many drafts");
@@ -52,19 +50,19 @@ result_tuple chain(const in1<token_id>& drafts, const in_nd<float, 2>& p, const 
       verify_workspace_size(static_cast<std::int64_t>(p.shape(1)), static_cast<std::int32_t>(drafts.size()) + 1));
   verify_result r{};
   const auto u = uniforms_of(uniforms);
-  check(u ? verify_chain(span_of(drafts), view_of<2>(p), q_view(q), vp, *u, ws, span_of(tokens_out), r)
-          : verify_chain(span_of(drafts), view_of<2>(p), q_view(q), vp, ws, span_of(tokens_out), r));
+  check(u ? verify_chain(span_of(drafts), rows_of(p, "p"), q_rows(q), vp, *u, ws, span_of(tokens_out), r)
+          : verify_chain(span_of(drafts), rows_of(p, "p"), q_rows(q), vp, ws, span_of(tokens_out), r));
   return {r.accepted, r.last_node, r.next_token};
 }
 
 // Per-request settings arrive as arrays (one entry per request); results as
 // an R x 4 int32 array (accepted, last_node, next_token, status code).
-void batch(const in1<std::int32_t>& offsets, const in1<node_id>& parent, const in1<token_id>& tokens,
-           const in_nd<float, 2>& p, const std::optional<in_nd<float, 2>>& q, const verify_params& base,
-           const in1<std::int32_t>& modes, const in1<std::uint64_t>& seeds, const in1<std::uint32_t>& requests,
-           const in1<std::uint32_t>& rounds, const std::optional<in_nd<double, 2>>& uniforms,
-           const out_nd<node_id, 2>& paths_out, const out_nd<token_id, 2>& tokens_out,
-           const out_nd<std::int32_t, 2>& results_out, const std::optional<out1<std::int64_t>>& accepted_per_depth) {
+void batch(const in1<std::int32_t>& offsets, const in1<node_id>& parent, const in1<token_id>& tokens, const rows_in& p,
+           const std::optional<rows_in>& q, const verify_params& base, const in1<std::int32_t>& modes,
+           const in1<std::uint64_t>& seeds, const in1<std::uint32_t>& requests, const in1<std::uint32_t>& rounds,
+           const std::optional<in_nd<double, 2>>& uniforms, const out_nd<node_id, 2>& paths_out,
+           const out_nd<token_id, 2>& tokens_out, const out_nd<std::int32_t, 2>& results_out,
+           const std::optional<out1<std::int64_t>>& accepted_per_depth) {
   require(offsets.size() >= 1, status_code::invalid_argument, "offsets needs R + 1 entries");
   const std::size_t R = offsets.size() - 1;
   const std::vector<verify_params> vps = params_batch(base, modes, seeds, requests, rounds, R);
@@ -75,8 +73,8 @@ void batch(const in1<std::int32_t>& offsets, const in1<node_id>& parent, const i
   verify_batch_input in;
   in.offsets = span_of(offsets);
   in.nodes = tree_view{tokens.data(), parent.data(), nullptr, nullptr, static_cast<std::int32_t>(parent.size())};
-  in.p = view_of<2>(p);
-  in.q = q_view(q);
+  in.p = rows_of(p, "p");
+  in.q = q_rows(q);
   in.params = vps;
   if (const auto u = batch_uniforms(uniforms, 0)) {
     in.uniforms = std::span<const double>(u->u, uniforms->size());
@@ -132,42 +130,89 @@ void philox_table(std::uint64_t seed, std::uint32_t request, std::uint32_t round
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
 // ---- CUDA: the verify_batch kernel on the caller's stream -----------------
 
-std::size_t verify_staging(std::size_t R, bool upload_offsets) {
-  return R * sizeof(verify_params) + (upload_offsets ? workspace_alignment + (R + 1) * sizeof(std::int32_t) : 0);
+// What a launch stages from the host (one upload): the offsets when they
+// are on the host, and each per-request array given on the host. Nothing
+// when everything lives on the device (then the call can be captured).
+std::size_t verify_staging(std::size_t R, bool staged) {
+  if (!staged) return 0;
+  const std::size_t a = workspace_alignment;
+  return 5 * a + (R + 1) * sizeof(std::int32_t) +
+         R * (sizeof(std::int32_t) + sizeof(std::uint64_t) + 2 * sizeof(std::uint32_t));
 }
 
-std::size_t verify_ws_size(std::int64_t R, std::int32_t vocab, std::int32_t max_nodes, bool upload_offsets) {
+std::size_t verify_ws_size(std::int64_t R, std::int32_t vocab, std::int32_t max_nodes, bool staged) {
   if (R <= 0) return 0;
   return device_scratch::bytes(
       kernels::verify_batch_workspace_bytes(static_cast<std::int32_t>(R), vocab, std::max(max_nodes, 1)),
-      verify_staging(static_cast<std::size_t>(R), upload_offsets));
+      verify_staging(static_cast<std::size_t>(R), staged));
+}
+
+// A per-request array of a CUDA launch: absent, on the device (pointed to),
+// or on the host (staged). Integers of T's width, signed or not.
+using any1 = nb::ndarray<nb::ro, nb::ndim<1>, nb::c_contig>;
+
+template <class T>
+struct per_request_arg {
+  const T* device = nullptr;
+  const T* host = nullptr;
+};
+
+template <class T>
+per_request_arg<T> per_request(device_guard& g, const std::optional<any1>& a, std::size_t R, const char* name) {
+  per_request_arg<T> out;
+  if (!a) return out;
+  const nb::dlpack::dtype d = a->dtype();
+  require(d.lanes == 1 && d.bits == 8 * sizeof(T) &&
+              (d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int) ||
+               d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt)),
+          status_code::invalid_argument, (std::string(name) + " has the wrong integer width").c_str());
+  require(a->size() == R, status_code::size_mismatch, (std::string(name) + " needs one entry per request").c_str());
+  if (a->device_type() == nb::device::cuda::value) {
+    g.add(*a, name);
+    out.device = static_cast<const T*>(a->data());
+  } else {
+    out.host = static_cast<const T*>(a->data());
+  }
+  return out;
 }
 
 void verify(const any_i32& offsets, const dev1<const node_id>& parent, const dev1<const token_id>& tokens,
-            const dev_nd<const float, 2>& p, const std::optional<dev_nd<const float, 2>>& q, const verify_params& base,
-            const in1<std::int32_t>& modes, const in1<std::uint64_t>& seeds, const in1<std::uint32_t>& requests,
-            const in1<std::uint32_t>& rounds, const std::optional<dev_nd<const double, 2>>& uniforms,
+            const dev_rows& p, const std::optional<dev_rows>& q, const verify_params& base,
+            const std::optional<any1>& modes, const std::optional<any1>& seeds, const std::optional<any1>& requests,
+            const std::optional<any1>& rounds, const std::optional<dev_nd<const double, 2>>& uniforms,
             const dev_nd<node_id, 2>& paths_out, const dev_nd<token_id, 2>& tokens_out,
             const dev_nd<std::int32_t, 2>& results, const std::optional<dev1<std::int64_t>>& accepted_per_depth,
-            const std::optional<dev_bytes>& workspace, std::uintptr_t stream) {
+            const std::optional<dev_bytes>& workspace, std::uintptr_t stream, std::int32_t max_nodes) {
   device_guard g;
   g.add(parent, "parent", tokens, "tokens", p, "p", q, "q", uniforms, "uniforms", paths_out, "paths", tokens_out,
         "tokens_out", results, "results", accepted_per_depth, "accepted_per_depth", workspace, "workspace");
   const cudaStream_t s = stream_of(stream);
-  const offsets_arg o = offsets_of(g, offsets, s);
-  const std::vector<std::int32_t>& off = o.host;
   require(parent.size() == tokens.size(), status_code::size_mismatch, "parent and tokens differ in size");
-  const std::int32_t largest = check_offsets(off, parent.size(), true);
-  const std::size_t R = off.size() - 1;
-  const std::vector<verify_params> vps = params_batch(base, modes, seeds, requests, rounds, R);
-  const auto nodes = static_cast<std::size_t>(off.back());
-  require(p.shape(0) >= nodes, status_code::size_mismatch, "p needs one row per node");
-  require(p.shape(1) >= 1 && p.shape(1) <= static_cast<std::size_t>(INT32_MAX), status_code::invalid_argument,
-          "p needs 1 .. 2^31-1 columns");
-  const auto V = static_cast<std::int32_t>(p.shape(1));
-  require(!q || (q->shape(0) >= nodes && q->shape(1) == p.shape(1)), status_code::size_mismatch,
-          "q needs one row of V entries per node");
-  const auto u = batch_uniforms(uniforms, nodes);
+  require(offsets.size() >= 1, status_code::invalid_argument, "offsets needs R + 1 entries");
+  const std::size_t R = offsets.size() - 1;
+  const bool offsets_on_device = offsets.device_type() == nb::device::cuda::value;
+  std::vector<std::int32_t> off;
+  if (offsets_on_device) {
+    g.add(offsets, "offsets");
+    // Read back (one wait) only when the caller does not bound the requests.
+    if (max_nodes <= 0) off = host_offsets(offsets, s);
+  } else {
+    off = host_offsets(offsets, s);
+  }
+  std::int32_t largest = max_nodes;
+  if (!off.empty()) {
+    const std::int32_t most = check_offsets(off, parent.size(), true);
+    largest = max_nodes > 0 ? max_nodes : most;
+  }
+  const auto m = per_request<std::int32_t>(g, modes, R, "modes");
+  const auto sd = per_request<std::uint64_t>(g, seeds, R, "seeds");
+  const auto rq = per_request<std::uint32_t>(g, requests, R, "requests");
+  const auto rd = per_request<std::uint32_t>(g, rounds, R, "rounds");
+  const rows_view pr = rows_of(p, "p");
+  require(pr.extent[1] >= 1 && pr.extent[1] <= INT32_MAX, status_code::invalid_argument, "p needs 1 .. 2^31-1 columns");
+  const auto V = static_cast<std::int32_t>(pr.extent[1]);
+  const rows_view qr = q ? rows_of(*q, "q") : rows_view{};
+  require(!q || qr.extent[1] == pr.extent[1], status_code::size_mismatch, "q needs rows of V entries");
   const auto L = paths_out.shape(1);
   require(paths_out.shape(0) == R && tokens_out.shape(0) == R && tokens_out.shape(1) == L && L >= 1 &&
               paths_out.stride(1) == 1 && tokens_out.stride(1) == 1 &&
@@ -180,29 +225,33 @@ void verify(const any_i32& offsets, const dev1<const node_id>& parent, const dev
   require(!accepted_per_depth || accepted_per_depth->size() >= 1, status_code::invalid_argument,
           "accepted_per_depth needs at least one counter");
   if (R == 0) return;
+  // Rows every node array holds: the kernel keeps each request's span inside them.
+  std::size_t capacity = std::min<std::size_t>({parent.size(), static_cast<std::size_t>(pr.extent[0]), INT32_MAX});
+  if (q) capacity = std::min<std::size_t>(capacity, static_cast<std::size_t>(qr.extent[0]));
+  if (uniforms) capacity = std::min<std::size_t>(capacity, uniforms->shape(0));
+  const auto u = batch_uniforms(uniforms, 0);
   static_assert(sizeof(verify_result) == 4 * sizeof(std::int32_t) && std::is_standard_layout_v<verify_result>);
   kernels::verify_batch_params P;
   P.token = tokens.data();
   P.parent = parent.data();
-  P.p = p.data();
-  P.p_row_stride = static_cast<std::int64_t>(p.stride(0));
-  P.p_col_stride = static_cast<std::int64_t>(p.stride(1));
+  P.p = pr.data;
+  P.p_dtype = pr.dtype;
+  P.p_row_stride = pr.stride[0];
+  P.p_col_stride = pr.stride[1];
   if (q) {
-    P.q = q->data();
-    P.q_row_stride = static_cast<std::int64_t>(q->stride(0));
-    P.q_col_stride = static_cast<std::int64_t>(q->stride(1));
+    P.q = qr.data;
+    P.q_dtype = qr.dtype;
+    P.q_row_stride = qr.stride[0];
+    P.q_col_stride = qr.stride[1];
   }
   if (u) {
     P.uniforms = u->u;
     P.draws_per_node = u->draws_per_node;
   }
+  P.base = base;
   P.num_requests = static_cast<std::int32_t>(R);
   P.vocab = V;
   P.max_nodes = std::max(largest, 1);
-  // Rows every node array holds: the kernel keeps each request's span inside them.
-  std::size_t capacity = std::min<std::size_t>({parent.size(), p.shape(0), INT32_MAX});
-  if (q) capacity = std::min<std::size_t>(capacity, q->shape(0));
-  if (uniforms) capacity = std::min<std::size_t>(capacity, uniforms->shape(0));
   P.node_capacity = static_cast<std::int32_t>(capacity);
   P.out_stride = static_cast<std::int32_t>(L);
   P.paths = paths_out.data();
@@ -212,16 +261,22 @@ void verify(const any_i32& offsets, const dev1<const node_id>& parent, const dev
     P.accepted_per_depth = reinterpret_cast<unsigned long long*>(accepted_per_depth->data());
     P.depth_counters = static_cast<std::int32_t>(accepted_per_depth->size());
   }
-  const std::size_t kernel_bytes = kernels::verify_batch_workspace_size(P);
-  device_scratch ws(kernel_bytes, verify_staging(R, !o.on_device), workspace, s);
-  P.params = ws.stage(0, vps.data(), R);
-  if (o.on_device) {
-    P.offsets = offsets.data();
-  } else {
-    const std::size_t at =
-        (R * sizeof(verify_params) + workspace_alignment - 1) / workspace_alignment * workspace_alignment;
-    P.offsets = ws.stage(at, off.data(), R + 1);
-  }
+  const bool staged = !offsets_on_device || m.host || sd.host || rq.host || rd.host;
+  device_scratch ws(kernels::verify_batch_workspace_size(P), verify_staging(R, staged), workspace, s);
+  // The staging area: offsets, then each host array, 256-byte aligned apart.
+  std::size_t at = 0;
+  auto stage = [&](const auto* host, const auto* device, std::size_t count) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(host)>>;
+    if (host == nullptr) return device;
+    const T* d = ws.stage(at, host, count);
+    at += (count * sizeof(T) + workspace_alignment - 1) / workspace_alignment * workspace_alignment;
+    return d;
+  };
+  P.offsets = offsets_on_device ? offsets.data() : stage(off.data(), static_cast<const std::int32_t*>(nullptr), R + 1);
+  P.modes = stage(m.host, m.device, R);
+  P.seeds = stage(sd.host, sd.device, R);
+  P.requests = stage(rq.host, rq.device, R);
+  P.rounds = stage(rd.host, rd.device, R);
   check(kernels::verify_batch_can_implement(P));
   ws.upload();
   check(kernels::verify_batch(P, ws.kernel(), ws.kernel_bytes(), s));
@@ -275,11 +330,12 @@ void bind_verify(nb::module_& m) {
   m.def("verify_workspace_size", &verify_workspace_size, arg("vocab"), arg("nodes"));
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
   m.def("cuda_verify_batch_workspace_size", &verify_ws_size, arg("num_requests"), arg("vocab"), arg("max_nodes"),
-        arg("upload_offsets"));
+        arg("staged"));
   m.def("cuda_verify_batch", &verify, arg("offsets"), arg("parent"), arg("tokens"), arg("p"), arg("q").none(),
-        arg("params"), arg("modes"), arg("seeds"), arg("requests"), arg("rounds"), arg("uniforms").none(),
-        arg("paths").noconvert(), arg("tokens_out").noconvert(), arg("results").noconvert(),
-        arg("accepted_per_depth").noconvert().none(), arg("workspace").noconvert().none(), arg("stream"));
+        arg("params"), arg("modes").none(), arg("seeds").none(), arg("requests").none(), arg("rounds").none(),
+        arg("uniforms").none(), arg("paths").noconvert(), arg("tokens_out").noconvert(), arg("results").noconvert(),
+        arg("accepted_per_depth").noconvert().none(), arg("workspace").noconvert().none(), arg("stream"),
+        arg("max_nodes"));
 #endif
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "specdec/cache/kv_layout.hpp"
+#include "specdec/core/rows_view.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
 #include "specdec/sample/uniforms.hpp"
@@ -72,6 +73,32 @@ auto view_of(const A& a) {
   for (int d = 0; d < R; ++d) {
     v.extent[d] = static_cast<std::int64_t>(a.shape(static_cast<std::size_t>(d)));
     v.stride[d] = static_cast<std::int64_t>(a.stride(static_cast<std::size_t>(d)));
+  }
+  return v;
+}
+
+//! Probability rows on the host in any element type the verifiers read
+//! (float32, float16, bfloat16), any strides; rows_of checks the type.
+using rows_in = nb::ndarray<nb::ro, nb::ndim<2>, nb::device::cpu>;
+
+//! The rows of a 2-D array (host or device) whose dtype is float32, float16
+//! or bfloat16, read in place; invalid_argument naming `name` otherwise.
+template <class A>
+rows_view rows_of(const A& a, const char* name) {
+  const nb::dlpack::dtype d = a.dtype();
+  rows_view v;
+  if (d == nb::dtype<float>())
+    v.dtype = row_dtype::f32;
+  else if (d.bits == 16 && d.lanes == 1 && d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float))
+    v.dtype = row_dtype::f16;
+  else if (d.bits == 16 && d.lanes == 1 && d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat))
+    v.dtype = row_dtype::bf16;
+  else
+    throw error(std::string("invalid_argument: ") + name + " must be float32, float16 or bfloat16");
+  v.data = a.data();
+  for (int k = 0; k < 2; ++k) {
+    v.extent[k] = static_cast<std::int64_t>(a.shape(static_cast<std::size_t>(k)));
+    v.stride[k] = static_cast<std::int64_t>(a.stride(static_cast<std::size_t>(k)));
   }
   return v;
 }

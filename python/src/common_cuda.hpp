@@ -31,6 +31,8 @@ using dev1 = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cuda>;
 template <class T, int R>
 using dev_nd = nb::ndarray<T, nb::ndim<R>, nb::device::cuda>;
 using dev_bytes = nb::ndarray<std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cuda>;
+//! Probability rows on a CUDA device: float32, float16 or bfloat16 (rows_of).
+using dev_rows = nb::ndarray<nb::ro, nb::ndim<2>, nb::device::cuda>;
 using any_dev = nb::ndarray<nb::device::cuda>;
 //! An int32 vector on either side (offsets are read on the host).
 using any_i32 = nb::ndarray<const std::int32_t, nb::ndim<1>, nb::c_contig>;
@@ -183,21 +185,6 @@ inline std::int32_t check_offsets(const std::vector<std::int32_t>& off, std::siz
   require(static_cast<std::size_t>(off.back()) <= total, status_code::size_mismatch,
           "offsets run past the node arrays");
   return largest;
-}
-
-//! CSR offsets given on either side: their host copy, and whether the device
-//! already holds them (else the binding stages them with its arguments).
-struct offsets_arg {
-  std::vector<std::int32_t> host;
-  bool on_device = false;
-};
-
-inline offsets_arg offsets_of(device_guard& g, const any_i32& offsets, cudaStream_t stream) {
-  offsets_arg o;
-  o.on_device = offsets.device_type() == nb::device::cuda::value;
-  if (o.on_device) g.add(offsets, "offsets");
-  o.host = host_offsets(offsets, stream);
-  return o;
 }
 
 }  // namespace specdec::python

@@ -31,3 +31,19 @@ def test_prune_batch_matches_host(rng):
     torch.cuda.synchronize()
     np.testing.assert_array_equal(host(gn), hn)
     np.testing.assert_array_equal(host(gk), hk)
+
+
+def test_prune_batch_device_offsets_are_checked_on_the_device(rng):
+    """Device offsets are used in place (no read-back): malformed ones give
+    every request out_of_range in request_status, nothing else written."""
+    parents, offsets = random_batch(rng, [5, 9, 4])
+    scores = rng.standard_normal(len(parents)).astype(np.float32)
+    bad = offsets.copy()
+    bad[2] = bad[3] + 1  # past the node count
+    ni = torch.full((len(parents),), -9, dtype=torch.int32, device=DEV)
+    st = torch.zeros(3, dtype=torch.int32, device=DEV)
+    specdec.prune_batch(cu(parents), cu(scores), cu(bad), 4, new_index=ni, request_status=st)
+    torch.cuda.synchronize()
+    codes = host(st)
+    assert [specdec._core.status_code_name(int(c)) for c in codes] == ["out_of_range"] * 3
+    assert (host(ni) == -9).all()

@@ -341,3 +341,53 @@ def test_philox_uniforms_values():
         specdec.philox_uniforms(50, 4, out=np.zeros((4, 50)))
     with pytest.raises(specdec.Error, match="invalid_argument"):
         specdec.philox_uniforms(5, 4, purpose="other")
+
+
+def test_float16_rows_verify_as_their_float32_widening(rng):
+    """float16 rows are read in place and give, bit for bit, the results of
+    the same rows widened to float32 (every mode: a ragged batch, chains,
+    strided rows)."""
+    reqs = [random_case(rng, int(rng.integers(1, 9)), 300) for _ in range(10)]
+    offsets = np.cumsum([0] + [len(r[0]) for r in reqs]).astype(np.int32)
+    parent, tokens = (np.concatenate([r[i] for r in reqs]) for i in range(2))
+    p16, q16 = (np.concatenate([r[i] for r in reqs]).astype(np.float16) for i in (2, 3))
+    for mode in list(M):
+        kw = dict(modes=int(mode), seeds=11, rounds=2, normalization_tolerance=0.05)
+        if mode == M.BLOCK:
+            continue  # chains only (covered by verify_chain below)
+        pa, ta, ra = specdec.verify_batch(offsets, parent, tokens, p16, q16, **kw)
+        pb, tb, rb = specdec.verify_batch(offsets, parent, tokens, p16.astype(np.float32), q16.astype(np.float32),
+                                          **kw)
+        np.testing.assert_array_equal(ra, rb)
+        assert (ra[:, 3] == 0).sum() > len(reqs) // 2
+        for r in range(len(reqs)):  # rows past the accepted path are left as allocated
+            k = ra[r, 0] + 1
+            np.testing.assert_array_equal(pa[r, :k], pb[r, :k])
+            np.testing.assert_array_equal(ta[r, :k], tb[r, :k])
+    drafts = rng.integers(0, 300, 6).astype(np.int32)
+    p = rng.dirichlet(np.full(300, 0.3), size=7).astype(np.float16)
+    q = rng.dirichlet(np.full(300, 0.3), size=7).astype(np.float16)
+    for mode in (M.SAMPLED_IID, M.BLOCK, M.GREEDY):
+        c16 = specdec.verify_chain(drafts, p, q, mode=int(mode), seed=3, normalization_tolerance=0.05)
+        c32 = specdec.verify_chain(drafts, p.astype(np.float32), q.astype(np.float32), mode=int(mode), seed=3,
+                                   normalization_tolerance=0.05)
+        assert (c16.accepted, c16.next_token, list(c16.tokens)) == (c32.accepted, c32.next_token, list(c32.tokens))
+    # Strided float16 rows (every other column of a wider array).
+    wide = np.zeros((7, 600), dtype=np.float16)
+    wide[:, ::2] = p
+    s = specdec.verify_chain(drafts, wide[:, ::2], q, seed=3, normalization_tolerance=0.05)
+    c = specdec.verify_chain(drafts, p.astype(np.float32), q.astype(np.float32), seed=3, normalization_tolerance=0.05)
+    assert (s.accepted, s.next_token) == (c.accepted, c.next_token)
+
+
+@needs_torch
+def test_bfloat16_torch_rows(rng):
+    import torch
+    parent, tokens, p, q = random_case(rng, 8, 500)
+    pb, qb = torch.from_numpy(p).to(torch.bfloat16), torch.from_numpy(q).to(torch.bfloat16)
+    for mode in (M.SAMPLED_IID, M.TRAVERSAL, M.GREEDY):
+        r = specdec.verify_tree(torch.from_numpy(parent), torch.from_numpy(tokens), pb, qb, mode=int(mode), seed=9,
+                                normalization_tolerance=0.05)
+        w = specdec.verify_tree(parent, tokens, pb.float().numpy(), qb.float().numpy(), mode=int(mode), seed=9,
+                                normalization_tolerance=0.05)
+        assert (r.accepted, r.next_token) == (w.accepted, w.next_token)

@@ -157,3 +157,65 @@ def test_workspace_argument_and_too_small(rng):
     np.testing.assert_array_equal(host(gr), hr)
     with pytest.raises(specdec.Error, match="buffer_too_small"):
         specdec.verify_batch(offsets, cu(parents), cu(tokens), cu(p), cu(q), workspace=ws[:need - 256])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16_bit_rows_match_host(rng, dtype):
+    """bf16 / fp16 CUDA rows, read in place, give the host's results on the
+    same rows (every device mode in one batch)."""
+    V = 3000
+    parents, offsets, tokens, p, q = verify_inputs(rng, [1, 4, 9, 12, 7, 3, 8, 5, 6], V)
+    R = len(offsets) - 1
+    t = getattr(torch, dtype)
+    pt, qt = torch.from_numpy(p).to(t), torch.from_numpy(q).to(t)
+    modes = np.array([int(DEVICE_MODES[r % len(DEVICE_MODES)]) for r in range(R)], dtype=np.int32)
+    modes[modes == int(specdec.Mode.BLOCK)] = int(specdec.Mode.SAMPLED_IID)  # block needs chains
+    kw = dict(modes=modes, seeds=5, rounds=1, normalization_tolerance=0.05)
+    hp, ht, hr = specdec.verify_batch(offsets, parents, tokens, pt, qt, **kw)
+    gp, gt, gr = specdec.verify_batch(offsets, cu(parents), cu(tokens), pt.to(DEV), qt.to(DEV), **kw)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(host(gr), hr)
+    assert (hr[:, 3] == 0).sum() > R // 2
+    for r in range(R):
+        a = hr[r, 0]
+        np.testing.assert_array_equal(host(gt)[r, :a + 1], ht[r, :a + 1])
+
+
+def test_device_arguments_capture_in_a_cuda_graph(rng):
+    """Offsets, modes, seeds and rounds on the device, max_nodes and a
+    workspace given: nothing is uploaded, allocated or waited for, so the
+    call captures in a CUDA graph; replays after rounds += 1 on the device
+    give the host's results for the new round."""
+    V = 200
+    parents, offsets, tokens, p, q = verify_inputs(rng, [3, 8, 5, 11], V)
+    R = len(offsets) - 1
+    modes = np.array([0, 2, 7, 3], dtype=np.int32)
+    seeds = rng.integers(0, 2**62, size=R).astype(np.int64)
+    d = dict(off=cu(offsets), par=cu(parents), tok=cu(tokens), p=cu(p), q=cu(q), modes=cu(modes), seeds=cu(seeds),
+             rounds=torch.zeros(R, dtype=torch.int32, device=DEV))
+    L = 11
+    paths = torch.full((R, L), -3, dtype=torch.int32, device=DEV)
+    toks = torch.full((R, L), -3, dtype=torch.int32, device=DEV)
+    res = torch.zeros((R, 4), dtype=torch.int32, device=DEV)
+    ws = torch.empty(specdec._core.cuda_verify_batch_workspace_size(R, V, L, False), dtype=torch.uint8, device=DEV)
+
+    def launch():
+        specdec.verify_batch(d["off"], d["par"], d["tok"], d["p"], d["q"], modes=d["modes"], seeds=d["seeds"],
+                             rounds=d["rounds"], paths=paths, tokens_out=toks, results=res, workspace=ws,
+                             max_nodes=L, stream=torch.cuda.current_stream())
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        launch()  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        launch()
+    for rnd in range(3):
+        d["rounds"].fill_(rnd)
+        g.replay()
+        torch.cuda.synchronize()
+        hp, ht, hr = specdec.verify_batch(offsets, parents, tokens, p, q, modes=modes,
+                                          seeds=seeds.astype(np.uint64), rounds=rnd)
+        np.testing.assert_array_equal(host(res), hr)

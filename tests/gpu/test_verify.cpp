@@ -17,6 +17,7 @@
 #include "specdec/kernels.hpp"
 #include "specdec/verify/batch_verify.hpp"
 #include "verify/malformed_cases.hpp"
+#include "verify/row_types_util.hpp"
 
 using namespace specdec;
 using specdec_test::device_buffer;
@@ -92,6 +93,36 @@ struct launch_options {
   std::int32_t draws_per_node = 0;
   int depth_counters = 8;
   bool graph = false;  // launch inside a captured CUDA graph
+  // Element types of p and q: fp32, or the rows rounded to bf16 / fp16
+  // (then every request's normalization tolerance is widened to 0.05).
+  row_dtype p_dtype = row_dtype::f32, q_dtype = row_dtype::f32;
+  // Per-request settings: 0 the params array; 1 base plus device arrays of
+  // modes, seeds and rounds (request keys base.request + r); 2 all four arrays.
+  int split_params = 0;
+};
+
+// Rows as the launch stores them: fp32, or 16-bit words.
+struct stored_rows {
+  row_dtype t;
+  std::vector<float> f32;
+  std::vector<std::uint16_t> half;
+  stored_rows(const std::vector<float>& x, row_dtype type) : t(type) {
+    if (t == row_dtype::f32)
+      f32 = x;
+    else
+      half = specdec_test::narrow(x, t);
+  }
+  const void* host() const { return t == row_dtype::f32 ? static_cast<const void*>(f32.data()) : half.data(); }
+  rows_view view(const std::int64_t (&ext)[2], const std::int64_t (&str)[2]) const {
+    rows_view v;
+    v.data = host();
+    v.extent[0] = ext[0];
+    v.extent[1] = ext[1];
+    v.stride[0] = str[0];
+    v.stride[1] = str[1];
+    v.dtype = t;
+    return v;
+  }
 };
 
 // Rows re-laid with an element stride (the other entries hold NaN, which must never be read).
@@ -127,8 +158,11 @@ std::vector<verify_result> compare(const batch& b, const launch_options& opt = {
   const int L = opt.L;
   const std::int32_t total = b.offsets.back();
   const std::int64_t cs = opt.col_stride;
-  const auto P = spread(b.P, cs), Q = spread(b.Q, cs);
-  std::int64_t ext[2] = {total, b.V}, str[2] = {b.V * cs, cs};
+  const stored_rows P(spread(b.P, cs), opt.p_dtype), Q(spread(b.Q, cs), opt.q_dtype);
+  const std::int64_t ext[2] = {total, b.V}, str[2] = {b.V * cs, cs};
+  std::vector<verify_params> params = b.params;
+  if (opt.p_dtype != row_dtype::f32 || opt.q_dtype != row_dtype::f32)
+    for (auto& vp : params) vp.normalization_tolerance = 0.05f;
   // Host.
   std::vector<node_id> hpaths(static_cast<std::size_t>(R * L), -3);
   std::vector<token_id> htoks(static_cast<std::size_t>(R * L), -3);
@@ -136,7 +170,7 @@ std::vector<verify_result> compare(const batch& b, const launch_options& opt = {
   std::vector<std::int64_t> hdepth(static_cast<std::size_t>(opt.depth_counters), 0);
   std::vector<std::byte> ws(verify_batch_workspace_size(b.V, b.offsets));
   verify_batch_input in{b.offsets, tree_view{b.token.data(), b.parent.data(), nullptr, nullptr, total},
-                        make_strided_view(P.data(), ext, str), make_strided_view(Q.data(), ext, str), b.params};
+                        P.view(ext, str), Q.view(ext, str), params};
   if (opt.uniforms != nullptr) {
     in.uniforms = *opt.uniforms;
     in.draws_per_node = opt.draws_per_node;
@@ -147,8 +181,9 @@ std::vector<verify_result> compare(const batch& b, const launch_options& opt = {
   device_buffer<std::int32_t> d_off(b.offsets);
   device_buffer<token_id> d_tok(b.token);
   device_buffer<node_id> d_par(b.parent);
-  device_buffer<float> d_p(P), d_q(Q);
-  device_buffer<verify_params> d_params(b.params);
+  device_buffer<float> d_p(P.f32), d_q(Q.f32);
+  device_buffer<std::uint16_t> d_ph(P.half), d_qh(Q.half);
+  device_buffer<verify_params> d_params(params);
   device_buffer<node_id> d_paths(std::vector<node_id>(static_cast<std::size_t>(R * L), -3));
   device_buffer<token_id> d_toks(std::vector<token_id>(static_cast<std::size_t>(R * L), -3));
   device_buffer<verify_result> d_res(static_cast<std::size_t>(R));
@@ -159,13 +194,37 @@ std::vector<verify_result> compare(const batch& b, const launch_options& opt = {
   kp.offsets = d_off.data();
   kp.token = d_tok.data();
   kp.parent = d_par.data();
-  kp.p = d_p.data();
+  kp.p = P.t == row_dtype::f32 ? static_cast<const void*>(d_p.data()) : d_ph.data();
+  kp.p_dtype = P.t;
   kp.p_row_stride = b.V * cs;
   kp.p_col_stride = cs;
-  kp.q = d_q.data();
+  kp.q = Q.t == row_dtype::f32 ? static_cast<const void*>(d_q.data()) : d_qh.data();
+  kp.q_dtype = Q.t;
   kp.q_row_stride = b.V * cs;
   kp.q_col_stride = cs;
   kp.params = d_params.data();
+  std::vector<std::int32_t> modes;
+  std::vector<std::uint64_t> seeds;
+  std::vector<std::uint32_t> requests, rounds;
+  for (const auto& vp : params) {
+    modes.push_back(static_cast<std::int32_t>(vp.mode));
+    seeds.push_back(vp.seed);
+    requests.push_back(vp.request);
+    rounds.push_back(vp.round);
+  }
+  device_buffer<std::int32_t> d_modes(modes);
+  device_buffer<std::uint64_t> d_seeds(seeds);
+  device_buffer<std::uint32_t> d_requests(requests), d_rounds(rounds);
+  if (opt.split_params > 0) {
+    kp.params = nullptr;
+    kp.base = params[0];
+    kp.modes = d_modes.data();
+    kp.seeds = d_seeds.data();
+    kp.rounds = d_rounds.data();
+    if (opt.split_params == 2) kp.requests = d_requests.data();
+    for (std::size_t r = 0; r < params.size() && opt.split_params == 1; ++r)
+      REQUIRE(params[r].request == params[0].request + r);  // the keys base.request + r stand for
+  }
   if (opt.uniforms != nullptr) {
     kp.uniforms = d_uni.data();
     kp.draws_per_node = opt.draws_per_node;
@@ -186,7 +245,8 @@ std::vector<verify_result> compare(const batch& b, const launch_options& opt = {
   for (int r = 0; r < R; ++r) {
     const auto& h = hres[static_cast<std::size_t>(r)];
     const auto& d = dres[static_cast<std::size_t>(r)];
-    INFO("V " << b.V << " request " << r << " mode " << verify_mode_name(b.params[static_cast<std::size_t>(r)].mode));
+    INFO("V " << b.V << " request " << r << " mode " << verify_mode_name(b.params[static_cast<std::size_t>(r)].mode)
+              << " p/q types " << static_cast<int>(P.t) << "/" << static_cast<int>(Q.t));
     CHECK(d.code == h.code);
     CHECK(d.accepted == h.accepted);
     CHECK(d.last_node == h.last_node);
@@ -231,6 +291,40 @@ TEST_CASE("GPU verify_batch with strided columns and caller uniforms matches the
     uo.uniforms = &u;
     uo.draws_per_node = 13;
     compare(b, uo);
+  }
+}
+
+TEST_CASE("GPU verify_batch: bf16 and fp16 rows (strided, mixed types) match the host") {
+  std::mt19937 gen(1616);
+  INFO("seed 1616");
+  const row_dtype pairs[][2] = {{row_dtype::bf16, row_dtype::bf16},
+                                {row_dtype::f16, row_dtype::f16},
+                                {row_dtype::bf16, row_dtype::f32},
+                                {row_dtype::f32, row_dtype::f16}};
+  for (std::int64_t V : {8, 1001, 32000, 128256})
+    for (const auto& pq : pairs) {
+      const auto b = make_batch(gen, V > 10000 ? 9 : 27, V, V > 10000 ? 12 : 20);
+      launch_options opt;
+      opt.p_dtype = pq[0];
+      opt.q_dtype = pq[1];
+      opt.col_stride = V == 1001 ? 3 : 1;  // the scalar paths; the others read rows contiguously
+      const auto res = compare(b, opt);
+      int ok = 0;
+      for (const auto& r : res) ok += r.code == status_code::ok ? 1 : 0;
+      CHECK(ok * 2 > static_cast<int>(res.size()));  // most requests verified, not all rejected on a check
+    }
+}
+
+TEST_CASE("GPU verify_batch: settings from base and per-request device arrays match the host") {
+  std::mt19937 gen(2468);
+  INFO("seed 2468");
+  for (int split : {1, 2}) {
+    const auto b = make_batch(gen, 36, 1001, 12);  // request keys 1000 + r, every mode
+    launch_options opt;
+    opt.split_params = split;
+    compare(b, opt);
+    opt.graph = true;  // nothing uploaded: the launch captures as it is
+    compare(b, opt);
   }
 }
 

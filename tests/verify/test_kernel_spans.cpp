@@ -85,3 +85,63 @@ TEST_CASE("prune_span_ok: a batch passes iff its spans tile [offsets[0], offsets
     CHECK(all == safe);
   }
 }
+
+TEST_CASE("verify_request_params: the params array, or base with each per-request array") {
+  kernels::verify_batch_params P;
+  P.base.mode = verify_mode::greedy;
+  P.base.seed = 99;
+  P.base.request = 40;
+  P.base.round = 7;
+  P.base.typical_epsilon = 0.25f;
+  // Base only: consecutive request keys from base.request, the rest shared.
+  for (std::int32_t r = 0; r < 3; ++r) {
+    const verify_params vp = kernels::verify_request_params(P, r);
+    CHECK(vp.mode == verify_mode::greedy);
+    CHECK(vp.seed == 99);
+    CHECK(vp.request == 40u + static_cast<std::uint32_t>(r));
+    CHECK(vp.round == 7);
+    CHECK(vp.typical_epsilon == 0.25f);
+  }
+  // Each array replaces its field alone.
+  const std::int32_t modes[] = {0, 8, 2};
+  const std::uint64_t seeds[] = {5, 6, 7};
+  const std::uint32_t requests[] = {9, 3, 1};
+  const std::uint32_t rounds[] = {11, 12, 13};
+  P.modes = modes;
+  CHECK(kernels::verify_request_params(P, 1).mode == verify_mode::traversal_without_replacement);
+  CHECK(kernels::verify_request_params(P, 1).seed == 99);
+  P.seeds = seeds;
+  P.rounds = rounds;
+  CHECK(kernels::verify_request_params(P, 2).seed == 7);
+  CHECK(kernels::verify_request_params(P, 2).round == 13);
+  CHECK(kernels::verify_request_params(P, 2).request == 42);
+  P.requests = requests;
+  CHECK(kernels::verify_request_params(P, 2).request == 1);
+  CHECK(kernels::verify_request_params(P, 0).typical_epsilon == 0.25f);
+  // A params array takes precedence; can_implement refuses both at once.
+  verify_params arr[2];
+  arr[1].seed = 1234;
+  arr[1].mode = verify_mode::block;
+  P.params = arr;
+  CHECK(kernels::verify_request_params(P, 1).seed == 1234);
+  CHECK(kernels::verify_request_params(P, 1).mode == verify_mode::block);
+  int dummy = 0;
+  verify_result res{};
+  P.num_requests = 2;
+  P.vocab = P.max_nodes = P.node_capacity = P.out_stride = 4;
+  P.offsets = &dummy;
+  P.token = &dummy;
+  P.parent = &dummy;
+  P.p = &dummy;
+  P.paths = &dummy;
+  P.tokens = &dummy;
+  P.results = &res;
+  CHECK(kernels::verify_batch_can_implement(P).code() == status_code::invalid_argument);
+  P.modes = nullptr;
+  P.seeds = nullptr;
+  P.requests = nullptr;
+  P.rounds = nullptr;
+  CHECK(kernels::verify_batch_can_implement(P).ok());
+  P.params = nullptr;  // base alone is a valid launch
+  CHECK(kernels::verify_batch_can_implement(P).ok());
+}

@@ -108,10 +108,10 @@ SPECDEC_DEVICE void scan_in_flight(std::int32_t n, Load&& load, Take&& take) {
 //! thread_argmax one element at a time (any column stride).
 template <int Block>
 SPECDEC_DEVICE void thread_argmax_strided(row_ref r, std::int64_t lo, std::int64_t hi, argmax_item& best, bool& nan) {
-  const float* d = r.d + lo * r.s;
+  const row_ref d = r.shifted(lo);
   argmax_local loc;
   scan_in_flight<Block, argmax_loads, float>(
-      static_cast<std::int32_t>(hi - lo), [&](std::int32_t i) { return d[static_cast<std::int64_t>(i) * r.s]; },
+      static_cast<std::int32_t>(hi - lo), [&](std::int32_t i) { return d[i]; },
       [&](float x, std::int32_t i) { loc.take(x, i); });
   loc.merge_into(lo, best, nan);
 }
@@ -124,19 +124,20 @@ SPECDEC_DEVICE void thread_argmax_strided(row_ref r, std::int64_t lo, std::int64
 //! for a copy), their unaligned ends one element at a time.
 template <int Block>
 SPECDEC_DEVICE void thread_argmax(row_ref r, std::int64_t lo, std::int64_t hi, argmax_item& best, bool& nan) {
-  const auto addr = reinterpret_cast<std::uintptr_t>(r.d + (r.s == 1 ? lo : 0));
-  if (r.s != 1 || hi - lo < 8 || addr % sizeof(float) != 0) {
-    thread_argmax_strided<Block>(r, lo, hi, best, nan);
+  const float* f = r.contiguous_f32();
+  if (f == nullptr || hi - lo < 8 || reinterpret_cast<std::uintptr_t>(f + lo) % sizeof(float) != 0) {
+    thread_argmax_strided<Block>(r, lo, hi, best, nan);  // strided or 16-bit rows
     return;
   }
+  const auto addr = reinterpret_cast<std::uintptr_t>(f + lo);
   const auto skew = static_cast<std::int64_t>((addr / sizeof(float)) % 4);
   const std::int64_t a = lo + (skew == 0 ? 0 : 4 - skew);  // first 16-byte aligned element
   const auto m = static_cast<std::int32_t>((hi - a) / 4);
   const std::int64_t b = a + 4 * static_cast<std::int64_t>(m);
   // The unaligned ends: at most three elements each.
-  if (threadIdx.x < a - lo) argmax_take(r.d[lo + threadIdx.x], lo + threadIdx.x, best, nan);
-  if (threadIdx.x < hi - b) argmax_take(r.d[b + threadIdx.x], b + threadIdx.x, best, nan);
-  const auto* v = reinterpret_cast<const float4*>(r.d + a);
+  if (threadIdx.x < a - lo) argmax_take(f[lo + threadIdx.x], lo + threadIdx.x, best, nan);
+  if (threadIdx.x < hi - b) argmax_take(f[b + threadIdx.x], b + threadIdx.x, best, nan);
+  const auto* v = reinterpret_cast<const float4*>(f + a);
   argmax_local loc;
   scan_in_flight<Block, argmax_loads / 4, float4>(
       m, [&](std::int32_t j) { return v[j]; },
@@ -174,8 +175,9 @@ struct block_row_ops {
   //! The greedy pre-pass's partials of this request (null: argmax scans the
   //! row): `splits` per row, rows of p at base + u * rs (column stride cs).
   const kernels::verify_argmax_partial* table = nullptr;
-  const float* base = nullptr;
+  const void* base = nullptr;
   std::int64_t rs = 0, cs = 1;
+  std::int64_t elem = 4;  // bytes per element of p
   std::int32_t rows = 0, splits = 0;
 
   //! One warp's sum of tile t of K element streams (valid in lane 0).
@@ -340,11 +342,11 @@ struct block_row_ops {
 
   //! Row u of the table when r is row u of this request's p, else -1.
   SPECDEC_DEVICE std::int64_t table_row(row_ref r) const {
-    if (table == nullptr || r.s != cs) return -1;
+    if (table == nullptr || r.s != cs || row_dtype_bytes(r.t) != elem) return -1;
     // Integer addresses: r may point into q, another allocation.
     const std::intptr_t bytes = reinterpret_cast<std::intptr_t>(r.d) - reinterpret_cast<std::intptr_t>(base);
-    if (bytes % static_cast<std::intptr_t>(sizeof(float)) != 0) return -1;
-    const std::int64_t off = bytes / static_cast<std::intptr_t>(sizeof(float));
+    if (bytes % elem != 0) return -1;
+    const std::int64_t off = bytes / elem;
     if (rs == 0) return off == 0 ? 0 : -1;
     if (off < 0) return -1;
     // 32-bit division where it fits: the walk asks once per step.
@@ -457,9 +459,9 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   const auto j = static_cast<std::int32_t>(blockIdx.y);
   std::int32_t b = 0, n = 0;
   if (kernels::verify_request_span(P, static_cast<std::int32_t>(r), b, n) != status_code::ok || j >= n ||
-      P.params[r].mode != verify_mode::greedy)
+      kernels::verify_request_params(P, static_cast<std::int32_t>(r)).mode != verify_mode::greedy)
     return;
-  const detail::row_ref row{P.p + static_cast<std::int64_t>(b + j) * P.p_row_stride, P.p_col_stride};
+  const detail::row_ref row = kernels::verify_request_rows(P, b).prow(j);
   const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * chunk;
   const std::int64_t hi = lo + chunk < P.vocab ? lo + chunk : P.vocab;
   detail::argmax_item best{-INFINITY, LLONG_MAX};
@@ -486,7 +488,7 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   static_assert(verify_row_ops<ops_t>);
   __shared__ typename ops_t::storage sh;
   const int r = static_cast<int>(blockIdx.x);
-  const verify_params vp = P.params[r];
+  const verify_params vp = kernels::verify_request_params(P, r);
   const std::int64_t V = P.vocab;
   auto fail = [&](status_code code) {
     if (threadIdx.x == 0) P.results[r] = verify_result{0, 0, -1, code};
@@ -530,13 +532,7 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
     for (std::int32_t i = static_cast<std::int32_t>(threadIdx.x); i < n; i += Block) s.depth[i] = staged_depth[i];
   __syncthreads();
 
-  const specdec::walk_rows rows{P.p + static_cast<std::int64_t>(b) * P.p_row_stride,
-                                P.p_row_stride,
-                                P.p_col_stride,
-                                P.q ? P.q + static_cast<std::int64_t>(b) * P.q_row_stride : nullptr,
-                                P.q_row_stride,
-                                P.q_col_stride,
-                                V};
+  const specdec::walk_rows rows = kernels::verify_request_rows(P, b);
   const parent_topology topo{tok, par, n};
   specdec::walk_out o{s.path, n, 0, 0, -1};
   const bool use_table = splits > 0 && vp.mode == verify_mode::greedy;
@@ -544,7 +540,7 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   auto* const table = use_table ? reinterpret_cast<kernels::verify_argmax_partial*>(workspace + slices) +
                                       static_cast<std::int64_t>(r) * P.max_nodes * splits
                                 : nullptr;
-  const ops_t ops{sh, table, rows.p, P.p_row_stride, P.p_col_stride, n, splits};
+  const ops_t ops{sh, table, rows.p, P.p_row_stride, P.p_col_stride, row_dtype_bytes(P.p_dtype), n, splits};
   if (table != nullptr) ops.merge_table(table);
   const status st =
       P.uniforms != nullptr

@@ -32,6 +32,7 @@
 #include <type_traits>
 
 #include "specdec/core/config.hpp"
+#include "specdec/core/float16.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/workspace.hpp"
 #include "specdec/tree/token_tree.hpp"
@@ -47,13 +48,27 @@ struct verify_batch_params {
   const std::int32_t* offsets = nullptr;  //!< R + 1 node offsets (request r owns [offsets[r], offsets[r + 1]))
   const token_id* token = nullptr;        //!< concatenated tree tokens
   const node_id* parent = nullptr;        //!< concatenated local parent ids (root -1)
-  const float* p = nullptr;               //!< offsets[R] target rows
+  const void* p = nullptr;                //!< offsets[R] target rows, elements of type p_dtype
   std::int64_t p_row_stride = 0;          //!< elements between consecutive p rows
   std::int64_t p_col_stride = 1;          //!< elements between consecutive entries of a p row (any >= 1)
-  const float* q = nullptr;               //!< draft rows like p; may be null if no request reads q
+  const void* q = nullptr;                //!< draft rows like p; may be null if no request reads q
   std::int64_t q_row_stride = 0;          //!< elements between consecutive q rows
   std::int64_t q_col_stride = 1;          //!< elements between consecutive entries of a q row (any >= 1)
-  const verify_params* params = nullptr;  //!< R per-request settings
+  //! p's element type: fp32, bf16 or fp16 (each element widened exactly to
+  //! float as it is read: the tokens are those of the rows widened first).
+  row_dtype p_dtype = row_dtype::f32;
+  row_dtype q_dtype = row_dtype::f32;  //!< q's element type
+  //! R per-request settings; null: each request's settings are `base`,
+  //! with the fields the arrays below give replaced (verify_request_params).
+  const verify_params* params = nullptr;
+  //! The shared settings when `params` is null (mode, seed, round and the
+  //! typical/normalization settings; request r's key is base.request + r
+  //! unless `requests` gives it).
+  verify_params base{};
+  const std::int32_t* modes = nullptr;      //!< optional R modes (verify_mode values), with params null
+  const std::uint64_t* seeds = nullptr;     //!< optional R Philox seeds, with params null
+  const std::uint32_t* requests = nullptr;  //!< optional R request keys, with params null
+  const std::uint32_t* rounds = nullptr;    //!< optional R rounds, with params null
   //! Null for the keyed Philox streams; else offsets[R] x draws_per_node
   //! caller uniforms, node-major (layout of caller_uniforms).
   const double* uniforms = nullptr;
@@ -95,6 +110,38 @@ SPECDEC_HD status_code verify_request_span(const verify_batch_params& P, std::in
   if (e - b > P.max_nodes) return status_code::size_mismatch;
   count = e - b;
   return status_code::ok;
+}
+
+//! Request r's settings: params[r], or base with the fields of the
+//! per-request arrays that are given (its request key base.request + r when
+//! `requests` is null). An engine keeps these arrays on the device and
+//! updates them there (rounds += 1 after a round), so the launch needs no
+//! upload and a captured graph replays with the new keys.
+SPECDEC_HD verify_params verify_request_params(const verify_batch_params& P, std::int32_t r) noexcept {
+  if (P.params != nullptr) return P.params[r];
+  verify_params vp = P.base;
+  vp.request = P.requests != nullptr ? P.requests[r] : P.base.request + static_cast<std::uint32_t>(r);
+  if (P.modes != nullptr) vp.mode = static_cast<verify_mode>(P.modes[r]);
+  if (P.seeds != nullptr) vp.seed = P.seeds[r];
+  if (P.rounds != nullptr) vp.round = P.rounds[r];
+  return vp;
+}
+
+//! The rows of the request whose nodes begin at `begin` (its span checked
+//! by verify_request_span): row u of the walk is row begin + u of p and q.
+SPECDEC_HD walk_rows verify_request_rows(const verify_batch_params& P, std::int32_t begin) noexcept {
+  const auto at = [&](const void* d, std::int64_t rs, row_dtype t) -> const void* {
+    return d == nullptr ? nullptr : static_cast<const char*>(d) + begin * rs * row_dtype_bytes(t);
+  };
+  return walk_rows{at(P.p, P.p_row_stride, P.p_dtype),
+                   P.p_row_stride,
+                   P.p_col_stride,
+                   at(P.q, P.q_row_stride, P.q_dtype),
+                   P.q_row_stride,
+                   P.q_col_stride,
+                   P.vocab,
+                   P.p_dtype,
+                   P.q_dtype};
 }
 
 //! Bytes of one request's slice of the workspace (the walk's scratch for V
@@ -174,13 +221,17 @@ inline status verify_batch_can_implement(const verify_batch_params& P) noexcept 
   if (P.max_nodes <= 0) return make_status(status_code::invalid_argument, "max_nodes must be positive");
   if (P.node_capacity <= 0) return make_status(status_code::invalid_argument, "node_capacity must be positive");
   if (P.out_stride <= 0) return make_status(status_code::invalid_argument, "out_stride must be positive");
-  if (P.offsets == nullptr || P.token == nullptr || P.parent == nullptr || P.p == nullptr || P.params == nullptr ||
-      P.paths == nullptr || P.tokens == nullptr || P.results == nullptr)
+  if (P.offsets == nullptr || P.token == nullptr || P.parent == nullptr || P.p == nullptr || P.paths == nullptr ||
+      P.tokens == nullptr || P.results == nullptr)
     return make_status(status_code::invalid_argument, "a required device pointer is null");
+  if (!valid_row_dtype(P.p_dtype) || !valid_row_dtype(P.q_dtype))
+    return make_status(status_code::invalid_argument, "p_dtype and q_dtype must be f32, bf16 or f16");
   if (P.p_col_stride < 1 || P.q_col_stride < 1)
     return make_status(status_code::invalid_argument, "column strides must be >= 1");
   if (P.p_row_stride < 0 || P.q_row_stride < 0)
     return make_status(status_code::invalid_argument, "row strides must be >= 0");
+  if (P.params != nullptr && (P.modes != nullptr || P.seeds != nullptr || P.requests != nullptr || P.rounds != nullptr))
+    return make_status(status_code::invalid_argument, "give params, or base with per-request arrays, not both");
   if (P.uniforms != nullptr && P.draws_per_node <= 0)
     return make_status(status_code::invalid_argument, "draws_per_node must be positive with caller uniforms");
   if (P.accepted_per_depth != nullptr && P.depth_counters <= 0)

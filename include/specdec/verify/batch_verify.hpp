@@ -33,8 +33,8 @@ namespace specdec {
 struct verify_batch_input {
   std::span<const std::int32_t> offsets;  //!< R + 1 node offsets; request r owns [offsets[r], offsets[r + 1])
   tree_view nodes;                        //!< concatenated trees, parent ids local to each request
-  view2d<const float> p;                  //!< offsets[R] x V target probability rows
-  view2d<const float> q;  //!< offsets[R] x V draft probability rows (may be empty without sampled modes)
+  rows_view p;                            //!< offsets[R] x V target probability rows (fp32, bf16 or fp16)
+  rows_view q;  //!< offsets[R] x V draft probability rows (may be empty without sampled modes)
   std::span<const verify_params> params;  //!< R per-request verification parameters
   std::span<const double> uniforms = {};  //!< caller's uniforms, offsets[R] x draws_per_node; empty = keyed Philox
   std::int32_t draws_per_node = 0;        //!< uniforms per node in `uniforms`
@@ -114,14 +114,8 @@ inline status verify_batch(const verify_batch_input& in, std::span<std::byte> wo
     const std::int32_t n = in.offsets[r + 1] - b;
     tree_view t{in.nodes.token + b, in.nodes.parent + b, in.nodes.depth ? in.nodes.depth + b : nullptr,
                 in.nodes.score ? in.nodes.score + b : nullptr, n};
-    view2d<const float> pr = in.p;
-    pr.data += static_cast<std::int64_t>(b) * in.p.stride[0];
-    pr.extent[0] = n;
-    view2d<const float> qr = in.q;
-    if (uses_draft_probs(in.params[r].mode)) {
-      qr.data += static_cast<std::int64_t>(b) * in.q.stride[0];
-      qr.extent[0] = n;
-    }
+    const rows_view pr = in.p.rows(b, n);
+    const rows_view qr = uses_draft_probs(in.params[r].mode) ? in.q.rows(b, n) : in.q;
     const view1d<node_id> prow_out = out.paths.slice(static_cast<std::int64_t>(r));
     const view1d<token_id> trow_out = out.tokens.slice(static_cast<std::int64_t>(r));
     verify_result res{};

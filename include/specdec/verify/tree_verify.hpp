@@ -7,8 +7,10 @@
 //! The walk itself is verify/walk.hpp, the same code the CUDA kernel
 //! runs; uniforms come from the keyed Philox streams or from the caller.
 //!
-//! Rows are strided views, so logits-derived buffers (padded rows, a slice
-//! of a larger batch) are read in place. Only rows the walk visits are
+//! Rows are strided views (rows_view: fp32, bf16 or fp16, each element
+//! widened exactly to float as it is read), so logits-derived buffers
+//! (padded rows, a slice of a larger batch, an engine's bf16 rows) are
+//! read in place. Only rows the walk visits are
 //! read, and each visited row is validated in full (finite, >= 0, mass) in
 //! the same pass that first needs its contents: a NaN anywhere in a visited
 //! row is reported (non_finite) instead of influencing a token; rows the
@@ -20,6 +22,7 @@
 #include <span>
 
 #include "specdec/core/philox.hpp"
+#include "specdec/core/rows_view.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
 #include "specdec/core/workspace.hpp"
@@ -38,13 +41,15 @@ namespace detail {
 
 //! Shared size/shape checks of the p and q views against N nodes, after
 //! the parameters (validated once per call, here).
-inline status check_rows(const view2d<const float>& p, const view2d<const float>& q, std::int64_t p_rows,
-                         std::int64_t q_rows_min, const verify_params& vp) noexcept {
+inline status check_rows(const rows_view& p, const rows_view& q, std::int64_t p_rows, std::int64_t q_rows_min,
+                         const verify_params& vp) noexcept {
   SPECDEC_TRY(validate_verify_params(vp));
   const std::int64_t V = p.extent[1];
   if (V <= 0) return make_status(status_code::empty_input, "vocabulary size (p.extent[1]) must be positive");
   if (V > INT32_MAX) return make_status(status_code::invalid_argument, "vocabulary too large for 32-bit token ids");
   if (p.data == nullptr) return make_status(status_code::invalid_argument, "p has no data");
+  if (!valid_row_dtype(p.dtype) || (q.data != nullptr && !valid_row_dtype(q.dtype)))
+    return make_status(status_code::invalid_argument, "rows must be fp32, bf16 or fp16");
   if (p.extent[0] < p_rows) return make_status(status_code::size_mismatch, "p must have one row per node");
   // A request without drafts reads no q row, whatever the mode.
   if (uses_draft_probs(vp.mode) && q_rows_min > 0) {
@@ -66,17 +71,16 @@ inline status carve_checked(std::span<std::byte> ws, std::int64_t V, std::int32_
   return status::success();
 }
 
-inline walk_rows rows_of(const view2d<const float>& p, const view2d<const float>& q) noexcept {
-  return walk_rows{p.data, p.stride[0], p.stride[1], q.data, q.stride[0], q.stride[1], p.extent[1]};
+inline walk_rows rows_of(const rows_view& p, const rows_view& q) noexcept {
+  return walk_rows{p.data, p.stride[0], p.stride[1], q.data, q.stride[0], q.stride[1], p.extent[1], p.dtype, q.dtype};
 }
 
 //! verify_tree over any host row policy (the loop layer passes one that
 //! converts logits rows to probabilities when the walk first reads them).
 template <class Uni, class Ops = host_row_ops>
-status verify_tree_with(const tree_view& tree, const view2d<const float>& p, const view2d<const float>& q,
-                        const verify_params& vp, const Uni& uni, std::span<std::byte> workspace,
-                        std::span<node_id> path, std::span<token_id> tokens, verify_result& result,
-                        const Ops& ops = Ops{}) noexcept {
+status verify_tree_with(const tree_view& tree, const rows_view& p, const rows_view& q, const verify_params& vp,
+                        const Uni& uni, std::span<std::byte> workspace, std::span<node_id> path,
+                        std::span<token_id> tokens, verify_result& result, const Ops& ops = Ops{}) noexcept {
   const std::int64_t N = tree.size;
   SPECDEC_TRY(check_rows(p, q, N, N > 1 ? N : 0, vp));
   const std::int64_t V = p.extent[1];
@@ -99,7 +103,7 @@ status verify_tree_with(const tree_view& tree, const view2d<const float>& p, con
 }
 
 template <class Uni>
-status verify_chain_with(std::span<const token_id> drafts, const view2d<const float>& p, const view2d<const float>& q,
+status verify_chain_with(std::span<const token_id> drafts, const rows_view& p, const rows_view& q,
                          const verify_params& vp, const Uni& uni, std::span<std::byte> workspace,
                          std::span<token_id> tokens, verify_result& result) noexcept {
   if (drafts.size() >= static_cast<std::size_t>(INT32_MAX))
@@ -154,7 +158,7 @@ inline std::size_t verify_workspace_size(std::int64_t vocab, std::int32_t nodes)
 //! of each visited row (two for a node where the sampled modes reject,
 //! plus one read of q_u per further rejected sibling). Deterministic for a
 //! given (seed, request, round); no allocation.
-inline status verify_tree(const tree_view& tree, view2d<const float> p, view2d<const float> q, const verify_params& vp,
+inline status verify_tree(const tree_view& tree, rows_view p, rows_view q, const verify_params& vp,
                           std::span<std::byte> workspace, std::span<node_id> path, std::span<token_id> tokens,
                           verify_result& result) noexcept {
   return detail::verify_tree_with(tree, p, q, vp, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}}, workspace,
@@ -165,7 +169,7 @@ inline status verify_tree(const tree_view& tree, view2d<const float> p, view2d<c
 //! (layout: caller_uniforms; docs/verify.md). vp.seed/request/round are
 //! ignored. A uniform outside [0, 1), or a draw past draws_per_node, gives
 //! invalid_argument with the node as index.
-inline status verify_tree(const tree_view& tree, view2d<const float> p, view2d<const float> q, const verify_params& vp,
+inline status verify_tree(const tree_view& tree, rows_view p, rows_view q, const verify_params& vp,
                           const caller_uniforms& uniforms, std::span<std::byte> workspace, std::span<node_id> path,
                           std::span<token_id> tokens, verify_result& result) noexcept {
   if (uniforms.u == nullptr) return make_status(status_code::invalid_argument, "caller uniforms have no data");
@@ -180,17 +184,16 @@ inline status verify_tree(const tree_view& tree, view2d<const float> p, view2d<c
 //! the ids the same chain has as a token_tree, so verify_chain and
 //! verify_tree agree token for token. tokens: capacity >= gamma + 1;
 //! receives the accepted drafts then result.next_token. Errors as verify_tree.
-inline status verify_chain(std::span<const token_id> drafts, view2d<const float> p, view2d<const float> q,
-                           const verify_params& vp, std::span<std::byte> workspace, std::span<token_id> tokens,
-                           verify_result& result) noexcept {
+inline status verify_chain(std::span<const token_id> drafts, rows_view p, rows_view q, const verify_params& vp,
+                           std::span<std::byte> workspace, std::span<token_id> tokens, verify_result& result) noexcept {
   return detail::verify_chain_with(drafts, p, q, vp, philox_uniforms{rng_stream{vp.seed, vp.request, vp.round}},
                                    workspace, tokens, result);
 }
 
 //! verify_chain with the caller's uniforms (as verify_tree).
-inline status verify_chain(std::span<const token_id> drafts, view2d<const float> p, view2d<const float> q,
-                           const verify_params& vp, const caller_uniforms& uniforms, std::span<std::byte> workspace,
-                           std::span<token_id> tokens, verify_result& result) noexcept {
+inline status verify_chain(std::span<const token_id> drafts, rows_view p, rows_view q, const verify_params& vp,
+                           const caller_uniforms& uniforms, std::span<std::byte> workspace, std::span<token_id> tokens,
+                           verify_result& result) noexcept {
   if (uniforms.u == nullptr) return make_status(status_code::invalid_argument, "caller uniforms have no data");
   return detail::verify_chain_with(drafts, p, q, vp, uniforms, workspace, tokens, result);
 }

@@ -17,19 +17,28 @@
 
 namespace specdec {
 
-//! The rows of one request: row u of p at p + u * p_rs, element stride p_cs.
+//! The rows of one request: row u of p at element u * p_rs of p (elements
+//! of type p_type), element stride p_cs; q likewise.
 struct walk_rows {
-  const float* p;     //!< target rows
-  std::int64_t p_rs;  //!< p's row stride (elements)
-  std::int64_t p_cs;  //!< p's column stride (elements)
-  const float* q;     //!< draft rows (null when the mode reads none)
-  std::int64_t q_rs;  //!< q's row stride (elements)
-  std::int64_t q_cs;  //!< q's column stride (elements)
-  std::int64_t V;     //!< vocabulary size
+  const void* p;                      //!< target rows
+  std::int64_t p_rs;                  //!< p's row stride (elements)
+  std::int64_t p_cs;                  //!< p's column stride (elements)
+  const void* q;                      //!< draft rows (null when the mode reads none)
+  std::int64_t q_rs;                  //!< q's row stride (elements)
+  std::int64_t q_cs;                  //!< q's column stride (elements)
+  std::int64_t V;                     //!< vocabulary size
+  row_dtype p_type = row_dtype::f32;  //!< p's element type
+  row_dtype q_type = row_dtype::f32;  //!< q's element type
   //! Row u of p.
-  SPECDEC_HD detail::row_ref prow(node_id u) const noexcept { return detail::row_ref{p + u * p_rs, p_cs}; }
+  SPECDEC_HD detail::row_ref prow(node_id u) const noexcept { return row(p, p_rs, p_cs, p_type, u); }
   //! Row u of q.
-  SPECDEC_HD detail::row_ref qrow(node_id u) const noexcept { return detail::row_ref{q + u * q_rs, q_cs}; }
+  SPECDEC_HD detail::row_ref qrow(node_id u) const noexcept { return row(q, q_rs, q_cs, q_type, u); }
+
+ private:
+  SPECDEC_HD static detail::row_ref row(const void* d, std::int64_t rs, std::int64_t cs, row_dtype t,
+                                        node_id u) noexcept {
+    return detail::row_ref{static_cast<const char*>(d) + u * rs * row_dtype_bytes(t), cs, t};
+  }
 };
 
 //! One level of the block/traversal walk's current root path: node u's

@@ -35,9 +35,7 @@ struct shard_span {
   std::int64_t base, width;
   SPECDEC_HD std::int64_t begin(std::int32_t k) const noexcept { return bounds[k]; }
   SPECDEC_HD std::int64_t len(std::int32_t k) const noexcept { return bounds[k + 1] - bounds[k]; }
-  SPECDEC_HD row_ref sub(row_ref r, std::int32_t k) const noexcept {
-    return row_ref{r.d + (begin(k) - base) * r.s, r.s};
-  }
+  SPECDEC_HD row_ref sub(row_ref r, std::int32_t k) const noexcept { return r.shifted(begin(k) - base); }
   SPECDEC_HD float* sub(float* R, std::int32_t k) const noexcept { return R + (begin(k) - base); }
   SPECDEC_HD bool owns(std::int64_t x) const noexcept { return x >= base && x < base + width; }
 };

@@ -70,7 +70,7 @@ struct shard_row_ops {
       u = r_node;
       return 2;
     }
-    const auto i = static_cast<std::int32_t>(r.d - tags);
+    const auto i = static_cast<std::int32_t>(r.f32() - tags);
     u = i < n ? i : i - n;
     return i < n ? 0 : 1;
   }

@@ -108,9 +108,9 @@ inline double tile_sum_full(const float* x, std::uint32_t& signs) noexcept {
 inline double tile_sum(row_ref r, std::int64_t V, std::int64_t t, std::uint32_t& signs) noexcept {
   const std::int64_t b = t * sum_tile;
   const std::int64_t n = V - b < sum_tile ? V - b : sum_tile;
-  if (r.s == 1 && n == sum_tile) return tile_sum_full(r.d + b, signs);
+  if (const float* f = r.contiguous_f32(); f != nullptr && n == sum_tile) return tile_sum_full(f + b, signs);
   alignas(64) float buf[sum_tile];
-  for (std::int64_t i = 0; i < n; ++i) buf[i] = r[b + i];
+  widen_range(r, b, n, buf);
   for (std::int64_t i = n; i < sum_tile; ++i) buf[i] = 0.0f;
   return tile_sum_full(buf, signs);
 }
@@ -152,12 +152,32 @@ inline token_id sample_from_tiles(row_ref r, std::int64_t V, const double* tiles
 //! chosen and make it return false (+-inf allowed, so logits work too; an
 //! all -inf row gives token 0).
 inline bool argmax_pass(row_ref r, std::int64_t V, token_id& arg) noexcept {
+  if (r.t != row_dtype::f32) {
+    // 16-bit rows: widened a tile at a time and scanned as fp32; an earlier
+    // tile wins ties (strict >), so the lowest id among equal maxima stays.
+    alignas(64) float buf[sum_tile];
+    float best = -INFINITY;
+    std::int64_t bi = -1;
+    bool ok = true;
+    for (std::int64_t b = 0; b < V; b += sum_tile) {
+      const std::int64_t n = V - b < sum_tile ? V - b : sum_tile;
+      widen_range(r, b, n, buf);
+      token_id a = 0;
+      ok = argmax_pass(row_ref{buf, 1}, n, a) && ok;
+      if (buf[a] > best) {
+        best = buf[a];
+        bi = b + a;
+      }
+    }
+    arg = bi < 0 ? 0 : static_cast<token_id>(bi);
+    return ok;
+  }
   float best = -INFINITY;
   std::int64_t bi = -1;
   bool nan = false;
   std::int64_t i = 0;
 #ifdef SPECDEC_SAMPLE_SIMD
-  if (r.s == 1) {
+  if (const float* d = r.contiguous_f32(); d != nullptr) {
     // Block maxima; a block is rescanned in scalar code only when it beats
     // the running best (rare), so ties keep the lowest id.
     using namespace simd;
@@ -165,7 +185,7 @@ inline bool argmax_pass(row_ref r, std::int64_t V, token_id& arg) noexcept {
     for (; i + 32 <= V; i += 32) {
       __m128 m4[4];
       for (int k = 0; k < 4; ++k) {
-        const __m128 a = _mm_loadu_ps(r.d + i + 8 * k), b = _mm_loadu_ps(r.d + i + 8 * k + 4);
+        const __m128 a = _mm_loadu_ps(d + i + 8 * k), b = _mm_loadu_ps(d + i + 8 * k + 4);
         n |= reinterpret_cast<i4>(_mm_cmpunord_ps(a, b));
         m4[k] = _mm_max_ps(a, b);
       }
@@ -173,7 +193,7 @@ inline bool argmax_pass(row_ref r, std::int64_t V, token_id& arg) noexcept {
       const f4 bv4 = {best, best, best, best};
       if (any(reinterpret_cast<f4>(m) > bv4))
         for (int k = 0; k < 32; ++k) {
-          const float x = r.d[i + k];
+          const float x = d[i + k];
           if (x > best) {
             best = x;
             bi = i + k;

@@ -39,6 +39,15 @@ struct host_row_ops {
   //! Validity and mass of a probability row (tile sums into `tiles`).
   bool mass(row_ref r, std::int64_t V, double* tiles, double& m) const noexcept { return row_tiles(r, V, tiles, m); }
 
+  //! Elements [b, b + n) of r as contiguous floats: the row itself when it
+  //! is contiguous fp32, else widened into buf (strided or 16-bit rows), so
+  //! every row takes the vector loops.
+  static const float* tile_floats(row_ref r, std::int64_t b, std::int64_t n, float* buf) noexcept {
+    if (const float* f = r.contiguous_f32(); f != nullptr) return f + b;
+    widen_range(r, b, n, buf);
+    return buf;
+  }
+
   //! First residual: validates p and q, R = max(p - q, 0) (one float
   //! subtraction per entry), tile sums and masses of p, q and R.
   void first_residual(row_ref p, row_ref q, float* R, std::int64_t V, double* tp, double* tq, double* tr, double& mp,
@@ -48,14 +57,15 @@ struct host_row_ops {
     for (std::int64_t t = 0; t < nt; ++t) {
       const std::int64_t b = t * sum_tile;
       const std::int64_t n = V - b < sum_tile ? V - b : sum_tile;
+      alignas(64) float bp[sum_tile], bq[sum_tile];
+      const float *pt = tile_floats(p, b, n, bp), *qt = tile_floats(q, b, n, bq);
       std::int64_t i = 0;
 #ifdef SPECDEC_SAMPLE_SIMD
-      if (p.s == 1 && q.s == 1)
-        for (; i + simd::fw <= n; i += simd::fw)
-          simd::storev(R + b + i, simd::reluv(simd::loadv(p.d + b + i) - simd::loadv(q.d + b + i)));
+      for (; i + simd::fw <= n; i += simd::fw)
+        simd::storev(R + b + i, simd::reluv(simd::loadv(pt + i) - simd::loadv(qt + i)));
 #endif
       for (; i < n; ++i) {
-        const float d = p[b + i] - q[b + i];
+        const float d = pt[i] - qt[i];
         R[b + i] = d > 0.0f ? d : 0.0f;
       }
       tp[t] = detail::tile_sum(p, V, t, sp);
@@ -85,18 +95,18 @@ struct host_row_ops {
     for (std::int64_t t = 0; t < nt; ++t) {
       const std::int64_t b = t * sum_tile;
       const std::int64_t n = V - b < sum_tile ? V - b : sum_tile;
+      alignas(64) float bp[sum_tile], bq[sum_tile];
+      const float *pt = tile_floats(p, b, n, bp), *qt = tile_floats(q, b, n, bq);
       std::int64_t i = 0;
 #ifdef SPECDEC_SAMPLE_SIMD
-      if (p.s == 1 && q.s == 1) {
-        const simd::fv sv = simd::fv{} + s;
-        for (; i + simd::fw <= n; i += simd::fw) {
-          const simd::fv prod = opaque(sv * simd::loadv(q.d + b + i));
-          simd::storev(R + b + i, simd::reluv(simd::loadv(p.d + b + i) - prod));
-        }
+      const simd::fv sv = simd::fv{} + s;
+      for (; i + simd::fw <= n; i += simd::fw) {
+        const simd::fv prod = opaque(sv * simd::loadv(qt + i));
+        simd::storev(R + b + i, simd::reluv(simd::loadv(pt + i) - prod));
       }
 #endif
       for (; i < n; ++i) {
-        const float d = p[b + i] - opaque(s * q[b + i]);
+        const float d = pt[i] - opaque(s * qt[i]);
         R[b + i] = d > 0.0f ? d : 0.0f;
       }
       tr[t] = detail::tile_sum(row_ref{R, 1}, V, t, sr);
