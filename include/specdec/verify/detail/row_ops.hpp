@@ -39,13 +39,42 @@ struct host_row_ops {
   //! Validity and mass of a probability row (tile sums into `tiles`).
   bool mass(row_ref r, std::int64_t V, double* tiles, double& m) const noexcept { return row_tiles(r, V, tiles, m); }
 
-  //! Elements [b, b + n) of r as contiguous floats: the row itself when it
-  //! is contiguous fp32, else widened into buf (strided or 16-bit rows), so
-  //! every row takes the vector loops.
-  static const float* tile_floats(row_ref r, std::int64_t b, std::int64_t n, float* buf) noexcept {
-    if (const float* f = r.contiguous_f32(); f != nullptr) return f + b;
-    widen_range(r, b, n, buf);
-    return buf;
+  //! R[k] = max(p[k] - q[k], 0), k < n (one float subtraction each).
+  static void diff_run(const float* p, const float* q, float* R, std::int64_t n) noexcept {
+    std::int64_t i = 0;
+#ifdef SPECDEC_SAMPLE_SIMD
+    for (; i + simd::fw <= n; i += simd::fw) simd::storev(R + i, simd::reluv(simd::loadv(p + i) - simd::loadv(q + i)));
+#endif
+    for (; i < n; ++i) {
+      const float d = p[i] - q[i];
+      R[i] = d > 0.0f ? d : 0.0f;
+    }
+  }
+  //! R[k] = max(p[k] - s * q[k], 0), k < n, product and difference rounded
+  //! separately (p may be R itself).
+  static void scaled_run(const float* p, const float* q, float s, float* R, std::int64_t n) noexcept {
+    std::int64_t i = 0;
+#ifdef SPECDEC_SAMPLE_SIMD
+    const simd::fv sv = simd::fv{} + s;
+    for (; i + simd::fw <= n; i += simd::fw) {
+      const simd::fv prod = opaque(sv * simd::loadv(q + i));
+      simd::storev(R + i, simd::reluv(simd::loadv(p + i) - prod));
+    }
+#endif
+    for (; i < n; ++i) {
+      const float d = p[i] - opaque(s * q[i]);
+      R[i] = d > 0.0f ? d : 0.0f;
+    }
+  }
+  //! f(p tile, q tile) on elements [b, b + n) of rows that are not both
+  //! contiguous fp32 (strided or 16-bit), widened into buffers first; out of
+  //! line, so the fp32 loops keep a small frame.
+  template <class F>
+  [[gnu::noinline]] static void on_widened(row_ref p, row_ref q, std::int64_t b, std::int64_t n, F&& f) noexcept {
+    alignas(64) float bp[sum_tile], bq[sum_tile];
+    widen_range(p, b, n, bp);
+    widen_range(q, b, n, bq);
+    f(static_cast<const float*>(bp), static_cast<const float*>(bq));
   }
 
   //! First residual: validates p and q, R = max(p - q, 0) (one float
@@ -57,17 +86,10 @@ struct host_row_ops {
     for (std::int64_t t = 0; t < nt; ++t) {
       const std::int64_t b = t * sum_tile;
       const std::int64_t n = V - b < sum_tile ? V - b : sum_tile;
-      alignas(64) float bp[sum_tile], bq[sum_tile];
-      const float *pt = tile_floats(p, b, n, bp), *qt = tile_floats(q, b, n, bq);
-      std::int64_t i = 0;
-#ifdef SPECDEC_SAMPLE_SIMD
-      for (; i + simd::fw <= n; i += simd::fw)
-        simd::storev(R + b + i, simd::reluv(simd::loadv(pt + i) - simd::loadv(qt + i)));
-#endif
-      for (; i < n; ++i) {
-        const float d = pt[i] - qt[i];
-        R[b + i] = d > 0.0f ? d : 0.0f;
-      }
+      if (const float* pf = p.contiguous_f32(), *qf = q.contiguous_f32(); pf != nullptr && qf != nullptr)
+        diff_run(pf + b, qf + b, R + b, n);
+      else
+        on_widened(p, q, b, n, [&](const float* pt, const float* qt) { diff_run(pt, qt, R + b, n); });
       tp[t] = detail::tile_sum(p, V, t, sp);
       tq[t] = detail::tile_sum(q, V, t, sq);
       tr[t] = detail::tile_sum(row_ref{R, 1}, V, t, sr);
@@ -95,20 +117,10 @@ struct host_row_ops {
     for (std::int64_t t = 0; t < nt; ++t) {
       const std::int64_t b = t * sum_tile;
       const std::int64_t n = V - b < sum_tile ? V - b : sum_tile;
-      alignas(64) float bp[sum_tile], bq[sum_tile];
-      const float *pt = tile_floats(p, b, n, bp), *qt = tile_floats(q, b, n, bq);
-      std::int64_t i = 0;
-#ifdef SPECDEC_SAMPLE_SIMD
-      const simd::fv sv = simd::fv{} + s;
-      for (; i + simd::fw <= n; i += simd::fw) {
-        const simd::fv prod = opaque(sv * simd::loadv(qt + i));
-        simd::storev(R + b + i, simd::reluv(simd::loadv(pt + i) - prod));
-      }
-#endif
-      for (; i < n; ++i) {
-        const float d = pt[i] - opaque(s * qt[i]);
-        R[b + i] = d > 0.0f ? d : 0.0f;
-      }
+      if (const float* pf = p.contiguous_f32(), *qf = q.contiguous_f32(); pf != nullptr && qf != nullptr)
+        scaled_run(pf + b, qf + b, s, R + b, n);
+      else
+        on_widened(p, q, b, n, [&](const float* pt, const float* qt) { scaled_run(pt, qt, s, R + b, n); });
       tr[t] = detail::tile_sum(row_ref{R, 1}, V, t, sr);
     }
     return sum_tiles(tr, nt);
