@@ -65,8 +65,9 @@ batch_input make_batch(std::uint64_t seed, int num_trees, int max_n, bool with_b
   return in;
 }
 
+// `graph`: the launch is captured into a CUDA graph and replayed instead.
 template <class Word>
-void compare(const batch_input& in, std::int64_t extra_stride, bool with_positions) {
+void compare(const batch_input& in, std::int64_t extra_stride, bool with_positions, bool graph = false) {
   const auto total = static_cast<std::int32_t>(in.parents.size());
   const auto num_trees = static_cast<std::int32_t>(in.cache_len.size());
   const std::int64_t stride = specdec::mask_words_per_row<Word>(in.max_nodes) + extra_stride;
@@ -102,9 +103,12 @@ void compare(const batch_input& in, std::int64_t extra_stride, bool with_positio
   db.positions = with_positions ? d_pos.data() : nullptr;
   db.tree_status = d_status.data();
   REQUIRE(specdec::kernels::build_tree_masks_can_implement(db).ok());
-  REQUIRE(
-      specdec::kernels::build_tree_masks(db, nullptr, specdec::kernels::build_tree_masks_workspace_size(db), nullptr)
-          .ok());
+  const std::size_t wbytes = specdec::kernels::build_tree_masks_workspace_size(db);
+  if (graph)
+    specdec_test::run_in_graph(
+        [&](cudaStream_t s) { return specdec::kernels::build_tree_masks(db, nullptr, wbytes, s).ok(); });
+  else
+    REQUIRE(specdec::kernels::build_tree_masks(db, nullptr, wbytes, nullptr).ok());
   REQUIRE(specdec::kernels::synchronize(nullptr).ok());
 
   CHECK(d_status.download() == h_status);
@@ -125,6 +129,10 @@ TEST_CASE("tree masks: kernel equals host twin (32- and 64-bit words)") {
   const auto big = make_batch(12, 24, 300, true);  // one 4096-node tree
   compare<std::uint32_t>(big, 3, true);
   compare<std::uint64_t>(big, 0, true);
+}
+
+TEST_CASE("tree masks inside a captured CUDA graph equal the host twin") {
+  compare<std::uint64_t>(make_batch(14, 64, 200, false), 0, true, true);
 }
 
 TEST_CASE("tree masks: trees above the shared-memory limit read parents from global memory") {

@@ -328,6 +328,22 @@ TEST_CASE("GPU verify_batch: settings from base and per-request device arrays ma
   }
 }
 
+TEST_CASE("GPU verify_batch: single requests and small batches (the tile pre-pass) match the host, every mode") {
+  std::mt19937 gen(3131);
+  INFO("seed 3131");
+  for (std::int64_t V : {1000, 32000, 128256})
+    for (int R : {1, 3, kernels::verify_tiles_max_requests, kernels::verify_tiles_max_requests + 1}) {
+      REQUIRE(kernels::verify_tiles_prepass(R, static_cast<std::int32_t>(V), 16) ==
+              (R <= kernels::verify_tiles_max_requests));
+      for (int rep = 0; rep < (R == 1 ? 9 : 1); ++rep) {  // R = 1: one launch per mode
+        auto b = make_batch(gen, R, V, 16);
+        for (int r = 0; r < R; ++r)
+          b.params[static_cast<std::size_t>(r)].mode = static_cast<verify_mode>((r + rep) % verify_mode_count);
+        compare(b);
+      }
+    }
+}
+
 TEST_CASE("GPU verify_batch: trees larger than the shared-memory stage match the host") {
   // The kernel checks and walks trees of up to 512 nodes (verify_staged_nodes)
   // from shared memory and larger ones from global memory: a batch of both.
@@ -525,8 +541,9 @@ TEST_CASE("GPU verify_batch can_implement rejects bad launches") {
   // Two slices, then the greedy pre-pass's table (one partial per row: V = 10 is one chunk).
   CHECK(kernels::verify_argmax_splits(2, 10, 3) == 1);
   CHECK(kernels::verify_argmax_table_bytes(2, 10, 3) == workspace_alignment);
-  CHECK(kernels::verify_batch_workspace_size(kp) ==
-        2 * kernels::verify_request_workspace_bytes(10, 3) + kernels::verify_argmax_table_bytes(2, 10, 3));
+  CHECK(kernels::verify_batch_workspace_size(kp) == 2 * kernels::verify_request_workspace_bytes(10, 3) +
+                                                        kernels::verify_argmax_table_bytes(2, 10, 3) +
+                                                        kernels::verify_tiles_table_bytes(2, 10, 3));
   // Splits: about verify_argmax_target_blocks blocks, chunks of >= verify_argmax_min_chunk.
   CHECK(kernels::verify_argmax_splits(1, 128256, 1) == 32);
   CHECK(kernels::verify_argmax_splits(1, 128256, 64) == 16);

@@ -145,3 +145,26 @@ TEST_CASE("verify_request_params: the params array, or base with each per-reques
   P.params = nullptr;  // base alone is a valid launch
   CHECK(kernels::verify_batch_can_implement(P).ok());
 }
+
+TEST_CASE("verify tile pre-pass: which launches run it, and its table's size") {
+  // Small launches only (one block per request would leave the GPU idle).
+  CHECK(kernels::verify_tiles_prepass(1, 128256, 64));
+  CHECK(kernels::verify_tiles_prepass(kernels::verify_tiles_max_requests, 32000, 1));
+  CHECK_FALSE(kernels::verify_tiles_prepass(kernels::verify_tiles_max_requests + 1, 32000, 8));
+  CHECK_FALSE(kernels::verify_tiles_prepass(0, 32000, 8));
+  CHECK_FALSE(kernels::verify_tiles_prepass(1, 32000, 65536));  // CUDA's grid y limit
+  CHECK(kernels::verify_tiles_table_bytes(64, 32000, 8) == 0);
+  // Modes that take row masses.
+  for (std::int32_t m = 0; m < verify_mode_count; ++m) {
+    const auto mode = static_cast<verify_mode>(m);
+    CHECK(kernels::verify_tiles_mode(mode) == (mode != verify_mode::greedy && mode != verify_mode::typical_lossy));
+  }
+  // An entry: 126 tile sums and 126 flags for V = 128256; p and q per node.
+  CHECK(sum_tile_count(128256) == 126);
+  CHECK(kernels::verify_tiles_row_bytes(128256) == 126 * 12);
+  CHECK(kernels::verify_tiles_row_bytes(10) == 16);  // 12 rounded up to 8-byte alignment
+  CHECK(kernels::verify_tiles_table_bytes(3, 128256, 64) == align_up(std::size_t{3} * 64 * 2 * 126 * 12));
+  CHECK(kernels::verify_batch_workspace_bytes(3, 128256, 64) ==
+        3 * kernels::verify_request_workspace_bytes(128256, 64) + kernels::verify_argmax_table_bytes(3, 128256, 64) +
+            kernels::verify_tiles_table_bytes(3, 128256, 64));
+}

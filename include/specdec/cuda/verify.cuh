@@ -179,6 +179,12 @@ struct block_row_ops {
   std::int64_t rs = 0, cs = 1;
   std::int64_t elem = 4;  // bytes per element of p
   std::int32_t rows = 0, splits = 0;
+  //! The tile pre-pass's entries of this request (null: masses scan the
+  //! row): rows u of p (k = 0) and q (k = 1) at entry 2 u + k; q's rows at
+  //! q_base as p's are at base.
+  const unsigned char* tiles = nullptr;
+  const void* q_base = nullptr;
+  std::int64_t q_rs = 0, q_cs = 1, q_elem = 4;
 
   //! One warp's sum of tile t of K element streams (valid in lane 0).
   template <int K, class Elem>
@@ -237,6 +243,20 @@ struct block_row_ops {
   SPECDEC_DEVICE static bool finite(double x) { return x - x == 0.0; }
 
   SPECDEC_DEVICE bool mass(row_ref r, std::int64_t V, double* tiles, double& m) const {
+    if (const unsigned char* e = tiles_entry(r, V); e != nullptr) {
+      // The pre-pass summed this row's tiles: copy them, no row read.
+      const std::int64_t nt = sum_tile_count(V);
+      const auto* sums = reinterpret_cast<const double*>(e);
+      const auto* negative = reinterpret_cast<const std::int32_t*>(e + nt * static_cast<std::int64_t>(sizeof(double)));
+      bool ng = false;
+      for (std::int64_t i = threadIdx.x; i < nt; i += Block) {
+        tiles[i] = sums[i];
+        ng |= negative[i] != 0;
+      }
+      const bool neg = __syncthreads_or(ng) != 0;  // also publishes tiles
+      m = specdec::detail::sum_tiles(tiles, nt);
+      return finite(m) && !neg;
+    }
     double* const t[1] = {tiles};
     double mm[1];
     bool ng[1];
@@ -340,19 +360,37 @@ struct block_row_ops {
     return out;
   }
 
-  //! Row u of the table when r is row u of this request's p, else -1.
-  SPECDEC_DEVICE std::int64_t table_row(row_ref r) const {
-    if (table == nullptr || r.s != cs || row_dtype_bytes(r.t) != elem) return -1;
-    // Integer addresses: r may point into q, another allocation.
-    const std::intptr_t bytes = reinterpret_cast<std::intptr_t>(r.d) - reinterpret_cast<std::intptr_t>(base);
-    if (bytes % elem != 0) return -1;
-    const std::int64_t off = bytes / elem;
-    if (rs == 0) return off == 0 ? 0 : -1;
+  //! u when r is row u (< rows) of the rows at `at` (strides ers, ecs,
+  //! element bytes eb), else -1.
+  SPECDEC_DEVICE std::int64_t row_in(row_ref r, const void* at, std::int64_t ers, std::int64_t ecs,
+                                     std::int64_t eb) const {
+    if (at == nullptr || r.s != ecs || row_dtype_bytes(r.t) != eb) return -1;
+    // Integer addresses: r may point into another allocation.
+    const std::intptr_t bytes = reinterpret_cast<std::intptr_t>(r.d) - reinterpret_cast<std::intptr_t>(at);
+    if (bytes % eb != 0) return -1;
+    const std::int64_t off = bytes / eb;
+    if (ers == 0) return off == 0 ? 0 : -1;
     if (off < 0) return -1;
     // 32-bit division where it fits: the walk asks once per step.
-    const bool narrow = rs > 0 && off <= UINT32_MAX && rs <= UINT32_MAX;
-    const std::int64_t u = narrow ? static_cast<std::uint32_t>(off) / static_cast<std::uint32_t>(rs) : off / rs;
-    return u * rs == off && u < rows ? u : -1;
+    const bool narrow = ers > 0 && off <= UINT32_MAX && ers <= UINT32_MAX;
+    const std::int64_t u = narrow ? static_cast<std::uint32_t>(off) / static_cast<std::uint32_t>(ers) : off / ers;
+    return u * ers == off && u < rows ? u : -1;
+  }
+
+  //! Row u of the argmax table when r is row u of this request's p, else -1.
+  SPECDEC_DEVICE std::int64_t table_row(row_ref r) const {
+    return table == nullptr ? -1 : row_in(r, base, rs, cs, elem);
+  }
+
+  //! The tile table's entry of r (row u of p: 2 u, of q: 2 u + 1), or null.
+  SPECDEC_DEVICE const unsigned char* tiles_entry(row_ref r, std::int64_t V) const {
+    if (tiles == nullptr) return nullptr;
+    std::int64_t k = 0, u = row_in(r, base, rs, cs, elem);
+    if (u < 0) {
+      k = 1;
+      u = row_in(r, q_base, q_rs, q_cs, q_elem);
+    }
+    return u < 0 ? nullptr : tiles + (2 * u + k) * kernels::verify_tiles_row_bytes(static_cast<std::int32_t>(V));
   }
 
   //! Merges each row's `splits` partials into its first (a warp per row,
@@ -474,6 +512,43 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
         kernels::verify_argmax_partial{m.v, m.i < hi ? static_cast<std::int32_t>(m.i) : -1, any_nan ? 1 : 0, 0};
 }
 
+//! The tile pre-pass (kernels::verify_tiles_prepass): block (c, j, r)
+//! sums tiles [c W, c W + W) of row j of request r's p (and of its q when
+//! the mode reads q), W = Block / 32, one tile per warp with the walk's own
+//! warp_tile, into entry (r * max_nodes + j) * 2 + k of the table, with a
+//! flag per tile for an entry below zero. Requests outside
+//! verify_tiles_mode, or whose span fails, are the walk's to handle.
+template <int Block>
+SPECDEC_KERNEL void __launch_bounds__(Block)
+    verify_tiles_kernel(const kernels::verify_batch_params P, unsigned char* table) {
+  const auto r = static_cast<std::int32_t>(blockIdx.z);
+  const auto j = static_cast<std::int32_t>(blockIdx.y);
+  std::int32_t b = 0, n = 0;
+  if (kernels::verify_request_span(P, r, b, n) != status_code::ok || j >= n) return;
+  const verify_mode mode = kernels::verify_request_params(P, r).mode;
+  if (!kernels::verify_tiles_mode(mode)) return;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * (Block / 32) + (static_cast<int>(threadIdx.x) >> 5);
+  const std::int64_t nt = sum_tile_count(P.vocab);
+  if (t >= nt) return;  // whole warps
+  const specdec::walk_rows rows = kernels::verify_request_rows(P, b);
+  const std::size_t entry = kernels::verify_tiles_row_bytes(P.vocab);
+  const int kinds = P.q != nullptr && uses_draft_probs(mode) ? 2 : 1;
+  for (int k = 0; k < kinds; ++k) {
+    const detail::row_ref row = k == 0 ? rows.prow(j) : rows.qrow(j);
+    double v[1];
+    bool ng[1] = {false};
+    auto elem = [&](std::int64_t i, float(&x)[1]) { x[0] = row[i]; };
+    detail::block_row_ops<Block>::template warp_tile<1>(P.vocab, elem, t, lane, v, ng);
+    const bool neg = __any_sync(0xFFFFFFFFu, ng[0]) != 0;
+    if (lane == 0) {
+      unsigned char* e = table + ((static_cast<std::size_t>(r) * P.max_nodes + j) * 2 + k) * entry;
+      reinterpret_cast<double*>(e)[t] = v[0];
+      reinterpret_cast<std::int32_t*>(e + nt * static_cast<std::int64_t>(sizeof(double)))[t] = neg ? 1 : 0;
+    }
+  }
+}
+
 //! Trees of up to this many nodes are staged in shared memory.
 inline constexpr std::int32_t verify_staged_nodes = 512;
 
@@ -483,7 +558,8 @@ inline constexpr std::int32_t verify_staged_nodes = 512;
 //! pre-pass's table, read by greedy requests when `splits` > 0).
 template <int Block>
 SPECDEC_KERNEL void __launch_bounds__(Block)
-    verify_batch_kernel(kernels::verify_batch_params P, unsigned char* workspace, std::int32_t splits) {
+    verify_batch_kernel(kernels::verify_batch_params P, unsigned char* workspace, std::int32_t splits,
+                        const unsigned char* tiles) {
   using ops_t = detail::block_row_ops<Block>;
   static_assert(verify_row_ops<ops_t>);
   __shared__ typename ops_t::storage sh;
@@ -540,7 +616,12 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   auto* const table = use_table ? reinterpret_cast<kernels::verify_argmax_partial*>(workspace + slices) +
                                       static_cast<std::int64_t>(r) * P.max_nodes * splits
                                 : nullptr;
-  const ops_t ops{sh, table, rows.p, P.p_row_stride, P.p_col_stride, row_dtype_bytes(P.p_dtype), n, splits};
+  const unsigned char* own_tiles =
+      tiles != nullptr && kernels::verify_tiles_mode(vp.mode)
+          ? tiles + static_cast<std::size_t>(r) * P.max_nodes * 2 * kernels::verify_tiles_row_bytes(P.vocab)
+          : nullptr;
+  const ops_t ops{sh,     table,     rows.p, P.p_row_stride, P.p_col_stride, row_dtype_bytes(P.p_dtype), n,
+                  splits, own_tiles, rows.q, P.q_row_stride, P.q_col_stride, row_dtype_bytes(P.q_dtype)};
   if (table != nullptr) ops.merge_table(table);
   const status st =
       P.uniforms != nullptr
@@ -591,8 +672,21 @@ inline status verify_batch(const kernels::verify_batch_params& P, void* workspac
                                                  verify_block_threads, 0, stream>>>(P, table, splits, chunk);
     SPECDEC_TRY(last_launch_status());
   }
+  // The tile pre-pass of small launches (grid: tile chunk, node, request).
+  unsigned char* tiles = nullptr;
+  if (kernels::verify_tiles_prepass(P.num_requests, P.vocab, P.max_nodes)) {
+    tiles = ws +
+            kernels::verify_request_workspace_bytes(P.vocab, P.max_nodes) * static_cast<std::size_t>(P.num_requests) +
+            kernels::verify_argmax_table_bytes(P.num_requests, P.vocab, P.max_nodes);
+    constexpr std::int64_t per_block = verify_block_threads / 32;
+    const std::int64_t chunks = (sum_tile_count(P.vocab) + per_block - 1) / per_block;
+    verify_tiles_kernel<verify_block_threads><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(P.max_nodes),
+                                                     static_cast<unsigned>(P.num_requests)),
+                                                verify_block_threads, 0, stream>>>(P, tiles);
+    SPECDEC_TRY(last_launch_status());
+  }
   verify_batch_kernel<verify_block_threads>
-      <<<static_cast<unsigned>(P.num_requests), verify_block_threads, 0, stream>>>(P, ws, splits);
+      <<<static_cast<unsigned>(P.num_requests), verify_block_threads, 0, stream>>>(P, ws, splits, tiles);
   return last_launch_status();
 }
 

@@ -35,6 +35,7 @@
 #include "specdec/core/float16.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/workspace.hpp"
+#include "specdec/sample/order.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/verify_params.hpp"
 #include "specdec/verify/walk_state.hpp"
@@ -192,15 +193,57 @@ SPECDEC_HD std::size_t verify_argmax_table_bytes(std::int32_t num_requests, std:
                   static_cast<std::size_t>(splits) * sizeof(verify_argmax_partial));
 }
 
+//! Launches of at most this many requests run the tile pre-pass: with one
+//! block per request they would leave most of the GPU idle.
+inline constexpr std::int32_t verify_tiles_max_requests = 16;
+
+//! Whether a launch of these sizes runs the tile pre-pass. Before the
+//! walk, blocks spread over the GPU sum every tile (sample/order.hpp) of
+//! every p row, and of every q row its mode reads, of the requests whose
+//! walk takes row masses (verify_tiles_mode); the walk's mass passes then
+//! read those sums instead of the row. The sums are the walk's own warp
+//! tile sums, so every token is unchanged.
+SPECDEC_HD bool verify_tiles_prepass(std::int32_t num_requests, std::int32_t vocab, std::int32_t max_nodes) noexcept {
+  return num_requests > 0 && num_requests <= verify_tiles_max_requests && vocab > 0 && max_nodes > 0 &&
+         max_nodes <= 65535;
+}
+
+//! Modes whose walk takes masses of p and q rows (all but greedy, which
+//! has the argmax pre-pass, and typical_lossy, which takes entropies).
+SPECDEC_HD bool verify_tiles_mode(verify_mode m) noexcept {
+  return m != verify_mode::greedy && m != verify_mode::typical_lossy;
+}
+
+//! Bytes of one row's entry in the tile table: sum_tile_count(vocab) tile
+//! sums (double), then as many int32 flags (1: the tile holds an entry
+//! below zero).
+SPECDEC_HD std::size_t verify_tiles_row_bytes(std::int32_t vocab) noexcept {
+  const auto nt = static_cast<std::size_t>(sum_tile_count(vocab));
+  return (nt * (sizeof(double) + sizeof(std::int32_t)) + 7) / 8 * 8;
+}
+
+//! Bytes of the tile table (0 when the launch does not run the pre-pass):
+//! for request r and node j, the entries of row j of p then of row j of q,
+//! at entry (r * max_nodes + j) * 2 + k.
+SPECDEC_HD std::size_t verify_tiles_table_bytes(std::int32_t num_requests, std::int32_t vocab,
+                                                std::int32_t max_nodes) noexcept {
+  if (!verify_tiles_prepass(num_requests, vocab, max_nodes)) return 0;
+  return align_up(static_cast<std::size_t>(num_requests) * static_cast<std::size_t>(max_nodes) * 2 *
+                  verify_tiles_row_bytes(vocab));
+}
+
 //! Bytes of device workspace for num_requests requests of at most
 //! max_nodes nodes over vocab: num_requests slices of
 //! verify_request_workspace_bytes, then the greedy pre-pass's table
-//! (verify_argmax_table_bytes). 0 for an empty or malformed launch.
+//! (verify_argmax_table_bytes), then the tile pre-pass's table
+//! (verify_tiles_table_bytes, small launches only). 0 for an empty or
+//! malformed launch.
 SPECDEC_HD std::size_t verify_batch_workspace_bytes(std::int32_t num_requests, std::int32_t vocab,
                                                     std::int32_t max_nodes) noexcept {
   if (num_requests <= 0) return 0;
   return verify_request_workspace_bytes(vocab, max_nodes) * static_cast<std::size_t>(num_requests) +
-         verify_argmax_table_bytes(num_requests, vocab, max_nodes);
+         verify_argmax_table_bytes(num_requests, vocab, max_nodes) +
+         verify_tiles_table_bytes(num_requests, vocab, max_nodes);
 }
 
 //! verify_batch_workspace_bytes of the launch's sizes.
