@@ -232,9 +232,11 @@ def _launch_arg(v: Any, dtype: Any, torch_dtype: str) -> Any:
     if v is None:
         return None
     if _device_of(v) is not None:
+        if not _is_torch(v):
+            return v  # another library's CUDA array: its dtype and layout are checked by the binding
         import torch
         t = getattr(torch, torch_dtype)
-        return v if v.dtype == t else v.to(t)
+        return (v if v.dtype == t else v.to(t)).contiguous()
     return np.ascontiguousarray(np.asarray(v, dtype=dtype))
 
 
@@ -283,7 +285,7 @@ def _verify_batch_cuda(dev: int, offsets: Any, parent: Any, tokens: Any, p: Any,
         nbytes = _core.cuda_verify_batch_workspace_size(R, vocab, largest, staged)
         workspace = _workspace(nbytes, par, dev, handle, None)
     _core.cuda_verify_batch(off, par, tok, pp, qq, vp, *arrays, u, paths, tokens_out, results, accepted_per_depth,
-                            workspace, handle, largest if max_nodes is not None else 0)
+                            workspace, handle, largest)
     return paths, tokens_out, results
 
 

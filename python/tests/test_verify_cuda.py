@@ -219,3 +219,7 @@ def test_device_arguments_capture_in_a_cuda_graph(rng):
         hp, ht, hr = specdec.verify_batch(offsets, parents, tokens, p, q, modes=modes,
                                           seeds=seeds.astype(np.uint64), rounds=rnd)
         np.testing.assert_array_equal(host(res), hr)
+        for r in range(R):
+            a = hr[r, 0]
+            np.testing.assert_array_equal(host(paths)[r, :a + 1], hp[r, :a + 1])
+            np.testing.assert_array_equal(host(toks)[r, :a + 1], ht[r, :a + 1])

@@ -152,7 +152,8 @@ TEST_CASE("verify tile pre-pass: which launches run it, and its table's size") {
   CHECK(kernels::verify_tiles_prepass(kernels::verify_tiles_max_requests, 32000, 1));
   CHECK_FALSE(kernels::verify_tiles_prepass(kernels::verify_tiles_max_requests + 1, 32000, 8));
   CHECK_FALSE(kernels::verify_tiles_prepass(0, 32000, 8));
-  CHECK_FALSE(kernels::verify_tiles_prepass(1, 32000, 65536));  // CUDA's grid y limit
+  CHECK(kernels::verify_tiles_prepass(1, 32000, kernels::verify_tiles_max_nodes));
+  CHECK_FALSE(kernels::verify_tiles_prepass(1, 32000, kernels::verify_tiles_max_nodes + 1));  // a generous bound
   CHECK(kernels::verify_tiles_table_bytes(64, 32000, 8) == 0);
   // Modes that take row masses.
   for (std::int32_t m = 0; m < verify_mode_count; ++m) {
@@ -167,4 +168,38 @@ TEST_CASE("verify tile pre-pass: which launches run it, and its table's size") {
   CHECK(kernels::verify_batch_workspace_bytes(3, 128256, 64) ==
         3 * kernels::verify_request_workspace_bytes(128256, 64) + kernels::verify_argmax_table_bytes(3, 128256, 64) +
             kernels::verify_tiles_table_bytes(3, 128256, 64));
+}
+
+TEST_CASE("verify_row_index: how the device policy finds a p or q row in its pre-pass tables") {
+  // p: 5 rows of bf16, row stride 40 elements, column stride 2; q: fp16 in
+  // the same buffer one element over (an interleaved layout), contiguous fp32 elsewhere.
+  std::vector<std::uint16_t> buf(5 * 40 + 8);
+  std::vector<float> f(3 * 7);
+  const auto rows_at = [](const void* at, std::int64_t rs, std::int64_t cs, row_dtype t, std::int64_t u) {
+    return detail::row_ref{static_cast<const char*>(at) + u * rs * row_dtype_bytes(t), cs, t};
+  };
+  for (std::int64_t u = 0; u < 5; ++u) {
+    CHECK(kernels::verify_row_index(rows_at(buf.data(), 40, 2, row_dtype::bf16, u), buf.data(), 40, 2, row_dtype::bf16,
+                                    5) == u);
+    // The q row at the next element: not a p row (misaligned to p's rows), found among q's.
+    const auto q = rows_at(buf.data() + 1, 40, 2, row_dtype::f16, u);
+    CHECK(kernels::verify_row_index(q, buf.data(), 40, 2, row_dtype::bf16, 5) == -1);
+    CHECK(kernels::verify_row_index(q, buf.data() + 1, 40, 2, row_dtype::f16, 5) == u);
+  }
+  // Same bytes, another type or column stride: not that row.
+  const auto p2 = rows_at(buf.data(), 40, 2, row_dtype::bf16, 2);
+  CHECK(kernels::verify_row_index(p2, buf.data(), 40, 2, row_dtype::f16, 5) == -1);
+  CHECK(kernels::verify_row_index(p2, buf.data(), 40, 1, row_dtype::bf16, 5) == -1);
+  // Past the request's rows, before its first row, inside a row, or no table.
+  CHECK(kernels::verify_row_index(rows_at(buf.data(), 40, 2, row_dtype::bf16, 5), buf.data(), 40, 2, row_dtype::bf16,
+                                  5) == -1);
+  CHECK(kernels::verify_row_index(p2, buf.data() + 80, 40, 2, row_dtype::bf16, 5) == 0);    // its own row 0
+  CHECK(kernels::verify_row_index(p2, buf.data() + 120, 40, 2, row_dtype::bf16, 5) == -1);  // before the first row
+  CHECK(kernels::verify_row_index(detail::row_ref{buf.data() + 82, 2, row_dtype::bf16}, buf.data(), 40, 2,
+                                  row_dtype::bf16, 5) == -1);
+  CHECK(kernels::verify_row_index(p2, nullptr, 40, 2, row_dtype::bf16, 5) == -1);
+  // Row stride 0 (one row broadcast): only the row itself.
+  CHECK(kernels::verify_row_index(detail::row_ref{f.data(), 1}, f.data(), 0, 1, row_dtype::f32, 3) == 0);
+  CHECK(kernels::verify_row_index(detail::row_ref{f.data() + 7, 1}, f.data(), 0, 1, row_dtype::f32, 3) == -1);
+  CHECK(kernels::verify_row_index(detail::row_ref{f.data() + 14, 1}, f.data(), 7, 1, row_dtype::f32, 3) == 2);
 }

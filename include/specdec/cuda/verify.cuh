@@ -177,14 +177,15 @@ struct block_row_ops {
   const kernels::verify_argmax_partial* table = nullptr;
   const void* base = nullptr;
   std::int64_t rs = 0, cs = 1;
-  std::int64_t elem = 4;  // bytes per element of p
+  row_dtype p_type = row_dtype::f32;
   std::int32_t rows = 0, splits = 0;
   //! The tile pre-pass's entries of this request (null: masses scan the
   //! row): rows u of p (k = 0) and q (k = 1) at entry 2 u + k; q's rows at
   //! q_base as p's are at base.
-  const unsigned char* tiles = nullptr;
+  const unsigned char* tile_table = nullptr;
   const void* q_base = nullptr;
-  std::int64_t q_rs = 0, q_cs = 1, q_elem = 4;
+  std::int64_t q_rs = 0, q_cs = 1;
+  row_dtype q_type = row_dtype::f32;
 
   //! One warp's sum of tile t of K element streams (valid in lane 0).
   template <int K, class Elem>
@@ -360,37 +361,20 @@ struct block_row_ops {
     return out;
   }
 
-  //! u when r is row u (< rows) of the rows at `at` (strides ers, ecs,
-  //! element bytes eb), else -1.
-  SPECDEC_DEVICE std::int64_t row_in(row_ref r, const void* at, std::int64_t ers, std::int64_t ecs,
-                                     std::int64_t eb) const {
-    if (at == nullptr || r.s != ecs || row_dtype_bytes(r.t) != eb) return -1;
-    // Integer addresses: r may point into another allocation.
-    const std::intptr_t bytes = reinterpret_cast<std::intptr_t>(r.d) - reinterpret_cast<std::intptr_t>(at);
-    if (bytes % eb != 0) return -1;
-    const std::int64_t off = bytes / eb;
-    if (ers == 0) return off == 0 ? 0 : -1;
-    if (off < 0) return -1;
-    // 32-bit division where it fits: the walk asks once per step.
-    const bool narrow = ers > 0 && off <= UINT32_MAX && ers <= UINT32_MAX;
-    const std::int64_t u = narrow ? static_cast<std::uint32_t>(off) / static_cast<std::uint32_t>(ers) : off / ers;
-    return u * ers == off && u < rows ? u : -1;
-  }
-
   //! Row u of the argmax table when r is row u of this request's p, else -1.
   SPECDEC_DEVICE std::int64_t table_row(row_ref r) const {
-    return table == nullptr ? -1 : row_in(r, base, rs, cs, elem);
+    return table == nullptr ? -1 : kernels::verify_row_index(r, base, rs, cs, p_type, rows);
   }
 
   //! The tile table's entry of r (row u of p: 2 u, of q: 2 u + 1), or null.
   SPECDEC_DEVICE const unsigned char* tiles_entry(row_ref r, std::int64_t V) const {
-    if (tiles == nullptr) return nullptr;
-    std::int64_t k = 0, u = row_in(r, base, rs, cs, elem);
+    if (tile_table == nullptr) return nullptr;
+    std::int64_t k = 0, u = kernels::verify_row_index(r, base, rs, cs, p_type, rows);
     if (u < 0) {
       k = 1;
-      u = row_in(r, q_base, q_rs, q_cs, q_elem);
+      u = kernels::verify_row_index(r, q_base, q_rs, q_cs, q_type, rows);
     }
-    return u < 0 ? nullptr : tiles + (2 * u + k) * kernels::verify_tiles_row_bytes(static_cast<std::int32_t>(V));
+    return u < 0 ? nullptr : tile_table + (2 * u + k) * kernels::verify_tiles_row_bytes(static_cast<std::int32_t>(V));
   }
 
   //! Merges each row's `splits` partials into its first (a warp per row,
@@ -620,8 +604,8 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
       tiles != nullptr && kernels::verify_tiles_mode(vp.mode)
           ? tiles + static_cast<std::size_t>(r) * P.max_nodes * 2 * kernels::verify_tiles_row_bytes(P.vocab)
           : nullptr;
-  const ops_t ops{sh,     table,     rows.p, P.p_row_stride, P.p_col_stride, row_dtype_bytes(P.p_dtype), n,
-                  splits, own_tiles, rows.q, P.q_row_stride, P.q_col_stride, row_dtype_bytes(P.q_dtype)};
+  const ops_t ops{sh,     table,     rows.p, P.p_row_stride, P.p_col_stride, P.p_dtype, n,
+                  splits, own_tiles, rows.q, P.q_row_stride, P.q_col_stride, P.q_dtype};
   if (table != nullptr) ops.merge_table(table);
   const status st =
       P.uniforms != nullptr

@@ -27,6 +27,7 @@
 //! cuda::verify_batch, which verify_batch wraps.
 #pragma once
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -196,6 +197,10 @@ SPECDEC_HD std::size_t verify_argmax_table_bytes(std::int32_t num_requests, std:
 //! Launches of at most this many requests run the tile pre-pass: with one
 //! block per request they would leave most of the GPU idle.
 inline constexpr std::int32_t verify_tiles_max_requests = 16;
+//! ... and of at most this many nodes per request: the table and the grid
+//! grow with max_nodes, not with the real trees (a generous bound would
+//! sum mostly absent rows).
+inline constexpr std::int32_t verify_tiles_max_nodes = 256;
 
 //! Whether a launch of these sizes runs the tile pre-pass. Before the
 //! walk, blocks spread over the GPU sum every tile (sample/order.hpp) of
@@ -205,13 +210,32 @@ inline constexpr std::int32_t verify_tiles_max_requests = 16;
 //! tile sums, so every token is unchanged.
 SPECDEC_HD bool verify_tiles_prepass(std::int32_t num_requests, std::int32_t vocab, std::int32_t max_nodes) noexcept {
   return num_requests > 0 && num_requests <= verify_tiles_max_requests && vocab > 0 && max_nodes > 0 &&
-         max_nodes <= 65535;
+         max_nodes <= verify_tiles_max_nodes;
 }
 
 //! Modes whose walk takes masses of p and q rows (all but greedy, which
 //! has the argmax pre-pass, and typical_lossy, which takes entropies).
 SPECDEC_HD bool verify_tiles_mode(verify_mode m) noexcept {
   return m != verify_mode::greedy && m != verify_mode::typical_lossy;
+}
+
+//! u when `r` is row u (< rows) of the rows at `at` (row and column
+//! strides rs, cs in elements of type t), else -1: how the device policy
+//! recognises a p or q row of its request to find it in a pre-pass table.
+//! Integer addresses, since r may point into another allocation.
+SPECDEC_HD std::int64_t verify_row_index(const specdec::detail::row_ref& r, const void* at, std::int64_t rs,
+                                         std::int64_t cs, row_dtype t, std::int64_t rows) noexcept {
+  if (at == nullptr || r.s != cs || r.t != t) return -1;
+  const std::int64_t eb = row_dtype_bytes(t);
+  const std::intptr_t bytes = reinterpret_cast<std::intptr_t>(r.d) - reinterpret_cast<std::intptr_t>(at);
+  if (eb == 0 || bytes % eb != 0) return -1;
+  const std::int64_t off = bytes / eb;
+  if (rs == 0) return off == 0 ? 0 : -1;
+  if (off < 0) return -1;
+  // 32-bit division where it fits: the walk asks once per step.
+  const bool narrow = rs > 0 && off <= UINT32_MAX && rs <= UINT32_MAX;
+  const std::int64_t u = narrow ? static_cast<std::uint32_t>(off) / static_cast<std::uint32_t>(rs) : off / rs;
+  return u * rs == off && u < rows ? u : -1;
 }
 
 //! Bytes of one row's entry in the tile table: sum_tile_count(vocab) tile
