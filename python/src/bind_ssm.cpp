@@ -23,15 +23,21 @@ namespace {
 template <class T, int R>
 using opt_in = std::optional<in_nd<T, R>>;
 
-template <class T, int R>
-strided_view<const T, R> opt_view(const opt_in<T, R>& a) {
+//! The view of an optional array (host or device), empty when absent.
+template <class T, int R, class A>
+strided_view<const T, R> opt_view(const std::optional<A>& a) {
   return a ? view_of<R>(*a) : strided_view<const T, R>{};
 }
+template <class T, int R>
+strided_view<const T, R> opt_view(std::nullopt_t) {
+  return {};
+}
 
-template <class T>
-tree_ssm_inputs<T> inputs(const in_nd<T, 3>& x, const in_nd<T, 2>& dt, const in_nd<T, 1>& A, const in_nd<T, 3>& B,
-                          const in_nd<T, 3>& C, const opt_in<T, 2>& D, const opt_in<T, 1>& dt_bias,
-                          const opt_in<T, 3>& z, const opt_in<T, 3>& h0) {
+//! The scan's inputs from arrays on either side (optional ones may be
+//! std::nullopt).
+template <class T, class X, class Dt, class A1, class B3, class OD, class OB, class OZ, class OH>
+tree_ssm_inputs<T> inputs(const X& x, const Dt& dt, const A1& A, const B3& B, const B3& C, const OD& D,
+                          const OB& dt_bias, const OZ& z, const OH& h0) {
   tree_ssm_inputs<T> in;
   in.x = view_of<3>(x);
   in.dt = view_of<2>(dt);
@@ -219,11 +225,6 @@ void bind_batch_typed(nb::module_& m, const char* scan_name, const char* conv_na
 template <class T, int R>
 using dev_opt = std::optional<dev_nd<const T, R>>;
 
-template <class T, int R>
-strided_view<const T, R> dev_view(const dev_opt<T, R>& a) {
-  return a ? view_of<R>(*a) : strided_view<const T, R>{};
-}
-
 std::size_t ssm_staging() { return sizeof(std::int32_t); }
 
 template <class T>
@@ -269,15 +270,7 @@ void cuda_scan(const dev1<const node_id>& parent, const dev_nd<const T, 3>& x, c
   require(!status_out || status_out->size() >= 1, status_code::size_mismatch, "status needs one entry");
   kernels::tree_scan_params<T> P;
   P.parent = parent.data();
-  P.in.x = view_of<3>(x);
-  P.in.dt = view_of<2>(dt);
-  P.in.A = view_of<1>(A);
-  P.in.B = view_of<3>(B);
-  P.in.C = view_of<3>(C);
-  P.in.D = dev_view<T, 2>(D);
-  P.in.dt_bias = dev_view<T, 1>(dt_bias);
-  P.in.z = dev_view<T, 3>(z);
-  P.in.h0 = dev_view<T, 3>(h0);
+  P.in = inputs<T>(x, dt, A, B, C, D, dt_bias, z, h0);
   P.opt.dt_softplus = dt_softplus;
   P.opt.dt_min = static_cast<T>(dt_min);
   P.opt.dt_max = static_cast<T>(dt_max);
@@ -304,8 +297,8 @@ void cuda_conv1d(const dev1<const node_id>& parent, const dev_nd<const T, 2>& x,
   P.parent = parent.data();
   P.in.x = view_of<2>(x);
   P.in.weight = view_of<2>(weight);
-  P.in.bias = dev_view<T, 1>(bias);
-  P.in.conv_state = dev_view<T, 2>(conv_state);
+  P.in.bias = opt_view<T, 1>(bias);
+  P.in.conv_state = opt_view<T, 2>(conv_state);
   P.in.silu = silu;
   P.out = view_of<2>(out);
   require(static_cast<std::int64_t>(parent.size()) == P.in.x.extent[0], status_code::size_mismatch,
@@ -342,17 +335,9 @@ void cuda_scan_batch(const dev1<const std::int32_t>& offsets, const dev1<const n
   device_guard g;
   g.add(offsets, "offsets", parent, "parent", x, "x", dt, "dt", A, "A", B, "B", C, "C", D, "D", dt_bias, "dt_bias", z,
         "z", h0, "h0", y, "y", states, "states", status, "status", workspace, "workspace");
-  tree_ssm_inputs<T> in;
-  in.x = view_of<3>(x);
-  in.dt = view_of<2>(dt);
-  in.A = view_of<1>(A);
-  in.B = view_of<3>(B);
-  in.C = view_of<3>(C);
-  in.D = dev_view<T, 2>(D);
-  in.dt_bias = dev_view<T, 1>(dt_bias);
-  in.z = dev_view<T, 3>(z);
-  const auto P = scan_batch_params<T>(offsets, parent, in, dev_view<T, 4>(h0), options<T>(dt_softplus, dt_min, dt_max),
-                                      view_of<3>(y), states ? view_of<4>(*states) : view4d<T>{}, status);
+  const auto P = scan_batch_params<T>(offsets, parent, inputs<T>(x, dt, A, B, C, D, dt_bias, z, std::nullopt),
+                                      opt_view<T, 4>(h0), options<T>(dt_softplus, dt_min, dt_max), view_of<3>(y),
+                                      states ? view_of<4>(*states) : view4d<T>{}, status);
   check(kernels::tree_scan_batch(P, workspace ? workspace->data() : nullptr, workspace ? workspace->size() : 0,
                                  stream_of(stream)));
 }
@@ -365,8 +350,8 @@ void cuda_conv1d_batch(const dev1<const std::int32_t>& offsets, const dev1<const
   device_guard g;
   g.add(offsets, "offsets", parent, "parent", x, "x", weight, "weight", bias, "bias", conv_state, "conv_state", out,
         "out", status, "status");
-  const auto P = conv1d_batch_params<T>(offsets, parent, view_of<2>(x), view_of<2>(weight), dev_view<T, 1>(bias),
-                                        dev_view<T, 3>(conv_state), silu, view_of<2>(out), status);
+  const auto P = conv1d_batch_params<T>(offsets, parent, view_of<2>(x), view_of<2>(weight), opt_view<T, 1>(bias),
+                                        opt_view<T, 3>(conv_state), silu, view_of<2>(out), status);
   check(kernels::tree_conv1d_batch(P, nullptr, 0, stream_of(stream)));
 }
 
