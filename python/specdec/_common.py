@@ -148,6 +148,12 @@ def _cuda_in(x: Any, dtype: Any, contiguous: bool = True) -> Any:
     return x.contiguous() if contiguous else x
 
 
+def _check_now(check: Any, status: Any) -> bool:
+    """Whether a CUDA call waits for its status and raises: as asked, else
+    exactly when the caller gave no status array to leave it in."""
+    return status is None if check is None else bool(check)
+
+
 def _workspace(nbytes: int, like: Any, device: int, handle: int, workspace: Any) -> Any:
     """The caller's workspace, or one from torch's caching allocator on the
     call's stream (so it is reused, not malloc'ed, call after call); None

@@ -8,7 +8,8 @@ import numpy as np
 from . import _core
 from ._core import Error
 from ._common import (
-    _EMPTY_I32, _device_of, _doc, _inp, _on_device, _out, _stream_handle, _to_host, _where, _workspace,
+    _EMPTY_I32, _check_now, _cuda_in, _device_of, _doc, _inp, _on_device, _out, _stream_handle, _to_host, _where,
+    _workspace,
 )
 
 
@@ -40,7 +41,7 @@ def keep_indices_batch(parent: Any, tree_offsets: Any, path: Any, path_offsets: 
 
 
 def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, keep_offsets: Any = None, *,
-              block_table: Any = None, blocks_used: Any = None, status: Any = None, sync: bool = True,
+              block_table: Any = None, blocks_used: Any = None, status: Any = None, check: Any = None,
               workspace: Any = None, stream: Any = None, threads: int = 1) -> None:
     """In-place KV commit on the caller's cache tensors: request r's k-th kept
     position moves to cache_len[r] + k in every layer and head of every tensor.
@@ -52,10 +53,12 @@ def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, kee
     CUDA tensors: the kv_commit kernel on `stream` (cache_len, keep,
     keep_offsets, block_table, blocks_used on the device too; a host int /
     list is uploaded). It validates on the device and writes nothing unless
-    every check passed; with sync=True (default) the call waits for the
-    stream and raises on failure; with sync=False it returns at once and the
-    result lands in `status` (a 1-element int64 CUDA array, check it with
-    kv_commit_check after synchronizing).
+    every check passed. The result lands in `status` (a 1-element int64
+    CUDA array; kv_commit_check reads it once the stream gets there) and
+    the call returns at once; without `status` it waits and raises on
+    failure (check=True waits even with one, check=False never does). The
+    tensors' descriptions are uploaded on every call: for a commit without
+    uploads (e.g. captured in a CUDA graph), prepare one with KVCommit.
     Host caches: the Python lock is released while bytes move; `threads`
     > 1 runs the (tensor, request) items on that many threads (a pool owned
     by this call; 0 = one per hardware thread). Same bytes for any count;
@@ -69,7 +72,7 @@ def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, kee
         if int(threads) != 1:
             raise Error("invalid_argument: threads applies to host caches (CUDA commits run on the stream)")
         return _commit_kv_cuda(dev, cs, layout, cache_len, keep, keep_offsets, block_table, blocks_used, status,
-                               sync, workspace, stream)
+                               _check_now(check, status), workspace, stream)
     # Host caches: index arrays on a device are refused.
     _where("cache_len keep keep_offsets block_table blocks_used caches", cache_len, keep, keep_offsets, block_table,
            blocks_used, cs[0])
@@ -90,7 +93,7 @@ def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, kee
 
 
 def _commit_kv_cuda(dev: int, cs: list, layout: str, cache_len: Any, keep: Any, keep_offsets: Any,
-                    block_table: Any, blocks_used: Any, status: Any, sync: bool, workspace: Any,
+                    block_table: Any, blocks_used: Any, status: Any, check_now: bool, workspace: Any,
                     stream: Any) -> None:
     like = cs[0]
     if _device_of(cache_len) is None and np.ndim(cache_len) == 0:
@@ -109,11 +112,45 @@ def _commit_kv_cuda(dev: int, cs: list, layout: str, cache_len: Any, keep: Any, 
     bu = None if blocks_used is None else _on_device(blocks_used, np.int32, like, dev)
     handle = _stream_handle(stream, dev)
     workspace = _workspace(int(_core.cuda_commit_kv_workspace_size(len(cs))), like, dev, handle, workspace)
-    _core.cuda_commit_kv(cs, layout, cl, ko, kp, bt, bu, status, workspace, handle, bool(sync))
+    _core.cuda_commit_kv(cs, layout, cl, ko, kp, bt, bu, status, workspace, handle, check_now)
+
+
+class KVCommit:
+    """A CUDA KV commit prepared for fixed cache tensors: `caches`, `layout`,
+    `block_table` and `blocks_used` as in commit_kv. The tensors are
+    described and their descriptions uploaded once, here (one wait); each
+    call then only launches the kernels on its requests: cache_len, keep and
+    keep_offsets as CUDA arrays (int64, int64, int32), nothing uploaded or
+    allocated, so a call can be captured in a CUDA graph and replayed. The
+    tensors' contents (and the block table's) may change between calls;
+    they must not be reallocated (this object keeps them alive)."""
+
+    def __init__(self, caches: Sequence[Any], layout: str, *, block_table: Any = None,
+                 blocks_used: Any = None) -> None:
+        cs = list(caches) if isinstance(caches, (list, tuple)) else [caches]
+        dev = _where(" ".join(["block_table", "blocks_used"] + [f"caches[{i}]" for i in range(len(cs))]),
+                     block_table, blocks_used, *cs)
+        if dev is None:
+            raise Error("invalid_argument: KVCommit needs CUDA cache tensors (host caches: use commit_kv)")
+        self.device = dev
+        self._keep = (cs, block_table, blocks_used)
+        self._plan = _core.CudaPreparedKVCommit(cs, layout, block_table, blocks_used)
+
+    def __call__(self, cache_len: Any, keep: Any, keep_offsets: Any, *, status: Any = None, check: Any = None,
+                 stream: Any = None) -> None:
+        """Commits one round: request r's k-th kept position moves to
+        cache_len[r] + k. The result lands in `status` (1-element int64 CUDA
+        array, read with kv_commit_check) without a wait; without `status`
+        the call waits and raises on failure (check as in commit_kv)."""
+        for name, v in (("cache_len", cache_len), ("keep", keep), ("keep_offsets", keep_offsets)):
+            if _device_of(v) != self.device:
+                raise Error(f"invalid_argument: {name} must be a CUDA array on device {self.device}")
+        self._plan(_cuda_in(cache_len, np.int64), _cuda_in(keep_offsets, np.int32), _cuda_in(keep, np.int64), status,
+                   _stream_handle(stream, self.device), _check_now(check, status))
 
 
 def kv_commit_check(status: Any) -> None:
-    """Raises the error a CUDA commit_kv(sync=False) recorded in `status`
+    """Raises the error a CUDA commit_kv (or KVCommit) recorded in `status`
     (read it after synchronizing the stream); returns if it succeeded."""
     word = int(np.asarray(_to_host(status) if _device_of(status) is not None else status).reshape(-1)[0])
     _core.kv_commit_check(word & 0xFFFFFFFFFFFFFFFF)

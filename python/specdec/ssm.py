@@ -9,7 +9,7 @@ import numpy as np
 from . import _core
 from ._core import Error
 from ._common import (
-    _check_host, _cuda_empty, _cuda_in, _doc, _inp, _is_torch, _np, _out, _stream_handle, _strided, _where,
+    _check_host, _check_now, _cuda_empty, _cuda_in, _doc, _inp, _is_torch, _np, _out, _stream_handle, _strided, _where,
     _workspace,
 )
 
@@ -26,7 +26,7 @@ def _ssm_dtype(x: Any) -> Any:
 def tree_scan(parent: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, *, D: Any = None, dt_bias: Any = None,
               z: Any = None, h0: Any = None, dt_softplus: bool = True, dt_min: float = 0.0,
               dt_max: float = math.inf, y: Any = None, states: Any = None, method: str = "automatic",
-              status: Any = None, sync: bool = True, workspace: Any = None, stream: Any = None) -> Any:
+              status: Any = None, check: Any = None, workspace: Any = None, stream: Any = None) -> Any:
     """Tree-masked selective scan (Mamba2 conventions): x [N, H, P], dt [N, H],
     A [H], B and C [N, G, S], optional D [H, P] or [H, 1], dt_bias [H], gate z
     [N, H, P], initial state h0 [H, P, S]. Writes y [N, H, P] and, when
@@ -34,10 +34,14 @@ def tree_scan(parent: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, *, D: Any = 
     float32 or float64 (the dtype of x). Returns y.
     CUDA arrays: the recurrent tree_scan kernel on `stream` (`method` is
     ignored; results equal the host's up to float rounding). The kernel
-    checks the parent links; with sync=True (default) the call waits and
-    raises on a bad tree, with sync=False the fault code (0 = ok) lands in
-    `status` (a 1-element int32 CUDA array). Input values (NaN, A > 0) are
-    not checked on the device."""
+    checks the parent links and puts its fault code (0 = ok) in `status`, a
+    1-element int32 CUDA array, without waiting: read it when the stream
+    gets there. Without `status` the call waits and raises on a bad tree
+    (check=None means "check when no status is given"; check=True waits
+    even with one, check=False never does). Nothing is uploaded; with
+    `status` and a `workspace` nothing is allocated either, so the call can
+    be captured in a CUDA graph. Input values (NaN, A > 0) are not checked
+    on the device."""
     dev = _where("parent x dt A B C D dt_bias z h0 y states status workspace", parent, x, dt, A, B, C, D, dt_bias, z,
                  h0, y, states, status, workspace)
     if dev is not None:
@@ -52,7 +56,7 @@ def tree_scan(parent: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, *, D: Any = 
         c = lambda a: _cuda_in(a, dt_, contiguous=False)  # noqa: E731
         (_core.cuda_tree_scan_f64 if dt_ == np.float64 else _core.cuda_tree_scan_f32)(
             par, c(x), c(dt), c(A), c(B), c(C), c(D), c(dt_bias), c(z), c(h0), bool(dt_softplus), float(dt_min),
-            float(dt_max), y, states, status, workspace, handle, bool(sync))
+            float(dt_max), y, states, status, workspace, handle, _check_now(check, status))
         return y
     dt_ = _ssm_dtype(x)
     f = _core.tree_scan_f64 if dt_ == np.float64 else _core.tree_scan_f32
@@ -107,14 +111,14 @@ def ssm_replay_masked(parent: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, mask
 
 
 def tree_conv1d(parent: Any, x: Any, weight: Any, *, bias: Any = None, conv_state: Any = None, silu: bool = False,
-                out: Any = None, status: Any = None, sync: bool = True, workspace: Any = None,
+                out: Any = None, status: Any = None, check: Any = None, workspace: Any = None,
                 stream: Any = None) -> Any:
     """Tree causal conv1d (Mamba's short convolution along each root path):
     x [N, channels], weight [channels, W] (column W - 1 multiplies the node
     itself), optional bias [channels] and conv_state [channels, L >= W - 1]
     (newest column last, read where a path runs out). float32 or float64.
     Returns out [N, channels]. CUDA arrays: the tree_conv1d kernel on
-    `stream` (status / sync as in tree_scan)."""
+    `stream` (status / check as in tree_scan)."""
     dev = _where("parent x weight bias conv_state out status workspace", parent, x, weight, bias, conv_state, out,
                  status, workspace)
     dt_ = _ssm_dtype(x)
@@ -125,7 +129,7 @@ def tree_conv1d(parent: Any, x: Any, weight: Any, *, bias: Any = None, conv_stat
         c = lambda a: _cuda_in(a, dt_, contiguous=False)  # noqa: E731
         (_core.cuda_tree_conv1d_f64 if dt_ == np.float64 else _core.cuda_tree_conv1d_f32)(
             _cuda_in(parent, np.int32), c(x), c(weight), c(bias), c(conv_state), bool(silu), out, status, workspace,
-            handle, bool(sync))
+            handle, _check_now(check, status))
         return out
     xs = _strided(x, dt_, "x")
     o = _out(out, x, (int(xs.shape[0]), int(xs.shape[1])), dt_, "out")

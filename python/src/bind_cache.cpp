@@ -161,41 +161,39 @@ std::size_t kv_ws_size(std::int64_t tensors) {
   return device_scratch::bytes(0, kv_staging(static_cast<std::size_t>(std::max<std::int64_t>(tensors, 0))));
 }
 
-void cuda_commit_kv(const std::vector<any_dev>& caches, const std::string& layout,
-                    const dev1<const position_id>& cache_len, const dev1<const std::int32_t>& keep_offsets,
-                    const dev1<const position_id>& keep,
-                    const std::optional<dev_nd<const std::int32_t, 2>>& block_table,
-                    const std::optional<dev1<const std::int32_t>>& blocks_used,
-                    const std::optional<dev1<std::int64_t>>& status_out, const std::optional<dev_bytes>& workspace,
-                    std::uintptr_t stream, bool sync) {
+// What a commit knows before its requests: the tensors' descriptions and the
+// launch parameters they fix, and how many requests the caches can hold
+// (rows of a contiguous cache, rows of the block table).
+struct kv_described {
+  kernels::kv_commit_params P;
+  std::vector<kv_tensor<void>> tensors;
+  std::int64_t max_requests = 0;
+};
+
+kv_described describe_commit(const std::vector<any_dev>& caches, const std::string& layout,
+                             const std::optional<dev_nd<const std::int32_t, 2>>& block_table,
+                             const std::optional<dev1<const std::int32_t>>& blocks_used) {
   require(!caches.empty(), status_code::empty_input, "no cache tensors");
-  device_guard g;
-  for (const auto& c : caches) g.add(c, "a cache tensor");
-  g.add(cache_len, "cache_len", keep_offsets, "keep_offsets", keep, "keep", block_table, "block_table", blocks_used,
-        "blocks_used", status_out, "status", workspace, "workspace");
-  const std::size_t R = cache_len.size();
-  require(keep_offsets.size() == R + 1, status_code::size_mismatch, "keep_offsets needs R + 1 entries");
-  require(!status_out || status_out->size() >= 1, status_code::size_mismatch, "status needs one entry");
+  kv_described d;
+  auto& P = d.P;
   const std::size_t bytes = caches[0].itemsize();
   for (const auto& c : caches)
     require(c.itemsize() == bytes, status_code::invalid_argument, "cache tensors must share one element size");
-  kernels::kv_commit_params P;
   const bool paged = block_table.has_value();
+  d.max_requests = INT32_MAX;
   if (paged) {
     require(block_table->shape(1) == 0 || block_table->stride(1) == 1, status_code::invalid_argument,
             "block_table rows must be contiguous");
-    require(block_table->shape(0) >= R, status_code::size_mismatch, "block_table needs one row per request");
-    require(!blocks_used || blocks_used->size() >= R, status_code::size_mismatch,
-            "blocks_used needs one entry per request");
+    d.max_requests = static_cast<std::int64_t>(block_table->shape(0));
+    if (blocks_used) d.max_requests = std::min(d.max_requests, static_cast<std::int64_t>(blocks_used->size()));
     P.map = paged_positions(block_table->data(), static_cast<std::int64_t>(block_table->shape(1)), 0, 0,
                             blocks_used ? blocks_used->data() : nullptr);
     P.map.block_table_stride = static_cast<std::int64_t>(block_table->stride(0));
   }
-  std::vector<kv_tensor<void>> ts;
   std::int64_t max_layers = 1, max_heads = 1;
   for (std::size_t i = 0; i < caches.size(); ++i) {
     std::int64_t positions = 0, rows = 0;
-    ts.push_back(describe_kv<void>(caches[i], layout, positions, rows));
+    d.tensors.push_back(describe_kv<void>(caches[i], layout, positions, rows));
     if (i == 0) {
       if (paged) {
         P.map.page_size = positions;
@@ -207,36 +205,135 @@ void cuda_commit_kv(const std::vector<any_dev>& caches, const std::string& layou
     const std::int64_t want = paged ? P.map.page_size : P.map.capacity;
     require(positions == want && (!paged || rows == P.map.num_pages), status_code::size_mismatch,
             "every cache tensor needs the same positions (and pages)");
-    require(paged || rows >= static_cast<std::int64_t>(R), status_code::size_mismatch,
-            "a contiguous cache needs one row per request");
-    max_layers = std::max(max_layers, ts.back().layers);
-    max_heads = std::max(max_heads, ts.back().heads);
+    if (!paged) d.max_requests = std::min(d.max_requests, rows);
+    max_layers = std::max(max_layers, d.tensors.back().layers);
+    max_heads = std::max(max_heads, d.tensors.back().heads);
   }
-  require(caches.size() <= static_cast<std::size_t>(INT32_MAX) && max_layers <= INT32_MAX && max_heads <= INT32_MAX &&
-              R <= static_cast<std::size_t>(INT32_MAX),
-          status_code::unsupported, "too many tensors, layers, heads or requests");
-  P.num_tensors = static_cast<std::int32_t>(ts.size());
+  require(caches.size() <= static_cast<std::size_t>(INT32_MAX) && max_layers <= INT32_MAX && max_heads <= INT32_MAX,
+          status_code::unsupported, "too many tensors, layers or heads");
+  P.num_tensors = static_cast<std::int32_t>(d.tensors.size());
   P.elem_bytes = static_cast<std::int32_t>(bytes);
   P.max_layers = static_cast<std::int32_t>(max_layers);
   P.max_heads = static_cast<std::int32_t>(max_heads);
+  return d;
+}
+
+// Points P at this call's requests after checking them against what the
+// caches hold.
+void set_requests(kernels::kv_commit_params& P, std::int64_t max_requests, const dev1<const position_id>& cache_len,
+                  const dev1<const std::int32_t>& keep_offsets, const dev1<const position_id>& keep) {
+  const std::size_t R = cache_len.size();
+  require(keep_offsets.size() == R + 1, status_code::size_mismatch, "keep_offsets needs R + 1 entries");
+  require(static_cast<std::int64_t>(R) <= max_requests, status_code::size_mismatch,
+          P.map.paged() ? "block_table (and blocks_used) need one row per request"
+                        : "a contiguous cache needs one row per request");
   P.batch.num_requests = static_cast<std::int32_t>(R);
   P.batch.cache_len = cache_len.data();
   P.batch.keep_offsets = keep_offsets.data();
   P.batch.keep = keep.size() > 0 ? keep.data() : nullptr;
   P.total_keep = static_cast<std::int64_t>(keep.size());
-  const cudaStream_t s = stream_of(stream);
-  device_scratch ws(0, kv_staging(ts.size()), workspace, s);
-  const std::uint64_t ok = kernels::kv_commit_status_ok;
-  std::uint64_t* word = ws.stage(0, &ok, 1);
-  if (status_out) word = reinterpret_cast<std::uint64_t*>(status_out->data());
-  P.status_word = word;
-  P.tensors = ws.stage(workspace_alignment, ts.data(), ts.size());
-  check(kernels::kv_commit_can_implement(P));
-  if (R == 0) return;
-  ws.upload();
-  check(kernels::kv_commit(P, ws.kernel(), ws.kernel_bytes(), s));
-  if (sync) check(kernels::kv_commit_result(read_back(word, s)));
 }
+
+// Launches P (status word already set) and, with `check`, waits and raises.
+void launch_commit(const kernels::kv_commit_params& P, cudaStream_t s, bool check_now) {
+  check(kernels::kv_commit_can_implement(P));
+  if (P.batch.num_requests == 0) return;
+  check(kernels::kv_commit(P, nullptr, 0, s));
+  if (check_now) check(kernels::kv_commit_result(read_back(P.status_word, s)));
+}
+
+void cuda_commit_kv(const std::vector<any_dev>& caches, const std::string& layout,
+                    const dev1<const position_id>& cache_len, const dev1<const std::int32_t>& keep_offsets,
+                    const dev1<const position_id>& keep,
+                    const std::optional<dev_nd<const std::int32_t, 2>>& block_table,
+                    const std::optional<dev1<const std::int32_t>>& blocks_used,
+                    const std::optional<dev1<std::int64_t>>& status_out, const std::optional<dev_bytes>& workspace,
+                    std::uintptr_t stream, bool check_now) {
+  require(!caches.empty(), status_code::empty_input, "no cache tensors");
+  device_guard g;
+  for (const auto& c : caches) g.add(c, "a cache tensor");
+  g.add(cache_len, "cache_len", keep_offsets, "keep_offsets", keep, "keep", block_table, "block_table", blocks_used,
+        "blocks_used", status_out, "status", workspace, "workspace");
+  require(!status_out || status_out->size() >= 1, status_code::size_mismatch, "status needs one entry");
+  kv_described d = describe_commit(caches, layout, block_table, blocks_used);
+  set_requests(d.P, d.max_requests, cache_len, keep_offsets, keep);
+  const cudaStream_t s = stream_of(stream);
+  device_scratch ws(0, kv_staging(d.tensors.size()), workspace, s);
+  // The validation kernel resets the status word: the staged one is a slot.
+  d.P.status_word = status_out ? reinterpret_cast<std::uint64_t*>(status_out->data()) : ws.slot<std::uint64_t>(0);
+  d.P.tensors = ws.stage(workspace_alignment, d.tensors.data(), d.tensors.size());
+  if (cache_len.size() == 0) return;
+  ws.upload();
+  launch_commit(d.P, s, check_now);
+}
+
+// A commit prepared for fixed cache tensors: their descriptions are uploaded
+// once, into device memory this object owns, so each call only points the
+// launch at its requests: nothing staged, allocated or waited for (unless
+// asked), and the call can be captured in a CUDA graph. The tensors, block
+// table and blocks_used must outlive it (the Python wrapper holds them);
+// their contents may change between calls, their addresses may not.
+class prepared_kv_commit {
+ public:
+  prepared_kv_commit(const std::vector<any_dev>& caches, const std::string& layout,
+                     const std::optional<dev_nd<const std::int32_t, 2>>& block_table,
+                     const std::optional<dev1<const std::int32_t>>& blocks_used) {
+    require(!caches.empty(), status_code::empty_input, "no cache tensors");
+    device_guard g;
+    for (const auto& c : caches) g.add(c, "a cache tensor");
+    g.add(block_table, "block_table", blocks_used, "blocks_used");
+    cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
+    kv_described d = describe_commit(caches, layout, block_table, blocks_used);
+    P_ = d.P;
+    max_requests_ = d.max_requests;
+    const std::size_t bytes = kv_staging(d.tensors.size());
+    cuda_check(cudaMalloc(&memory_, bytes), "cudaMalloc");
+    auto* base = static_cast<std::byte*>(memory_);
+    const cudaError_t e = cudaMemcpy(base + workspace_alignment, d.tensors.data(),
+                                     d.tensors.size() * sizeof(kv_tensor<void>), cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+      (void)cudaFree(memory_);
+      cuda_check(e, "cudaMemcpy");
+    }
+    P_.status_word = reinterpret_cast<std::uint64_t*>(base);
+    P_.tensors = reinterpret_cast<const kv_tensor<void>*>(base + workspace_alignment);
+  }
+  prepared_kv_commit(const prepared_kv_commit&) = delete;
+  prepared_kv_commit& operator=(const prepared_kv_commit&) = delete;
+  ~prepared_kv_commit() {
+    if (memory_ != nullptr) {
+      int prev = -1;
+      (void)cudaGetDevice(&prev);
+      (void)cudaSetDevice(device_);
+      (void)cudaFree(memory_);
+      if (prev >= 0) (void)cudaSetDevice(prev);
+    }
+  }
+
+  //! One commit on `stream`: the status lands in `status_out` when given
+  //! (else in this object's own word, read with `check_now`).
+  void operator()(const dev1<const position_id>& cache_len, const dev1<const std::int32_t>& keep_offsets,
+                  const dev1<const position_id>& keep, const std::optional<dev1<std::int64_t>>& status_out,
+                  std::uintptr_t stream, bool check_now) {
+    device_guard g;
+    g.add(cache_len, "cache_len", keep_offsets, "keep_offsets", keep, "keep", status_out, "status");
+    require(g.device() == device_, status_code::invalid_argument,
+            "the requests are on another CUDA device than the prepared caches");
+    require(!status_out || status_out->size() >= 1, status_code::size_mismatch, "status needs one entry");
+    kernels::kv_commit_params P = P_;
+    set_requests(P, max_requests_, cache_len, keep_offsets, keep);
+    if (status_out) P.status_word = reinterpret_cast<std::uint64_t*>(status_out->data());
+    launch_commit(P, stream_of(stream), check_now);
+  }
+  //! The prepared commit's own status word (device), as an address.
+  std::uintptr_t status_address() const { return reinterpret_cast<std::uintptr_t>(P_.status_word); }
+
+ private:
+  kernels::kv_commit_params P_{};
+  std::int64_t max_requests_ = 0;
+  void* memory_ = nullptr;
+  int device_ = -1;
+};
 
 //! The status a kv_commit status word (read back by the caller) stands for;
 //! raises on failure.
@@ -257,8 +354,15 @@ void bind_cache(nb::module_& m) {
   m.def("cuda_commit_kv_workspace_size", &kv_ws_size, arg("num_tensors"));
   m.def("cuda_commit_kv", &cuda_commit_kv, arg("caches").noconvert(), arg("layout"), arg("cache_len"),
         arg("keep_offsets"), arg("keep"), arg("block_table").none(), arg("blocks_used").none(),
-        arg("status").noconvert().none(), arg("workspace").noconvert().none(), arg("stream"), arg("sync"));
+        arg("status").noconvert().none(), arg("workspace").noconvert().none(), arg("stream"), arg("check"));
   m.def("kv_commit_check", &kv_commit_check, arg("status_word"));
+  nb::class_<prepared_kv_commit>(m, "CudaPreparedKVCommit")
+      .def(
+          nb::init<const std::vector<any_dev>&, const std::string&, const std::optional<dev_nd<const std::int32_t, 2>>&,
+                   const std::optional<dev1<const std::int32_t>>&>(),
+          arg("caches").noconvert(), arg("layout"), arg("block_table").none(), arg("blocks_used").none())
+      .def("__call__", &prepared_kv_commit::operator(), arg("cache_len"), arg("keep_offsets"), arg("keep"),
+           arg("status").noconvert().none(), arg("stream"), arg("check"));
 #endif
 }
 

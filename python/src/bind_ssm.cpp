@@ -239,20 +239,18 @@ std::size_t scan_ws_size(std::int64_t N, std::int64_t H, std::int64_t P, std::in
 }
 
 //! The launch both SSM kernels share: one scratch for the kernel's
-//! workspace (`size(P)` bytes) and the staged status word, the caller's
-//! status array or that word in P.status_word, `launch(P, workspace, bytes,
-//! stream)`, and with `sync` a wait that raises on a tree fault.
+//! workspace (`size(P)` bytes) and a status slot, the caller's status array
+//! or that slot in P.status_word (the kernel resets it: nothing is staged
+//! or uploaded), `launch(P, workspace, bytes, stream)`, and with `check_now`
+//! a wait that raises on a tree fault.
 template <class Params, class Size, class Launch>
 void launch_ssm(Params& P, Size size, Launch launch, const std::optional<dev1<std::int32_t>>& status_out,
-                const std::optional<dev_bytes>& workspace, std::uintptr_t stream, bool sync) {
+                const std::optional<dev_bytes>& workspace, std::uintptr_t stream, bool check_now) {
   const cudaStream_t s = stream_of(stream);
   device_scratch ws(size(P), ssm_staging(), workspace, s);
-  const std::int32_t zero = 0;
-  std::int32_t* word = ws.stage(0, &zero, 1);
-  P.status_word = status_out ? status_out->data() : word;
-  ws.upload();
+  P.status_word = status_out ? status_out->data() : ws.slot<std::int32_t>(0);
   check(launch(P, ws.kernel(), ws.kernel_bytes(), s));
-  if (!sync) return;
+  if (!check_now) return;
   const std::int32_t code = read_back(P.status_word, s);
   if (code != 0) check(make_status(static_cast<status_code>(code), "parent links are not a topological tree"));
 }
@@ -263,7 +261,7 @@ void cuda_scan(const dev1<const node_id>& parent, const dev_nd<const T, 3>& x, c
                const dev_opt<T, 2>& D, const dev_opt<T, 1>& dt_bias, const dev_opt<T, 3>& z, const dev_opt<T, 3>& h0,
                bool dt_softplus, double dt_min, double dt_max, const dev_nd<T, 3>& y,
                const std::optional<dev_nd<T, 4>>& states, const std::optional<dev1<std::int32_t>>& status_out,
-               const std::optional<dev_bytes>& workspace, std::uintptr_t stream, bool sync) {
+               const std::optional<dev_bytes>& workspace, std::uintptr_t stream, bool check_now) {
   device_guard g;
   g.add(parent, "parent", x, "x", dt, "dt", A, "A", B, "B", C, "C", D, "D", dt_bias, "dt_bias", z, "z", h0, "h0", y,
         "y", states, "states", status_out, "status", workspace, "workspace");
@@ -281,14 +279,14 @@ void cuda_scan(const dev1<const node_id>& parent, const dev_nd<const T, 3>& x, c
   check(kernels::tree_scan_can_implement(P));
   launch_ssm(
       P, [](const auto& q) { return kernels::tree_scan_workspace_size(q); },
-      [](const auto&... a) { return kernels::tree_scan(a...); }, status_out, workspace, stream, sync);
+      [](const auto&... a) { return kernels::tree_scan(a...); }, status_out, workspace, stream, check_now);
 }
 
 template <class T>
 void cuda_conv1d(const dev1<const node_id>& parent, const dev_nd<const T, 2>& x, const dev_nd<const T, 2>& weight,
                  const dev_opt<T, 1>& bias, const dev_opt<T, 2>& conv_state, bool silu, const dev_nd<T, 2>& out,
                  const std::optional<dev1<std::int32_t>>& status_out, const std::optional<dev_bytes>& workspace,
-                 std::uintptr_t stream, bool sync) {
+                 std::uintptr_t stream, bool check_now) {
   device_guard g;
   g.add(parent, "parent", x, "x", weight, "weight", bias, "bias", conv_state, "conv_state", out, "out", status_out,
         "status", workspace, "workspace");
@@ -306,7 +304,7 @@ void cuda_conv1d(const dev1<const node_id>& parent, const dev_nd<const T, 2>& x,
   check(kernels::tree_conv1d_can_implement(P));
   launch_ssm(
       P, [](const auto& q) { return kernels::tree_conv1d_workspace_size(q); },
-      [](const auto&... a) { return kernels::tree_conv1d(a...); }, status_out, workspace, stream, sync);
+      [](const auto&... a) { return kernels::tree_conv1d(a...); }, status_out, workspace, stream, check_now);
 }
 
 std::size_t conv1d_ws_size() { return device_scratch::bytes(0, ssm_staging()); }
@@ -374,10 +372,10 @@ void bind_cuda_typed(nb::module_& m, const char* scan_name, const char* conv_nam
   m.def(scan_name, &cuda_scan<T>, arg("parent"), arg("x"), arg("dt"), arg("A"), arg("B"), arg("C"), arg("D").none(),
         arg("dt_bias").none(), arg("z").none(), arg("h0").none(), arg("dt_softplus"), arg("dt_min"), arg("dt_max"),
         arg("y").noconvert(), arg("states").noconvert().none(), arg("status").noconvert().none(),
-        arg("workspace").noconvert().none(), arg("stream"), arg("sync"));
+        arg("workspace").noconvert().none(), arg("stream"), arg("check"));
   m.def(conv_name, &cuda_conv1d<T>, arg("parent"), arg("x"), arg("weight"), arg("bias").none(),
         arg("conv_state").none(), arg("silu"), arg("out").noconvert(), arg("status").noconvert().none(),
-        arg("workspace").noconvert().none(), arg("stream"), arg("sync"));
+        arg("workspace").noconvert().none(), arg("stream"), arg("check"));
 }
 #endif
 

@@ -60,6 +60,8 @@ class device_guard {
     add_one(a, name);
     if constexpr (sizeof...(More) > 0) add(more...);
   }
+  //! The arrays' device (-1 before any was added).
+  int device() const { return dev_; }
 
  private:
   template <class A>
@@ -122,6 +124,12 @@ class device_scratch {
   template <class T>
   T* stage(std::size_t offset, const T* values, std::size_t count) {
     std::memcpy(host_.data() + offset, values, count * sizeof(T));
+    return reinterpret_cast<T*>(base_ + kernel_ + offset);
+  }
+  //! The device address of byte `offset` of the staging area, for a value
+  //! the device writes before it reads it (nothing is staged or uploaded).
+  template <class T>
+  T* slot(std::size_t offset) const {
     return reinterpret_cast<T*>(base_ + kernel_ + offset);
   }
   //! Uploads what was staged (pageable source: the copy is staged by the

@@ -180,3 +180,10 @@ def test_commits_from_python_threads_at_once(rng):
     for caches, _, _, _, want in jobs:
         for a, b in zip(caches, want):
             np.testing.assert_array_equal(a, b)
+
+
+def test_prepared_commit_refuses_host_caches():
+    """KVCommit prepares a CUDA commit: host caches are refused with a
+    message that points to commit_kv (its CUDA test is in test_cache_cuda)."""
+    with pytest.raises(specdec.Error, match="commit_kv"):
+        specdec.KVCommit([np.zeros((1, 2, 4, 8), np.float32)], "SHTD")

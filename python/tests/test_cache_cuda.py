@@ -50,11 +50,63 @@ def test_commit_kv_bad_input_raises_untouched(rng):
         specdec.commit_kv([got], "SHTD", cu(np.array([0, 3], np.int64)), cu(np.array([1, 40], np.int64)),
                           cu(np.array([0, 1, 2], np.int32)))
     np.testing.assert_array_equal(host(got), cache)
-    # sync=False: the failure is recorded in `status`, raised by kv_commit_check.
+    # With `status`: no wait; the failure is recorded there, raised by kv_commit_check.
     status = torch.zeros(1, dtype=torch.int64, device=DEV)
     specdec.commit_kv([got], "SHTD", cu(np.array([0, 3], np.int64)), cu(np.array([1, 40], np.int64)),
-                      cu(np.array([0, 1, 2], np.int32)), status=status, sync=False)
+                      cu(np.array([0, 1, 2], np.int32)), status=status)
     torch.cuda.synchronize()
     with pytest.raises(specdec.Error):
         specdec.kv_commit_check(status)
     np.testing.assert_array_equal(host(got), cache)
+
+    with pytest.raises(specdec.Error):  # check=True waits even with a status array
+        specdec.commit_kv([got], "SHTD", cu(np.array([0, 3], np.int64)), cu(np.array([1, 40], np.int64)),
+                          cu(np.array([0, 1, 2], np.int32)), status=status, check=True)
+    np.testing.assert_array_equal(host(got), cache)
+
+
+def test_prepared_commit_matches_host_and_replays_in_a_graph(rng):
+    """KVCommit: prepared once for a paged K and V; two rounds launched
+    directly, then one captured in a CUDA graph and replayed after the
+    round's arrays changed on the device. Each equals the host commit."""
+    pages, P, H, D = 10, 4, 2, 8
+    K = rng.standard_normal((pages, P, H, D)).astype(np.float16)
+    V = rng.standard_normal((pages, P, H, D)).astype(np.float16)
+    table = np.array([[3, 7, 1], [2, 9, 5]], np.int32)
+    kd, vd = cu(K), cu(V)
+    commit = specdec.KVCommit([kd, vd], "STHD", block_table=cu(table))
+    status = torch.zeros(1, dtype=torch.int64, device=DEV)
+    rounds = [(np.array([2, 6], np.int64), np.array([4, 6, 7, 8, 11], np.int64), np.array([0, 3, 5], np.int32)),
+              (np.array([1, 0], np.int64), np.array([3, 5, 2], np.int64), np.array([0, 2, 3], np.int32))]
+    want = [K.copy(), V.copy()]
+    for cl, kp, ko in rounds:
+        specdec.commit_kv(want, "STHD", cl, kp, ko, block_table=table)
+        commit(cu(cl), cu(kp), cu(ko), status=status)
+    torch.cuda.synchronize()
+    specdec.kv_commit_check(status)
+    np.testing.assert_array_equal(host(kd), want[0])
+    np.testing.assert_array_equal(host(vd), want[1])
+    # Graph: the round's arrays live on the device; capture, then refill and replay.
+    cl, kp, ko = (cu(a) for a in rounds[0])
+    stream = torch.cuda.Stream(device=DEV)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            commit(cl, kp, ko, status=status, stream=stream)
+    for a, b in zip((cl, kp, ko), rounds[1]):
+        a.copy_(cu(b))
+    graph.replay()
+    torch.cuda.synchronize()
+    specdec.kv_commit_check(status)
+    specdec.commit_kv(want, "STHD", *rounds[1], block_table=table)
+    np.testing.assert_array_equal(host(kd), want[0])
+    np.testing.assert_array_equal(host(vd), want[1])
+    # A bad round: recorded, caches untouched; more requests than table rows raise at once.
+    commit(cu(np.array([0, 0], np.int64)), cu(np.array([99], np.int64)), cu(np.array([0, 1, 1], np.int32)),
+           status=status)
+    torch.cuda.synchronize()
+    with pytest.raises(specdec.Error):
+        specdec.kv_commit_check(status)
+    np.testing.assert_array_equal(host(kd), want[0])
+    with pytest.raises(specdec.Error, match="block_table"):
+        commit(cu(np.zeros(3, np.int64)), cu(np.zeros(0, np.int64)), cu(np.zeros(4, np.int32)), status=status)

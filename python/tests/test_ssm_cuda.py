@@ -34,11 +34,21 @@ def test_tree_scan_matches_host(rng, dtype, tol):
     # Without per-node states (workspace path).
     g2 = specdec.tree_scan(cu(parent), **{k: cu(v) for k, v in a.items()})
     np.testing.assert_allclose(host(g2), y, rtol=tol, atol=tol)
-    # A bad tree is found by the kernel and raises (sync=True).
+    # A bad tree is found by the kernel and raises (no status array: the call waits).
     bad = parent.copy()
     bad[5] = 7
     with pytest.raises(specdec.Error, match="not_topological"):
         specdec.tree_scan(cu(bad), **{k: cu(v) for k, v in a.items()})
+    # With a status array: no wait, the fault code lands there (check=True still waits).
+    status = torch.full((1,), -1, dtype=torch.int32, device=DEV)
+    specdec.tree_scan(cu(bad), **{k: cu(v) for k, v in a.items()}, status=status)
+    torch.cuda.synchronize()
+    assert int(status.item()) != 0
+    specdec.tree_scan(cu(parent), **{k: cu(v) for k, v in a.items()}, status=status)
+    torch.cuda.synchronize()
+    assert int(status.item()) == 0
+    with pytest.raises(specdec.Error, match="not_topological"):
+        specdec.tree_scan(cu(bad), **{k: cu(v) for k, v in a.items()}, status=status, check=True)
 
 
 @pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-4), (np.float64, 1e-10)])
