@@ -36,10 +36,10 @@
 #include <type_traits>
 
 #include "specdec/core/status.hpp"
+#include "specdec/interop/detail/sglang_verify_inputs.hpp"
 #include "specdec/interop/results.hpp"
 #include "specdec/interop/sglang.hpp"
 #include "specdec/interop/sglang_build_tree.hpp"
-#include "specdec/interop/sglang_verify.hpp"
 
 namespace specdec::kernels {
 
