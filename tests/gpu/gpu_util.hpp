@@ -45,29 +45,35 @@ class device_buffer {
   std::size_t n_ = 0;
 };
 
-//! Captures launch(stream) into a CUDA graph on a new stream (global capture
-//! mode: any synchronizing or allocating call in any thread breaks the
-//! capture), runs the graph once and waits. This is how an engine replays a
-//! decode step; launch returns false when the entry point refused. Throws
-//! on any CUDA error, with the capture ended and everything released.
-template <class Launch>
-void run_in_graph(Launch&& launch) {
-  struct resources {
-    cudaStream_t stream = nullptr;
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    bool capturing = false;
-    ~resources() {
-      if (capturing) {
-        cudaGraph_t partial = nullptr;
-        (void)cudaStreamEndCapture(stream, &partial);
-        if (partial != nullptr) cudaGraphDestroy(partial);
-      }
-      if (exec != nullptr) cudaGraphExecDestroy(exec);
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      if (stream != nullptr) cudaStreamDestroy(stream);
+namespace detail {
+
+//! The stream, graph and executable graph of a capture, released in
+//! reverse order (a capture still open is ended first).
+struct graph_resources {
+  cudaStream_t stream = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  bool capturing = false;
+  graph_resources() = default;
+  graph_resources(const graph_resources&) = delete;
+  graph_resources& operator=(const graph_resources&) = delete;
+  ~graph_resources() {
+    if (capturing) {
+      cudaGraph_t partial = nullptr;
+      (void)cudaStreamEndCapture(stream, &partial);
+      if (partial != nullptr) cudaGraphDestroy(partial);
     }
-  } r;
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+//! Captures launch(stream) on a new non-blocking stream (global capture
+//! mode) into r and instantiates the graph; throws when launch returns
+//! false or on any CUDA error.
+template <class Launch>
+void capture_graph(graph_resources& r, Launch& launch) {
   cuda_check(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   cuda_check(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
   r.capturing = true;
@@ -76,8 +82,46 @@ void run_in_graph(Launch&& launch) {
   cuda_check(cudaStreamEndCapture(r.stream, &r.graph), "cudaStreamEndCapture");
   if (!launched) throw std::runtime_error("the entry point refused the captured launch");
   cuda_check(cudaGraphInstantiate(&r.exec, r.graph, 0), "cudaGraphInstantiate");
+}
+
+}  // namespace detail
+
+//! Captures launch(stream) into a CUDA graph on a new stream (global capture
+//! mode: any synchronizing or allocating call in any thread breaks the
+//! capture), runs the graph once and waits. This is how an engine replays a
+//! decode step; launch returns false when the entry point refused. Throws
+//! on any CUDA error, with the capture ended and everything released.
+template <class Launch>
+void run_in_graph(Launch&& launch) {
+  detail::graph_resources r;
+  detail::capture_graph(r, launch);
   cuda_check(cudaGraphLaunch(r.exec, r.stream), "cudaGraphLaunch");
   cuda_check(cudaStreamSynchronize(r.stream), "cudaStreamSynchronize");
 }
+
+//! Captured once as run_in_graph does, replayed any number of times: the
+//! launches' device buffers are refilled in place (device_buffer::upload)
+//! between replays, as an engine reuses one graph for every decode step.
+class captured_graph {
+ public:
+  template <class Launch>
+  explicit captured_graph(Launch&& launch) {
+    detail::capture_graph(r_, launch);
+  }
+  captured_graph(const captured_graph&) = delete;
+  captured_graph& operator=(const captured_graph&) = delete;
+
+  //! Runs the graph once and waits. The whole device is synchronized first:
+  //! an upload from pageable memory may return before its copy has landed,
+  //! and the graph's non-blocking stream does not wait for the legacy stream.
+  void replay() {
+    cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    cuda_check(cudaGraphLaunch(r_.exec, r_.stream), "cudaGraphLaunch");
+    cuda_check(cudaStreamSynchronize(r_.stream), "cudaStreamSynchronize");
+  }
+
+ private:
+  detail::graph_resources r_;
+};
 
 }  // namespace specdec_test
