@@ -121,7 +121,9 @@ class KVCommit:
     described and their descriptions uploaded once, here (one wait); each
     call then only launches the kernels on its requests: cache_len, keep and
     keep_offsets as CUDA arrays (int64, int64, int32), nothing uploaded or
-    allocated, so a call can be captured in a CUDA graph and replayed. The
+    allocated, so a call can be captured in a CUDA graph and replayed (keep
+    may be a buffer of fixed capacity: only keep_offsets[R] entries are
+    read, so rounds that keep different counts share one graph). The
     tensors' contents (and the block table's) may change between calls;
     they must not be reallocated (this object keeps them alive)."""
 

@@ -187,3 +187,19 @@ def test_prepared_commit_refuses_host_caches():
     message that points to commit_kv (its CUDA test is in test_cache_cuda)."""
     with pytest.raises(specdec.Error, match="commit_kv"):
         specdec.KVCommit([np.zeros((1, 2, 4, 8), np.float32)], "SHTD")
+
+
+def test_commit_kv_reads_keep_up_to_keep_offsets_end(rng):
+    """keep may be a buffer of fixed capacity: entries past keep_offsets[R]
+    are never read (garbage there changes nothing)."""
+    cache = rng.standard_normal((2, 1, 2, 32, 4)).astype(np.float32)
+    cache_len = np.array([3, 7], np.int64)
+    keep = np.array([4, 6, 9, 10], np.int64)
+    ko = np.array([0, 2, 4], np.int32)
+    want = cache.copy()
+    specdec.commit_kv([want], "SLHTD", cache_len, keep, ko)
+    got = cache.copy()
+    specdec.commit_kv([got], "SLHTD", cache_len, np.concatenate([keep, [-5, 999]]), ko)
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(specdec.Error, match="size_mismatch"):
+        specdec.commit_kv([got], "SLHTD", cache_len, keep[:3], ko)

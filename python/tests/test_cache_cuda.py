@@ -86,7 +86,8 @@ def test_prepared_commit_matches_host_and_replays_in_a_graph(rng):
     specdec.kv_commit_check(status)
     np.testing.assert_array_equal(host(kd), want[0])
     np.testing.assert_array_equal(host(vd), want[1])
-    # Graph: the round's arrays live on the device; capture, then refill and replay.
+    # Graph: the round's arrays live on the device; capture, then refill in
+    # place and replay (the keep buffer's length is a capacity).
     cl, kp, ko = (cu(a) for a in rounds[0])
     stream = torch.cuda.Stream(device=DEV)
     graph = torch.cuda.CUDAGraph()
@@ -94,7 +95,7 @@ def test_prepared_commit_matches_host_and_replays_in_a_graph(rng):
         with torch.cuda.graph(graph, stream=stream):
             commit(cl, kp, ko, status=status, stream=stream)
     for a, b in zip((cl, kp, ko), rounds[1]):
-        a.copy_(cu(b))
+        a[:len(b)].copy_(cu(b))  # keep: a buffer of fixed capacity, round 2 fills 3 of its 5 entries
     graph.replay()
     torch.cuda.synchronize()
     specdec.kv_commit_check(status)

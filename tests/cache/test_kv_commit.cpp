@@ -553,6 +553,15 @@ TEST_CASE("commit_kv: bad inputs return a status and leave every cache byte unch
     CHECK(run().ok());
     CHECK(!unchanged());
   }
+  SECTION("keep may hold more entries than keep_offsets[R] (a buffer of fixed capacity)") {
+    auto exact = orig;
+    auto te = specdec::make_kv_tensor_paged_nhd(exact.data(), pages, L, P, H, D);
+    REQUIRE(specdec::commit_kv<std::uint16_t>(std::span(&te, 1), map, clen, koff, keep).ok());
+    keep.push_back(-7);  // past keep_offsets[R]: never read
+    keep.push_back(1000);
+    CHECK(specdec::commit_kv<std::uint16_t>(std::span(&t, 1), map, clen, koff, keep).ok());
+    CHECK(pool == exact);
+  }
   SECTION("capacity overflow in the last request") {
     keep[7] = 16;
     const auto s = run();
@@ -590,7 +599,7 @@ TEST_CASE("commit_kv: bad inputs return a status and leave every cache byte unch
   SECTION("broken CSR offsets") {
     koff = {0, 3, 2, 8};
     CHECK(run() == status_code::not_sorted);
-    koff = {0, 3, 5, 7};
+    koff = {0, 3, 5, 9};  // past the 8 keep entries
     CHECK(run() == status_code::size_mismatch);
     koff = {1, 3, 5, 8};
     CHECK(run() == status_code::invalid_argument);

@@ -8,7 +8,7 @@
 // KV cache bit for bit, the scan within test_ssm.cpp's float tolerance. So
 // the four launches neither synchronize nor allocate, and read nothing but
 // device memory beyond the sizes fixed at capture (R, max_nodes, the node
-// capacity N, total_keep).
+// capacity N, the keep lists' capacity total_keep).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -39,8 +39,8 @@ constexpr std::int32_t max_nodes = 24;               // round 1's largest tree; 
 constexpr std::int64_t V = 512;                      // vocabulary
 constexpr std::int64_t kv_cap = 40 + 2 * max_nodes;  // KV capacity: cache_len <= 40 + round 1's path + a tree
 constexpr std::int64_t kv_layers = 2, kv_heads = 2, head_dim = 64;
-constexpr std::int64_t kv_one = (R + 1) * kv_layers * kv_heads * kv_cap * head_dim;  // elements of K (and of V)
-const ssm_test::dims ssm_dims{0, 4, 16, 2, 32};                                      // heads, headdim, groups, dstate
+constexpr std::int64_t kv_one = R * kv_layers * kv_heads * kv_cap * head_dim;  // elements of K (and of V)
+const ssm_test::dims ssm_dims{0, 4, 16, 2, 32};                                // heads, headdim, groups, dstate
 // The modes that take any tree (block needs chains; typical_lossy's device
 // entropy may differ by an ulp).
 const verify_mode tree_modes[] = {verify_mode::sampled_iid,
@@ -116,7 +116,7 @@ tree_mask_batch<std::uint64_t> mask_args(const node_id* parents, const std::int3
   tree_mask_batch<std::uint64_t> b;
   b.parents = parents;
   b.offsets = offsets;
-  b.cache_len = cache_len;  // the first R entries (entry R is the KV padding request's)
+  b.cache_len = cache_len;
   b.masks = masks;
   b.positions = positions;
   b.tree_status = status;
@@ -142,10 +142,10 @@ tree_scan_batch_params<float> scan_args(const std::int32_t* offsets, const node_
   return p;
 }
 
-// K and V, [R + 1][layers][heads][kv_cap][head_dim] each (row R: the padding request).
+// K and V, [R][layers][heads][kv_cap][head_dim] each.
 std::vector<kv_tensor<std::uint16_t>> kv_tensors(std::uint16_t* base) {
-  return {make_kv_tensor_lhsd(base, R + 1, kv_layers, kv_heads, kv_cap, head_dim),
-          make_kv_tensor_lhsd(base + kv_one, R + 1, kv_layers, kv_heads, kv_cap, head_dim)};
+  return {make_kv_tensor_lhsd(base, R, kv_layers, kv_heads, kv_cap, head_dim),
+          make_kv_tensor_lhsd(base + kv_one, R, kv_layers, kv_heads, kv_cap, head_dim)};
 }
 
 // Every output of a round, host side; kept across rounds like the device
@@ -164,7 +164,8 @@ struct outputs {
   std::vector<std::int32_t> scan_status = std::vector<std::int32_t>(R, 99);
 };
 
-// The KV commit's keep lists (CSR over R + 1 requests, N entries).
+// The KV commit's keep lists: CSR over R requests in a buffer of N entries
+// (a fixed capacity: each round keeps fewer).
 struct keep_lists {
   std::vector<std::int32_t> offsets{0};
   std::vector<position_id> keep = std::vector<position_id>(N);
@@ -188,9 +189,8 @@ keep_lists host_round(const round_input& in, const std::vector<position_id>& cac
   // host twin's paths (equal to the device's, as checked after the replay)
   // and are uploaded before the replay. Request r keeps cache_len + node
   // along its accepted path (nodes written in verification order: identity
-  // slots); a failed request keeps nothing. total_keep is baked into the
-  // graph and must equal keep_offsets[R + 1], so a last, padding request
-  // keeps its first positions in place (a no-op on both sides) up to N.
+  // slots); a failed request keeps nothing. The graph's total_keep is the
+  // buffer's capacity N; keep_offsets[R] varies by round.
   keep_lists k;
   std::int32_t used = 0;
   for (std::int32_t r = 0; r < R; ++r) {
@@ -207,8 +207,6 @@ keep_lists host_round(const round_input& in, const std::vector<position_id>& cac
     }
     k.offsets.push_back(used += count);
   }
-  for (position_id pos = 0; used < N; ++pos) k.keep[static_cast<std::size_t>(used++)] = pos;
-  k.offsets.push_back(N);
   const auto before = h.kv;
   REQUIRE(commit_kv<std::uint16_t>(kv_tensors(h.kv.data()), contiguous_positions(kv_cap), cache_len, k.offsets, k.keep)
               .ok());
@@ -263,7 +261,7 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
   const round_input in1 = make_round(2024, 1, {12, 1, 17, 6, 24, 9});
   REQUIRE(in1.bc.offsets.back() == N);
   std::mt19937 gen(7);
-  std::vector<position_id> cache_len(R + 1, 0);  // entry R: the KV padding request
+  std::vector<position_id> cache_len(R, 0);
   for (std::int32_t r = 0; r < R; ++r) cache_len[static_cast<std::size_t>(r)] = gen() % 41;
   outputs h;
   std::mt19937_64 g64(77);
@@ -272,13 +270,13 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
 
   // Device buffers, allocated once (their addresses are in the graph);
   // the outputs start as the host's.
-  device_buffer<std::int32_t> d_off(in1.bc.offsets), d_modes(R), d_koff(R + 2);
+  device_buffer<std::int32_t> d_off(in1.bc.offsets), d_modes(R), d_koff(R + 1);
   device_buffer<node_id> d_parent(in1.bc.parent);
   device_buffer<token_id> d_token(in1.token);
   device_buffer<float> d_P(in1.P), d_Q(in1.Q);
   device_buffer<std::uint64_t> d_seeds(R);
   device_buffer<std::uint32_t> d_rounds(R);
-  device_buffer<position_id> d_cache_len(R + 1), d_keep(N);
+  device_buffer<position_id> d_cache_len(R), d_keep(N);
   device_ssm d_ssm(in1);
   device_buffer<std::uint64_t> d_masks(h.masks), d_kv_status(1);
   device_buffer<position_id> d_positions(h.positions);
@@ -348,8 +346,8 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
   kc.max_layers = kv_layers;
   kc.max_heads = kv_heads;
   kc.map = contiguous_positions(kv_cap);
-  kc.batch = kv_commit_batch{R + 1, d_cache_len.data(), d_koff.data(), d_keep.data()};
-  kc.total_keep = N;  // fixed: see host_round
+  kc.batch = kv_commit_batch{R, d_cache_len.data(), d_koff.data(), d_keep.data()};
+  kc.total_keep = N;  // the keep buffer's capacity: keep_offsets[R] changes by round
   kc.status_word = d_kv_status.data();
   const auto sb = scan_args(d_off.data(), d_parent.data(), d_ssm.inputs(in1), d_ssm.h0.data(), d_y.data(),
                             d_states.data(), d_scan_status.data());

@@ -219,8 +219,10 @@ struct kv_commit_job {
 }  // namespace detail
 
 //! Validates a whole commit without writing: the map, every tensor, the
-//! batch header and every request. `keep.size()` must equal
-//! `keep_offsets[num_requests]`; spans must have num_requests (+1) entries.
+//! batch header and every request. `keep` holds at least
+//! `keep_offsets[num_requests]` entries (the rest are not read: a buffer of
+//! fixed capacity may be passed round after round); spans must have
+//! num_requests (+1) entries.
 //! O(total keep + tensors). Returned index: the offending request or tensor.
 template <kv_element T>
 status validate_kv_commit(std::span<const kv_tensor<T>> tensors, const kv_position_map& map,
@@ -233,8 +235,8 @@ status validate_kv_commit(std::span<const kv_tensor<T>> tensors, const kv_positi
   const kv_commit_batch b{static_cast<std::int32_t>(cache_len.size()), cache_len.data(), keep_offsets.data(),
                           keep.data()};
   SPECDEC_TRY(validate_kv_commit_header(b, map));
-  if (b.num_requests > 0 && static_cast<std::size_t>(keep_offsets.back()) != keep.size())
-    return make_status(status_code::size_mismatch, "keep.size() must equal keep_offsets[num_requests]");
+  if (b.num_requests > 0 && keep_offsets.back() >= 0 && static_cast<std::size_t>(keep_offsets.back()) > keep.size())
+    return make_status(status_code::size_mismatch, "keep_offsets[num_requests] exceeds keep.size()");
   // Request by request, the CSR range before its keep entries are read (so a
   // bad CSR never reads out of bounds); the lowest failing request wins,
   // exactly as in the CUDA validation kernel.

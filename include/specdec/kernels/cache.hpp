@@ -21,8 +21,10 @@ namespace specdec::kernels {
 //! `status_word` (one 64-bit word the call resets and the device fills).
 //! `max_layers` / `max_heads` size the grid and must be >= every tensor's
 //! layers / heads (extra warps exit at once; a tensor that does not fit is
-//! reported as invalid_argument by the device and nothing is written). `total_keep` is the length
-//! of batch.keep; keep_offsets[num_requests] must equal it.
+//! reported as invalid_argument by the device and nothing is written).
+//! `total_keep` is the capacity of batch.keep (entries): the device reads
+//! keep_offsets[num_requests] <= total_keep of them, so a CUDA graph
+//! captured once serves rounds that keep different numbers of positions.
 struct kv_commit_params {
   const kv_tensor<void>* tensors = nullptr;  //!< device array of num_tensors tensor descriptions
   std::int32_t num_tensors = 0;              //!< tensors committed in this call (K, V, per-layer pieces...)
@@ -31,7 +33,7 @@ struct kv_commit_params {
   std::int32_t max_heads = 0;                //!< grid size: >= every tensor's heads
   kv_position_map map{};                     //!< contiguous or paged positions (block table in device memory)
   kv_commit_batch batch{};                   //!< cache lengths and keep lists (device memory)
-  std::int64_t total_keep = 0;               //!< length of batch.keep; keep_offsets[R] must equal it
+  std::int64_t total_keep = 0;               //!< entries batch.keep holds; keep_offsets[R] must not exceed it
   std::uint64_t* status_word = nullptr;  //!< device word: reset by the call, kv_commit_status_ok or the first failure
 };
 static_assert(std::is_trivially_copyable_v<kv_commit_params>);
