@@ -77,7 +77,7 @@ double cpu_now() {
 // not a widening one).
 template <class T>
 double stream_sum(const std::vector<const T*>& rows, std::int64_t V) {
-  using lane = std::conditional_t<std::is_same_v<T, float>, double, std::uint64_t>;
+  using lane = std::conditional_t<std::is_same_v<T, float>, double, std::uint32_t>;  // wraps: only read
   auto word = [](T x) {
     if constexpr (std::is_same_v<T, float>)
       return static_cast<lane>(x);

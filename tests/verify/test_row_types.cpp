@@ -141,6 +141,46 @@ TEST_CASE("bf16 and fp16 widen exactly, every bit pattern") {
   STATIC_REQUIRE(row_dtype_of<bfloat16> == row_dtype::bf16 && row_dtype_of<float16> == row_dtype::f16);
 }
 
+TEST_CASE("16-bit argmax on raw words equals the argmax of the widened row") {
+  // Rows drawn from a few values so that ties, -0 / +0, infinities and NaNs
+  // meet inside and across the 64-word blocks; lengths around the blocks.
+  const std::uint64_t seed = 20261128;
+  INFO("seed " << seed);
+  std::mt19937_64 gen(seed);
+  for (const row_dtype t : {row_dtype::bf16, row_dtype::f16}) {
+    const bool bf = t == row_dtype::bf16;
+    const std::uint16_t inf = bf ? 0x7F80 : 0x7C00, nan = bf ? 0x7FC0 : 0x7E00;
+    const std::vector<std::uint16_t> special{
+        0x0000, 0x8000, inf, static_cast<std::uint16_t>(inf | 0x8000), nan, static_cast<std::uint16_t>(nan | 0x8000)};
+    int cases = 0, with_nan = 0;
+    for (int trial = 0; trial < 3000; ++trial) {
+      const std::int64_t V = 1 + static_cast<std::int64_t>(gen() % 300);
+      std::vector<std::uint16_t> w(static_cast<std::size_t>(V));
+      const auto pool = 1 + gen() % 6;  // few distinct words: many ties
+      std::vector<std::uint16_t> vals;
+      for (std::uint64_t k = 0; k < pool; ++k)
+        vals.push_back(gen() % 4 == 0 ? special[gen() % special.size()] : static_cast<std::uint16_t>(gen()));
+      for (auto& x : w) x = vals[gen() % vals.size()];
+      if (trial % 3 == 0)  // mostly NaN-free rows
+        for (auto& x : w)
+          if ((x & 0x7FFF) > inf) x = 0x8000;
+      std::vector<float> wide(w.size());
+      specdec::detail::widen_range(specdec::detail::row_ref{w.data(), 1, t}, 0, V, wide.data());
+      token_id a16 = -1, a32 = -1;
+      const bool ok16 = specdec::detail::argmax_pass(specdec::detail::row_ref{w.data(), 1, t}, V, a16);
+      const bool ok32 = specdec::detail::argmax_pass(specdec::detail::row_ref{wide.data(), 1}, V, a32);
+      INFO((bf ? "bf16" : "fp16") << " trial " << trial << " V " << V);
+      REQUIRE(ok16 == ok32);
+      if (ok16) REQUIRE(a16 == a32);  // with a NaN the token is unspecified (the caller reports non_finite)
+      ++cases;
+      with_nan += ok16 ? 0 : 1;
+    }
+    CHECK(cases == 3000);
+    CHECK(with_nan > 100);  // both branches ran
+    CHECK(with_nan < 2900);
+  }
+}
+
 TEST_CASE("typed rows verify exactly as the same rows widened to fp32: every mode, trees and chains") {
   const std::uint64_t seed = 20261127;
   std::printf("[row types] seed %llu\n", static_cast<unsigned long long>(seed));

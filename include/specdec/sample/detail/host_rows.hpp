@@ -148,13 +148,75 @@ inline token_id sample_from_tiles(row_ref r, std::int64_t V, const double* tiles
   return sample_tiled([&](std::int64_t i) { return r[i]; }, V, tiles, target, [&] { return last_positive(r, V); });
 }
 
+//! Argmax (lowest id on ties) and NaN test of a contiguous bf16 or fp16
+//! row, on the raw words: key(b) = +-magnitude bits (-0 folded onto +0) is
+//! a signed 16-bit integer in the order of the values, and a NaN is a
+//! magnitude above the format's infinity (`inf_bits`), so the scan never
+//! widens. Blocks of 64 words give their maximum key first; a block is
+//! rescanned in order only when it beats the running best (strict >, so
+//! the lowest id among equal maxima stays).
+inline bool argmax_16(const std::uint16_t* w, std::int64_t V, std::uint16_t inf_bits, token_id& arg) noexcept {
+  constexpr std::int64_t block = 64;
+  auto key = [](std::uint16_t b) {
+    const int mag = b & 0x7FFF;
+    return static_cast<std::int16_t>((b & 0x8000) != 0 ? -mag : mag);
+  };
+  // -inf never wins (an all -inf row gives token 0), as in the fp32 scan.
+  std::int32_t best = -static_cast<std::int32_t>(inf_bits);
+  std::int64_t bi = -1;
+  bool nan = false;
+  auto rescan = [&](std::int64_t b, std::int64_t n) {
+    for (std::int64_t i = b; i < b + n; ++i) {
+      const bool is_nan = (w[i] & 0x7FFF) > inf_bits;
+      nan |= is_nan;
+      if (!is_nan && key(w[i]) > best) {
+        best = key(w[i]);
+        bi = i;
+      }
+    }
+  };
+  std::int64_t b = 0;
+  for (; b + block <= V; b += block) {
+    bool beats = false;
+#ifdef SPECDEC_SAMPLE_SIMD
+    const __m128i mag_mask = _mm_set1_epi16(0x7FFF), inf = _mm_set1_epi16(static_cast<short>(inf_bits));
+    __m128i mx = _mm_set1_epi16(INT16_MIN), nn = _mm_setzero_si128();
+    for (std::int64_t i = 0; i < block; i += 8) {
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + b + i));
+      const __m128i sign = _mm_srai_epi16(x, 15), mag = _mm_and_si128(x, mag_mask);
+      nn = _mm_or_si128(nn, _mm_cmpgt_epi16(mag, inf));
+      // (mag ^ sign) - sign negates the negatives. A NaN's key is above
+      // every number's: its block is rescanned, which skips it.
+      mx = _mm_max_epi16(mx, _mm_sub_epi16(_mm_xor_si128(mag, sign), sign));
+    }
+    nan |= _mm_movemask_epi8(nn) != 0;
+    beats = _mm_movemask_epi8(_mm_cmpgt_epi16(mx, _mm_set1_epi16(static_cast<short>(best)))) != 0;
+#else
+    std::int16_t m = INT16_MIN;
+    for (std::int64_t i = 0; i < block; ++i) {
+      nan |= (w[b + i] & 0x7FFF) > inf_bits;
+      const std::int16_t k = key(w[b + i]);  // a NaN's is above every number's (rescan skips it)
+      m = k > m ? k : m;
+    }
+    beats = m > best;
+#endif
+    if (beats) rescan(b, block);
+  }
+  rescan(b, V - b);
+  arg = bi < 0 ? 0 : static_cast<token_id>(bi);
+  return !nan;
+}
+
 //! Argmax (lowest id on ties) of a score row; NaN entries are never
 //! chosen and make it return false (+-inf allowed, so logits work too; an
 //! all -inf row gives token 0).
 inline bool argmax_pass(row_ref r, std::int64_t V, token_id& arg) noexcept {
+  if (r.t != row_dtype::f32 && r.s == 1)
+    return argmax_16(static_cast<const std::uint16_t*>(r.d), V,
+                     r.t == row_dtype::bf16 ? std::uint16_t{0x7F80} : std::uint16_t{0x7C00}, arg);
   if (r.t != row_dtype::f32) {
-    // 16-bit rows: widened a tile at a time and scanned as fp32; an earlier
-    // tile wins ties (strict >), so the lowest id among equal maxima stays.
+    // Strided 16-bit rows: widened a tile at a time and scanned as fp32; an
+    // earlier tile wins ties (strict >), so the lowest id among equal maxima stays.
     alignas(64) float buf[sum_tile];
     float best = -INFINITY;
     std::int64_t bi = -1;
