@@ -158,8 +158,8 @@ def sglang_tree_sampling_target_only(candidates: Any, retrive_index: Any, retriv
                                     accept_index, accept_token_num)
 
         def launch(st: Any, handle: int) -> None:
-            ws = _workspace(int(_core.cuda_sglang_tree_workspace_size(B, int(c[0].shape[1]))), c[0], dev, handle,
-                            workspace)
+            nbytes = _core.cuda_sglang_tree_sampling_workspace_size(B, int(c[0].shape[1]), int(tprobs.shape[1]))
+            ws = _workspace(int(nbytes), c[0], dev, handle, workspace)
             _core.cuda_sglang_tree_sampling_target_only(*c, tprobs, _cuda_in(coins, np.float32),
                                                         _cuda_in(final_coins, np.float32),
                                                         int(num_speculative_tokens), float(threshold_single),

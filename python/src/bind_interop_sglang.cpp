@@ -178,7 +178,8 @@ void sglang_sampling(const i64_2d& candidates, const i64_2d& retrive_index, cons
                      float threshold_acc, const out1<std::int32_t>& predicts,
                      const out_nd<std::int32_t, 2>& accept_index, const out1<std::int32_t>& accept_token_num) {
   const auto b = sglang_batch_of(candidates, retrive_index, next_token, next_sibling);
-  auto ws = scratch(sglang_workspace_size(b.num_draft_tokens));
+  auto ws =
+      scratch(sglang_sampling_workspace_size(b.num_draft_tokens, static_cast<std::int64_t>(target_probs.shape(1))));
   check(sglang_tree_sampling_target_only<std::int64_t, std::int32_t>(
       b, view_of<2>(target_probs), span_of(coins), span_of(final_coins), num_speculative_tokens,
       sglang_thresholds{threshold_single, threshold_acc}, sglang_out(predicts, accept_index, accept_token_num), ws));
@@ -291,6 +292,14 @@ std::size_t cuda_greedy_ws_size(std::int64_t B, std::int64_t n) {
   P.tree.batch_size = static_cast<std::int32_t>(B);
   P.tree.num_draft_tokens = static_cast<std::int32_t>(n);
   return device_scratch::bytes(kernels::sglang_verify_tree_greedy_workspace_size(P), 0);
+}
+
+std::size_t cuda_sampling_ws_size(std::int64_t B, std::int64_t n, std::int64_t V) {
+  kernels::sglang_sampling_params<std::int64_t, std::int32_t> P;
+  P.tree.batch_size = static_cast<std::int32_t>(B);
+  P.tree.num_draft_tokens = static_cast<std::int32_t>(n);
+  P.target_probs.extent[1] = V;
+  return device_scratch::bytes(kernels::sglang_tree_sampling_target_only_workspace_size(P), 0);
 }
 
 // The outputs and per-request codes, as the greedy and sampling params both hold them.
@@ -464,6 +473,8 @@ void bind_interop_sglang(nb::module_& m) {
         arg("request_status").noconvert().none());
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
   m.def("cuda_sglang_tree_workspace_size", &cuda_greedy_ws_size, arg("batch_size"), arg("num_draft_tokens"));
+  m.def("cuda_sglang_tree_sampling_workspace_size", &cuda_sampling_ws_size, arg("batch_size"), arg("num_draft_tokens"),
+        arg("vocab"));
   m.def("cuda_sglang_verify_tree_greedy", &cuda_greedy, arg("candidates"), arg("retrive_index"),
         arg("retrive_next_token"), arg("retrive_next_sibling"), arg("target_predict"), arg("num_speculative_tokens"),
         arg("predicts").noconvert(), arg("accept_index").noconvert(), arg("accept_token_num").noconvert(),

@@ -182,9 +182,9 @@ TEST_CASE("GPU sglang_tree_sampling_target_only equals the host twin (exact and 
                                             want.accept_num};
     std::vector<std::int32_t> want_status(static_cast<std::size_t>(bs));
     std::vector<std::int64_t> want_depth(static_cast<std::size_t>(n), 0);
-    std::vector<std::byte> ws(detail::sglang_request_bytes(n) + workspace_alignment);
+    std::vector<std::byte> ws(detail::sglang_sampling_request_bytes(n, V) + workspace_alignment);
     workspace_carver c(unaligned_carver(ws.data(), ws.size()));
-    const detail::sglang_scratch s = detail::carve_sglang(c, n);
+    const detail::sglang_sampling_scratch s = detail::carve_sglang_sampling(c, n, V);
     const view2d<const float> hp = make_view<const float>(probs.data(), bs * n, V);
     for (int r = 0; r < bs; ++r) {
       std::int32_t a = 0;

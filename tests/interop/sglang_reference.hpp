@@ -98,8 +98,10 @@ inline void reference_greedy(const batch& b, const std::vector<std::int64_t>& ta
   }
 }
 
-// Transcription of SGLang's TreeSpeculativeSamplingTargetOnly on one thread
-// (the block-parallel final sampling becomes a sequential inverse CDF).
+// Transcription of SGLang's TreeSpeculativeSamplingTargetOnly on one thread.
+// SGLang's final sampling sums the row in float across a block, in no fixed
+// order; here, and in specdec's twin (its fixed tile order), the sums are
+// in double, which on these short rows is exact in any order.
 inline void reference_sampling(const batch& b, const std::vector<float>& probs, const std::vector<float>& coins,
                                const std::vector<float>& final_coins, int num_spec, float th_single, float th_acc,
                                std::vector<int>& predicts, std::vector<int>& accept_index,
@@ -138,16 +140,16 @@ inline void reference_sampling(const batch& b, const std::vector<float>& probs, 
       if (cur == -1) break;
     }
     accept_num[static_cast<std::size_t>(bx)] = accepted;
-    float sum = 0.0f;
+    double sum = 0.0;
     std::vector<float> relu(d);
     for (std::size_t x = 0; x < d; ++x) {
       const float dp = accepted != num_spec - 1 ? draft[off + x] : 0.0f;
       relu[x] = std::max(probs[off + x] - dp, 0.0f);
       sum += relu[x];
     }
-    const float u = final_coins[static_cast<std::size_t>(bx)] * sum;
+    const double u = static_cast<double>(final_coins[static_cast<std::size_t>(bx)]) * sum;
     int sampled = static_cast<int>(d), last_valid = -1;
-    float run = 0.0f;
+    double run = 0.0;
     for (std::size_t x = 0; x < d && sampled == static_cast<int>(d); ++x) {
       if (!(relu[x] > 0.0f)) continue;
       last_valid = static_cast<int>(x);

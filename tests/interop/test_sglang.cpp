@@ -192,7 +192,7 @@ TEST_CASE("sglang_tree_sampling_target_only equals SGLang's kernel loop for any 
     reference_sampling(b, probs, coins, fc, num_spec, ts, ta, pr, ai, an);
     const sglang_tree_batch<std::int64_t> tb{bs, n, b.cand.data(), b.ridx.data(), b.next.data(), b.sib.data()};
     const sglang_outputs<int> out{pw, make_view(aw.data(), bs, num_spec), nw};
-    const auto ws = align(storage, sglang_workspace_size(n));
+    const auto ws = align(storage, sglang_sampling_workspace_size(n, V));
     REQUIRE(sglang_tree_sampling_target_only<std::int64_t, int>(tb, make_view<const float>(probs.data(), bs * n, V),
                                                                 coins, fc, num_spec, {ts, ta}, out, ws)
                 .ok());
@@ -210,7 +210,7 @@ TEST_CASE("SGLang's coin rule with thresholds 1 is exact for distinct siblings; 
   const std::vector<float> probs = {0.5f, 0.3f, 0.2f, 0.1f, 0.6f, 0.3f, 0.7f, 0.2f, 0.1f};
   const sglang_tree_batch<std::int64_t> tb{1, 3, cand, ridx, next, sib};
   std::vector<std::byte> storage;
-  const auto ws = align(storage, sglang_workspace_size(3));
+  const auto ws = align(storage, sglang_sampling_workspace_size(3, 3));
   std::mt19937_64 g(2026);
   std::uniform_real_distribution<float> U(0.0f, 1.0f);
   auto law = [&](sglang_thresholds th) {

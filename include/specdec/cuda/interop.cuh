@@ -42,7 +42,7 @@ SPECDEC_DEVICE workspace_carver request_slice(unsigned char* ws, std::size_t sli
   return workspace_carver(ws + slice * static_cast<std::size_t>(r), slice);
 }
 
-// Request r's scratch for the SGLang greedy and sampling walks: its slice of
+// Request r's scratch for the SGLang greedy walk: its slice of
 // the launch workspace, carved as the host twins carve theirs.
 SPECDEC_DEVICE specdec::detail::sglang_scratch sglang_request_scratch(unsigned char* ws, std::int32_t nodes,
                                                                       std::int32_t r) {
@@ -94,22 +94,54 @@ SPECDEC_KERNEL void __launch_bounds__(sglang_request_threads)
   if (st.ok()) detail::count_depths(p.accepted_per_depth, p.depth_counters, accepted);
 }
 
-//! SGLang's tree_speculative_sampling_target_only: thread r runs request r
-//! through specdec::detail::sglang_sampling_request (the host twin's code).
-template <std::integral I, std::integral P>
-SPECDEC_KERNEL void __launch_bounds__(sglang_request_threads)
+//! SGLang's tree_speculative_sampling_target_only: block r runs request r
+//! through the host twin's code. Thread 0 walks the coins; the last sample
+//! (a pass over V) is collective (cuda/verify.cuh's block_row_ops, in the
+//! host's fixed tile order); thread 0 writes the outputs.
+template <int Block, std::integral I, std::integral P>
+SPECDEC_KERNEL void __launch_bounds__(Block)
     sglang_sampling_kernel(const kernels::sglang_sampling_params<I, P> p, unsigned char* workspace) {
-  const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (r >= p.tree.batch_size) return;
-  const auto ri = static_cast<std::int32_t>(r);
-  const specdec::detail::sglang_scratch s = detail::sglang_request_scratch(workspace, p.tree.num_draft_tokens, ri);
-  const float acc = p.thresholds.threshold_acc > 1e-9f ? p.thresholds.threshold_acc : 1e-9f;
-  std::int32_t accepted = 0;
-  const status st = specdec::detail::sglang_sampling_request(
-      p.tree, ri, p.target_probs, p.coins.data(), p.final_coins[static_cast<std::size_t>(r)], p.num_speculative_tokens,
-      p.thresholds.threshold_single, acc, p.out, s, accepted);
-  p.request_status[r] = static_cast<std::int32_t>(st.code());
-  if (st.ok()) detail::count_depths(p.accepted_per_depth, p.depth_counters, accepted);
+  using ops_t = detail::block_row_ops<Block>;
+  __shared__ typename ops_t::storage sh;
+  __shared__ node_id walk_u;
+  __shared__ std::int32_t walk_accepted, walk_rejected;
+  const ops_t ops{sh};
+  const auto r = static_cast<std::int32_t>(blockIdx.x);
+  const std::int32_t n = p.tree.num_draft_tokens;
+  const std::int64_t V = p.target_probs.extent[1];
+  workspace_carver w = detail::request_slice(workspace, specdec::detail::sglang_sampling_request_bytes(n, V), r);
+  const specdec::detail::sglang_sampling_scratch s = specdec::detail::carve_sglang_sampling(w, n, V);
+  if (threadIdx.x == 0) {
+    const float acc = p.thresholds.threshold_acc > 1e-9f ? p.thresholds.threshold_acc : 1e-9f;
+    node_id u = 0;
+    std::int32_t accepted = 0, rejected = 0;
+    sh.code = static_cast<std::int32_t>(
+        specdec::detail::sglang_sampling_walk(p.tree, r, p.target_probs, p.coins.data(), p.num_speculative_tokens,
+                                              p.thresholds.threshold_single, acc, s.base, u, accepted, rejected)
+            .code());
+    walk_u = u;
+    walk_accepted = accepted;
+    walk_rejected = rejected;
+  }
+  __syncthreads();  // the walk's results, and its scratch in global memory
+  const auto pre = static_cast<status_code>(sh.code);
+  const node_id u = walk_u;
+  const std::int32_t accepted = walk_accepted, rejected = walk_rejected;
+  __syncthreads();  // read before the ops reuse the shared storage
+  if (pre != status_code::ok) {
+    if (threadIdx.x == 0) p.request_status[r] = static_cast<std::int32_t>(pre);
+    return;
+  }
+  token_id pick = -1;
+  const status st = specdec::detail::sglang_sampling_final(
+      ops, specdec::detail::sglang_slot_row(p.target_probs, r, n, s.base.new_to_old[u]), V, s.base.ids, rejected,
+      p.final_coins[static_cast<std::size_t>(r)], s.row, s.tiles, pick);
+  if (threadIdx.x != 0) return;
+  const status fin = st.ok() ? specdec::detail::sglang_sampling_finish(p.tree, r, p.num_speculative_tokens, p.out,
+                                                                       s.base, u, accepted, pick)
+                             : st;
+  p.request_status[r] = static_cast<std::int32_t>(fin.code());
+  if (fin.ok()) detail::count_depths(p.accepted_per_depth, p.depth_counters, accepted);
 }
 
 //! specdec's walk on SGLang's linked lists: block r verifies request r.
@@ -206,16 +238,18 @@ status sglang_verify_tree_greedy(const kernels::sglang_greedy_params<I, P>& p, v
                                 sglang_request_threads, stream);
 }
 
-//! Checks and launches sglang_sampling_kernel on `stream` (the kernels
-//! API's sglang_tree_sampling_target_only, for engines compiling this header).
+//! Checks and launches sglang_sampling_kernel (verify_block_threads threads
+//! per request) on `stream` (the kernels API's
+//! sglang_tree_sampling_target_only, for engines compiling this header).
 template <std::integral I, std::integral P>
 status sglang_tree_sampling_target_only(const kernels::sglang_sampling_params<I, P>& p, void* workspace,
                                         std::size_t workspace_bytes, cudaStream_t stream) noexcept {
-  return detail::checked_launch(
-      kernels::sglang_tree_sampling_target_only_can_implement(p), p.tree.batch_size, p, workspace, workspace_bytes,
-      &kernels::sglang_tree_sampling_target_only_workspace_size<I, P>,
-      "workspace smaller than sglang_tree_sampling_target_only_workspace_size", &sglang_sampling_kernel<I, P>,
-      detail::request_blocks(p.tree.batch_size), sglang_request_threads, stream);
+  return detail::checked_launch(kernels::sglang_tree_sampling_target_only_can_implement(p), p.tree.batch_size, p,
+                                workspace, workspace_bytes,
+                                &kernels::sglang_tree_sampling_target_only_workspace_size<I, P>,
+                                "workspace smaller than sglang_tree_sampling_target_only_workspace_size",
+                                &sglang_sampling_kernel<verify_block_threads, I, P>,
+                                static_cast<unsigned>(p.tree.batch_size), verify_block_threads, stream);
 }
 
 //! Checks and launches sglang_verify_kernel (verify_block_threads threads

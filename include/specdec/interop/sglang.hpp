@@ -28,7 +28,9 @@
 #include "specdec/interop/greedy_ids.hpp"
 #include "specdec/interop/linked_tree.hpp"
 #include "specdec/interop/results.hpp"
+#include "specdec/sample/order.hpp"
 #include "specdec/tree/token_tree.hpp"
+#include "specdec/verify/detail/row_ops.hpp"
 
 namespace specdec {
 
@@ -91,6 +93,32 @@ SPECDEC_HD std::size_t sglang_request_bytes(std::int32_t n) noexcept {
   if (n < 1) return 0;
   workspace_carver c;
   (void)carve_sglang(c, n);
+  return c.bytes_used();
+}
+
+//! One request's scratch of sglang_tree_sampling_target_only: the common
+//! scratch, then the last node's row with the rejected children zeroed (V
+//! floats) and its tile sums.
+struct sglang_sampling_scratch {
+  sglang_scratch base;
+  float* row;
+  double* tiles;
+};
+
+SPECDEC_HD sglang_sampling_scratch carve_sglang_sampling(workspace_carver& c, std::int32_t n, std::int64_t V) noexcept {
+  sglang_sampling_scratch s{};
+  s.base = carve_sglang(c, n);
+  s.row = c.take<float>(static_cast<std::size_t>(V));
+  s.tiles = c.take<double>(static_cast<std::size_t>(sum_tile_count(V)));
+  return s;
+}
+
+//! Bytes of one request's sglang_sampling_scratch (a multiple of
+//! workspace_alignment).
+SPECDEC_HD std::size_t sglang_sampling_request_bytes(std::int32_t n, std::int64_t V) noexcept {
+  if (n < 1 || V < 1) return 0;
+  workspace_carver c;
+  (void)carve_sglang_sampling(c, n, V);
   return c.bytes_used();
 }
 
@@ -184,32 +212,32 @@ SPECDEC_HD status sglang_greedy_request(const sglang_tree_batch<I>& b, std::int3
   return status::success();
 }
 
-//! Request r of sglang_tree_sampling_target_only (shapes, sizes and
-//! thresholds already checked, `acc` = threshold_acc floored at 1e-9); the
-//! CUDA kernel runs this very function, one thread per request.
-template <std::integral I, std::integral P>
-SPECDEC_HD status sglang_sampling_request(const sglang_tree_batch<I>& b, std::int32_t r,
-                                          view2d<const float> target_probs, const float* coins, float final_coin,
-                                          std::int32_t num_speculative_tokens, float threshold_single, float acc,
-                                          const sglang_outputs<P>& out, const sglang_scratch& s,
-                                          std::int32_t& accepted_out) noexcept {
-  const std::int32_t n = b.num_draft_tokens;
-  const auto un = static_cast<std::size_t>(n);
-  const std::size_t o = static_cast<std::size_t>(r) * un;
+//! The coin walk of request r of sglang_tree_sampling_target_only (one
+//! thread; shapes, sizes and thresholds already checked, `acc` =
+//! threshold_acc floored at 1e-9): one coin per expanded node, a running
+//! float sum of target probabilities over the siblings visited. On success
+//! `u` is the last accepted node (converted ids), `accepted` the drafts
+//! accepted and s.ids[0..rejected) the children rejected at u.
+template <std::integral I>
+SPECDEC_HD status sglang_sampling_walk(const sglang_tree_batch<I>& b, std::int32_t r, view2d<const float> target_probs,
+                                       const float* coins, std::int32_t num_speculative_tokens, float threshold_single,
+                                       float acc, const sglang_scratch& s, node_id& u, std::int32_t& accepted,
+                                       std::int32_t& rejected) noexcept {
+  const std::size_t o = static_cast<std::size_t>(r) * static_cast<std::size_t>(b.num_draft_tokens);
   const std::int64_t V = target_probs.extent[1];
   std::int32_t count = 0;
   SPECDEC_TRY(sglang_convert(b, r, s, count));
-  for (std::int32_t u = 1; u < count; ++u)
-    if (s.token[u] >= V) return make_status(status_code::token_out_of_range, "candidate token >= V");
-  auto prob = [&](node_id u, token_id x, float& v) -> status {
-    v = target_probs(static_cast<std::int64_t>(o) + s.new_to_old[u], x);
-    if (v != v) return make_status(status_code::non_finite, "target probability is NaN");
-    if (v < 0.0f) return make_status(status_code::negative_probability, "target probability < 0");
+  for (std::int32_t k = 1; k < count; ++k)
+    if (s.token[k] >= V) return make_status(status_code::token_out_of_range, "candidate token >= V");
+  auto prob = [&](node_id v, token_id x, float& p) -> status {
+    p = target_probs(static_cast<std::int64_t>(o) + s.new_to_old[v], x);
+    if (p != p) return make_status(status_code::non_finite, "target probability is NaN");
+    if (p < 0.0f) return make_status(status_code::negative_probability, "target probability < 0");
     return status::success();
   };
-  // The walk: one coin per expanded node, a running float sum over siblings.
-  node_id u = 0;
-  std::int32_t accepted = 0, rejected = 0;
+  u = 0;
+  accepted = 0;
+  rejected = 0;
   while (accepted < num_speculative_tokens - 1) {
     const float coin = coins[o + static_cast<std::size_t>(s.new_to_old[u])];
     float sum = 0.0f;
@@ -231,33 +259,41 @@ SPECDEC_HD status sglang_sampling_request(const sglang_tree_batch<I>& b, std::in
     ++accepted;
     rejected = 0;
   }
-  // Final sample: u's row without the children rejected at u.
-  const auto row = static_cast<std::int64_t>(o) + s.new_to_old[u];
-  auto value = [&](token_id x) {
-    for (std::int32_t k = 0; k < rejected; ++k)
-      if (s.ids[k] == x) return 0.0f;
-    const float v = target_probs(row, x);
-    return v > 0.0f ? v : 0.0f;
-  };
-  float total = 0.0f;
-  for (token_id x = 0; x < V; ++x) {
-    const float v = target_probs(row, x);
-    if (v != v) return make_status(status_code::non_finite, "target probability is NaN");
-    if (v < 0.0f) return make_status(status_code::negative_probability, "target probability < 0");
-    total += value(x);
-  }
-  const float target = final_coin * total;
-  token_id pick = -1, last_valid = -1;
-  float run = 0.0f;
-  for (token_id x = 0; x < V && pick < 0; ++x) {
-    const float v = value(x);
-    if (!(v > 0.0f)) continue;
-    last_valid = x;
-    run += v;
-    if (run > target) pick = x;
-  }
-  if (pick < 0) pick = last_valid >= 0 ? last_valid : static_cast<token_id>(V - 1);
-  // Path and emitted tokens, then SGLang's outputs.
+  return status::success();
+}
+
+//! The last sample of a request: `row` (the last accepted node's target
+//! row) with the `rejected` tokens zeroed, copied into R, its mass in the
+//! fixed tile order of sample/order.hpp (tile sums into `tiles`) and the
+//! inverse-CDF sample at final_coin * mass; SGLang's fallback, token V - 1,
+//! when no mass is left. A NaN, infinite or negative entry gives its status
+//! (row_status order: non_finite first). Collective on the device (every
+//! thread of the block calls it with the same arguments; `ops` is the
+//! block's row policy), plain on the host (host_row_ops).
+SPECDEC_NO_EXEC_CHECK
+template <class Ops>
+SPECDEC_HD status sglang_sampling_final(const Ops& ops, row_ref row, std::int64_t V, const token_id* rejected_ids,
+                                        std::int32_t rejected, float final_coin, float* R, double* tiles,
+                                        token_id& pick) noexcept {
+  ops.copy(row, R, V);
+  ops.sync();
+  for (std::int32_t k = 0; k < rejected; ++k) ops.put(R, static_cast<std::int64_t>(rejected_ids[k]), 0.0f);
+  ops.sync();
+  double mass = 0.0;
+  if (!ops.mass(row_ref{R, 1}, V, tiles, mass))
+    return make_status(ops.classify(row_ref{R, 1}, V), "bad entry in the last node's target row");
+  pick = mass > 0.0 ? ops.sample(row_ref{R, 1}, V, tiles, static_cast<double>(final_coin) * mass) : token_id{-1};
+  if (pick < 0) pick = static_cast<token_id>(V - 1);
+  return status::success();
+}
+
+//! After the last sample (one thread): path, emitted tokens and SGLang's
+//! outputs of request r.
+template <std::integral I, std::integral P>
+SPECDEC_HD status sglang_sampling_finish(const sglang_tree_batch<I>& b, std::int32_t r,
+                                         std::int32_t num_speculative_tokens, const sglang_outputs<P>& out,
+                                         const sglang_scratch& s, node_id u, std::int32_t accepted,
+                                         token_id pick) noexcept {
   node_id v = u;
   for (std::int32_t k = accepted; k >= 1; --k) {
     s.path[k] = v;
@@ -266,9 +302,33 @@ SPECDEC_HD status sglang_sampling_request(const sglang_tree_batch<I>& b, std::in
   }
   s.path[0] = 0;
   s.tokens[accepted] = pick;
-  SPECDEC_TRY(sglang_write(b, r, num_speculative_tokens, out, s, accepted));
-  accepted_out = accepted;
-  return status::success();
+  return sglang_write(b, r, num_speculative_tokens, out, s, accepted);
+}
+
+//! The target row of slot `slot` of request r, as the walk reads it.
+SPECDEC_HD row_ref sglang_slot_row(view2d<const float> target_probs, std::int32_t r, std::int32_t num_draft_tokens,
+                                   std::int32_t slot) noexcept {
+  const std::int64_t row = static_cast<std::int64_t>(r) * num_draft_tokens + slot;
+  return row_ref{target_probs.data + row * target_probs.stride[0], target_probs.stride[1]};
+}
+
+//! Request r on the host: the walk, the last sample (host_row_ops) and the
+//! outputs; the CUDA kernel runs the same three steps, the middle one with
+//! a thread block.
+template <std::integral I, std::integral P>
+status sglang_sampling_request(const sglang_tree_batch<I>& b, std::int32_t r, view2d<const float> target_probs,
+                               const float* coins, float final_coin, std::int32_t num_speculative_tokens,
+                               float threshold_single, float acc, const sglang_outputs<P>& out,
+                               const sglang_sampling_scratch& s, std::int32_t& accepted) noexcept {
+  node_id u = 0;
+  std::int32_t rejected = 0;
+  token_id pick = -1;
+  SPECDEC_TRY(sglang_sampling_walk(b, r, target_probs, coins, num_speculative_tokens, threshold_single, acc, s.base, u,
+                                   accepted, rejected));
+  SPECDEC_TRY(sglang_sampling_final(host_row_ops{},
+                                    sglang_slot_row(target_probs, r, b.num_draft_tokens, s.base.new_to_old[u]),
+                                    target_probs.extent[1], s.base.ids, rejected, final_coin, s.row, s.tiles, pick));
+  return sglang_sampling_finish(b, r, num_speculative_tokens, out, s.base, u, accepted, pick);
 }
 
 //! The whole-call checks of sglang_tree_sampling_target_only beyond the
@@ -288,10 +348,18 @@ SPECDEC_HD status check_sglang_sampling(std::size_t slots, std::int32_t batch_si
 
 }  // namespace detail
 
-//! Bytes of workspace both SGLang entry points need for trees of
+//! Bytes of workspace sglang_verify_tree_greedy needs for trees of
 //! `num_draft_tokens` slots (reused by every request; 256-byte aligned).
 inline std::size_t sglang_workspace_size(std::int32_t num_draft_tokens) noexcept {
   return detail::sglang_request_bytes(num_draft_tokens);
+}
+
+//! Bytes of workspace sglang_tree_sampling_target_only needs for trees of
+//! `num_draft_tokens` slots and rows of `vocab` entries (one request's
+//! scratch, reused; 256-byte aligned): sglang_workspace_size plus the last
+//! row's copy and tile sums.
+inline std::size_t sglang_sampling_workspace_size(std::int32_t num_draft_tokens, std::int64_t vocab) noexcept {
+  return detail::sglang_sampling_request_bytes(num_draft_tokens, vocab);
 }
 
 //! SGLang's verify_tree_greedy: target_predict holds the target's argmax id
@@ -321,11 +389,15 @@ status sglang_verify_tree_greedy(const sglang_tree_batch<I>& b, std::span<const 
 //!   at b * num_draft_tokens + s (by slot, as in SGLang; not retrive_index).
 //! - coins: [batch * num_draft_tokens], the coin of each expanded slot;
 //!   final_coins: [batch], the coin of the last sampling.
+//! - workspace: sglang_sampling_workspace_size(num_draft_tokens, V) bytes.
 //! Rows are read as given (not renormalized); a NaN or negative entry that
-//! is read gives non_finite / negative_probability. The thresholds must be
-//! in (0, 1] (threshold_acc is floored at 1e-9 as SGLang does).
+//! is read gives non_finite / negative_probability (an infinite entry of
+//! the last row too). The walk's sibling sums are SGLang's running float
+//! sums; the last sample sums the row in specdec's fixed tile order (in
+//! double), which the CUDA twin's block reproduces exactly. The thresholds
+//! must be in (0, 1] (threshold_acc is floored at 1e-9 as SGLang does).
 //! The CUDA twin is kernels::sglang_tree_sampling_target_only (same
-//! per-request code).
+//! per-request code, a thread block per request).
 template <std::integral I, std::integral P>
 status sglang_tree_sampling_target_only(const sglang_tree_batch<I>& b, view2d<const float> target_probs,
                                         std::span<const float> coins, std::span<const float> final_coins,
@@ -334,9 +406,12 @@ status sglang_tree_sampling_target_only(const sglang_tree_batch<I>& b, view2d<co
   const std::size_t slots = static_cast<std::size_t>(b.batch_size) * static_cast<std::size_t>(b.num_draft_tokens);
   SPECDEC_TRY(detail::check_sglang(b, num_speculative_tokens, out, 0, workspace));
   SPECDEC_TRY(detail::check_sglang_sampling(slots, b.batch_size, target_probs, coins.size(), final_coins.size(), th));
+  const std::int64_t V = target_probs.extent[1];
+  if (b.batch_size > 0 && workspace.size() < detail::sglang_sampling_request_bytes(b.num_draft_tokens, V))
+    return make_status(status_code::buffer_too_small, "workspace smaller than sglang_sampling_workspace_size");
   const float acc = th.threshold_acc > 1e-9f ? th.threshold_acc : 1e-9f;
   workspace_carver c(workspace.data(), workspace.size());
-  const detail::sglang_scratch s = detail::carve_sglang(c, b.num_draft_tokens);
+  const detail::sglang_sampling_scratch s = detail::carve_sglang_sampling(c, b.num_draft_tokens, V);
   for (std::int32_t r = 0; r < b.batch_size; ++r) {
     std::int32_t accepted = 0;
     const status st =

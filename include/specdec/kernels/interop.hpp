@@ -6,7 +6,7 @@
 //! - sglang_tree_sampling_target_only: SGLang's
 //!   tree_speculative_sampling_target_only with its coin rule and the
 //!   threshold_single / threshold_acc knobs (LOSSY below 1, see
-//!   interop/sglang.hpp);
+//!   interop/sglang.hpp), a thread block per request;
 //! - sglang_build_tree: SGLang's build_tree_kernel_efficient (EAGLE's
 //!   parent_list / selected_index to mask, positions and linked lists, the
 //!   three mask modes; interop/sglang_build_tree.hpp);
@@ -133,10 +133,15 @@ status sglang_verify_tree_greedy_can_implement(const sglang_greedy_params<I, P>&
                                                p.depth_counters);
 }
 
-//! Device workspace of sglang_tree_sampling_target_only (as the greedy one).
+//! Device workspace of sglang_tree_sampling_target_only: one slice of
+//! sglang_sampling_workspace_size(num_draft_tokens, V) per request (the
+//! last row's copy and tile sums, V floats and V / 1024 doubles, next to
+//! the tree scratch).
 template <std::integral I, std::integral P>
 std::size_t sglang_tree_sampling_target_only_workspace_size(const sglang_sampling_params<I, P>& p) noexcept {
-  return specdec::detail::sglang_batch_bytes(p.tree);
+  if (p.tree.batch_size <= 0) return 0;
+  return specdec::detail::sglang_sampling_request_bytes(p.tree.num_draft_tokens, p.target_probs.extent[1]) *
+         static_cast<std::size_t>(p.tree.batch_size);
 }
 
 //! Host checks of sglang_tree_sampling_target_only: the host twin's
