@@ -1,11 +1,13 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "specdec/cache/keep_indices.hpp"
+#include "specdec/verify/verify_params.hpp"
 #include "test_util.hpp"
 
 using specdec::node_id;
@@ -104,5 +106,96 @@ TEST_CASE("keep_indices_batch matches per-request calls on random trees") {
     CHECK(st.index() == R - 1);
     for (auto k : keep2) CHECK(k == -3);
     for (auto k : koff2) CHECK(k == -3);
+  }
+}
+
+using cache_test::args;
+using cache_test::make_verified;
+using cache_test::verified_batch;
+
+TEST_CASE("keep_indices_from_results: the accepted paths' keep lists, refused requests keep nothing") {
+  for (std::uint32_t seed = 1; seed <= 60; ++seed) {
+    INFO("seed " << seed);
+    std::mt19937 g(seed);
+    const bool with_slots = seed % 2 == 0;
+    const verified_batch v = make_verified(g, with_slots);
+    std::vector<specdec::position_id> keep;
+    std::vector<std::int32_t> koff, st;
+    REQUIRE(specdec::keep_indices_from_results(args(v, with_slots, keep, koff, st)).ok());
+    std::vector<std::int32_t> want_off{0};
+    std::vector<specdec::position_id> want_keep;
+    for (std::size_t r = 0; r < v.results.size(); ++r) {
+      CHECK(st[r] == static_cast<std::int32_t>(v.results[r].code));
+      want_keep.insert(want_keep.end(), v.want[r].begin(), v.want[r].end());
+      want_off.push_back(static_cast<std::int32_t>(want_keep.size()));
+    }
+    CHECK(koff == want_off);
+    CHECK(std::vector<specdec::position_id>(keep.begin(), keep.begin() + koff.back()) == want_keep);
+    // The same lists as keep_indices_batch on the accepted paths.
+    std::vector<node_id> path;
+    std::vector<std::int32_t> poff{0};
+    for (std::size_t r = 0; r < v.results.size(); ++r) {
+      if (v.results[r].code == status_code::ok)
+        for (std::int32_t k = 0; k <= v.results[r].accepted; ++k) path.push_back(v.paths[r * v.L + k]);
+      else
+        path.push_back(0);  // the root alone: one kept position, dropped below
+      poff.push_back(static_cast<std::int32_t>(path.size()));
+    }
+    std::vector<specdec::position_id> kb(path.size());
+    std::vector<std::int32_t> kbo(v.results.size() + 1);
+    REQUIRE(specdec::keep_indices_batch(v.parent, v.toff, with_slots ? v.slots : std::vector<std::int32_t>{}, path,
+                                        poff, v.clen, kb, kbo)
+                .ok());
+    std::vector<specdec::position_id> from_batch;
+    for (std::size_t r = 0; r < v.results.size(); ++r)
+      if (v.results[r].code == status_code::ok)
+        from_batch.insert(from_batch.end(), kb.begin() + kbo[r], kb.begin() + kbo[r + 1]);
+    CHECK(from_batch == want_keep);
+  }
+}
+
+TEST_CASE("keep_indices_from_results: malformed requests get their code, bad offsets stop every request") {
+  std::mt19937 g(20261128);
+  verified_batch v = make_verified(g, true);
+  while (v.results.size() < 3) v = make_verified(g, true);
+  for (auto& r : v.results) r.code = status_code::ok;
+  std::vector<specdec::position_id> keep;
+  std::vector<std::int32_t> koff, st;
+  const auto R = v.results.size();
+  SECTION("accepted past the path row or the request's nodes") {
+    v.results[1].accepted = v.L;
+    REQUIRE(specdec::keep_indices_from_results(args(v, true, keep, koff, st)).ok());
+    CHECK(st[1] == static_cast<std::int32_t>(status_code::out_of_range));
+    CHECK(st[0] == 0);
+    CHECK(koff[2] == koff[1]);  // request 1 keeps nothing
+  }
+  SECTION("a path that does not start at the root") {
+    v.paths[static_cast<std::size_t>(v.L) * 2] = 1;
+    REQUIRE(specdec::keep_indices_from_results(args(v, true, keep, koff, st)).ok());
+    const bool one_node = v.toff[3] - v.toff[2] == 1;
+    CHECK(st[2] == static_cast<std::int32_t>(one_node ? status_code::out_of_range : status_code::invalid_argument));
+    CHECK(koff[3] == koff[2]);
+  }
+  SECTION("offsets that decrease or end past node_capacity: every request not_sorted, nothing kept") {
+    for (int variant = 0; variant < 3; ++variant) {
+      verified_batch w = v;
+      if (variant == 0) std::swap(w.toff[1], w.toff[2]);
+      if (variant == 1) w.toff[R] += 1;
+      if (variant == 2) w.toff[0] = -1;
+      if (w.toff[1] == w.toff[2]) continue;  // a swap of equal offsets changes nothing
+      REQUIRE(specdec::keep_indices_from_results(args(w, true, keep, koff, st)).ok());
+      for (auto s : st) CHECK(s == static_cast<std::int32_t>(status_code::not_sorted));
+      for (auto o : koff) CHECK(o == 0);
+      for (auto k : keep) CHECK(k == -3);
+    }
+  }
+  SECTION("whole-call errors write nothing") {
+    auto b = args(v, true, keep, koff, st);
+    b.path_stride = 0;
+    CHECK(specdec::keep_indices_from_results(b) == status_code::invalid_argument);
+    b = args(v, true, keep, koff, st);
+    b.results = nullptr;
+    CHECK(specdec::keep_indices_from_results(b) == status_code::invalid_argument);
+    for (auto o : koff) CHECK(o == -3);
   }
 }

@@ -303,3 +303,49 @@ TEST_CASE("GPU kv_commit: a grid smaller than a tensor's layers is an error, not
   CHECK(ds.index() == c.R);  // rank R + 0: the first tensor
   CHECK(untouched);
 }
+
+TEST_CASE("GPU keep_indices_from_results equals the host twin: random batches, malformed requests, bad offsets") {
+  // Seeds 1..40; every 7th batch gets a decreasing offset (every request
+  // not_sorted), every 3rd one accepted count past its path row.
+  for (std::uint32_t seed = 1; seed <= 40; ++seed) {
+    INFO("seed " << seed);
+    std::mt19937 g(seed);
+    const bool with_slots = seed % 2 == 0;
+    cache_test::verified_batch v = cache_test::make_verified(g, with_slots);
+    if (seed % 3 == 0) v.results[0].accepted = v.L;
+    if (seed % 7 == 0 && v.results.size() > 1 && v.toff[1] != v.toff[2]) std::swap(v.toff[1], v.toff[2]);
+    std::vector<specdec::position_id> keep;
+    std::vector<std::int32_t> koff, st;
+    const auto hb = cache_test::args(v, with_slots, keep, koff, st);
+    REQUIRE(specdec::keep_indices_from_results(hb).ok());
+
+    const device_buffer<std::int32_t> d_toff(v.toff), d_slots(v.slots);
+    const device_buffer<specdec::node_id> d_parent(v.parent), d_paths(v.paths);
+    const device_buffer<specdec::verify_result> d_res(v.results);
+    const device_buffer<specdec::position_id> d_clen(v.clen);
+    device_buffer<specdec::position_id> d_keep(std::vector<specdec::position_id>(keep.size(), -3));
+    device_buffer<std::int32_t> d_koff(std::vector<std::int32_t>(koff.size(), -3)),
+        d_st(std::vector<std::int32_t>(st.size(), -3));
+    specdec::keep_from_results_batch db = hb;
+    db.tree_offsets = d_toff.data();
+    db.parent = d_parent.data();
+    db.slot_of_node = with_slots ? d_slots.data() : nullptr;
+    db.paths = d_paths.data();
+    db.results = d_res.data();
+    db.cache_len = d_clen.data();
+    db.keep = d_keep.data();
+    db.keep_offsets = d_koff.data();
+    db.request_status = d_st.data();
+    REQUIRE(specdec::kernels::keep_indices_from_results_can_implement(db).ok());
+    if (seed % 5 == 0)
+      run_in_graph([&](cudaStream_t s) { return specdec::kernels::keep_indices_from_results(db, nullptr, 0, s).ok(); });
+    else
+      REQUIRE(specdec::kernels::keep_indices_from_results(db, nullptr, 0, nullptr).ok());
+    specdec_test::cuda_check(cudaDeviceSynchronize(), "sync");
+    CHECK(d_st.download() == st);
+    CHECK(d_koff.download() == koff);
+    const auto dk = d_keep.download();
+    CHECK(std::vector<specdec::position_id>(dk.begin(), dk.begin() + koff.back()) ==
+          std::vector<specdec::position_id>(keep.begin(), keep.begin() + koff.back()));
+  }
+}

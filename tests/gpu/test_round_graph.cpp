@@ -1,14 +1,16 @@
 // A whole speculative round in ONE CUDA graph: tree masks, batched
-// verification, the KV commit and the tree SSM scan of a ragged batch of
-// trees, captured once on one stream (global capture mode) and replayed
-// twice, the same device input buffers refilled in place in between with a
-// second round (new trees of the same sizes or smaller, new rows, seeds,
-// rounds, cache lengths and keep lists). After each replay every output
-// equals its host twin's: masks, positions, paths, tokens, results and the
-// KV cache bit for bit, the scan within test_ssm.cpp's float tolerance. So
-// the four launches neither synchronize nor allocate, and read nothing but
-// device memory beyond the sizes fixed at capture (R, max_nodes, the node
-// capacity N, the keep lists' capacity total_keep).
+// verification, the keep lists from the verification's outputs, the KV
+// commit of those lists and the tree SSM scan of a ragged batch of trees,
+// captured once on one stream (global capture mode) and replayed twice, the
+// same device input buffers refilled in place in between with a second
+// round (new trees of the same sizes or smaller, new rows, seeds, rounds and
+// cache lengths). After each replay every output equals its host twin's:
+// masks, positions, paths, tokens, results, keep lists and the KV cache bit
+// for bit, the scan within test_ssm.cpp's float tolerance. So the five
+// launches neither synchronize nor allocate, chain on the device with no
+// host round trip, and read nothing but device memory beyond the sizes
+// fixed at capture (R, max_nodes, the node capacity N, the keep lists'
+// capacity total_keep).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -162,17 +164,35 @@ struct outputs {
   std::vector<float> y = std::vector<float>(static_cast<std::size_t>(N * ssm_dims.heads * ssm_dims.headdim), -777.0f);
   std::vector<float> states = std::vector<float>(y.size() * static_cast<std::size_t>(ssm_dims.dstate), -777.0f);
   std::vector<std::int32_t> scan_status = std::vector<std::int32_t>(R, 99);
+  // The keep lists (a buffer of N entries: each round keeps fewer).
+  std::vector<position_id> keep = std::vector<position_id>(N, -5);
+  std::vector<std::int32_t> keep_offsets = std::vector<std::int32_t>(R + 1, -5);
+  std::vector<std::int32_t> keep_status = std::vector<std::int32_t>(R, -5);
 };
 
-// The KV commit's keep lists: CSR over R requests in a buffer of N entries
-// (a fixed capacity: each round keeps fewer).
-struct keep_lists {
-  std::vector<std::int32_t> offsets{0};
-  std::vector<position_id> keep = std::vector<position_id>(N);
-};
+// The arguments of the keep lists over a round's verification outputs
+// (host or device pointers alike): identity slots, the paths' rows of
+// max_nodes entries.
+keep_from_results_batch keep_args(const std::int32_t* offsets, const node_id* parents, const node_id* paths,
+                                  const verify_result* results, const position_id* cache_len, position_id* keep,
+                                  std::int32_t* keep_offsets, std::int32_t* status) {
+  keep_from_results_batch b;
+  b.num_requests = R;
+  b.tree_offsets = offsets;
+  b.parent = parents;
+  b.node_capacity = N;
+  b.paths = paths;
+  b.path_stride = max_nodes;
+  b.results = results;
+  b.cache_len = cache_len;
+  b.keep = keep;
+  b.keep_offsets = keep_offsets;
+  b.request_status = status;
+  return b;
+}
 
-// The round's host twins on h, in the graph's order; returns the keep lists.
-keep_lists host_round(const round_input& in, const std::vector<position_id>& cache_len, outputs& h) {
+// The round's host twins on h, in the graph's order.
+void host_round(const round_input& in, const std::vector<position_id>& cache_len, outputs& h) {
   const auto& off = in.bc.offsets;
   REQUIRE(build_tree_masks_batched(mask_args(in.bc.parent.data(), off.data(), cache_len.data(), h.masks.data(),
                                              h.positions.data(), h.tree_status.data()))
@@ -185,31 +205,17 @@ keep_lists host_round(const round_input& in, const std::vector<position_id>& cac
       make_view(h.paths.data(), R, max_nodes), make_view(h.tokens.data(), R, max_nodes), h.results, {}};
   (void)verify_batch(vin, vws, vout);  // per-request codes are compared with the device's
 
-  // There is no device keep-indices kernel: the keep lists come from the
-  // host twin's paths (equal to the device's, as checked after the replay)
-  // and are uploaded before the replay. Request r keeps cache_len + node
-  // along its accepted path (nodes written in verification order: identity
-  // slots); a failed request keeps nothing. The graph's total_keep is the
-  // buffer's capacity N; keep_offsets[R] varies by round.
-  keep_lists k;
-  std::int32_t used = 0;
-  for (std::int32_t r = 0; r < R; ++r) {
-    const auto& res = h.results[static_cast<std::size_t>(r)];
-    std::int32_t count = 0;
-    if (res.code == status_code::ok) {
-      const std::span<const node_id> par(
-          in.bc.parent.data() + off[static_cast<std::size_t>(r)],
-          static_cast<std::size_t>(off[static_cast<std::size_t>(r) + 1] - off[static_cast<std::size_t>(r)]));
-      const std::span<const node_id> path(h.paths.data() + r * max_nodes, static_cast<std::size_t>(res.accepted) + 1);
-      REQUIRE(keep_indices_from_path(par, path, {}, cache_len[static_cast<std::size_t>(r)],
-                                     std::span<position_id>(k.keep).subspan(static_cast<std::size_t>(used)), count)
-                  .ok());
-    }
-    k.offsets.push_back(used += count);
-  }
+  // The keep lists from the verification's outputs (a failed request keeps
+  // nothing); the graph's total_keep is the buffer's capacity N, and
+  // keep_offsets[R] varies by round.
+  REQUIRE(
+      keep_indices_from_results(keep_args(off.data(), in.bc.parent.data(), h.paths.data(), h.results.data(),
+                                          cache_len.data(), h.keep.data(), h.keep_offsets.data(), h.keep_status.data()))
+          .ok());
   const auto before = h.kv;
-  REQUIRE(commit_kv<std::uint16_t>(kv_tensors(h.kv.data()), contiguous_positions(kv_cap), cache_len, k.offsets, k.keep)
-              .ok());
+  REQUIRE(
+      commit_kv<std::uint16_t>(kv_tensors(h.kv.data()), contiguous_positions(kv_cap), cache_len, h.keep_offsets, h.keep)
+          .ok());
   CHECK(h.kv != before);  // the commit moved entries
 
   const tree_ssm_shape shape{N, ssm_dims.heads, ssm_dims.headdim, ssm_dims.groups, ssm_dims.dstate};
@@ -222,7 +228,6 @@ keep_lists host_round(const round_input& in, const std::vector<position_id>& cac
   CHECK(h.tree_status == std::vector<std::int32_t>(R, 0));
   CHECK(h.scan_status == std::vector<std::int32_t>(R, 0));
   CHECK(std::count_if(h.results.begin(), h.results.end(), [](const verify_result& v) { return v.accepted > 0; }) > 0);
-  return k;
 }
 
 // The SSM inputs on the device, allocated once (the graph holds their
@@ -270,13 +275,14 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
 
   // Device buffers, allocated once (their addresses are in the graph);
   // the outputs start as the host's.
-  device_buffer<std::int32_t> d_off(in1.bc.offsets), d_modes(R), d_koff(R + 1);
+  device_buffer<std::int32_t> d_off(in1.bc.offsets), d_modes(R);
   device_buffer<node_id> d_parent(in1.bc.parent);
   device_buffer<token_id> d_token(in1.token);
   device_buffer<float> d_P(in1.P), d_Q(in1.Q);
   device_buffer<std::uint64_t> d_seeds(R);
   device_buffer<std::uint32_t> d_rounds(R);
-  device_buffer<position_id> d_cache_len(R), d_keep(N);
+  device_buffer<position_id> d_cache_len(R), d_keep(h.keep);
+  device_buffer<std::int32_t> d_koff(h.keep_offsets), d_keep_status(h.keep_status);
   device_ssm d_ssm(in1);
   device_buffer<std::uint64_t> d_masks(h.masks), d_kv_status(1);
   device_buffer<position_id> d_positions(h.positions);
@@ -290,15 +296,13 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
   for (const auto& t : kv_tensors(d_kv.data())) erased.push_back(erase_kv_tensor(t));
   device_buffer<kv_tensor<void>> d_tensors(erased);
 
-  const auto upload = [&](const round_input& in, const std::vector<position_id>& clen, const keep_lists& k) {
+  const auto upload = [&](const round_input& in, const std::vector<position_id>& clen) {
     d_off.upload(in.bc.offsets);
     d_parent.upload(in.bc.parent);
     d_token.upload(in.token);
     d_P.upload(in.P);
     d_Q.upload(in.Q);
     d_cache_len.upload(clen);
-    d_koff.upload(k.offsets);
-    d_keep.upload(k.keep);
     std::vector<std::int32_t> modes;
     std::vector<std::uint64_t> seeds;
     std::vector<std::uint32_t> rounds;
@@ -346,6 +350,9 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
   kc.max_layers = kv_layers;
   kc.max_heads = kv_heads;
   kc.map = contiguous_positions(kv_cap);
+  // The keep lists straight from the device's verification outputs.
+  const auto kb = keep_args(d_off.data(), d_parent.data(), d_paths.data(), d_results.data(), d_cache_len.data(),
+                            d_keep.data(), d_koff.data(), d_keep_status.data());
   kc.batch = kv_commit_batch{R, d_cache_len.data(), d_koff.data(), d_keep.data()};
   kc.total_keep = N;  // the keep buffer's capacity: keep_offsets[R] changes by round
   kc.status_word = d_kv_status.data();
@@ -353,6 +360,7 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
                             d_states.data(), d_scan_status.data());
   REQUIRE(kernels::build_tree_masks_can_implement(mb).ok());
   REQUIRE(kernels::verify_batch_can_implement(vb).ok());
+  REQUIRE(kernels::keep_indices_from_results_can_implement(kb).ok());
   REQUIRE(kernels::kv_commit_can_implement(kc).ok());
   REQUIRE(kernels::tree_scan_batch_can_implement(sb).ok());
   REQUIRE(kernels::tree_scan_batch_workspace_size(sb) == 0);
@@ -377,6 +385,10 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
         CHECK(tokens[r * max_nodes + k] == h.tokens[r * max_nodes + k]);
       }
     }
+    CHECK(d_keep_status.download() == h.keep_status);
+    CHECK(d_koff.download() == h.keep_offsets);
+    CHECK(d_keep.download() ==
+          h.keep);  // whole buffer: entries past keep_offsets[R] hold earlier rounds' on both sides
     CHECK(kernels::kv_commit_result(d_kv_status.download()[0]).ok());
     CHECK(d_kv.download() == h.kv);  // byte for byte
     CHECK(d_scan_status.download() == h.scan_status);
@@ -387,11 +399,12 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
   specdec_test::captured_graph graph([&](cudaStream_t s) {
     return kernels::build_tree_masks(mb, nullptr, 0, s).ok() &&
            kernels::verify_batch(vb, d_vws.data(), d_vws.size(), s).ok() &&
-           kernels::kv_commit(kc, nullptr, 0, s).ok() && kernels::tree_scan_batch(sb, nullptr, 0, s).ok();
+           kernels::keep_indices_from_results(kb, nullptr, 0, s).ok() && kernels::kv_commit(kc, nullptr, 0, s).ok() &&
+           kernels::tree_scan_batch(sb, nullptr, 0, s).ok();
   });
 
-  const keep_lists k1 = host_round(in1, cache_len, h);
-  upload(in1, cache_len, k1);
+  host_round(in1, cache_len, h);
+  upload(in1, cache_len);
   graph.replay();
   {
     INFO("round 1");
@@ -400,10 +413,11 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
 
   // Round 2: the committed lengths grow by the kept entries; the trees are
   // the same size or smaller, the rest of every input is new.
-  for (std::int32_t r = 0; r < R; ++r) cache_len[static_cast<std::size_t>(r)] += k1.offsets[r + 1] - k1.offsets[r];
+  for (std::int32_t r = 0; r < R; ++r)
+    cache_len[static_cast<std::size_t>(r)] += h.keep_offsets[static_cast<std::size_t>(r) + 1] - h.keep_offsets[r];
   const round_input in2 = make_round(2025, 2, {12, 1, 9, 6, 20, 3});
-  const keep_lists k2 = host_round(in2, cache_len, h);
-  upload(in2, cache_len, k2);
+  host_round(in2, cache_len, h);
+  upload(in2, cache_len);
   graph.replay();
   INFO("round 2");
   check(in2);

@@ -7,13 +7,14 @@
 #pragma once
 
 #include <cstdint>
-#include <limits>
 #include <span>
+#include <type_traits>
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/tree/paths.hpp"
 #include "specdec/tree/token_tree.hpp"
+#include "specdec/verify/verify_params.hpp"
 
 namespace specdec {
 
@@ -27,8 +28,8 @@ inline std::size_t path_length(std::span<const node_id> path) noexcept {
 }
 
 //! Validates an unpadded path against its tree without writing anything.
-inline status check_accepted_path(std::span<const node_id> parent, std::span<const node_id> path,
-                                  std::span<const std::int32_t> slot_of_node, position_id cache_len) noexcept {
+SPECDEC_HD status check_accepted_path(std::span<const node_id> parent, std::span<const node_id> path,
+                                      std::span<const std::int32_t> slot_of_node, position_id cache_len) noexcept {
   const auto n = static_cast<std::int64_t>(parent.size());
   if (cache_len < 0) return make_status(status_code::invalid_argument, "cache_len must be non-negative");
   if (!slot_of_node.empty() && slot_of_node.size() != parent.size())
@@ -40,7 +41,7 @@ inline status check_accepted_path(std::span<const node_id> parent, std::span<con
     const auto ki = static_cast<std::int64_t>(k);
     const std::int64_t slot = slot_of_node.empty() ? u : slot_of_node[static_cast<std::size_t>(u)];
     if (slot < 0 || slot >= n) return make_status(status_code::out_of_range, "slot out of range", ki);
-    if (cache_len > std::numeric_limits<position_id>::max() - slot)
+    if (cache_len > INT64_MAX - slot)  // position_id is int64
       return make_status(status_code::out_of_range, "position overflows position_id", ki);
     const position_id pos = cache_len + slot;
     if (pos <= prev) return make_status(status_code::not_sorted, "slots along the path must increase", ki);
@@ -131,6 +132,123 @@ inline status keep_indices_batch(std::span<const node_id> parent, std::span<cons
     SPECDEC_TRY(keep_indices_from_path(p, rp, s, cache_len[r], keep.subspan(static_cast<std::size_t>(out)), count));
     out += count;
     keep_offsets[r + 1] = out;
+  }
+  return status::success();
+}
+
+//! A verified batch and its keep lists (host or device memory alike): the
+//! arguments of keep_indices_from_results and of its CUDA twin
+//! kernels::keep_indices_from_results. Trivially copyable.
+struct keep_from_results_batch {
+  std::int32_t num_requests = 0;               //!< R
+  const std::int32_t* tree_offsets = nullptr;  //!< R + 1 CSR offsets of each request's nodes (local parent ids)
+  const node_id* parent = nullptr;             //!< node_capacity parents
+  const std::int32_t* slot_of_node = nullptr;  //!< null: slot = node id; else node_capacity local slots
+  std::int32_t node_capacity = 0;              //!< entries of parent (and slot_of_node); keep holds as many
+  const node_id* paths = nullptr;              //!< R rows of path_stride entries: verify_batch's paths
+  std::int32_t path_stride = 0;                //!< entries per paths row (verify_batch's L), >= 1
+  const verify_result* results = nullptr;      //!< R verification results (accepted, code)
+  const position_id* cache_len = nullptr;      //!< R committed lengths
+  position_id* keep = nullptr;                 //!< out: node_capacity entries, keep_offsets[R] of them written
+  std::int32_t* keep_offsets = nullptr;        //!< out: R + 1 CSR offsets, ready for commit_kv
+  std::int32_t* request_status = nullptr;      //!< out: R codes (ok = the request keeps its accepted path)
+};
+
+static_assert(std::is_trivially_copyable_v<keep_from_results_batch>);
+
+namespace detail {
+
+//! The whole-call checks of keep_indices_from_results (no element read).
+SPECDEC_HD status check_keep_from_results(const keep_from_results_batch& b) noexcept {
+  if (b.num_requests < 0 || b.node_capacity < 0)
+    return make_status(status_code::invalid_argument, "counts must be non-negative");
+  if (b.num_requests == 0) return status::success();
+  if (b.path_stride < 1) return make_status(status_code::invalid_argument, "path_stride must be positive");
+  if (b.tree_offsets == nullptr || b.paths == nullptr || b.results == nullptr || b.cache_len == nullptr ||
+      b.keep_offsets == nullptr || b.request_status == nullptr ||
+      (b.node_capacity > 0 && (b.parent == nullptr || b.keep == nullptr)))
+    return make_status(status_code::invalid_argument, "a required array is null");
+  return status::success();
+}
+
+//! Whether boundary i of tree_offsets (0 <= i <= R) is in place: offsets
+//! start at or above 0, never decrease and end within node_capacity. All
+//! R + 1 in place make the requests' node spans disjoint, so their keep
+//! lists fit in node_capacity entries.
+SPECDEC_HD bool keep_offset_ok(const keep_from_results_batch& b, std::int32_t i) noexcept {
+  const std::int32_t x = b.tree_offsets[i];
+  if (i == 0) return x >= 0;
+  return x >= b.tree_offsets[i - 1] && (i < b.num_requests || x <= b.node_capacity);
+}
+
+//! Request r (one thread, offsets in place): its code and, when ok, its
+//! kept count (accepted + 1). Verification's own code is passed on (a
+//! request it refused keeps nothing), then accepted is checked against the
+//! path row and the request's nodes (out_of_range) and the path as
+//! keep_indices_from_path checks it.
+SPECDEC_HD status keep_from_result(const keep_from_results_batch& b, std::int32_t r, std::int32_t& count) noexcept {
+  count = 0;
+  const std::int32_t lo = b.tree_offsets[r], hi = b.tree_offsets[r + 1];
+  const verify_result v = b.results[r];
+  if (v.code != status_code::ok) return make_status(v.code, "verification refused the request");
+  if (v.accepted < 0 || v.accepted >= b.path_stride || v.accepted >= hi - lo)
+    return make_status(status_code::out_of_range, "accepted count outside the path row");
+  const auto n = static_cast<std::size_t>(hi - lo);
+  const std::span<const node_id> parent(b.parent + lo, n);
+  const std::span<const node_id> path(b.paths + static_cast<std::int64_t>(r) * b.path_stride,
+                                      static_cast<std::size_t>(v.accepted) + 1);
+  const std::span<const std::int32_t> slots = b.slot_of_node != nullptr
+                                                  ? std::span<const std::int32_t>(b.slot_of_node + lo, n)
+                                                  : std::span<const std::int32_t>{};
+  SPECDEC_TRY(check_accepted_path(parent, path, slots, b.cache_len[r]));
+  count = v.accepted + 1;
+  return status::success();
+}
+
+//! Writes request r's `count` keep positions from keep[out] (after
+//! keep_from_result accepted it).
+SPECDEC_HD void write_keep(const keep_from_results_batch& b, std::int32_t r, std::int32_t count,
+                           std::int32_t out) noexcept {
+  const std::int32_t lo = b.tree_offsets[r];
+  const node_id* path = b.paths + static_cast<std::int64_t>(r) * b.path_stride;
+  for (std::int32_t k = 0; k < count; ++k) {
+    const node_id u = path[k];
+    const std::int32_t slot = b.slot_of_node != nullptr ? b.slot_of_node[lo + u] : u;
+    b.keep[out + k] = b.cache_len[r] + slot;
+  }
+}
+
+}  // namespace detail
+
+//! Keep lists straight from verify_batch's outputs, for commit_kv: request
+//! r kept the nodes paths[r][0 .. accepted] (its verify_result) and keeps
+//! their positions cache_len[r] + slot, in path order. Every request gets
+//! its code in request_status[r] and, when it fails (verification refused
+//! it, its path is malformed), keeps nothing; the others go on. Offsets
+//! out of place (negative start, a decrease, an end past node_capacity)
+//! give every request not_sorted and empty keep lists.
+//! keep_offsets[0] = 0 and keep_offsets[r + 1] - keep_offsets[r] is request
+//! r's count; keep holds at most node_capacity entries (a request keeps at
+//! most its nodes). Returns success after the whole-call checks
+//! (invalid_argument otherwise, nothing written). Deterministic; O(total
+//! path length); the CUDA twin (kernels::keep_indices_from_results) runs
+//! the same per-request code, so engines can chain verify, keep lists and
+//! the KV commit on the device without a host round trip.
+inline status keep_indices_from_results(const keep_from_results_batch& b) noexcept {
+  SPECDEC_TRY(detail::check_keep_from_results(b));
+  if (b.num_requests == 0) return status::success();
+  bool spans_ok = true;
+  for (std::int32_t i = 0; i <= b.num_requests; ++i) spans_ok = spans_ok && detail::keep_offset_ok(b, i);
+  std::int32_t out = 0;
+  b.keep_offsets[0] = 0;
+  for (std::int32_t r = 0; r < b.num_requests; ++r) {
+    std::int32_t count = 0;
+    const status st = spans_ok ? detail::keep_from_result(b, r, count)
+                               : make_status(status_code::not_sorted, "tree_offsets out of place");
+    b.request_status[r] = static_cast<std::int32_t>(st.code());
+    if (st.ok()) detail::write_keep(b, r, count, out);
+    out += count;
+    b.keep_offsets[r + 1] = out;
   }
   return status::success();
 }

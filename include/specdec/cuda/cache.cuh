@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include <cuda_runtime.h>
+#include <cub/block/block_scan.cuh>
 
 #include "specdec/cache/detail/kv_wave.hpp"
 #include "specdec/cache/kv_layout.hpp"
@@ -251,6 +252,57 @@ inline status kv_commit(const kernels::kv_commit_params& p, void* /*workspace*/,
       static_cast<std::int64_t>(p.batch.num_requests) * p.num_tensors * p.max_layers * p.max_heads;
   const std::int64_t warps = kernels::kv_commit_rows_per_block;
   kv_commit_kernel<kv_copy_regs><<<static_cast<unsigned>((rows + warps - 1) / warps), kv_copy_threads, 0, stream>>>(p);
+  return last_launch_status();
+}
+
+//! Threads of the keep-lists kernel (one block for the whole batch).
+inline constexpr int keep_threads = 256;
+
+//! keep_indices_from_results in one block. The threads check the offsets
+//! (strided), then thread t takes the contiguous requests [t c, (t + 1) c),
+//! c = ceil(R / Threads): their codes and counts, an exclusive block scan
+//! of the per-thread totals for its first keep entry, then their keep
+//! lists and offsets. The host loop's codes, counts and order.
+template <int Threads>
+SPECDEC_KERNEL void __launch_bounds__(Threads) keep_from_results_kernel(const keep_from_results_batch b) {
+  using scan_t = cub::BlockScan<std::int32_t, Threads>;
+  __shared__ typename scan_t::TempStorage scan;
+  const std::int32_t R = b.num_requests;
+  bool bad = false;
+  for (std::int32_t i = static_cast<std::int32_t>(threadIdx.x); i <= R; i += Threads)
+    bad = bad || !specdec::detail::keep_offset_ok(b, i);
+  const bool spans_ok = __syncthreads_or(bad ? 1 : 0) == 0;
+  const std::int32_t chunk = (R + Threads - 1) / Threads;
+  const std::int32_t r0 = min(R, static_cast<std::int32_t>(threadIdx.x) * chunk), r1 = min(R, r0 + chunk);
+  std::int32_t mine = 0;
+  for (std::int32_t r = r0; r < r1; ++r) {
+    std::int32_t count = 0;
+    const status st = spans_ok ? specdec::detail::keep_from_result(b, r, count)
+                               : make_status(status_code::not_sorted, "tree_offsets out of place");
+    b.request_status[r] = static_cast<std::int32_t>(st.code());
+    mine += count;
+  }
+  std::int32_t start = 0;
+  scan_t(scan).ExclusiveSum(mine, start);
+  if (threadIdx.x == 0) b.keep_offsets[0] = 0;
+  for (std::int32_t r = r0; r < r1; ++r) {
+    const std::int32_t count =
+        b.request_status[r] == static_cast<std::int32_t>(status_code::ok) ? b.results[r].accepted + 1 : 0;
+    if (count > 0) specdec::detail::write_keep(b, r, count, start);
+    start += count;
+    b.keep_offsets[r + 1] = start;
+  }
+}
+
+//! Checks (kernels::keep_indices_from_results_can_implement) and launches
+//! keep_from_results_kernel on `stream`: the kernels API's
+//! keep_indices_from_results, for engines compiling this header. No
+//! workspace.
+inline status keep_indices_from_results(const keep_from_results_batch& b, void* /*workspace*/,
+                                        std::size_t /*workspace_bytes*/, cudaStream_t stream) noexcept {
+  SPECDEC_TRY(kernels::keep_indices_from_results_can_implement(b));
+  if (b.num_requests == 0) return status::success();
+  keep_from_results_kernel<keep_threads><<<1, keep_threads, 0, stream>>>(b);
   return last_launch_status();
 }
 

@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <type_traits>
 
+#include "specdec/cache/keep_indices.hpp"
 #include "specdec/cache/kv_layout.hpp"
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
@@ -102,5 +103,23 @@ inline status kv_commit_result(std::uint64_t status_word) noexcept {
   const auto code = static_cast<status_code>(static_cast<std::int32_t>(status_word & 0xffffffffu));
   return make_status(code, status_code_name(code), static_cast<std::int64_t>(status_word >> 32));
 }
+
+//! Host checks of keep_indices_from_results (the host twin's whole-call
+//! checks; no device memory is read).
+inline status keep_indices_from_results_can_implement(const keep_from_results_batch& b) noexcept {
+  return specdec::detail::check_keep_from_results(b);
+}
+
+//! Workspace keep_indices_from_results needs: none.
+constexpr std::size_t keep_indices_from_results_workspace_size(const keep_from_results_batch&) noexcept { return 0; }
+
+//! Enqueues specdec::keep_indices_from_results (cache/keep_indices.hpp) on
+//! `stream`: one block for the batch, every pointer in `b` device memory
+//! (verify_batch's paths and results as they are), so the keep lists feed
+//! kv_commit without a host round trip. Same codes, counts and positions
+//! as the host twin; asynchronous (request_status valid once the stream
+//! gets there). Deterministic.
+status keep_indices_from_results(const keep_from_results_batch& b, void* workspace, std::size_t workspace_bytes,
+                                 void* stream) noexcept;
 
 }  // namespace specdec::kernels

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "specdec/core/config.hpp"
 #include "specdec/core/error.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/tree/detail/tree_common.hpp"
@@ -34,7 +35,7 @@ struct path_shape {
 //! Trusts `parent` to be validated. Returns empty_input, out_of_range (a
 //! node id) or invalid_argument, with the offending path position as index.
 //! O(length), no scratch.
-inline status validate_root_path(std::span<const node_id> parent, std::span<const node_id> path) noexcept {
+SPECDEC_HD status validate_root_path(std::span<const node_id> parent, std::span<const node_id> path) noexcept {
   if (path.empty()) return make_status(status_code::empty_input, "path is empty");
   const auto n = static_cast<std::int64_t>(parent.size());
   for (std::size_t k = 0; k < path.size(); ++k) {
