@@ -28,7 +28,7 @@ from .tree import (
     dense_mask, additive_mask, depths, positions, tree_masks_batched,
 )
 from .verify import Mode, VerifyParams, VerifyResult, verify_tree, verify_chain, verify_batch, philox_uniforms
-from .cache import keep_indices, keep_indices_batch, commit_kv, kv_commit_check, KVCommit
+from .cache import keep_indices, keep_indices_batch, keep_indices_from_results, commit_kv, kv_commit_check, KVCommit
 from .ssm import (
     tree_scan, ssm_commit_path, ssm_replay_masked, tree_conv1d, tree_conv1d_commit_state, tree_scan_batch,
     tree_conv1d_batch,
@@ -77,6 +77,7 @@ __all__ = [
     "philox_uniforms",
     "keep_indices",
     "keep_indices_batch",
+    "keep_indices_from_results",
     "commit_kv",
     "kv_commit_check",
     "KVCommit",

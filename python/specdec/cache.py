@@ -40,6 +40,46 @@ def keep_indices_batch(parent: Any, tree_offsets: Any, path: Any, path_offsets: 
     return k[:int(ko[len(cl)])], ko
 
 
+def keep_indices_from_results(tree_offsets: Any, parent: Any, paths: Any, results: Any, cache_len: Any, *,
+                              slot_of_node: Any = None, keep: Any = None, keep_offsets: Any = None,
+                              status: Any = None, stream: Any = None) -> tuple:
+    """Keep lists straight from verify_batch's outputs (the batch's
+    tree_offsets and local parents, its paths R x L and results R x 4):
+    request r keeps cache_len[r] + slot of each node of its accepted path
+    when its result is ok (slot = node id, or slot_of_node), nothing
+    otherwise. Returns (keep, keep_offsets, status): the CSR lists for
+    commit_kv / KVCommit and one code per request (offsets out of place:
+    every request not_sorted). Host arrays: keep is the filled prefix.
+    CUDA arrays: one kernel on `stream`; keep is the whole buffer (one entry
+    per node; commit_kv reads keep_offsets[R] of them) and nothing is read
+    back, so with the outputs given nothing is allocated or waited for
+    either (the call can sit in a CUDA graph between verify_batch and
+    KVCommit)."""
+    dev = _where("tree_offsets parent paths results cache_len slot_of_node keep keep_offsets status", tree_offsets,
+                 parent, paths, results, cache_len, slot_of_node, keep, keep_offsets, status)
+    if dev is not None:
+        par = _cuda_in(parent, np.int32)
+        cl = _cuda_in(cache_len, np.int64)
+        R, N = int(cl.shape[0]), int(par.shape[0])
+        keep = _cuda_empty(par, (N,), np.int64, dev) if keep is None else keep
+        keep_offsets = _cuda_empty(par, (R + 1,), np.int32, dev) if keep_offsets is None else keep_offsets
+        status = _cuda_empty(par, (R,), np.int32, dev) if status is None else status
+        _core.cuda_keep_indices_from_results(_cuda_in(tree_offsets, np.int32), par, _cuda_in(slot_of_node, np.int32),
+                                             _cuda_in(paths, np.int32), _cuda_in(results, np.int32), cl, keep,
+                                             keep_offsets, status, _stream_handle(stream, dev))
+        return keep, keep_offsets, status
+    par = _inp(parent, np.int32, "parent")
+    cl = _inp(cache_len, np.int64, "cache_len")
+    R = len(cl)
+    k = _out(keep, parent, (len(par),), np.int64, "keep")
+    ko = _out(keep_offsets, parent, (R + 1,), np.int32, "keep_offsets")
+    st = _out(status, parent, (R,), np.int32, "status")
+    _core.keep_indices_from_results(_inp(tree_offsets, np.int32, "tree_offsets"), par,
+                                    None if slot_of_node is None else _inp(slot_of_node, np.int32, "slot_of_node"),
+                                    _inp(paths, np.int32, "paths"), _inp(results, np.int32, "results"), cl, k, ko, st)
+    return k[:int(ko[R])], ko, st
+
+
 def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, keep_offsets: Any = None, *,
               block_table: Any = None, blocks_used: Any = None, status: Any = None, check: Any = None,
               workspace: Any = None, stream: Any = None, threads: int = 1) -> None:
@@ -161,6 +201,7 @@ def kv_commit_check(status: Any) -> None:
 for _name, _key in [
     ("keep_indices", "keep_indices_from_path"),
     ("keep_indices_batch", "keep_indices_batch"),
+    ("keep_indices_from_results", "keep_indices_from_results"),
     ("commit_kv", "commit_kv"),
 ]:
     _doc(globals()[_name], _key)

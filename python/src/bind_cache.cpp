@@ -9,6 +9,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <nanobind/stl/optional.h>
@@ -39,6 +40,55 @@ void keep_batch(const in1<node_id>& parent, const in1<std::int32_t>& tree_offset
                 const out1<std::int32_t>& keep_offsets) {
   check(keep_indices_batch(span_of(parent), span_of(tree_offsets), span_of(slot_of_node), span_of(path),
                            span_of(path_offsets), span_of(cache_len), span_of(keep), span_of(keep_offsets)));
+}
+
+// The keep lists of a verified batch (keep_indices_from_results), from host
+// or CUDA arrays alike (A1: 1-D int arrays, A2: 2-D; only shapes, strides
+// and pointers are read here): results are verify_batch's R x 4 int32 rows.
+template <template <class> class In1, template <class> class Out1, template <class, int> class In2>
+keep_from_results_batch keep_results_args(const In1<std::int32_t>& tree_offsets, const In1<node_id>& parent,
+                                          const std::optional<In1<std::int32_t>>& slot_of_node,
+                                          const In2<node_id, 2>& paths, const In2<std::int32_t, 2>& results,
+                                          const In1<position_id>& cache_len, const Out1<position_id>& keep,
+                                          const Out1<std::int32_t>& keep_offsets, const Out1<std::int32_t>& status) {
+  static_assert(sizeof(verify_result) == 4 * sizeof(std::int32_t) && std::is_standard_layout_v<verify_result>);
+  const std::size_t R = cache_len.size();
+  require(R <= static_cast<std::size_t>(INT32_MAX) && parent.size() <= static_cast<std::size_t>(INT32_MAX),
+          status_code::invalid_argument, "too many requests or nodes");
+  require(tree_offsets.size() == R + 1, status_code::size_mismatch, "tree_offsets needs R + 1 entries");
+  require(!slot_of_node || slot_of_node->size() == parent.size(), status_code::size_mismatch,
+          "slot_of_node needs one entry per node");
+  require(paths.shape(0) == R && paths.shape(1) >= 1 && paths.shape(1) <= static_cast<std::size_t>(INT32_MAX) &&
+              dense_rows(paths, R, paths.shape(1)),
+          status_code::size_mismatch, "paths must be verify_batch's dense R x L rows");
+  require(dense_rows(results, R, 4), status_code::size_mismatch,
+          "results must be verify_batch's dense R x 4 int32 rows");
+  require(keep.size() >= parent.size(), status_code::buffer_too_small, "keep needs one entry per node");
+  require(keep_offsets.size() >= R + 1 && status.size() >= R, status_code::buffer_too_small,
+          "keep_offsets needs R + 1 entries and status R");
+  keep_from_results_batch b;
+  b.num_requests = static_cast<std::int32_t>(R);
+  b.tree_offsets = tree_offsets.data();
+  b.parent = parent.data();
+  b.slot_of_node = slot_of_node ? slot_of_node->data() : nullptr;
+  b.node_capacity = static_cast<std::int32_t>(parent.size());
+  b.paths = paths.data();
+  b.path_stride = static_cast<std::int32_t>(paths.shape(1));
+  b.results = reinterpret_cast<const verify_result*>(results.data());
+  b.cache_len = cache_len.data();
+  b.keep = keep.data();
+  b.keep_offsets = keep_offsets.data();
+  b.request_status = status.data();
+  return b;
+}
+
+void keep_from_results(const in1<std::int32_t>& tree_offsets, const in1<node_id>& parent,
+                       const std::optional<in1<std::int32_t>>& slot_of_node, const in_nd<node_id, 2>& paths,
+                       const in_nd<std::int32_t, 2>& results, const in1<position_id>& cache_len,
+                       const out1<position_id>& keep, const out1<std::int32_t>& keep_offsets,
+                       const out1<std::int32_t>& status) {
+  check(keep_indices_from_results(keep_results_args<in1, out1, in_nd>(tree_offsets, parent, slot_of_node, paths,
+                                                                      results, cache_len, keep, keep_offsets, status)));
 }
 
 using any_cpu = nb::ndarray<nb::device::cpu>;
@@ -335,6 +385,27 @@ class prepared_kv_commit {
   int device_ = -1;
 };
 
+template <class T>
+using dev_in1 = dev1<const T>;
+template <class T, int R>
+using dev_in_nd = dev_nd<const T, R>;
+
+// The keep lists on the device: no upload, allocation or wait (a graph can
+// hold the launch); the statuses stay in `status` until the caller reads them.
+void cuda_keep_from_results(const dev_in1<std::int32_t>& tree_offsets, const dev_in1<node_id>& parent,
+                            const std::optional<dev_in1<std::int32_t>>& slot_of_node,
+                            const dev_in_nd<node_id, 2>& paths, const dev_in_nd<std::int32_t, 2>& results,
+                            const dev_in1<position_id>& cache_len, const dev1<position_id>& keep,
+                            const dev1<std::int32_t>& keep_offsets, const dev1<std::int32_t>& status,
+                            std::uintptr_t stream) {
+  device_guard g;
+  g.add(tree_offsets, "tree_offsets", parent, "parent", slot_of_node, "slot_of_node", paths, "paths", results,
+        "results", cache_len, "cache_len", keep, "keep", keep_offsets, "keep_offsets", status, "status");
+  const auto b = keep_results_args<dev_in1, dev1, dev_in_nd>(tree_offsets, parent, slot_of_node, paths, results,
+                                                             cache_len, keep, keep_offsets, status);
+  check(kernels::keep_indices_from_results(b, nullptr, 0, stream_of(stream)));
+}
+
 //! The status a kv_commit status word (read back by the caller) stands for;
 //! raises on failure.
 void kv_commit_check(std::uint64_t word) { check(kernels::kv_commit_result(word)); }
@@ -348,6 +419,9 @@ void bind_cache(nb::module_& m) {
         arg("keep").noconvert());
   m.def("keep_indices_batch", &keep_batch, arg("parent"), arg("tree_offsets"), arg("slot_of_node"), arg("path"),
         arg("path_offsets"), arg("cache_len"), arg("keep").noconvert(), arg("keep_offsets").noconvert());
+  m.def("keep_indices_from_results", &keep_from_results, arg("tree_offsets"), arg("parent"), arg("slot_of_node").none(),
+        arg("paths"), arg("results"), arg("cache_len"), arg("keep").noconvert(), arg("keep_offsets").noconvert(),
+        arg("status").noconvert());
   m.def("commit_kv", &commit, arg("caches").noconvert(), arg("layout"), arg("cache_len"), arg("keep_offsets"),
         arg("keep"), arg("block_table").none(), arg("blocks_used").none(), arg("threads"));
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
@@ -356,6 +430,9 @@ void bind_cache(nb::module_& m) {
         arg("keep_offsets"), arg("keep"), arg("block_table").none(), arg("blocks_used").none(),
         arg("status").noconvert().none(), arg("workspace").noconvert().none(), arg("stream"), arg("check"));
   m.def("kv_commit_check", &kv_commit_check, arg("status_word"));
+  m.def("cuda_keep_indices_from_results", &cuda_keep_from_results, arg("tree_offsets"), arg("parent"),
+        arg("slot_of_node").none(), arg("paths"), arg("results"), arg("cache_len"), arg("keep").noconvert(),
+        arg("keep_offsets").noconvert(), arg("status").noconvert(), arg("stream"));
   nb::class_<prepared_kv_commit>(m, "CudaPreparedKVCommit")
       .def(
           nb::init<const std::vector<any_dev>&, const std::string&, const std::optional<dev_nd<const std::int32_t, 2>>&,

@@ -203,3 +203,57 @@ def test_commit_kv_reads_keep_up_to_keep_offsets_end(rng):
     np.testing.assert_array_equal(got, want)
     with pytest.raises(specdec.Error, match="size_mismatch"):
         specdec.commit_kv([got], "SLHTD", cache_len, keep[:3], ko)
+
+
+def _verified_batch(rng, R=7, V=6):
+    """verify_batch's outputs on random trees (sampled i.i.d.), request 2
+    given a NaN row so that verification refuses it."""
+    from conftest import random_tree
+    sizes = [int(rng.integers(1, 10)) for _ in range(R)]
+    offsets = np.cumsum([0] + sizes).astype(np.int32)
+    parent = np.concatenate([random_tree(rng, n) for n in sizes]).astype(np.int32)
+    N = int(offsets[-1])
+    tokens = rng.integers(0, V, N).astype(np.int32)
+    p = rng.dirichlet(np.full(V, 0.5), size=N).astype(np.float32)
+    q = rng.dirichlet(np.full(V, 0.5), size=N).astype(np.float32)
+    p[offsets[2], 0] = np.nan
+    paths, _, res = specdec.verify_batch(offsets, parent, tokens, p, q, seeds=5)
+    cache_len = rng.integers(0, 30, R).astype(np.int64)
+    return offsets, parent, paths, res, cache_len
+
+
+def test_keep_indices_from_results_follows_the_accepted_paths(rng):
+    offsets, parent, paths, res, cache_len = _verified_batch(rng)
+    R = len(cache_len)
+    keep, ko, st = specdec.keep_indices_from_results(offsets, parent, paths, res, cache_len)
+    assert list(st) == list(res[:, 3])
+    assert st[2] != 0 and (st != 0).sum() == 1
+    want = []
+    for r in range(R):
+        if res[r, 3] == 0:
+            want += [int(cache_len[r]) + int(u) for u in paths[r, :res[r, 0] + 1]]
+        assert ko[r + 1] - ko[r] == (res[r, 0] + 1 if res[r, 3] == 0 else 0)
+    assert list(keep) == want
+    # BFS slots (another topological order): slot[node] replaces the node id.
+    slots = np.zeros(len(parent), dtype=np.int32)
+    for r in range(R):
+        par = parent[offsets[r]:offsets[r + 1]]
+        order, frontier = [], [0]
+        while frontier:
+            order += frontier
+            frontier = [int(c) for u in frontier for c in np.flatnonzero(par == u)]
+        slots[offsets[r] + np.array(order)] = np.arange(len(order))
+    want2 = []
+    for r in range(R):
+        if res[r, 3] == 0:
+            want2 += [int(cache_len[r]) + int(slots[offsets[r] + u]) for u in paths[r, :res[r, 0] + 1]]
+    k2, ko2, st2 = specdec.keep_indices_from_results(offsets, parent, paths, res, cache_len, slot_of_node=slots)
+    assert list(k2) == want2 and list(ko2) == list(ko) and list(st2) == list(st)
+    # Offsets out of place: every request not_sorted, nothing kept.
+    bad = offsets.copy()
+    bad[1], bad[2] = bad[2], bad[1]
+    if bad[1] != bad[2]:
+        k3, ko3, st3 = specdec.keep_indices_from_results(bad, parent, paths, res, cache_len)
+        assert len(k3) == 0 and not ko3.any() and (st3 == st3[0]).all() and st3[0] != 0
+    with pytest.raises(specdec.Error, match="size_mismatch"):
+        specdec.keep_indices_from_results(offsets[:-1], parent, paths, res, cache_len)

@@ -111,3 +111,16 @@ def test_prepared_commit_matches_host_and_replays_in_a_graph(rng):
     np.testing.assert_array_equal(host(kd), want[0])
     with pytest.raises(specdec.Error, match="block_table"):
         commit(cu(np.zeros(3, np.int64)), cu(np.zeros(0, np.int64)), cu(np.zeros(4, np.int32)), status=status)
+
+
+def test_keep_indices_from_results_matches_host(rng):
+    """The device keep lists equal the host's (statuses, offsets and the
+    filled prefix of keep) on verify_batch's outputs."""
+    from test_cache import _verified_batch
+    offsets, parent, paths, res, cache_len = _verified_batch(rng)
+    keep, ko, st = specdec.keep_indices_from_results(offsets, parent, paths, res, cache_len)
+    dk, dko, dst = specdec.keep_indices_from_results(cu(offsets), cu(parent), cu(paths), cu(res), cu(cache_len))
+    torch.cuda.synchronize()
+    assert list(host(dst)) == list(st)
+    assert list(host(dko)) == list(ko)
+    assert list(host(dk)[:int(ko[-1])]) == list(keep)

@@ -66,24 +66,25 @@ TEST_CASE("keep_indices_batch matches per-request calls on random trees") {
   for (std::uint32_t seed = 1; seed <= 30; ++seed) {
     INFO("seed " << seed);
     std::mt19937 g(seed);
-    const int R = std::uniform_int_distribution<int>(1, 6)(g);
-    std::vector<node_id> parent, path;
-    std::vector<std::int32_t> slots, toff{0}, poff{0}, expect_off{0};
-    std::vector<specdec::position_id> clen, expect;
-    for (int r = 0; r < R; ++r) {
-      const int n = std::uniform_int_distribution<int>(1, 20)(g);
-      const auto p = cache_test::random_parents(g, n);
-      const auto pa = cache_test::random_path(g, p);
-      const auto s = cache_test::bfs_slots(p);
-      const int c = std::uniform_int_distribution<int>(0, 50)(g);
-      parent.insert(parent.end(), p.begin(), p.end());
-      slots.insert(slots.end(), s.begin(), s.end());
-      path.insert(path.end(), pa.begin(), pa.end());
+    // The trees, slots and accepted paths of a verified batch (its result
+    // codes do not matter here), each path padded with a -1.
+    const auto v = cache_test::make_verified(g, true);
+    const int R = static_cast<int>(v.results.size());
+    const auto& parent = v.parent;
+    const auto& slots = v.slots;
+    const auto& toff = v.toff;
+    const auto& clen = v.clen;
+    std::vector<node_id> path;
+    std::vector<std::int32_t> poff{0}, expect_off{0};
+    std::vector<specdec::position_id> expect;
+    for (std::size_t r = 0; r < static_cast<std::size_t>(R); ++r) {
+      for (std::int32_t k = 0; k <= v.results[r].accepted; ++k) {
+        const node_id u = v.paths[r * static_cast<std::size_t>(v.L) + static_cast<std::size_t>(k)];
+        path.push_back(u);
+        expect.push_back(clen[r] + slots[static_cast<std::size_t>(toff[r] + u)]);
+      }
       path.push_back(-1);  // padded rows are fine
-      toff.push_back(static_cast<std::int32_t>(parent.size()));
       poff.push_back(static_cast<std::int32_t>(path.size()));
-      clen.push_back(c);
-      for (auto u : pa) expect.push_back(c + s[static_cast<std::size_t>(u)]);
       expect_off.push_back(static_cast<std::int32_t>(expect.size()));
     }
     std::vector<specdec::position_id> keep(path.size());
