@@ -150,8 +150,13 @@ def _cuda_in(x: Any, dtype: Any, contiguous: bool = True) -> Any:
 
 def _check_now(check: Any, status: Any) -> bool:
     """Whether a CUDA call waits for its status and raises: as asked, else
-    exactly when the caller gave no status array to leave it in."""
-    return status is None if check is None else bool(check)
+    exactly when the caller gave no status array to leave it in (never
+    waiting without one would lose the result, so that is refused)."""
+    if check is None:
+        return status is None
+    if not check and status is None:
+        raise Error("invalid_argument: check=False needs a status= array (else the result is lost)")
+    return bool(check)
 
 
 def _workspace(nbytes: int, like: Any, device: int, handle: int, workspace: Any) -> Any:

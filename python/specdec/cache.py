@@ -8,8 +8,8 @@ import numpy as np
 from . import _core
 from ._core import Error
 from ._common import (
-    _EMPTY_I32, _check_now, _cuda_in, _device_of, _doc, _inp, _on_device, _out, _stream_handle, _to_host, _where,
-    _workspace,
+    _EMPTY_I32, _check_now, _cuda_empty, _cuda_in, _device_of, _doc, _inp, _is_torch, _on_device, _out,
+    _stream_handle, _to_host, _where, _workspace,
 )
 
 
@@ -184,11 +184,15 @@ class KVCommit:
         cache_len[r] + k. The result lands in `status` (1-element int64 CUDA
         array, read with kv_commit_check) without a wait; without `status`
         the call waits and raises on failure (check as in commit_kv)."""
-        for name, v in (("cache_len", cache_len), ("keep", keep), ("keep_offsets", keep_offsets)):
+        for name, v, dt in (("cache_len", cache_len, np.int64), ("keep", keep, np.int64),
+                            ("keep_offsets", keep_offsets, np.int32)):
             if _device_of(v) != self.device:
                 raise Error(f"invalid_argument: {name} must be a CUDA array on device {self.device}")
-        self._plan(_cuda_in(cache_len, np.int64), _cuda_in(keep_offsets, np.int32), _cuda_in(keep, np.int64), status,
-                   _stream_handle(stream, self.device), _check_now(check, status))
+            if _is_torch(v) and (str(v.dtype) != f"torch.{np.dtype(dt).name}" or not v.is_contiguous()):
+                # A converted copy would not follow the caller's buffer when a graph replays.
+                raise Error(f"invalid_argument: {name} must be a contiguous {np.dtype(dt).name} CUDA array")
+        self._plan(cache_len, keep_offsets, keep, status, _stream_handle(stream, self.device),
+                   _check_now(check, status))
 
 
 def kv_commit_check(status: Any) -> None:

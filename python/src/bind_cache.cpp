@@ -285,9 +285,15 @@ void set_requests(kernels::kv_commit_params& P, std::int64_t max_requests, const
 }
 
 // Launches P (status word already set) and, with `check`, waits and raises.
+// An empty batch launches nothing: its status word is set to ok on the
+// stream, so a caller's array never keeps an earlier call's failure.
 void launch_commit(const kernels::kv_commit_params& P, cudaStream_t s, bool check_now) {
-  check(kernels::kv_commit_can_implement(P));
-  if (P.batch.num_requests == 0) return;
+  if (P.batch.num_requests == 0) {
+    check(kernels::kv_commit_can_implement(P));
+    static_assert(kernels::kv_commit_status_ok == ~std::uint64_t{0});  // all ones: ok
+    cuda_check(cudaMemsetAsync(P.status_word, 0xFF, sizeof(std::uint64_t), s), "cudaMemsetAsync");
+    return;
+  }
   check(kernels::kv_commit(P, nullptr, 0, s));
   if (check_now) check(kernels::kv_commit_result(read_back(P.status_word, s)));
 }
@@ -299,7 +305,6 @@ void cuda_commit_kv(const std::vector<any_dev>& caches, const std::string& layou
                     const std::optional<dev1<const std::int32_t>>& blocks_used,
                     const std::optional<dev1<std::int64_t>>& status_out, const std::optional<dev_bytes>& workspace,
                     std::uintptr_t stream, bool check_now) {
-  require(!caches.empty(), status_code::empty_input, "no cache tensors");
   device_guard g;
   for (const auto& c : caches) g.add(c, "a cache tensor");
   g.add(cache_len, "cache_len", keep_offsets, "keep_offsets", keep, "keep", block_table, "block_table", blocks_used,
@@ -312,8 +317,7 @@ void cuda_commit_kv(const std::vector<any_dev>& caches, const std::string& layou
   // The validation kernel resets the status word: the staged one is a slot.
   d.P.status_word = status_out ? reinterpret_cast<std::uint64_t*>(status_out->data()) : ws.slot<std::uint64_t>(0);
   d.P.tensors = ws.stage(workspace_alignment, d.tensors.data(), d.tensors.size());
-  if (cache_len.size() == 0) return;
-  ws.upload();
+  if (cache_len.size() > 0) ws.upload();
   launch_commit(d.P, s, check_now);
 }
 
@@ -375,8 +379,6 @@ class prepared_kv_commit {
     if (status_out) P.status_word = reinterpret_cast<std::uint64_t*>(status_out->data());
     launch_commit(P, stream_of(stream), check_now);
   }
-  //! The prepared commit's own status word (device), as an address.
-  std::uintptr_t status_address() const { return reinterpret_cast<std::uintptr_t>(P_.status_word); }
 
  private:
   kernels::kv_commit_params P_{};

@@ -257,3 +257,14 @@ def test_keep_indices_from_results_follows_the_accepted_paths(rng):
         assert len(k3) == 0 and not ko3.any() and (st3 == st3[0]).all() and st3[0] != 0
     with pytest.raises(specdec.Error, match="size_mismatch"):
         specdec.keep_indices_from_results(offsets[:-1], parent, paths, res, cache_len)
+
+
+def test_check_false_without_a_status_array_is_refused():
+    """A CUDA call that neither waits nor has a status array would lose its
+    result: _check_now refuses it (the rule every CUDA call with check= uses)."""
+    from specdec._common import _check_now
+    assert _check_now(None, None) is True
+    assert _check_now(None, object()) is False
+    assert _check_now(True, object()) is True
+    with pytest.raises(specdec.Error, match="status"):
+        _check_now(False, None)

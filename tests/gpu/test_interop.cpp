@@ -162,7 +162,8 @@ TEST_CASE("GPU sglang_tree_sampling_target_only equals the host twin (exact and 
   for (std::uint64_t seed = 1; seed <= 16; ++seed) {
     std::mt19937_64 g(seed + 500);
     const int bs = 1 + static_cast<int>(g() % 24), n = 1 + static_cast<int>(g() % 12);
-    const int V = seed % 2 == 0 ? 50 : 2000;
+    // Rows of one, two and 32 tiles of 1024 (the block's tile order).
+    const int V = seed % 4 == 1 ? 32000 : seed % 2 == 0 ? 50 : 2000;
     const int num_spec = 1 + static_cast<int>(g() % static_cast<std::uint64_t>(n + 1));
     const sglang_ref::batch b = broken_batch(bs, n, V, seed);
     std::vector<float> probs = random_rows(g, bs * n, V);

@@ -203,6 +203,29 @@ TEST_CASE("sglang_tree_sampling_target_only equals SGLang's kernel loop for any 
   }
 }
 
+TEST_CASE("sglang_tree_sampling_target_only: no mass left after the rejections samples V - 1, as SGLang") {
+  // Root row [.25, .25, 0] (mass .5, all on the children {0, 1}); the coin
+  // .9 rejects both, so nothing is left to sample: SGLang takes V - 1.
+  const std::int64_t cand[3] = {-1, 0, 1}, ridx[3] = {0, 1, 2}, next[3] = {1, -1, -1}, sib[3] = {-1, 2, -1};
+  const std::vector<float> probs = {0.25f, 0.25f, 0.0f, 0.3f, 0.3f, 0.4f, 0.3f, 0.3f, 0.4f};
+  const sglang_tree_batch<std::int64_t> tb{1, 3, cand, ridx, next, sib};
+  std::vector<std::byte> storage;
+  const auto ws = align(storage, sglang_sampling_workspace_size(3, 3));
+  const std::vector<float> coins{0.9f, 0.5f, 0.5f}, fc{0.3f};
+  std::vector<int> pred(3, -1), ai(3, -1), an(1, -1);
+  REQUIRE(sglang_tree_sampling_target_only<std::int64_t, int>(
+              tb, make_view<const float>(probs.data(), 3, 3), coins, fc, 3, {},
+              sglang_outputs<int>{pred, make_view(ai.data(), 1, 3), an}, ws)
+              .ok());
+  CHECK(an[0] == 0);
+  CHECK(pred[0] == 2);
+  // A workspace sized for the greedy call only is refused.
+  const auto small = align(storage, sglang_workspace_size(3));
+  CHECK(sglang_tree_sampling_target_only<std::int64_t, int>(
+            tb, make_view<const float>(probs.data(), 3, 3), coins, fc, 3, {},
+            sglang_outputs<int>{pred, make_view(ai.data(), 1, 3), an}, small) == status_code::buffer_too_small);
+}
+
 TEST_CASE("SGLang's coin rule with thresholds 1 is exact for distinct siblings; thresholds below 1 are not") {
   // One request: root with children tokens {2, 0} (list order), leaves below.
   // p at the root = [.5, .3, .2]; the first emitted token must follow p.

@@ -272,8 +272,9 @@ SPECDEC_KERNEL void __launch_bounds__(Threads) keep_from_results_kernel(const ke
   for (std::int32_t i = static_cast<std::int32_t>(threadIdx.x); i <= R; i += Threads)
     bad = bad || !specdec::detail::keep_offset_ok(b, i);
   const bool spans_ok = __syncthreads_or(bad ? 1 : 0) == 0;
-  const std::int32_t chunk = (R + Threads - 1) / Threads;
-  const std::int32_t r0 = min(R, static_cast<std::int32_t>(threadIdx.x) * chunk), r1 = min(R, r0 + chunk);
+  const std::int64_t chunk = (std::int64_t{R} + Threads - 1) / Threads;
+  const auto r0 = static_cast<std::int32_t>(min(std::int64_t{R}, threadIdx.x * chunk));
+  const auto r1 = static_cast<std::int32_t>(min(std::int64_t{R}, r0 + chunk));
   std::int32_t mine = 0;
   for (std::int32_t r = r0; r < r1; ++r) {
     std::int32_t count = 0;

@@ -135,7 +135,7 @@ status sglang_verify_tree_greedy_can_implement(const sglang_greedy_params<I, P>&
 
 //! Device workspace of sglang_tree_sampling_target_only: one slice of
 //! sglang_sampling_workspace_size(num_draft_tokens, V) per request (the
-//! last row's copy and tile sums, V floats and V / 1024 doubles, next to
+//! last row's copy and tile sums, V floats and ceil(V / 1024) doubles, next to
 //! the tree scratch).
 template <std::integral I, std::integral P>
 std::size_t sglang_tree_sampling_target_only_workspace_size(const sglang_sampling_params<I, P>& p) noexcept {
