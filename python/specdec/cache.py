@@ -96,7 +96,7 @@ def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, kee
     every check passed. The result lands in `status` (a 1-element int64
     CUDA array; kv_commit_check reads it once the stream gets there) and
     the call returns at once; without `status` it waits and raises on
-    failure (check=True waits even with one, check=False never does). The
+    failure (check=True waits even with one, check=False never does and needs one). The
     tensors' descriptions are uploaded on every call: for a commit without
     uploads (e.g. captured in a CUDA graph), prepare one with KVCommit.
     Host caches: the Python lock is released while bytes move; `threads`

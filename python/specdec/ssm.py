@@ -38,7 +38,7 @@ def tree_scan(parent: Any, x: Any, dt: Any, A: Any, B: Any, C: Any, *, D: Any = 
     1-element int32 CUDA array, without waiting: read it when the stream
     gets there. Without `status` the call waits and raises on a bad tree
     (check=None means "check when no status is given"; check=True waits
-    even with one, check=False never does). Nothing is uploaded; with
+    even with one, check=False never does and needs one). Nothing is uploaded; with
     `status` and a `workspace` nothing is allocated either, so the call can
     be captured in a CUDA graph. Input values (NaN, A > 0) are not checked
     on the device."""
