@@ -55,6 +55,7 @@
 
 #include "cache_workload.hpp"
 
+#include "specdec/cache/keep_indices.hpp"
 #include "specdec/cache/kv_commit.hpp"
 
 namespace {
@@ -333,4 +334,52 @@ void paired(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_commit_vs_memcpy)->Apply(paired)->UseManualTime()->Iterations(60)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_commit_kv)->Apply(shapes);
+
+// keep_indices_from_results: R requests of 64-node random trees (parent of
+// node i uniform in [0, i)), each verified to the path from a random node
+// up to the root (2-8 nodes typically), results as verify_batch writes them.
+// Items = kept positions per call (bytes/s: the paths read and keep lists
+// written, 4 + 8 bytes each).
+void BM_keep_from_results(benchmark::State& state) {
+  const auto R = static_cast<std::int32_t>(state.range(0));
+  constexpr std::int32_t n = 64;
+  std::mt19937 g(5);
+  std::vector<specdec::node_id> parent(static_cast<std::size_t>(R * n)), paths(parent.size());
+  std::vector<std::int32_t> offsets{0};
+  std::vector<specdec::verify_result> results(static_cast<std::size_t>(R));
+  std::vector<specdec::position_id> cache_len(static_cast<std::size_t>(R), 1000);
+  for (std::int32_t r = 0; r < R; ++r) {
+    specdec::node_id* p = parent.data() + r * n;
+    p[0] = -1;
+    for (std::int32_t i = 1; i < n; ++i) p[i] = static_cast<specdec::node_id>(g() % static_cast<unsigned>(i));
+    std::vector<specdec::node_id> up;
+    for (auto u = static_cast<specdec::node_id>(g() % n); u >= 0; u = p[u]) up.push_back(u);
+    std::copy(up.rbegin(), up.rend(), paths.begin() + r * n);
+    results[static_cast<std::size_t>(r)].accepted = static_cast<std::int32_t>(up.size()) - 1;
+    offsets.push_back((r + 1) * n);
+  }
+  std::vector<specdec::position_id> keep(parent.size());
+  std::vector<std::int32_t> keep_offsets(static_cast<std::size_t>(R) + 1), status(static_cast<std::size_t>(R));
+  specdec::keep_from_results_batch b;
+  b.num_requests = R;
+  b.tree_offsets = offsets.data();
+  b.parent = parent.data();
+  b.node_capacity = R * n;
+  b.paths = paths.data();
+  b.path_stride = n;
+  b.results = results.data();
+  b.cache_len = cache_len.data();
+  b.keep = keep.data();
+  b.keep_offsets = keep_offsets.data();
+  b.request_status = status.data();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(specdec::keep_indices_from_results(b));
+    benchmark::ClobberMemory();
+  }
+  const std::int64_t kept = keep_offsets.back();
+  state.SetItemsProcessed(state.iterations() * kept);
+  state.SetBytesProcessed(state.iterations() * kept * 12);
+  state.counters["kept_per_request"] = static_cast<double>(kept) / R;
+}
+BENCHMARK(BM_keep_from_results)->Arg(1)->Arg(32)->Arg(256);
 BENCHMARK(BM_memcpy_same_bytes_cold)->Apply(shapes);

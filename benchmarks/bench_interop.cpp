@@ -130,6 +130,42 @@ void BM_greedy_ids(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * batch * n);
 }
 
+// SGLang's target-only coin rule: a batch of 32 trees of n slots, random
+// rows of V entries (each slot's row a Dirichlet-like draw), thresholds 1.
+// Every request ends with one pass over its last row (copy with the
+// rejected children zeroed, tile sums, sample): bytes/s counts those rows
+// (batch * V floats per call), the part that grows with V.
+void BM_sampling_target_only(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0)), V = static_cast<int>(state.range(1));
+  const sglang_batch b = make(n, V);
+  std::mt19937_64 g(77);
+  std::uniform_real_distribution<float> U(0.0f, 1.0f);
+  std::vector<float> probs(b.cand.size() * static_cast<std::size_t>(V));
+  for (std::size_t row = 0; row < b.cand.size(); ++row) {
+    float* x = probs.data() + row * static_cast<std::size_t>(V);
+    double total = 0.0;
+    for (int i = 0; i < V; ++i) total += (x[i] = U(g) * U(g) * U(g));
+    for (int i = 0; i < V; ++i) x[i] = static_cast<float>(x[i] / total);
+  }
+  std::vector<float> coins(b.cand.size()), final_coins(batch);
+  for (auto& c : coins) c = U(g);
+  for (auto& c : final_coins) c = U(g);
+  std::vector<int> predicts(static_cast<std::size_t>(batch * n)), ai(static_cast<std::size_t>(batch * n)), an(batch);
+  const sglang_tree_batch<std::int64_t> tb{batch, n, b.cand.data(), b.ridx.data(), b.next.data(), b.sib.data()};
+  const sglang_outputs<int> out{predicts, make_view(ai.data(), batch, n), an};
+  std::vector<std::byte> storage;
+  const auto ws = aligned(storage, sglang_sampling_workspace_size(n, V));
+  const auto rows = make_view<const float>(probs.data(), batch * n, V);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(
+        sglang_tree_sampling_target_only<std::int64_t, int>(tb, rows, coins, final_coins, n, {}, out, ws));
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * batch * static_cast<std::int64_t>(V) *
+                          static_cast<std::int64_t>(sizeof(float)));
+  state.SetItemsProcessed(state.iterations() * batch);
+}
+
 // Greedy rows: row s puts its mass on target_predict[s].
 std::vector<float> greedy_rows(const sglang_batch& b, int V) {
   std::vector<float> p(b.cand.size() * static_cast<std::size_t>(V), 0.0f);
@@ -189,5 +225,6 @@ void BM_verify_parent(benchmark::State& state) {
 BENCHMARK(BM_linked_to_tree)->Arg(16)->Arg(64)->Arg(256);
 BENCHMARK(BM_build_tree)->Arg(16)->Arg(64)->Arg(256);
 BENCHMARK(BM_greedy_ids)->Arg(16)->Arg(64)->Arg(256);
+BENCHMARK(BM_sampling_target_only)->Args({16, 32000})->Args({64, 32000})->Args({16, 128256});
 BENCHMARK(BM_verify_linked)->Args({16, 32000})->Args({64, 32000});
 BENCHMARK(BM_verify_parent)->Args({16, 32000})->Args({64, 32000});
