@@ -27,7 +27,9 @@ from .tree import (
     relabel_topological, from_choices, from_paths, validate_parents, dfs_order, bfs_order, packed_mask,
     dense_mask, additive_mask, depths, positions, tree_masks_batched,
 )
-from .verify import Mode, VerifyParams, VerifyResult, verify_tree, verify_chain, verify_batch, philox_uniforms
+from .verify import (
+    Mode, VerifyParams, VerifyResult, verify_tree, verify_chain, verify_batch, philox_uniforms, sampling_table,
+)
 from .cache import keep_indices, keep_indices_batch, keep_indices_from_results, commit_kv, kv_commit_check, KVCommit
 from .ssm import (
     tree_scan, ssm_commit_path, ssm_replay_masked, tree_conv1d, tree_conv1d_commit_state, tree_scan_batch,
@@ -75,6 +77,7 @@ __all__ = [
     "verify_chain",
     "verify_batch",
     "philox_uniforms",
+    "sampling_table",
     "keep_indices",
     "keep_indices_batch",
     "keep_indices_from_results",

@@ -35,6 +35,54 @@ class Mode(enum.IntEnum):
 VerifyParams = _core.VerifyParams
 
 
+def sampling_table(temperature: Any = 1.0, top_k: Any = 0, top_p: Any = 1.0, min_p: Any = 0.0, *,
+                   requests: Any = None) -> Any:
+    """Per-request sampling settings (C++ specdec::sampling_params) as
+    verify_batch's `sampling=` and `draft_sampling=` take them: an R x 4
+    int32 array, one 16-byte record per request (the float32 bits of the
+    temperature, top_k, the float32 bits of top_p and of min_p).
+    Temperature 0 is greedy; top_k 0, top_p 1 and min_p 0 disable their
+    filter. Each argument is a scalar (broadcast) or one entry per request;
+    R is `requests` or the length of the first array. With a CUDA torch
+    tensor among them the table is built on its device by torch operations
+    (nothing waits for the stream); else a numpy array."""
+    args = (temperature, top_k, top_p, min_p)
+    R = requests
+    if R is None:
+        R = next((len(a) for a in args if np.ndim(a) > 0), 1)
+    R = int(R)
+    dev = next((a for a in args if _device_of(a) is not None), None)
+    if dev is not None:
+        import torch
+        where = dev.device
+
+        def col(v: Any, dtype: Any) -> Any:
+            t = v if torch.is_tensor(v) else torch.tensor(v)
+            t = t.to(device=where, dtype=dtype).reshape(-1)
+            return t.expand(R).contiguous() if t.numel() == 1 else t
+
+        cols = [col(temperature, torch.float32).view(torch.int32), col(top_k, torch.int32),
+                col(top_p, torch.float32).view(torch.int32), col(min_p, torch.float32).view(torch.int32)]
+        if any(c.numel() != R for c in cols):
+            raise Error("size_mismatch: sampling settings need one entry per request")
+        return torch.stack(cols, dim=1).contiguous()
+
+    def arr(v: Any, dtype: Any) -> np.ndarray:
+        a = np.asarray(_np(v) if _is_torch(v) else v, dtype=dtype).reshape(-1)
+        if a.size == 1:
+            a = np.full(R, a[0], dtype=dtype)
+        if a.size != R:
+            raise Error("size_mismatch: sampling settings need one entry per request")
+        return a
+
+    out = np.empty((R, 4), dtype=np.int32)
+    out[:, 0] = arr(temperature, np.float32).view(np.int32)
+    out[:, 1] = arr(top_k, np.int32)
+    out[:, 2] = arr(top_p, np.float32).view(np.int32)
+    out[:, 3] = arr(min_p, np.float32).view(np.int32)
+    return out
+
+
 def _verify_params(params: Any, mode: int = 0, seed: int = 0, request: int = 0, round: int = 0,
                    typical_epsilon: float = 0.09, typical_delta: float = 0.3,
                    normalization_tolerance: float = 1e-3) -> Any:
@@ -165,7 +213,8 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
                  typical_epsilon: float = 0.09, typical_delta: float = 0.3, normalization_tolerance: float = 1e-3,
                  paths: Any = None, tokens_out: Any = None, results: Any = None,
                  accepted_per_depth: Any = None, workspace: Any = None, stream: Any = None,
-                 params: Any = None, max_nodes: Any = None) -> tuple:
+                 params: Any = None, max_nodes: Any = None, sampling: Any = None,
+                 draft_sampling: Any = None) -> tuple:
     """Verifies R ragged requests (request r owns nodes and rows
     offsets[r]..offsets[r+1], local parent ids), each with its own mode and
     Philox key (scalars broadcast; requests default to 0..R-1). Returns
@@ -188,13 +237,20 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
     accepted_per_depth: int64 counters (added to, not reset). `params`: a
     VerifyParams whose typical_epsilon, typical_delta and
     normalization_tolerance are used instead of those keyword arguments
-    (mode and key come from modes, seeds, requests and rounds)."""
+    (mode and key come from modes, seeds, requests and rounds).
+    `sampling` (a sampling_table): p holds logits, and request r's target
+    rows are their sampling transform under record r (temperature, top-k,
+    top-p, min-p), applied as rows are read: no probability rows are
+    written (docs/verify.md, "Logits rows"). `draft_sampling` likewise
+    for q. On CUDA arrays the records may be on the device (read there) or
+    on the host (staged)."""
     base = _verify_params(params, 0, 0, 0, 0, typical_epsilon, typical_delta, normalization_tolerance)
     dev = _where("parent tokens p q uniforms paths tokens_out results accepted_per_depth workspace", parent, tokens, p,
                  q, uniforms, paths, tokens_out, results, accepted_per_depth, workspace)
     if dev is not None:
         return _verify_batch_cuda(dev, offsets, parent, tokens, p, q, base, modes, seeds, requests, rounds, uniforms,
-                                  paths, tokens_out, results, accepted_per_depth, workspace, stream, max_nodes)
+                                  paths, tokens_out, results, accepted_per_depth, workspace, stream, max_nodes,
+                                  sampling, draft_sampling)
     off = _inp(offsets, np.int32, "offsets")
     R = max(len(off) - 1, 0)
 
@@ -221,8 +277,21 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
     if results is None:
         results = _out(None, parent, (R, 4), np.int32, "results")
         results[:] = 0
-    _core.verify_batch(off, par, tok, pp, qq, base, m, s, rq, rd, u, paths, tokens_out, results, accepted_per_depth)
+    _core.verify_batch(off, par, tok, pp, qq, base, m, s, rq, rd, u, paths, tokens_out, results, accepted_per_depth,
+                       _records(sampling, "sampling"), _records(draft_sampling, "draft_sampling"))
     return paths, tokens_out, results
+
+
+def _records(v: Any, name: str) -> Any:
+    """A sampling table as the binding takes it (None stays None)."""
+    if v is None:
+        return None
+    if _device_of(v) is not None:
+        return v if not _is_torch(v) else v.contiguous()
+    a = np.ascontiguousarray(_np(v) if _is_torch(v) else np.asarray(v))
+    if a.dtype != np.int32 or a.ndim != 2:
+        raise Error(f"invalid_argument: {name} must be an R x 4 int32 table (specdec.sampling_table)")
+    return a
 
 
 def _launch_arg(v: Any, dtype: Any, torch_dtype: str) -> Any:
@@ -243,7 +312,7 @@ def _launch_arg(v: Any, dtype: Any, torch_dtype: str) -> Any:
 def _verify_batch_cuda(dev: int, offsets: Any, parent: Any, tokens: Any, p: Any, q: Any, base: Any, modes: Any,
                        seeds: Any, requests: Any, rounds: Any, uniforms: Any, paths: Any, tokens_out: Any,
                        results: Any, accepted_per_depth: Any, workspace: Any, stream: Any,
-                       max_nodes: Any = None) -> tuple:
+                       max_nodes: Any = None, sampling: Any = None, draft_sampling: Any = None) -> tuple:
     on_dev = _device_of(offsets) is not None
     if on_dev and _device_of(offsets) != dev:
         raise Error("invalid_argument: offsets are on another CUDA device than the other arrays")
@@ -279,13 +348,15 @@ def _verify_batch_cuda(dev: int, offsets: Any, parent: Any, tokens: Any, p: Any,
                 setattr(vp, name, int(v))
                 v = None
         arrays.append(_launch_arg(v, dt, tdt))
-    staged = not on_dev or any(a is not None and _device_of(a) is None for a in arrays)
+    ps, qs = _records(sampling, "sampling"), _records(draft_sampling, "draft_sampling")
+    arrays_in = arrays + [ps, qs]
+    staged = not on_dev or any(a is not None and _device_of(a) is None for a in arrays_in)
     vocab = int(pp.shape[1])
     if workspace is None and _is_torch(par):
-        nbytes = _core.cuda_verify_batch_workspace_size(R, vocab, largest, staged)
+        nbytes = _core.cuda_verify_batch_workspace_size(R, vocab, largest, staged, ps is not None or qs is not None)
         workspace = _workspace(nbytes, par, dev, handle, None)
     _core.cuda_verify_batch(off, par, tok, pp, qq, vp, *arrays, u, paths, tokens_out, results, accepted_per_depth,
-                            workspace, handle, largest)
+                            workspace, handle, largest, ps, qs)
     return paths, tokens_out, results
 
 

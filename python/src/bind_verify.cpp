@@ -57,12 +57,37 @@ result_tuple chain(const in1<token_id>& drafts, const rows_in& p, const std::opt
 
 // Per-request settings arrive as arrays (one entry per request); results as
 // an R x 4 int32 array (accepted, last_node, next_token, status code).
+// Per-request sampling settings as records of 4 int32 words (the bits of
+// specdec::sampling_params: temperature, top_k, top_p, min_p), R x 4,
+// dense: what specdec.sampling_table builds.
+using sampling_in = nb::ndarray<nb::ro, nb::ndim<2>, nb::c_contig>;
+static_assert(sizeof(sampling_params) == 4 * sizeof(std::int32_t) && std::is_standard_layout_v<sampling_params>);
+
+void check_sampling(const sampling_in& a, std::size_t R, const char* name) {
+  const nb::dlpack::dtype d = a.dtype();
+  require(d.lanes == 1 && d.bits == 32 && d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int),
+          status_code::invalid_argument,
+          (std::string(name) + " must be int32 records (specdec.sampling_table)").c_str());
+  require(a.shape(0) == R && a.shape(1) == 4, status_code::size_mismatch,
+          (std::string(name) + " needs R x 4 entries (one record per request)").c_str());
+}
+
+std::span<const sampling_params> sampling_records(const std::optional<sampling_in>& a, std::size_t R,
+                                                  const char* name) {
+  if (!a) return {};
+  check_sampling(*a, R, name);
+  require(a->device_type() == nb::device::cpu::value, status_code::invalid_argument,
+          (std::string(name) + " must be in host memory like the other arrays").c_str());
+  return {static_cast<const sampling_params*>(a->data()), R};
+}
+
 void batch(const in1<std::int32_t>& offsets, const in1<node_id>& parent, const in1<token_id>& tokens, const rows_in& p,
            const std::optional<rows_in>& q, const verify_params& base, const in1<std::int32_t>& modes,
            const in1<std::uint64_t>& seeds, const in1<std::uint32_t>& requests, const in1<std::uint32_t>& rounds,
            const std::optional<in_nd<double, 2>>& uniforms, const out_nd<node_id, 2>& paths_out,
            const out_nd<token_id, 2>& tokens_out, const out_nd<std::int32_t, 2>& results_out,
-           const std::optional<out1<std::int64_t>>& accepted_per_depth) {
+           const std::optional<out1<std::int64_t>>& accepted_per_depth, const std::optional<sampling_in>& sampling,
+           const std::optional<sampling_in>& draft_sampling) {
   require(offsets.size() >= 1, status_code::invalid_argument, "offsets needs R + 1 entries");
   const std::size_t R = offsets.size() - 1;
   const std::vector<verify_params> vps = params_batch(base, modes, seeds, requests, rounds, R);
@@ -80,6 +105,9 @@ void batch(const in1<std::int32_t>& offsets, const in1<node_id>& parent, const i
     in.uniforms = std::span<const double>(u->u, uniforms->size());
     in.draws_per_node = u->draws_per_node;
   }
+  in.p_sampling = sampling_records(sampling, R, "sampling");
+  in.q_sampling = sampling_records(draft_sampling, R, "draft_sampling");
+  const bool logits = !in.p_sampling.empty() || !in.q_sampling.empty();
   std::vector<verify_result> res(R);
   // Start from the caller's values so that rows of failed requests come back unchanged.
   for (std::size_t r = 0; r < R; ++r) {
@@ -91,7 +119,7 @@ void batch(const in1<std::int32_t>& offsets, const in1<node_id>& parent, const i
   out.tokens = view_of<2>(tokens_out);
   out.results = res;
   if (accepted_per_depth) out.accepted_per_depth = span_of(*accepted_per_depth);
-  auto ws = scratch(verify_batch_workspace_size(static_cast<std::int64_t>(p.shape(1)), in.offsets));
+  auto ws = scratch(verify_batch_workspace_size(static_cast<std::int64_t>(p.shape(1)), in.offsets, logits));
   const status s = verify_batch(in, ws, out);
   // A request whose own inputs are bad fails alone (its code in results, its
   // rows untouched) and does not raise; a batch-level failure wrote nothing
@@ -136,14 +164,14 @@ void philox_table(std::uint64_t seed, std::uint32_t request, std::uint32_t round
 std::size_t verify_staging(std::size_t R, bool staged) {
   if (!staged) return 0;
   const std::size_t a = workspace_alignment;
-  return 5 * a + (R + 1) * sizeof(std::int32_t) +
-         R * (sizeof(std::int32_t) + sizeof(std::uint64_t) + 2 * sizeof(std::uint32_t));
+  return 7 * a + (R + 1) * sizeof(std::int32_t) +
+         R * (sizeof(std::int32_t) + sizeof(std::uint64_t) + 2 * sizeof(std::uint32_t) + 2 * sizeof(sampling_params));
 }
 
-std::size_t verify_ws_size(std::int64_t R, std::int32_t vocab, std::int32_t max_nodes, bool staged) {
+std::size_t verify_ws_size(std::int64_t R, std::int32_t vocab, std::int32_t max_nodes, bool staged, bool logits) {
   if (R <= 0) return 0;
   return device_scratch::bytes(
-      kernels::verify_batch_workspace_bytes(static_cast<std::int32_t>(R), vocab, std::max(max_nodes, 1)),
+      kernels::verify_batch_workspace_bytes(static_cast<std::int32_t>(R), vocab, std::max(max_nodes, 1), logits),
       verify_staging(static_cast<std::size_t>(R), staged));
 }
 
@@ -176,13 +204,29 @@ per_request_arg<T> per_request(device_guard& g, const std::optional<any1>& a, st
   return out;
 }
 
+// Sampling records of a CUDA launch: on the device (pointed to) or on the host (staged).
+per_request_arg<sampling_params> sampling_arg(device_guard& g, const std::optional<sampling_in>& a, std::size_t R,
+                                              const char* name) {
+  per_request_arg<sampling_params> out;
+  if (!a) return out;
+  check_sampling(*a, R, name);
+  if (a->device_type() == nb::device::cuda::value) {
+    g.add(*a, name);
+    out.device = static_cast<const sampling_params*>(a->data());
+  } else {
+    out.host = static_cast<const sampling_params*>(a->data());
+  }
+  return out;
+}
+
 void verify(const any_i32& offsets, const dev1<const node_id>& parent, const dev1<const token_id>& tokens,
             const dev_rows& p, const std::optional<dev_rows>& q, const verify_params& base,
             const std::optional<any1>& modes, const std::optional<any1>& seeds, const std::optional<any1>& requests,
             const std::optional<any1>& rounds, const std::optional<dev_nd<const double, 2>>& uniforms,
             const dev_nd<node_id, 2>& paths_out, const dev_nd<token_id, 2>& tokens_out,
             const dev_nd<std::int32_t, 2>& results, const std::optional<dev1<std::int64_t>>& accepted_per_depth,
-            const std::optional<dev_bytes>& workspace, std::uintptr_t stream, std::int32_t max_nodes) {
+            const std::optional<dev_bytes>& workspace, std::uintptr_t stream, std::int32_t max_nodes,
+            const std::optional<sampling_in>& sampling, const std::optional<sampling_in>& draft_sampling) {
   device_guard g;
   g.add(parent, "parent", tokens, "tokens", p, "p", q, "q", uniforms, "uniforms", paths_out, "paths", tokens_out,
         "tokens_out", results, "results", accepted_per_depth, "accepted_per_depth", workspace, "workspace");
@@ -208,6 +252,8 @@ void verify(const any_i32& offsets, const dev1<const node_id>& parent, const dev
   const auto sd = per_request<std::uint64_t>(g, seeds, R, "seeds");
   const auto rq = per_request<std::uint32_t>(g, requests, R, "requests");
   const auto rd = per_request<std::uint32_t>(g, rounds, R, "rounds");
+  const auto ps = sampling_arg(g, sampling, R, "sampling");
+  const auto qs = sampling_arg(g, draft_sampling, R, "draft_sampling");
   const rows_view pr = rows_of(p, "p");
   require(pr.extent[1] >= 1 && pr.extent[1] <= INT32_MAX, status_code::invalid_argument, "p needs 1 .. 2^31-1 columns");
   const auto V = static_cast<std::int32_t>(pr.extent[1]);
@@ -261,8 +307,10 @@ void verify(const any_i32& offsets, const dev1<const node_id>& parent, const dev
     P.accepted_per_depth = reinterpret_cast<unsigned long long*>(accepted_per_depth->data());
     P.depth_counters = static_cast<std::int32_t>(accepted_per_depth->size());
   }
-  const bool staged = !offsets_on_device || m.host || sd.host || rq.host || rd.host;
-  device_scratch ws(kernels::verify_batch_workspace_size(P), verify_staging(R, staged), workspace, s);
+  const bool staged = !offsets_on_device || m.host || sd.host || rq.host || rd.host || ps.host || qs.host;
+  device_scratch ws(kernels::verify_batch_workspace_bytes(P.num_requests, P.vocab, P.max_nodes,
+                                                          sampling.has_value() || draft_sampling.has_value()),
+                    verify_staging(R, staged), workspace, s);
   // The staging area: offsets, then each host array, 256-byte aligned apart.
   std::size_t at = 0;
   auto stage = [&](const auto* host, const auto* device, std::size_t count) {
@@ -277,6 +325,8 @@ void verify(const any_i32& offsets, const dev1<const node_id>& parent, const dev
   P.seeds = stage(sd.host, sd.device, R);
   P.requests = stage(rq.host, rq.device, R);
   P.rounds = stage(rd.host, rd.device, R);
+  if (sampling) P.p_sampling = stage(ps.host, ps.device, R);
+  if (draft_sampling) P.q_sampling = stage(qs.host, qs.device, R);
   check(kernels::verify_batch_can_implement(P));
   ws.upload();
   check(kernels::verify_batch(P, ws.kernel(), ws.kernel_bytes(), s));
@@ -324,18 +374,19 @@ void bind_verify(nb::module_& m) {
         arg("tokens_out").noconvert());
   m.def("verify_batch", &batch, arg("offsets"), arg("parent"), arg("tokens"), arg("p"), arg("q").none(), arg("params"),
         arg("modes"), arg("seeds"), arg("requests"), arg("rounds"), arg("uniforms").none(), arg("paths").noconvert(),
-        arg("tokens_out").noconvert(), arg("results").noconvert(), arg("accepted_per_depth").noconvert().none());
+        arg("tokens_out").noconvert(), arg("results").noconvert(), arg("accepted_per_depth").noconvert().none(),
+        arg("sampling").none(), arg("draft_sampling").none());
   m.def("philox_uniforms", &philox_table, arg("seed"), arg("request"), arg("round"), arg("draft"),
         arg("out").noconvert());
   m.def("verify_workspace_size", &verify_workspace_size, arg("vocab"), arg("nodes"));
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
   m.def("cuda_verify_batch_workspace_size", &verify_ws_size, arg("num_requests"), arg("vocab"), arg("max_nodes"),
-        arg("staged"));
+        arg("staged"), arg("logits") = false);
   m.def("cuda_verify_batch", &verify, arg("offsets"), arg("parent"), arg("tokens"), arg("p"), arg("q").none(),
         arg("params"), arg("modes").none(), arg("seeds").none(), arg("requests").none(), arg("rounds").none(),
         arg("uniforms").none(), arg("paths").noconvert(), arg("tokens_out").noconvert(), arg("results").noconvert(),
         arg("accepted_per_depth").noconvert().none(), arg("workspace").noconvert().none(), arg("stream"),
-        arg("max_nodes"));
+        arg("max_nodes"), arg("sampling").none(), arg("draft_sampling").none());
 #endif
 }
 

@@ -391,3 +391,79 @@ def test_bfloat16_torch_rows(rng):
         w = specdec.verify_tree(parent, tokens, pb.float().numpy(), qb.float().numpy(), mode=int(mode), seed=9,
                                 normalization_tolerance=0.05)
         assert (r.accepted, r.next_token) == (w.accepted, w.next_token)
+
+
+def test_sampling_table_records():
+    t = specdec.sampling_table([0.5, 0.0, 2.0], top_k=7, top_p=[1.0, 0.9, 0.5], min_p=0.05)
+    assert t.shape == (3, 4) and t.dtype == np.int32
+    assert list(t[:, 0].view(np.float32)) == [0.5, 0.0, 2.0]
+    assert list(t[:, 1]) == [7, 7, 7]
+    assert list(t[:, 2].view(np.float32)) == [1.0, np.float32(0.9), 0.5]
+    assert specdec.sampling_table(1.0, requests=4).shape == (4, 4)
+    with pytest.raises(specdec.Error, match="size_mismatch"):
+        specdec.sampling_table([1.0, 1.0], top_k=[1, 2, 3])
+
+
+def test_verify_batch_logits_rows_one_hot_and_top2_law(rng):
+    """Logits rows through the sampling transform: greedy (T = 0) and top_k = 1
+    rows are one-hot at the argmax, so every mode gives the tokens of
+    explicit one-hot probability rows; with top_k = 2 a root-only request
+    emits only the two best tokens, at their softmax odds."""
+    V = 40
+    sizes = [1, 3, 6, 2, 9, 5]
+    parents, offsets = [], [0]
+    for n in sizes:
+        parents.append(random_tree(rng, n))
+        offsets.append(offsets[-1] + n)
+    parent = np.concatenate(parents).astype(np.int32)
+    offsets = np.array(offsets, dtype=np.int32)
+    N, R = len(parent), len(sizes)
+    logits = rng.normal(0, 2, (N, V)).astype(np.float32)
+    logits[:, 3] = -np.inf
+    qlog = rng.normal(0, 2, (N, V)).astype(np.float32)
+    tokens = rng.integers(0, V, N).astype(np.int32)
+    for i in range(N):  # a child often carries its parent's argmax
+        r = int(np.searchsorted(offsets, i, "right")) - 1
+        if parent[i] >= 0 and rng.random() < 0.6:
+            tokens[i] = int(np.argmax(logits[offsets[r] + parent[i]]))
+    one_hot = np.zeros_like(logits)
+    one_hot[np.arange(N), np.argmax(logits, axis=1)] = 1.0
+    q_hot = np.zeros_like(qlog)
+    q_hot[np.arange(N), np.argmax(qlog, axis=1)] = 1.0
+    samp = specdec.sampling_table([0.0, 0.7, 1.3, 0.0, 2.0, 1.0], top_k=[0, 1, 1, 5, 1, 1])
+    dsamp = specdec.sampling_table(1.0, top_k=1, requests=R)
+    for mode in [specdec.Mode.SAMPLED_IID, specdec.Mode.SAMPLED_WITHOUT_REPLACEMENT, specdec.Mode.DETERMINISTIC,
+                 specdec.Mode.GREEDY, specdec.Mode.TRAVERSAL]:
+        got = specdec.verify_batch(offsets, parent, tokens, logits, qlog, modes=int(mode), seeds=5,
+                                   sampling=samp, draft_sampling=dsamp)
+        want = specdec.verify_batch(offsets, parent, tokens, one_hot, q_hot, modes=int(mode), seeds=5)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    # top_k = 2 on a root-only request: the two best tokens at their softmax odds.
+    row = np.array([[1.0, 2.5, -1.0, 2.0, 0.0]], dtype=np.float32)
+    counts = np.zeros(5, dtype=np.int64)
+    trials = 4000
+    for s in range(trials):
+        _, toks, res = specdec.verify_batch(np.array([0, 1], np.int32), np.array([-1], np.int32),
+                                            np.array([0], np.int32), row, seeds=s,
+                                            sampling=specdec.sampling_table(1.0, top_k=2))
+        assert res[0, 3] == 0
+        counts[toks[0, 0]] += 1
+    assert counts[0] == counts[2] == counts[4] == 0
+    want = 1.0 / (1.0 + math.exp(-0.5))  # P(token 1) among {1, 3}
+    assert abs(counts[1] / trials - want) < 4 * math.sqrt(want * (1 - want) / trials)
+
+
+def test_verify_batch_logits_rows_bad_settings():
+    offsets = np.array([0, 2, 4], dtype=np.int32)
+    parent = np.array([-1, 0, -1, 0], dtype=np.int32)
+    tokens = np.array([0, 1, 0, 2], dtype=np.int32)
+    logits = np.zeros((4, 5), dtype=np.float32)
+    bad = specdec.sampling_table([1.0, 1.0], top_p=[1.0, 0.0])  # request 1: top_p outside (0, 1]
+    _, _, res = specdec.verify_batch(offsets, parent, tokens, logits, modes=int(specdec.Mode.GREEDY), sampling=bad)
+    assert res[0, 3] == 0
+    assert specdec._core.status_code_name(int(res[1, 3])) == "invalid_argument"
+    with pytest.raises(specdec.Error, match="size_mismatch"):
+        specdec.verify_batch(offsets, parent, tokens, logits, sampling=specdec.sampling_table(1.0, requests=3))
+    with pytest.raises(specdec.Error, match="invalid_argument"):
+        specdec.verify_batch(offsets, parent, tokens, logits, sampling=np.zeros((2, 4), np.float32))

@@ -34,6 +34,7 @@
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/float16.hpp"
+#include "specdec/sample/row_transform.hpp"
 #include "specdec/tree/token_tree.hpp"
 
 namespace specdec {
@@ -52,41 +53,50 @@ namespace detail {
 
 //! A row of fp32, bf16 or fp16 values: element i at element offset i * s
 //! of d (any stride), read as float (widened exactly, core/float16.hpp).
+//! With a transform `x`, the values are logits and element i reads as
+//! its probability (*x)(value, xo + i) (sample/row_transform.hpp).
 struct row_ref {
   const void* d;
   std::int64_t s;
   row_dtype t = row_dtype::f32;
-  SPECDEC_HD float operator[](std::int64_t i) const noexcept {
+  const row_transform* x = nullptr;  //!< logits: the row's transform; null: the values are read as they are
+  std::int64_t xo = 0;               //!< token id of element 0 (rows shifted from a transformed row)
+  //! Element i as stored (the logit, for a transformed row).
+  SPECDEC_HD float raw(std::int64_t i) const noexcept {
     if (t == row_dtype::f32) return static_cast<const float*>(d)[i * s];
     const std::uint16_t b = static_cast<const std::uint16_t*>(d)[i * s];
     return t == row_dtype::bf16 ? widen_bf16(b) : widen_f16(b);
   }
-  //! The row's floats when it is contiguous fp32 (the vector paths), else null.
+  SPECDEC_HD float operator[](std::int64_t i) const noexcept { return x == nullptr ? raw(i) : (*x)(raw(i), xo + i); }
+  //! The row's floats when it is contiguous fp32 read as stored (the vector paths), else null.
   SPECDEC_HD const float* contiguous_f32() const noexcept {
-    return t == row_dtype::f32 && s == 1 ? static_cast<const float*>(d) : nullptr;
+    return t == row_dtype::f32 && s == 1 && x == nullptr ? static_cast<const float*>(d) : nullptr;
   }
   //! The fp32 row's data (callers have checked t == f32).
   SPECDEC_HD const float* f32() const noexcept { return static_cast<const float*>(d); }
   //! The row starting at element k of this one.
   SPECDEC_HD row_ref shifted(std::int64_t k) const noexcept {
-    return row_ref{static_cast<const char*>(d) + k * s * row_dtype_bytes(t), s, t};
+    return row_ref{static_cast<const char*>(d) + k * s * row_dtype_bytes(t), s, t, x, xo + k};
   }
 };
 
 //! out[k] = r[begin + k] for k < n, with one type dispatch for the range
-//! (the loops are then plain loads and exact widenings).
+//! (the loops are then plain loads and exact widenings, then the
+//! transform of a logits row).
 SPECDEC_HD void widen_range(row_ref r, std::int64_t begin, std::int64_t n, float* out) noexcept {
   const std::int64_t s = r.s;
   if (r.t == row_dtype::f32) {
     const float* d = static_cast<const float*>(r.d) + begin * s;
     for (std::int64_t k = 0; k < n; ++k) out[k] = d[k * s];
-    return;
+  } else {
+    const std::uint16_t* d = static_cast<const std::uint16_t*>(r.d) + begin * s;
+    if (r.t == row_dtype::bf16)
+      for (std::int64_t k = 0; k < n; ++k) out[k] = widen_bf16(d[k * s]);
+    else
+      for (std::int64_t k = 0; k < n; ++k) out[k] = widen_f16(d[k * s]);
   }
-  const std::uint16_t* d = static_cast<const std::uint16_t*>(r.d) + begin * s;
-  if (r.t == row_dtype::bf16)
-    for (std::int64_t k = 0; k < n; ++k) out[k] = widen_bf16(d[k * s]);
-  else
-    for (std::int64_t k = 0; k < n; ++k) out[k] = widen_f16(d[k * s]);
+  if (r.x != nullptr)
+    for (std::int64_t k = 0; k < n; ++k) out[k] = (*r.x)(out[k], r.xo + begin + k);
 }
 
 //! Sum of one tile in the fixed halving-tree order; `ld(i)` for i < n

@@ -5,12 +5,17 @@
 //! whose tree is only the root emits one token.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
+#include "specdec/core/workspace.hpp"
+#include "specdec/sample/logits_rows.hpp"
+#include "specdec/sample/sampling_params.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/tree_verify.hpp"
 #include "specdec/verify/verify_params.hpp"
@@ -38,6 +43,14 @@ struct verify_batch_input {
   std::span<const verify_params> params;  //!< R per-request verification parameters
   std::span<const double> uniforms = {};  //!< caller's uniforms, offsets[R] x draws_per_node; empty = keyed Philox
   std::int32_t draws_per_node = 0;        //!< uniforms per node in `uniforms`
+  //! Empty: p holds probabilities. Else R entries: p holds logits (fp32,
+  //! bf16 or fp16) and request r's target rows are their sampling
+  //! transform under p_sampling[r] (sample/row_transform.hpp), found per
+  //! row and applied as the walk reads (the host twin of the kernel's
+  //! logits rows: the same tokens).
+  std::span<const sampling_params> p_sampling = {};
+  //! q's, as p_sampling (read for requests whose mode reads q).
+  std::span<const sampling_params> q_sampling = {};
 };
 
 //! Outputs of a batch: row r of `paths` / `tokens` (R x L, L >= the
@@ -56,15 +69,46 @@ struct verify_batch_output {
 };
 
 //! Workspace for verify_batch: the largest single-request need (reused by
-//! every request). 0 for malformed offsets.
-inline std::size_t verify_batch_workspace_size(std::int64_t vocab, std::span<const std::int32_t> offsets) noexcept {
+//! every request), with room for two row transforms per node when
+//! `logits_rows` (p_sampling or q_sampling given). 0 for malformed offsets.
+inline std::size_t verify_batch_workspace_size(std::int64_t vocab, std::span<const std::int32_t> offsets,
+                                               bool logits_rows = false) noexcept {
   std::int32_t n = 0;
   for (std::size_t r = 0; r + 1 < offsets.size(); ++r) {
     const std::int32_t k = offsets[r + 1] - offsets[r];
     n = k > n ? k : n;
   }
-  return verify_workspace_size(vocab, n);
+  const std::size_t walk = verify_workspace_size(vocab, n);
+  return walk == 0 || !logits_rows ? walk : walk + 2 * align_up(static_cast<std::size_t>(n) * sizeof(row_transform));
 }
+
+namespace detail {
+
+//! Request r's row transforms (its p rows under p_sampling[r], its q rows
+//! under q_sampling[r] when its mode reads q): invalid_argument for bad
+//! sampling params, else ok (a bad row's transform carries its code and
+//! the walk reports it when it reads the row).
+inline status transform_request_rows(const verify_batch_input& in, std::size_t r, const rows_view& pr,
+                                     const rows_view& qr, row_transform* px, row_transform* qx) noexcept {
+  const std::int64_t n = in.offsets[r + 1] - in.offsets[r], V = pr.extent[1];
+  auto fill = [&](const rows_view& rows, const sampling_params& sp, row_transform* out) {
+    SPECDEC_TRY(validate_sampling_params(sp));
+    if (!sp.is_greedy() && !(1.0f / sp.temperature < INFINITY))
+      return make_status(status_code::invalid_argument, "temperature too small (1/T overflows); use 0 for greedy");
+    for (std::int64_t u = 0; u < n; ++u)
+      out[u] = make_row_transform(
+          row_ref{static_cast<const char*>(rows.data) + u * rows.stride[0] * row_dtype_bytes(rows.dtype),
+                  rows.stride[1], rows.dtype},
+          V, sp);
+    return status::success();
+  };
+  if (!in.p_sampling.empty()) SPECDEC_TRY(fill(pr, in.p_sampling[r], px));
+  if (!in.q_sampling.empty() && uses_draft_probs(in.params[r].mode) && qr.data != nullptr && n > 1)
+    SPECDEC_TRY(fill(qr, in.q_sampling[r], qx));
+  return status::success();
+}
+
+}  // namespace detail
 
 //! Verifies every request of the batch in order, each independently (its
 //! result depends only on its own inputs and Philox key, never on its
@@ -101,8 +145,22 @@ inline status verify_batch(const verify_batch_input& in, std::span<std::byte> wo
       (in.draws_per_node <= 0 ||
        in.uniforms.size() / static_cast<std::size_t>(in.draws_per_node) < static_cast<std::size_t>(total)))
     return make_status(status_code::size_mismatch, "uniforms needs offsets[R] x draws_per_node entries");
-  if (workspace.size() < verify_batch_workspace_size(V, in.offsets))
+  if ((!in.p_sampling.empty() && in.p_sampling.size() != R) || (!in.q_sampling.empty() && in.q_sampling.size() != R))
+    return make_status(status_code::size_mismatch, "p_sampling and q_sampling need none or one entry per request");
+  const bool logits = !in.p_sampling.empty() || !in.q_sampling.empty();
+  if (workspace.size() < verify_batch_workspace_size(V, in.offsets, logits))
     return make_status(status_code::buffer_too_small, "workspace smaller than verify_batch_workspace_size");
+  std::int32_t n_max = 0;
+  for (std::size_t r = 0; r < R; ++r) n_max = std::max(n_max, in.offsets[r + 1] - in.offsets[r]);
+  // Logits rows: each request's row transforms first, then the walk's scratch.
+  row_transform* px = nullptr;
+  row_transform* qx = nullptr;
+  if (logits) {
+    workspace_carver w(workspace.data(), workspace.size());
+    px = w.take<row_transform>(static_cast<std::size_t>(n_max));
+    qx = w.take<row_transform>(static_cast<std::size_t>(n_max));
+    workspace = workspace.subspan(w.bytes_used());
+  }
 
   if ((out.paths.stride[1] != 1 && out.paths.extent[1] > 1) || (out.tokens.stride[1] != 1 && out.tokens.extent[1] > 1))
     return make_status(status_code::invalid_argument, "paths and tokens rows must be contiguous (stride 1)");
@@ -121,13 +179,22 @@ inline status verify_batch(const verify_batch_input& in, std::span<std::byte> wo
     verify_result res{};
     const std::span<node_id> path_r(prow_out.data, L);
     const std::span<token_id> tok_r(trow_out.data, L);
-    const status st =
-        in.uniforms.empty()
-            ? verify_tree(t, pr, qr, in.params[r], workspace, path_r, tok_r, res)
-            : verify_tree(t, pr, qr, in.params[r],
-                          caller_uniforms{in.uniforms.data() + static_cast<std::ptrdiff_t>(b) * in.draws_per_node, n,
-                                          in.draws_per_node},
-                          workspace, path_r, tok_r, res);
+    status st = logits ? detail::transform_request_rows(in, r, pr, qr, px, qx) : status::success();
+    const row_transform* pxr = in.p_sampling.empty() ? nullptr : px;
+    const row_transform* qxr = in.q_sampling.empty() ? nullptr : qx;
+    if (st.ok())
+      st = in.uniforms.empty()
+               ? detail::verify_tree_with(
+                     t, pr, qr, in.params[r],
+                     philox_uniforms{rng_stream{in.params[r].seed, in.params[r].request, in.params[r].round}},
+                     workspace, path_r, tok_r, res, detail::host_row_ops{}, pxr, qxr)
+           : in.uniforms.data() == nullptr
+               ? make_status(status_code::invalid_argument, "caller uniforms have no data")
+               : detail::verify_tree_with(
+                     t, pr, qr, in.params[r],
+                     caller_uniforms{in.uniforms.data() + static_cast<std::ptrdiff_t>(b) * in.draws_per_node, n,
+                                     in.draws_per_node},
+                     workspace, path_r, tok_r, res, detail::host_row_ops{}, pxr, qxr);
     if (!st.ok()) {
       out.results[r] = verify_result{0, 0, -1, st.code()};
       if (first.ok()) first = make_status(st.code(), st.message(), static_cast<std::int64_t>(r));

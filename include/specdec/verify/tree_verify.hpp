@@ -71,16 +71,21 @@ inline status carve_checked(std::span<std::byte> ws, std::int64_t V, std::int32_
   return status::success();
 }
 
-inline walk_rows rows_of(const rows_view& p, const rows_view& q) noexcept {
-  return walk_rows{p.data, p.stride[0], p.stride[1], q.data, q.stride[0], q.stride[1], p.extent[1], p.dtype, q.dtype};
+inline walk_rows rows_of(const rows_view& p, const rows_view& q, const row_transform* px = nullptr,
+                         const row_transform* qx = nullptr) noexcept {
+  return walk_rows{p.data,      p.stride[0], p.stride[1], q.data, q.stride[0], q.stride[1],
+                   p.extent[1], p.dtype,     q.dtype,     px,     qx};
 }
 
 //! verify_tree over any host row policy (the loop layer passes one that
 //! converts logits rows to probabilities when the walk first reads them).
+//! px / qx, when given, make p / q logits rows read through these
+//! per-row transforms (sample/row_transform.hpp).
 template <class Uni, class Ops = host_row_ops>
 status verify_tree_with(const tree_view& tree, const rows_view& p, const rows_view& q, const verify_params& vp,
                         const Uni& uni, std::span<std::byte> workspace, std::span<node_id> path,
-                        std::span<token_id> tokens, verify_result& result, const Ops& ops = Ops{}) noexcept {
+                        std::span<token_id> tokens, verify_result& result, const Ops& ops = Ops{},
+                        const row_transform* px = nullptr, const row_transform* qx = nullptr) noexcept {
   const std::int64_t N = tree.size;
   SPECDEC_TRY(check_rows(p, q, N, N > 1 ? N : 0, vp));
   const std::int64_t V = p.extent[1];
@@ -92,7 +97,8 @@ status verify_tree_with(const tree_view& tree, const rows_view& p, const rows_vi
                                  static_cast<std::int64_t>(cap), s.depth));  // params checked by check_rows
   if (tree.depth != nullptr) SPECDEC_TRY(validate_tree(tree));
   walk_out o{s.path, tree.size, 0, 0, -1};
-  SPECDEC_TRY(verify_walk(parent_topology{tree.token, tree.parent, tree.size}, ops, uni, vp, rows_of(p, q), s, o));
+  SPECDEC_TRY(
+      verify_walk(parent_topology{tree.token, tree.parent, tree.size}, ops, uni, vp, rows_of(p, q, px, qx), s, o));
   for (std::int32_t k = 0; k <= o.accepted; ++k) {
     path[static_cast<std::size_t>(k)] = s.path[k];
     if (k > 0) tokens[static_cast<std::size_t>(k - 1)] = tree.token[s.path[k]];

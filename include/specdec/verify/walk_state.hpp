@@ -29,15 +29,20 @@ struct walk_rows {
   std::int64_t V;                     //!< vocabulary size
   row_dtype p_type = row_dtype::f32;  //!< p's element type
   row_dtype q_type = row_dtype::f32;  //!< q's element type
+  //! Null: p holds probabilities; else p holds logits and row u reads
+  //! through p_x[u] (sample/row_transform.hpp).
+  const row_transform* p_x = nullptr;
+  const row_transform* q_x = nullptr;  //!< q's transforms, as p_x
   //! Row u of p.
-  SPECDEC_HD detail::row_ref prow(node_id u) const noexcept { return row(p, p_rs, p_cs, p_type, u); }
+  SPECDEC_HD detail::row_ref prow(node_id u) const noexcept { return row(p, p_rs, p_cs, p_type, p_x, u); }
   //! Row u of q.
-  SPECDEC_HD detail::row_ref qrow(node_id u) const noexcept { return row(q, q_rs, q_cs, q_type, u); }
+  SPECDEC_HD detail::row_ref qrow(node_id u) const noexcept { return row(q, q_rs, q_cs, q_type, q_x, u); }
 
  private:
   SPECDEC_HD static detail::row_ref row(const void* d, std::int64_t rs, std::int64_t cs, row_dtype t,
-                                        node_id u) noexcept {
-    return detail::row_ref{static_cast<const char*>(d) + u * rs * row_dtype_bytes(t), cs, t};
+                                        const row_transform* x, node_id u) noexcept {
+    return detail::row_ref{static_cast<const char*>(d) + u * rs * row_dtype_bytes(t), cs, t,
+                           x == nullptr ? nullptr : x + u};
   }
 };
 

@@ -211,11 +211,11 @@ inline bool argmax_16(const std::uint16_t* w, std::int64_t V, std::uint16_t inf_
 //! chosen and make it return false (+-inf allowed, so logits work too; an
 //! all -inf row gives token 0).
 inline bool argmax_pass(row_ref r, std::int64_t V, token_id& arg) noexcept {
-  if (r.t != row_dtype::f32 && r.s == 1)
+  if (r.t != row_dtype::f32 && r.s == 1 && r.x == nullptr)
     return argmax_16(static_cast<const std::uint16_t*>(r.d), V,
                      r.t == row_dtype::bf16 ? std::uint16_t{0x7F80} : std::uint16_t{0x7C00}, arg);
-  if (r.t != row_dtype::f32) {
-    // Strided 16-bit rows: widened a tile at a time and scanned as fp32; an
+  if (r.t != row_dtype::f32 || r.x != nullptr) {
+    // Strided 16-bit rows and logits rows: widened a tile at a time and scanned as fp32; an
     // earlier tile wins ties (strict >), so the lowest id among equal maxima stays.
     alignas(64) float buf[sum_tile];
     float best = -INFINITY;
