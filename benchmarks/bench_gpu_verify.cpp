@@ -52,7 +52,7 @@ std::vector<unsigned char> pool_rows(std::int64_t V, std::uint32_t seed, row_dty
     double mx = -1e300, s = 0;
     for (auto& x : w) mx = std::max(mx, x = N(gen));
     for (auto& x : w) s += (x = std::exp(x - mx));
-    float best = -1;
+    float best = -INFINITY;
     for (std::int64_t i = 0; i < V; ++i) {
       float f = static_cast<float>(w[static_cast<std::size_t>(i)] / s);
       if (logits) f = std::log(f);

@@ -47,6 +47,10 @@ def sampling_table(temperature: Any = 1.0, top_k: Any = 0, top_p: Any = 1.0, min
     tensor among them the table is built on its device by torch operations
     (nothing waits for the stream); else a numpy array."""
     args = (temperature, top_k, top_p, min_p)
+    if _device_of(top_k) is None:  # (a CUDA tensor is not read back to check it)
+        k = _np(top_k) if _is_torch(top_k) else np.asarray(top_k)
+        if k.dtype.kind == "f" and not np.array_equal(k, np.round(k)):
+            raise Error("invalid_argument: top_k must hold integers")
     R = requests
     if R is None:
         R = next((len(a) for a in args if np.ndim(a) > 0), 1)
@@ -57,8 +61,9 @@ def sampling_table(temperature: Any = 1.0, top_k: Any = 0, top_p: Any = 1.0, min
         where = dev.device
 
         def col(v: Any, dtype: Any) -> Any:
-            t = v if torch.is_tensor(v) else torch.tensor(v)
-            t = t.to(device=where, dtype=dtype).reshape(-1)
+            if not torch.is_tensor(v) and np.ndim(v) == 0:
+                return torch.full((R,), v, dtype=dtype, device=where)  # a fill on the device, no copy
+            t = (v if torch.is_tensor(v) else torch.as_tensor(np.asarray(v))).to(device=where, dtype=dtype).reshape(-1)
             return t.expand(R).contiguous() if t.numel() == 1 else t
 
         cols = [col(temperature, torch.float32).view(torch.int32), col(top_k, torch.int32),
@@ -243,7 +248,8 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
     top-p, min-p), applied as rows are read: no probability rows are
     written (docs/verify.md, "Logits rows"). `draft_sampling` likewise
     for q. On CUDA arrays the records may be on the device (read there) or
-    on the host (staged)."""
+    on the host (staged); a caller workspace for a launch with them is
+    sized by cuda_verify_batch_workspace_size(..., logits=True)."""
     base = _verify_params(params, 0, 0, 0, 0, typical_epsilon, typical_delta, normalization_tolerance)
     dev = _where("parent tokens p q uniforms paths tokens_out results accepted_per_depth workspace", parent, tokens, p,
                  q, uniforms, paths, tokens_out, results, accepted_per_depth, workspace)

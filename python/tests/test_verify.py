@@ -402,6 +402,8 @@ def test_sampling_table_records():
     assert specdec.sampling_table(1.0, requests=4).shape == (4, 4)
     with pytest.raises(specdec.Error, match="size_mismatch"):
         specdec.sampling_table([1.0, 1.0], top_k=[1, 2, 3])
+    with pytest.raises(specdec.Error, match="invalid_argument"):
+        specdec.sampling_table(1.0, top_k=2.5)
 
 
 def test_verify_batch_logits_rows_one_hot_and_top2_law(rng):
@@ -434,9 +436,13 @@ def test_verify_batch_logits_rows_one_hot_and_top2_law(rng):
     dsamp = specdec.sampling_table(1.0, top_k=1, requests=R)
     for mode in [specdec.Mode.SAMPLED_IID, specdec.Mode.SAMPLED_WITHOUT_REPLACEMENT, specdec.Mode.DETERMINISTIC,
                  specdec.Mode.GREEDY, specdec.Mode.TRAVERSAL]:
+        L = max(sizes)
+        out = [np.full((R, L), -3, np.int32) for _ in range(4)]
         got = specdec.verify_batch(offsets, parent, tokens, logits, qlog, modes=int(mode), seeds=5,
-                                   sampling=samp, draft_sampling=dsamp)
-        want = specdec.verify_batch(offsets, parent, tokens, one_hot, q_hot, modes=int(mode), seeds=5)
+                                   sampling=samp, draft_sampling=dsamp, paths=out[0], tokens_out=out[1])
+        want = specdec.verify_batch(offsets, parent, tokens, one_hot, q_hot, modes=int(mode), seeds=5,
+                                    paths=out[2], tokens_out=out[3])
+        assert (want[2][:, 3] == 0).all()
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
     # top_k = 2 on a root-only request: the two best tokens at their softmax odds.
@@ -446,6 +452,7 @@ def test_verify_batch_logits_rows_one_hot_and_top2_law(rng):
     for s in range(trials):
         _, toks, res = specdec.verify_batch(np.array([0, 1], np.int32), np.array([-1], np.int32),
                                             np.array([0], np.int32), row, seeds=s,
+                                            modes=int(specdec.Mode.DETERMINISTIC),
                                             sampling=specdec.sampling_table(1.0, top_k=2))
         assert res[0, 3] == 0
         counts[toks[0, 0]] += 1

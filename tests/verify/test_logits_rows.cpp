@@ -16,6 +16,7 @@
 
 #include "exactness_harness.hpp"
 #include "row_types_util.hpp"
+#include "specdec/sample/detail/host_rows.hpp"
 #include "specdec/sample/logits_rows.hpp"
 #include "specdec/verify/batch_verify.hpp"
 #include "specdec/verify/distribution.hpp"
@@ -160,12 +161,52 @@ TEST_CASE("logits transform: bad rows and bad params read as the walk reports th
   const std::vector<float> masked(4, neg_inf);
   t = make_row_transform(ref_of(masked), 4, sampling_params{});
   CHECK(t.code == static_cast<std::int32_t>(status_code::zero_mass));
-  CHECK(t(neg_inf, 0) == 0.0f);
+  CHECK(std::isnan(t(neg_inf, 0)));
   const std::vector<float> ok = {0.0f, 1.0f};
   for (const sampling_params bad : {sampling_params{-1.0f, 0, 1.0f, 0.0f}, sampling_params{1.0f, -2, 1.0f, 0.0f},
                                     sampling_params{1.0f, 0, 0.0f, 0.0f}, sampling_params{1.0f, 0, 1.0f, 1.5f},
                                     sampling_params{1e-45f, 0, 1.0f, 0.0f}})
     CHECK(make_row_transform(ref_of(ok), 2, bad).code == static_cast<std::int32_t>(status_code::invalid_argument));
+}
+
+TEST_CASE("logits transform: rows read through row_ref, shifted or strided, bf16 or fp32, read the same") {
+  std::mt19937 gen(3);
+  const std::int64_t V = 3000;
+  const auto x = random_logits(gen, V, true);
+  const sampling_params sp{0.9f, 30, 0.8f, 0.0f};
+  const row_transform t = make_row_transform(ref_of(x), V, sp);
+  const auto want = transformed(x, t);
+  const detail::row_ref r{x.data(), 1, row_dtype::f32, &t};
+  // Every read path: operator[], a shifted row (its token ids carry on), widen_range.
+  for (const std::int64_t k : {std::int64_t{0}, std::int64_t{1}, std::int64_t{1023}, std::int64_t{2500}}) {
+    const detail::row_ref s = r.shifted(k);
+    for (std::int64_t i = 0; i + k < V; i += 7) CHECK(s[i] == want[static_cast<std::size_t>(k + i)]);
+    std::vector<float> out(static_cast<std::size_t>(V - k));
+    detail::widen_range(r, k, V - k, out.data());
+    CHECK(std::equal(out.begin(), out.end(), want.begin() + k));
+  }
+  CHECK(r.contiguous_f32() == nullptr);  // the vector paths must not read the logits as they are
+  // Strided storage of the same logits.
+  std::vector<float> spread(static_cast<std::size_t>(3 * V), std::numeric_limits<float>::quiet_NaN());
+  for (std::int64_t i = 0; i < V; ++i) spread[static_cast<std::size_t>(3 * i)] = x[static_cast<std::size_t>(i)];
+  const row_transform ts = make_row_transform(detail::row_ref{spread.data(), 3}, V, sp);
+  const detail::row_ref rs{spread.data(), 3, row_dtype::f32, &ts};
+  for (std::int64_t i = 0; i < V; ++i) CHECK(rs[i] == want[static_cast<std::size_t>(i)]);
+  // The host argmax of a transformed bf16 row takes the transformed values, not the raw words.
+  std::vector<std::uint16_t> words(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) words[i] = specdec_test::to_bf16(x[i]);
+  const row_transform tb = make_row_transform(detail::row_ref{words.data(), 1, row_dtype::bf16}, V, sp);
+  const detail::row_ref rb{words.data(), 1, row_dtype::bf16, &tb};
+  token_id arg = -1;
+  REQUIRE(detail::argmax_pass(rb, V, arg));
+  float best = -1.0f;
+  token_id want_arg = -1;
+  for (std::int64_t i = 0; i < V; ++i)
+    if (rb[i] > best) {
+      best = rb[i];
+      want_arg = static_cast<token_id>(i);
+    }
+  CHECK(arg == want_arg);
 }
 
 namespace {
@@ -225,7 +266,10 @@ struct batch_out {
   status st;
 };
 
-batch_out run_batch(const logits_batch& b, rows_view p, rows_view q, bool logits) {
+enum class logits_side { both, p, q };
+
+batch_out run_batch(const logits_batch& b, rows_view p, rows_view q, bool logits,
+                    logits_side side = logits_side::both) {
   const int R = static_cast<int>(b.params.size());
   const int L = 64;
   batch_out o{std::vector<node_id>(static_cast<std::size_t>(R * L), -3),
@@ -234,10 +278,8 @@ batch_out run_batch(const logits_batch& b, rows_view p, rows_view q, bool logits
   std::vector<std::byte> ws(verify_batch_workspace_size(b.V, b.offsets, logits));
   verify_batch_input in{b.offsets, tree_view{b.token.data(), b.parent.data(), nullptr, nullptr, b.offsets.back()}, p, q,
                         b.params};
-  if (logits) {
-    in.p_sampling = b.ps;
-    in.q_sampling = b.qs;
-  }
+  if (logits && side != logits_side::q) in.p_sampling = b.ps;
+  if (logits && side != logits_side::p) in.q_sampling = b.qs;
   o.st = verify_batch(
       in, ws, verify_batch_output{make_view(o.paths.data(), R, L), make_view(o.tokens.data(), R, L), o.results, {}});
   return o;
@@ -282,9 +324,17 @@ TEST_CASE("verify_batch on logits rows equals verify_batch on the transformed ro
         lq.data = Qh.data();
         lq.dtype = row_dtype::bf16;
       }
+      const rows_view pp = make_view(PP.data(), total, V).as_const(), qq = make_view(QQ.data(), total, V).as_const();
       const auto got = run_batch(b, lp, lq, true);
-      const auto want =
-          run_batch(b, make_view(PP.data(), total, V).as_const(), make_view(QQ.data(), total, V).as_const(), false);
+      const auto want = run_batch(b, pp, qq, false);
+      // Logits on one side only: target logits next to draft probabilities, and the reverse.
+      const auto p_only = run_batch(b, lp, qq, true, logits_side::p);
+      const auto q_only = run_batch(b, pp, lq, true, logits_side::q);
+      for (const auto* one : {&p_only, &q_only}) {
+        CHECK(one->paths == want.paths);
+        CHECK(one->tokens == want.tokens);
+        for (std::size_t r = 0; r < b.params.size(); ++r) CHECK(one->results[r].code == want.results[r].code);
+      }
       CHECK(got.st.code() == want.st.code());
       for (std::size_t r = 0; r < b.params.size(); ++r) {
         INFO("trial " << trial << " bf16 " << bf16 << " request " << r << " mode "

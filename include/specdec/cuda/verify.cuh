@@ -692,8 +692,7 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   }
 }
 
-//! Trees of up to this many nodes are staged in shared memory.//! Trees of up to this many nodes are staged in shared
-//! memory.
+//! Trees of up to this many nodes are staged in shared memory.
 inline constexpr std::int32_t verify_staged_nodes = 512;
 
 //! The kernel: block r verifies request r (launch with Block threads and

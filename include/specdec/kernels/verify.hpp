@@ -310,15 +310,13 @@ inline std::size_t verify_batch_workspace_size(const verify_batch_params& P) noe
 
 //! Request r's sampling checks (ok without logits rows): its p_sampling
 //! entry, and its q_sampling entry when its mode reads q rows; both
-//! validate_sampling_params and a finite 1 / temperature. The kernel and
-//! the host twin reject the same requests (invalid_argument).
+//! sampling_transformable. The kernel and the host twin reject the same
+//! requests (invalid_argument).
 SPECDEC_HD status_code verify_request_sampling(const verify_batch_params& P, std::int32_t r, verify_mode mode,
                                                std::int32_t nodes) noexcept {
-  const auto bad = [](const sampling_params& sp) {
-    return !validate_sampling_params(sp).ok() || (!sp.is_greedy() && !(1.0f / sp.temperature < INFINITY));
-  };
-  if (P.p_sampling != nullptr && bad(P.p_sampling[r])) return status_code::invalid_argument;
-  if (P.q_sampling != nullptr && P.q != nullptr && uses_draft_probs(mode) && nodes > 1 && bad(P.q_sampling[r]))
+  if (P.p_sampling != nullptr && !sampling_transformable(P.p_sampling[r])) return status_code::invalid_argument;
+  if (P.q_sampling != nullptr && P.q != nullptr && uses_draft_probs(mode) && nodes > 1 &&
+      !sampling_transformable(P.q_sampling[r]))
     return status_code::invalid_argument;
   return status_code::ok;
 }

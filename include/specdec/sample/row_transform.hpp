@@ -22,7 +22,9 @@
 //!   sum in the fixed order of sample/order.hpp, p_i = float(double(w_i) / Z)
 //!   rounded from 1 / Z in double.
 //! T = 0 is greedy: one-hot at the argmax of the logits (lowest id on
-//! ties). The cuts are found by a radix select over the keys (8 digits of
+//! ties). The equality holds for IEEE arithmetic: compiling this header
+//! with -ffast-math (host) or --use_fast_math / -ftz=true (device) voids
+//! it. The cuts are found by a radix select over the keys (8 digits of
 //! 8 bits, a histogram per digit), the same steps on host and device; the
 //! host twin (sample/logits_rows.hpp) and the CUDA pre-pass (cuda/verify.cuh)
 //! give identical constants, hence identical tokens.
@@ -138,10 +140,31 @@ SPECDEC_HD int radix_pick(const std::uint64_t* hist, std::uint64_t& need) noexce
   return -1;
 }
 
+//! 1 / x rounded to nearest (device: __frcp_rn, whatever -prec-div says).
+SPECDEC_HD float recip_rn(float x) noexcept {
+#ifdef __CUDA_ARCH__
+  return __frcp_rn(x);
+#else
+  return 1.0f / x;
+#endif
+}
+
 //! Bits above digit d (8 bits each, d = 7 the top) of a key.
 SPECDEC_HD constexpr std::uint64_t radix_high_mask(int d) noexcept { return d == 7 ? 0 : ~0ull << (8 * d + 8); }
 
 }  // namespace detail
+
+//! Largest row a transform takes: the top-p grid masses of a row (at most
+//! 2^40 each) must sum within 64 bits. The CUDA pre-pass has a smaller cap
+//! (kernels::verify_logits_max_vocab).
+inline constexpr std::int64_t logits_rows_max_vocab = std::int64_t{1} << 23;
+
+//! Whether `sp` can transform a row: validate_sampling_params passes and
+//! 1 / temperature is finite (else the request gets invalid_argument,
+//! on host and device alike).
+SPECDEC_HD bool sampling_transformable(const sampling_params& sp) noexcept {
+  return validate_sampling_params(sp).ok() && (sp.is_greedy() || detail::recip_rn(sp.temperature) < INFINITY);
+}
 
 //! The constants of one row's sampling transform (see the file comment),
 //! found by a pre-pass; operator() maps a logit to its probability.
@@ -153,9 +176,10 @@ struct row_transform {
   std::uint64_t cut = 0;    //!< tokens whose rank key is below this are dropped (0: no top-k/top-p cut)
   double inv_z = 1.0;       //!< 1 / the kept weights' sum
   std::int32_t greedy = 0;  //!< 1: temperature 0, one-hot at `arg`
-  //! status_code of the row: ok, non_finite (a NaN or +inf logit: every
-  //! entry reads NaN), zero_mass (every logit -inf: every entry reads 0) or
-  //! invalid_argument (bad sampling_params: every entry reads NaN).
+  //! status_code of the row: ok, non_finite (a NaN or +inf logit),
+  //! zero_mass (every logit -inf) or invalid_argument (bad
+  //! sampling_params). A row that is not ok reads NaN everywhere, so every
+  //! mode's walk stops on it (non_finite) when it visits it.
   std::int32_t code = 0;
 
   //! The unnormalized weight of logit x (not greedy).
@@ -173,7 +197,7 @@ struct row_transform {
   }
   //! The probability of token i whose logit is x.
   SPECDEC_HD float operator()(float x, std::int64_t i) const noexcept {
-    if (code != 0) return code == static_cast<std::int32_t>(status_code::zero_mass) ? 0.0f : NAN;
+    if (code != 0) return NAN;
     if (greedy != 0) return i == arg ? 1.0f : 0.0f;
     const float w = kept_weight(x, i);
     return w > 0.0f ? static_cast<float>(static_cast<double>(w) * inv_z) : 0.0f;
@@ -186,13 +210,12 @@ namespace detail {
 //! `sp` fails validate_sampling_params or 1 / T overflows.
 SPECDEC_HD row_transform start_transform(const sampling_params& sp) noexcept {
   row_transform t{};
-  if (!validate_sampling_params(sp).ok()) {
+  if (!sampling_transformable(sp)) {
     t.code = static_cast<std::int32_t>(status_code::invalid_argument);
     return t;
   }
   t.greedy = sp.is_greedy() ? 1 : 0;
-  t.inv_t = t.greedy != 0 ? 1.0f : 1.0f / sp.temperature;
-  if (!(t.inv_t < INFINITY)) t.code = static_cast<std::int32_t>(status_code::invalid_argument);
+  t.inv_t = t.greedy != 0 ? 1.0f : recip_rn(sp.temperature);
   t.min_p = sp.min_p;
   return t;
 }

@@ -90,12 +90,15 @@ namespace detail {
 //! the walk reports it when it reads the row).
 inline status transform_request_rows(const verify_batch_input& in, std::size_t r, const rows_view& pr,
                                      const rows_view& qr, row_transform* px, row_transform* qx) noexcept {
-  const std::int64_t n = in.offsets[r + 1] - in.offsets[r], V = pr.extent[1];
+  const std::int32_t n = in.offsets[r + 1] - in.offsets[r];
+  SPECDEC_TRY(check_rows(pr, qr, n, n > 1 ? n : 0, in.params[r]));  // the shapes the rows are read with
+  const std::int64_t V = pr.extent[1];
+  if (V > logits_rows_max_vocab) return make_status(status_code::invalid_argument, "logits rows of more than 2^23");
   auto fill = [&](const rows_view& rows, const sampling_params& sp, row_transform* out) {
     SPECDEC_TRY(validate_sampling_params(sp));
-    if (!sp.is_greedy() && !(1.0f / sp.temperature < INFINITY))
+    if (!sampling_transformable(sp))
       return make_status(status_code::invalid_argument, "temperature too small (1/T overflows); use 0 for greedy");
-    for (std::int64_t u = 0; u < n; ++u)
+    for (std::int32_t u = 0; u < n; ++u)
       out[u] = make_row_transform(
           row_ref{static_cast<const char*>(rows.data) + u * rows.stride[0] * row_dtype_bytes(rows.dtype),
                   rows.stride[1], rows.dtype},
@@ -156,6 +159,8 @@ inline status verify_batch(const verify_batch_input& in, std::span<std::byte> wo
   row_transform* px = nullptr;
   row_transform* qx = nullptr;
   if (logits) {
+    if (!detail::aligned8(workspace.data()))
+      return make_status(status_code::invalid_argument, "workspace must be 8-byte aligned");
     workspace_carver w(workspace.data(), workspace.size());
     px = w.take<row_transform>(static_cast<std::size_t>(n_max));
     qx = w.take<row_transform>(static_cast<std::size_t>(n_max));
