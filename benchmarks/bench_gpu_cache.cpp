@@ -64,7 +64,7 @@ void BM_gpu_commit(benchmark::State& state) {
   gpu_bench::timed_loop(state, [&] {
     if (baseline)
       return cudaMemcpyAsync(b.p, a.p, static_cast<std::size_t>(moved_bytes), cudaMemcpyDeviceToDevice) == cudaSuccess;
-    return specdec::kernels::kv_commit(p, nullptr, 0, nullptr).ok();
+    return specdec::kernels::commit_kv(p, nullptr, 0, nullptr).ok();
   });
   std::uint64_t word = 0;
   cudaMemcpy(&word, d_status.p, 8, cudaMemcpyDeviceToHost);

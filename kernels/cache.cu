@@ -5,8 +5,8 @@
 
 namespace specdec::kernels {
 
-status kv_commit(const kv_commit_params& p, void* workspace, std::size_t workspace_bytes, void* stream) noexcept {
-  return cuda::kv_commit(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+status commit_kv(const kv_commit_params& p, void* workspace, std::size_t workspace_bytes, void* stream) noexcept {
+  return cuda::commit_kv(p, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
 }
 
 status keep_indices_from_results(const keep_from_results_batch& b, void* workspace, std::size_t workspace_bytes,

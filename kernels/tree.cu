@@ -5,14 +5,14 @@
 
 namespace specdec::kernels {
 
-status build_tree_masks(const tree_mask_batch<std::uint32_t>& b, void* workspace, std::size_t workspace_bytes,
-                        void* stream) noexcept {
-  return cuda::build_tree_masks(b, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+status build_tree_masks_batched(const tree_masks_params<std::uint32_t>& b, void* workspace, std::size_t workspace_bytes,
+                                void* stream) noexcept {
+  return cuda::build_tree_masks_batched(b, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
 }
 
-status build_tree_masks(const tree_mask_batch<std::uint64_t>& b, void* workspace, std::size_t workspace_bytes,
-                        void* stream) noexcept {
-  return cuda::build_tree_masks(b, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+status build_tree_masks_batched(const tree_masks_params<std::uint64_t>& b, void* workspace, std::size_t workspace_bytes,
+                                void* stream) noexcept {
+  return cuda::build_tree_masks_batched(b, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace specdec::kernels

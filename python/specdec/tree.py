@@ -135,7 +135,7 @@ def tree_masks_batched(parents: Any, offsets: Any, cache_len: Any = None, *, max
     (tree b owns rows offsets[b]..offsets[b+1], local parent ids). Returns
     (masks, positions, tree_status); a tree that fails gets its status code
     (see C++ status_code) and its rows untouched. CUDA arrays: the
-    build_tree_masks kernel on `stream` (asynchronous; tree_status is valid
+    build_tree_masks_batched kernel on `stream` (asynchronous; tree_status is valid
     once the stream gets there); positions are int64 and masks uint32/uint64
     words (pass them, or use torch >= 2.3 for uint words)."""
     dev = _where("parents offsets cache_len masks positions tree_status", parents, offsets, cache_len, masks, positions,

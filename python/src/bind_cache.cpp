@@ -294,7 +294,7 @@ void launch_commit(const kernels::kv_commit_params& P, cudaStream_t s, bool chec
     cuda_check(cudaMemsetAsync(P.status_word, 0xFF, sizeof(std::uint64_t), s), "cudaMemsetAsync");
     return;
   }
-  check(kernels::kv_commit(P, nullptr, 0, s));
+  check(kernels::commit_kv(P, nullptr, 0, s));
   if (check_now) check(kernels::kv_commit_result(read_back(P.status_word, s)));
 }
 

@@ -129,8 +129,8 @@ void cuda_batched(const dev1<const node_id>& parents, const dev1<const std::int3
   g.add(parents, "parents", offsets, "offsets", cache_len, "cache_len", masks, "masks", positions, "positions",
         tree_status, "tree_status");
   const auto b = tree_batch_of<Word>(parents, offsets, cache_len, masks, positions, tree_status, max_nodes);
-  check(kernels::build_tree_masks_can_implement(b));
-  check(kernels::build_tree_masks(b, nullptr, 0, stream_of(stream)));
+  check(kernels::build_tree_masks_batched_can_implement(b));
+  check(kernels::build_tree_masks_batched(b, nullptr, 0, stream_of(stream)));
 }
 #endif
 

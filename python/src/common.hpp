@@ -200,30 +200,30 @@ std::optional<caller_uniforms> batch_uniforms(const std::optional<A>& u, std::si
 //! the shape checks: short outputs are buffer_too_small, a short input
 //! size_mismatch.
 template <class Word, class Parents, class Offsets, class CacheLen, class Masks, class Positions, class Status>
-tree_mask_batch<Word> tree_batch_of(const Parents& parents, const Offsets& offsets,
-                                    const std::optional<CacheLen>& cache_len, const Masks& masks,
-                                    const std::optional<Positions>& positions, const Status& tree_status,
-                                    std::int32_t max_nodes) {
-  require(offsets.size() >= 1, status_code::invalid_argument, "offsets needs num_trees + 1 entries");
+tree_masks_params<Word> tree_batch_of(const Parents& parents, const Offsets& offsets,
+                                      const std::optional<CacheLen>& cache_len, const Masks& masks,
+                                      const std::optional<Positions>& positions, const Status& tree_status,
+                                      std::int32_t max_nodes) {
+  require(offsets.size() >= 1, status_code::invalid_argument, "offsets needs R + 1 entries");
   const std::size_t R = offsets.size() - 1, n = parents.size();
   require(n <= static_cast<std::size_t>(INT32_MAX) && R <= static_cast<std::size_t>(INT32_MAX),
           status_code::invalid_argument, "batch too large");
   require(masks.shape(1) <= 1 || masks.stride(1) == 1, status_code::invalid_argument,
           "mask rows must be contiguous (last stride 1)");
-  require(tree_status.size() >= R, status_code::buffer_too_small, "tree_status needs num_trees entries");
-  require(!cache_len || cache_len->size() >= R, status_code::size_mismatch, "cache_len needs num_trees entries");
+  require(tree_status.size() >= R, status_code::buffer_too_small, "tree_status needs R entries");
+  require(!cache_len || cache_len->size() >= R, status_code::size_mismatch, "cache_len needs R entries");
   require(masks.shape(0) >= n && (!positions || positions->size() >= n), status_code::buffer_too_small,
           "masks and positions need one row per node");
   require(static_cast<std::int64_t>(masks.shape(1)) >= mask_words_per_row<Word>(max_nodes),
           status_code::buffer_too_small, "mask rows need ceil(max_nodes / W) words");
-  tree_mask_batch<Word> b;
+  tree_masks_params<Word> b;
   b.parents = parents.data();
   b.offsets = offsets.data();
   b.cache_len = cache_len ? cache_len->data() : nullptr;
   b.masks = masks.data();
   b.positions = positions ? positions->data() : nullptr;
-  b.tree_status = tree_status.data();
-  b.num_trees = static_cast<std::int32_t>(R);
+  b.request_status = tree_status.data();
+  b.num_requests = static_cast<std::int32_t>(R);
   b.max_nodes = max_nodes;
   b.capacity_nodes = static_cast<std::int32_t>(n);
   b.row_stride_words =

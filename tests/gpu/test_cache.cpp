@@ -154,9 +154,9 @@ void run_both(const gpu_case& c, std::mt19937_64& g64, specdec::status& host_st,
   p.total_keep = static_cast<std::int64_t>(c.keep.size());
   p.status_word = d_status.data();
   if (graph) {  // captured into a CUDA graph and replayed once
-    run_in_graph([&](cudaStream_t s) { return specdec::kernels::kv_commit(p, nullptr, 0, s).ok(); });
+    run_in_graph([&](cudaStream_t s) { return specdec::kernels::commit_kv(p, nullptr, 0, s).ok(); });
   } else {
-    REQUIRE(specdec::kernels::kv_commit(p, nullptr, 0, nullptr).ok());
+    REQUIRE(specdec::kernels::commit_kv(p, nullptr, 0, nullptr).ok());
     REQUIRE(specdec::kernels::synchronize(nullptr).ok());
   }
   dev_st = specdec::kernels::kv_commit_result(d_status.download()[0]);
@@ -194,11 +194,11 @@ void random_equality(std::uint32_t seeds) {
 
 }  // namespace
 
-TEST_CASE("GPU kv_commit equals the host commit (fp16 bits)") { random_equality<std::uint16_t>(20); }
-TEST_CASE("GPU kv_commit equals the host commit (fp32 bits)") { random_equality<std::uint32_t>(10); }
-TEST_CASE("GPU kv_commit equals the host commit (fp8 bits)") { random_equality<std::uint8_t>(5); }
+TEST_CASE("GPU commit_kv equals the host commit (fp16 bits)") { random_equality<std::uint16_t>(20); }
+TEST_CASE("GPU commit_kv equals the host commit (fp32 bits)") { random_equality<std::uint32_t>(10); }
+TEST_CASE("GPU commit_kv equals the host commit (fp8 bits)") { random_equality<std::uint8_t>(5); }
 
-TEST_CASE("GPU kv_commit inside a captured CUDA graph equals the host commit") {
+TEST_CASE("GPU commit_kv inside a captured CUDA graph equals the host commit") {
   // The validation kernel and the copy on the caller's stream, nothing
   // synchronized or allocated: replayable in an engine's decode graph.
   int moved = 0;  // cases where the commit really changed the cache
@@ -217,7 +217,7 @@ TEST_CASE("GPU kv_commit inside a captured CUDA graph equals the host commit") {
   CHECK(moved > 0);
 }
 
-TEST_CASE("GPU kv_commit rejects a bad batch and writes nothing") {
+TEST_CASE("GPU commit_kv rejects a bad batch and writes nothing") {
   std::mt19937 g(5);
   std::mt19937_64 g64(5);
   for (int what = 0; what < 4; ++what) {
@@ -250,7 +250,7 @@ TEST_CASE("GPU kv_commit rejects a bad batch and writes nothing") {
   }
 }
 
-TEST_CASE("GPU kv_commit: entries wider than the staging capacity are copied straight through") {
+TEST_CASE("GPU commit_kv: entries wider than the staging capacity are copied straight through") {
   // 1500 two-byte units per entry (misaligned base or strided head_dim)
   // exceed the 32 lanes x 4 staged units of a warp's wave.
   for (std::uint32_t seed = 1; seed <= 3; ++seed)
@@ -265,7 +265,7 @@ TEST_CASE("GPU kv_commit: entries wider than the staging capacity are copied str
     }
 }
 
-TEST_CASE("GPU kv_commit: 300 requests equal the host; one bad request leaves every cache untouched") {
+TEST_CASE("GPU commit_kv: 300 requests equal the host; one bad request leaves every cache untouched") {
   // More requests than the validation block has threads.
   for (int layout : {0, 2}) {
     INFO("layout " << layout);
@@ -289,7 +289,7 @@ TEST_CASE("GPU kv_commit: 300 requests equal the host; one bad request leaves ev
   }
 }
 
-TEST_CASE("GPU kv_commit: a grid smaller than a tensor's layers is an error, not a partial commit") {
+TEST_CASE("GPU commit_kv: a grid smaller than a tensor's layers is an error, not a partial commit") {
   std::mt19937 g(17);
   std::mt19937_64 g64(17);
   gpu_case c;

@@ -112,17 +112,17 @@ round_input make_round(std::uint32_t seed, std::uint32_t round, const std::vecto
 }
 
 // Arguments of the masks and the scan, with host or device pointers alike.
-tree_mask_batch<std::uint64_t> mask_args(const node_id* parents, const std::int32_t* offsets,
-                                         const position_id* cache_len, std::uint64_t* masks, position_id* positions,
-                                         std::int32_t* status) {
-  tree_mask_batch<std::uint64_t> b;
+tree_masks_params<std::uint64_t> mask_args(const node_id* parents, const std::int32_t* offsets,
+                                           const position_id* cache_len, std::uint64_t* masks, position_id* positions,
+                                           std::int32_t* status) {
+  tree_masks_params<std::uint64_t> b;
   b.parents = parents;
   b.offsets = offsets;
   b.cache_len = cache_len;
   b.masks = masks;
   b.positions = positions;
-  b.tree_status = status;
-  b.num_trees = R;
+  b.request_status = status;
+  b.num_requests = R;
   b.max_nodes = max_nodes;
   b.capacity_nodes = N;
   return b;
@@ -156,7 +156,7 @@ struct outputs {
   std::vector<std::uint64_t> masks =
       std::vector<std::uint64_t>(N * mask_words_per_row<std::uint64_t>(max_nodes), 0xC3C3C3C3C3C3C3C3ull);
   std::vector<position_id> positions = std::vector<position_id>(N, -9);
-  std::vector<std::int32_t> tree_status = std::vector<std::int32_t>(R, -1);
+  std::vector<std::int32_t> request_status = std::vector<std::int32_t>(R, -1);
   std::vector<node_id> paths = std::vector<node_id>(R * max_nodes, -3);
   std::vector<token_id> tokens = std::vector<token_id>(R * max_nodes, -3);
   std::vector<verify_result> results = std::vector<verify_result>(R);
@@ -195,7 +195,7 @@ keep_from_results_batch keep_args(const std::int32_t* offsets, const node_id* pa
 void host_round(const round_input& in, const std::vector<position_id>& cache_len, outputs& h) {
   const auto& off = in.bc.offsets;
   REQUIRE(build_tree_masks_batched(mask_args(in.bc.parent.data(), off.data(), cache_len.data(), h.masks.data(),
-                                             h.positions.data(), h.tree_status.data()))
+                                             h.positions.data(), h.request_status.data()))
               .ok());
   const std::int32_t total = off.back();
   std::vector<std::byte> vws(verify_batch_workspace_size(V, off));
@@ -225,7 +225,7 @@ void host_round(const round_input& in, const std::vector<position_id>& cache_len
                           sws)
               .ok());
   // Well-formed trees: the round exercises the outputs, not the error paths.
-  CHECK(h.tree_status == std::vector<std::int32_t>(R, 0));
+  CHECK(h.request_status == std::vector<std::int32_t>(R, 0));
   CHECK(h.scan_status == std::vector<std::int32_t>(R, 0));
   CHECK(std::count_if(h.results.begin(), h.results.end(), [](const verify_result& v) { return v.accepted > 0; }) > 0);
 }
@@ -286,7 +286,7 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
   device_ssm d_ssm(in1);
   device_buffer<std::uint64_t> d_masks(h.masks), d_kv_status(1);
   device_buffer<position_id> d_positions(h.positions);
-  device_buffer<std::int32_t> d_tree_status(h.tree_status), d_scan_status(h.scan_status);
+  device_buffer<std::int32_t> d_tree_status(h.request_status), d_scan_status(h.scan_status);
   device_buffer<node_id> d_paths(h.paths);
   device_buffer<token_id> d_tokens(h.tokens);
   device_buffer<verify_result> d_results(h.results);
@@ -358,7 +358,7 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
   kc.status_word = d_kv_status.data();
   const auto sb = scan_args(d_off.data(), d_parent.data(), d_ssm.inputs(in1), d_ssm.h0.data(), d_y.data(),
                             d_states.data(), d_scan_status.data());
-  REQUIRE(kernels::build_tree_masks_can_implement(mb).ok());
+  REQUIRE(kernels::build_tree_masks_batched_can_implement(mb).ok());
   REQUIRE(kernels::verify_batch_can_implement(vb).ok());
   REQUIRE(kernels::keep_indices_from_results_can_implement(kb).ok());
   REQUIRE(kernels::kv_commit_can_implement(kc).ok());
@@ -366,7 +366,7 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
   REQUIRE(kernels::tree_scan_batch_workspace_size(sb) == 0);
 
   const auto check = [&](const round_input& in) {
-    CHECK(d_tree_status.download() == h.tree_status);
+    CHECK(d_tree_status.download() == h.request_status);
     CHECK(d_masks.download() == h.masks);  // whole buffers: rows written and untouched
     CHECK(d_positions.download() == h.positions);
     const auto res = d_results.download();
@@ -397,9 +397,9 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
   };
 
   specdec_test::captured_graph graph([&](cudaStream_t s) {
-    return kernels::build_tree_masks(mb, nullptr, 0, s).ok() &&
+    return kernels::build_tree_masks_batched(mb, nullptr, 0, s).ok() &&
            kernels::verify_batch(vb, d_vws.data(), d_vws.size(), s).ok() &&
-           kernels::keep_indices_from_results(kb, nullptr, 0, s).ok() && kernels::kv_commit(kc, nullptr, 0, s).ok() &&
+           kernels::keep_indices_from_results(kb, nullptr, 0, s).ok() && kernels::commit_kv(kc, nullptr, 0, s).ok() &&
            kernels::tree_scan_batch(sb, nullptr, 0, s).ok();
   });
 

@@ -33,12 +33,12 @@ std::vector<node_id> random_tree(std::mt19937_64& rng, int n, int style) {
   return p;
 }
 
-batch_input make_batch(std::uint64_t seed, int num_trees, int max_n, bool with_big) {
+batch_input make_batch(std::uint64_t seed, int num_requests, int max_n, bool with_big) {
   std::mt19937_64 rng(seed);
   batch_input in;
-  for (int t = 0; t < num_trees; ++t) {
+  for (int t = 0; t < num_requests; ++t) {
     int n = 1 + static_cast<int>(rng() % static_cast<std::uint64_t>(max_n));
-    if (with_big && t == num_trees / 2) n = 4096;
+    if (with_big && t == num_requests / 2) n = 4096;
     auto p = random_tree(rng, n, t % 2);
     // Broken trees of every kind among good ones.
     switch (t % 12) {
@@ -69,21 +69,21 @@ batch_input make_batch(std::uint64_t seed, int num_trees, int max_n, bool with_b
 template <class Word>
 void compare(const batch_input& in, std::int64_t extra_stride, bool with_positions, bool graph = false) {
   const auto total = static_cast<std::int32_t>(in.parents.size());
-  const auto num_trees = static_cast<std::int32_t>(in.cache_len.size());
+  const auto num_requests = static_cast<std::int32_t>(in.cache_len.size());
   const std::int64_t stride = specdec::mask_words_per_row<Word>(in.max_nodes) + extra_stride;
   const Word sentinel = static_cast<Word>(0xC3C3C3C3C3C3C3C3ull);
   std::vector<Word> h_masks(static_cast<std::size_t>(total * stride), sentinel);
   std::vector<std::int64_t> h_pos(static_cast<std::size_t>(total), -9);
-  std::vector<std::int32_t> h_status(static_cast<std::size_t>(num_trees), -1);
+  std::vector<std::int32_t> h_status(static_cast<std::size_t>(num_requests), -1);
 
-  specdec::tree_mask_batch<Word> hb;
+  specdec::tree_masks_params<Word> hb;
   hb.parents = in.parents.data();
   hb.offsets = in.offsets.data();
   hb.cache_len = in.cache_len.data();
   hb.masks = h_masks.data();
   hb.positions = with_positions ? h_pos.data() : nullptr;
-  hb.tree_status = h_status.data();
-  hb.num_trees = num_trees;
+  hb.request_status = h_status.data();
+  hb.num_requests = num_requests;
   hb.max_nodes = in.max_nodes;
   hb.capacity_nodes = total;
   hb.row_stride_words = stride;
@@ -101,14 +101,14 @@ void compare(const batch_input& in, std::int64_t extra_stride, bool with_positio
   db.cache_len = d_cache.data();
   db.masks = d_masks.data();
   db.positions = with_positions ? d_pos.data() : nullptr;
-  db.tree_status = d_status.data();
-  REQUIRE(specdec::kernels::build_tree_masks_can_implement(db).ok());
-  const std::size_t wbytes = specdec::kernels::build_tree_masks_workspace_size(db);
+  db.request_status = d_status.data();
+  REQUIRE(specdec::kernels::build_tree_masks_batched_can_implement(db).ok());
+  const std::size_t wbytes = specdec::kernels::build_tree_masks_batched_workspace_size(db);
   if (graph)
     specdec_test::run_in_graph(
-        [&](cudaStream_t s) { return specdec::kernels::build_tree_masks(db, nullptr, wbytes, s).ok(); });
+        [&](cudaStream_t s) { return specdec::kernels::build_tree_masks_batched(db, nullptr, wbytes, s).ok(); });
   else
-    REQUIRE(specdec::kernels::build_tree_masks(db, nullptr, wbytes, nullptr).ok());
+    REQUIRE(specdec::kernels::build_tree_masks_batched(db, nullptr, wbytes, nullptr).ok());
   REQUIRE(specdec::kernels::synchronize(nullptr).ok());
 
   CHECK(d_status.download() == h_status);
@@ -151,15 +151,15 @@ TEST_CASE("tree masks: trees above the shared-memory limit read parents from glo
 }
 
 TEST_CASE("tree masks: whole-call errors are reported before launching") {
-  specdec::tree_mask_batch<std::uint32_t> b;
-  CHECK(specdec::kernels::build_tree_masks(b, nullptr, 0, nullptr) ==
+  specdec::tree_masks_params<std::uint32_t> b;
+  CHECK(specdec::kernels::build_tree_masks_batched(b, nullptr, 0, nullptr) ==
         status_code::invalid_argument);  // no offsets/status
   specdec_test::device_buffer<std::int32_t> off(std::vector<std::int32_t>{0});
   specdec_test::device_buffer<std::int32_t> st(1);
   b.offsets = off.data();
-  b.tree_status = st.data();
-  CHECK(specdec::kernels::build_tree_masks(b, nullptr, 0, nullptr).ok());  // zero trees: nothing to do
+  b.request_status = st.data();
+  CHECK(specdec::kernels::build_tree_masks_batched(b, nullptr, 0, nullptr).ok());  // zero trees: nothing to do
   b.max_nodes = 65535 * specdec::kernels::tree_mask_rows_per_block + 1;
   b.row_stride_words = specdec::mask_words_per_row<std::uint32_t>(b.max_nodes);
-  CHECK(specdec::kernels::build_tree_masks_can_implement(b) == status_code::unsupported);
+  CHECK(specdec::kernels::build_tree_masks_batched_can_implement(b) == status_code::unsupported);
 }

@@ -19,13 +19,13 @@ template <class Word>
 void run_batch(std::uint64_t seed) {
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
-  const int num_trees = 40;
+  const int num_requests = 40;
   std::vector<node_id> parents;
   std::vector<std::int32_t> offsets{0};
   std::vector<std::int64_t> cache_len;
   std::vector<status_code> expect;
   int max_n = 0;
-  for (int t = 0; t < num_trees; ++t) {
+  for (int t = 0; t < num_requests; ++t) {
     const int n = 1 + static_cast<int>(rng() % 150);
     auto p = tree_test::random_tree(rng, n, t % 4);
     status_code e = status_code::ok;
@@ -56,20 +56,20 @@ void run_batch(std::uint64_t seed) {
   const Word sentinel = static_cast<Word>(0x5A5A5A5A5A5A5A5Aull);
   std::vector<Word> masks(static_cast<std::size_t>(total * stride), sentinel);
   std::vector<std::int64_t> pos(static_cast<std::size_t>(total), -7);
-  std::vector<std::int32_t> st(static_cast<std::size_t>(num_trees), -1);
-  specdec::tree_mask_batch<Word> b;
+  std::vector<std::int32_t> st(static_cast<std::size_t>(num_requests), -1);
+  specdec::tree_masks_params<Word> b;
   b.parents = parents.data();
   b.offsets = offsets.data();
   b.cache_len = cache_len.data();
   b.masks = masks.data();
   b.positions = pos.data();
-  b.tree_status = st.data();
-  b.num_trees = num_trees;
+  b.request_status = st.data();
+  b.num_requests = num_requests;
   b.max_nodes = max_n;
   b.capacity_nodes = total;
   b.row_stride_words = stride;
   REQUIRE(specdec::build_tree_masks_batched(b).ok());
-  for (int t = 0; t < num_trees; ++t) {
+  for (int t = 0; t < num_requests; ++t) {
     INFO("tree " << t);
     const auto begin = static_cast<std::size_t>(offsets[static_cast<std::size_t>(t)]);
     const auto n = static_cast<std::size_t>(offsets[static_cast<std::size_t>(t) + 1]) - begin;
@@ -117,13 +117,13 @@ TEST_CASE("batched builder: per-tree and whole-call errors") {
   std::vector<std::int64_t> cache_len{5, 0, 0, -1};
   std::vector<std::uint32_t> masks(6, 9u);
   std::vector<std::int32_t> st(4, -1);
-  specdec::tree_mask_batch<std::uint32_t> b;
+  specdec::tree_masks_params<std::uint32_t> b;
   b.parents = parents.data();
   b.offsets = offsets.data();
   b.cache_len = cache_len.data();
   b.masks = masks.data();
-  b.tree_status = st.data();
-  b.num_trees = 4;
+  b.request_status = st.data();
+  b.num_requests = 4;
   b.max_nodes = 3;
   b.capacity_nodes = 6;
   REQUIRE(specdec::build_tree_masks_batched(b).ok());
@@ -156,10 +156,10 @@ TEST_CASE("batched builder: per-tree and whole-call errors") {
   c.row_stride_words = INT64_MAX / 4;  // row offsets would overflow int64
   CHECK(specdec::build_tree_masks_batched(c) == status_code::invalid_argument);
   c = b;
-  c.tree_status = nullptr;
+  c.request_status = nullptr;
   CHECK(specdec::build_tree_masks_batched(c) == status_code::invalid_argument);
   c = b;
-  c.num_trees = -1;
+  c.num_requests = -1;
   CHECK(specdec::build_tree_masks_batched(c) == status_code::invalid_argument);
   c = b;
   c.masks = nullptr;

@@ -7,7 +7,7 @@
 //! per layer moving every head was slower on an H100,
 //! benchmarks/results/gpu-h100-2026-11-26.md). Engines
 //! compiling with nvcc may launch these templates directly;
-//! specdec::kernels::kv_commit wraps them (kernels/cache.cu).
+//! specdec::kernels::commit_kv wraps them (kernels/cache.cu).
 //!
 //! Parallel safety. Within one (tensor, request,
 //! layer, head) row, entry k reads position s_k = keep[k] and writes
@@ -235,9 +235,9 @@ SPECDEC_KERNEL void __launch_bounds__(kv_copy_threads) kv_commit_kernel(const ke
 }
 
 //! Checks (kernels::kv_commit_can_implement) and enqueues the validation
-//! and copy kernels on `stream`: the kernels API's kv_commit, for engines
+//! and copy kernels on `stream`: the kernels API's commit_kv, for engines
 //! that compile this header themselves. Needs no workspace.
-inline status kv_commit(const kernels::kv_commit_params& p, void* /*workspace*/, std::size_t /*workspace_bytes*/,
+inline status commit_kv(const kernels::kv_commit_params& p, void* /*workspace*/, std::size_t /*workspace_bytes*/,
                         cudaStream_t stream) noexcept {
   SPECDEC_TRY(kernels::kv_commit_can_implement(p));  // the grid's size included
   if (p.batch.num_requests == 0 || p.num_tensors == 0) {

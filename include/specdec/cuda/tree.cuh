@@ -32,7 +32,7 @@ inline constexpr int tree_mask_threads = 256;
 //! tree's parents are staged in dynamic shared memory (max_nodes ints).
 template <class Word>
 __global__ void __launch_bounds__(tree_mask_threads)
-    tree_mask_kernel(const tree_mask_batch<Word> b, const bool parents_in_smem) {
+    tree_mask_kernel(const tree_masks_params<Word> b, const bool parents_in_smem) {
   extern __shared__ __align__(8) unsigned char tree_mask_smem[];
   __shared__ int s_first_bad;
   __shared__ int s_any_root;
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(tree_mask_threads)
   std::int32_t begin = 0, n = 0;
   const status_code pre = batch_tree_precheck(b, t, begin, n);
   if (pre != status_code::ok) {
-    if (reporter) b.tree_status[t] = static_cast<std::int32_t>(pre);
+    if (reporter) b.request_status[t] = static_cast<std::int32_t>(pre);
     return;
   }
   const int row_begin = chunk * kernels::tree_mask_rows_per_block;
@@ -78,11 +78,11 @@ __global__ void __launch_bounds__(tree_mask_threads)
         code = p == -1 ? status_code::multiple_roots
                        : ((p < -1 || p >= n) ? status_code::parent_out_of_range : status_code::not_topological);
       }
-      b.tree_status[t] = static_cast<std::int32_t>(code);
+      b.request_status[t] = static_cast<std::int32_t>(code);
     }
     return;
   }
-  if (reporter) b.tree_status[t] = static_cast<std::int32_t>(status_code::ok);
+  if (reporter) b.request_status[t] = static_cast<std::int32_t>(status_code::ok);
 
   const node_id* P = parents_in_smem ? sp : gp;
   const std::int64_t stride = batch_row_stride(b);
@@ -110,20 +110,20 @@ __global__ void __launch_bounds__(tree_mask_threads)
   }
 }
 
-//! Validates (kernels::build_tree_masks_can_implement) and launches
-//! tree_mask_kernel on `stream`: the kernels API's build_tree_masks, for
+//! Validates (kernels::build_tree_masks_batched_can_implement) and launches
+//! tree_mask_kernel on `stream`: the kernels API's build_tree_masks_batched, for
 //! engines that compile this header themselves. Needs no workspace.
 template <class Word>
-status build_tree_masks(const tree_mask_batch<Word>& b, void* /*workspace*/, std::size_t /*workspace_bytes*/,
-                        cudaStream_t stream) noexcept {
-  SPECDEC_TRY(kernels::build_tree_masks_can_implement(b));
-  if (b.num_trees == 0) return status::success();
+status build_tree_masks_batched(const tree_masks_params<Word>& b, void* /*workspace*/, std::size_t /*workspace_bytes*/,
+                                cudaStream_t stream) noexcept {
+  SPECDEC_TRY(kernels::build_tree_masks_batched_can_implement(b));
+  if (b.num_requests == 0) return status::success();
   const int max_nodes = b.max_nodes > 0 ? b.max_nodes : 1;
   const unsigned chunks =
       static_cast<unsigned>((max_nodes + kernels::tree_mask_rows_per_block - 1) / kernels::tree_mask_rows_per_block);
   const bool smem = b.max_nodes <= kernels::tree_mask_smem_max_nodes;
   const std::size_t smem_bytes = smem ? static_cast<std::size_t>(max_nodes) * sizeof(node_id) : 0;
-  const dim3 grid(static_cast<unsigned>(b.num_trees), chunks);
+  const dim3 grid(static_cast<unsigned>(b.num_requests), chunks);
   tree_mask_kernel<Word><<<grid, tree_mask_threads, smem_bytes, stream>>>(b, smem);
   return last_launch_status();
 }

@@ -16,7 +16,7 @@
 
 namespace specdec::kernels {
 
-//! Arguments of kv_commit. Every pointer is DEVICE memory: `tensors`
+//! Arguments of commit_kv. Every pointer is DEVICE memory: `tensors`
 //! (num_tensors descriptions, data pointers untyped), the block table and
 //! blocks_used inside `map`, the CSR arrays inside `batch`, and
 //! `status_word` (one 64-bit word the call resets and the device fills).
@@ -81,7 +81,7 @@ inline status kv_commit_can_implement(const kv_commit_params& p) noexcept {
   return status::success();
 }
 
-//! Workspace bytes kv_commit needs: none (each block stages its wave in
+//! Workspace bytes commit_kv needs: none (each block stages its wave in
 //! registers), so any pointer, null included, may be passed.
 constexpr std::size_t kv_commit_workspace_size(const kv_commit_params&) noexcept { return 0; }
 
@@ -93,7 +93,7 @@ constexpr std::size_t kv_commit_workspace_size(const kv_commit_params&) noexcept
 //! Asynchronous: the returned status covers argument checks and launch
 //! errors; read the device result with kv_commit_result after
 //! synchronizing. Deterministic.
-status kv_commit(const kv_commit_params& p, void* workspace, std::size_t workspace_bytes, void* stream) noexcept;
+status commit_kv(const kv_commit_params& p, void* workspace, std::size_t workspace_bytes, void* stream) noexcept;
 
 //! Turns the status word (copied to the host) into a status: ok, or the
 //! code of the failing item with the lowest rank, its index being the
@@ -116,7 +116,7 @@ constexpr std::size_t keep_indices_from_results_workspace_size(const keep_from_r
 //! Enqueues specdec::keep_indices_from_results (cache/keep_indices.hpp) on
 //! `stream`: one block for the batch, every pointer in `b` device memory
 //! (verify_batch's paths and results as they are), so the keep lists feed
-//! kv_commit without a host round trip. Same codes, counts and positions
+//! commit_kv without a host round trip. Same codes, counts and positions
 //! as the host twin; asynchronous (request_status valid once the stream
 //! gets there). Deterministic.
 status keep_indices_from_results(const keep_from_results_batch& b, void* workspace, std::size_t workspace_bytes,
