@@ -15,18 +15,10 @@
 
 namespace specdec::detail {
 
-//! A float the compiler must materialise (no fused multiply-add across it):
-//! the residual update rounds the product and the difference separately on
-//! host and device alike.
-inline float opaque(float x) noexcept {
-#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
-  __asm__("" : "+x"(x));
-#elif defined(__GNUC__) || defined(__clang__)
-  __asm__("" : "+r"(x));
-#endif
-  return x;
-}
 #ifdef SPECDEC_SAMPLE_SIMD
+//! Vectors the compiler must materialise (no fused multiply-add across
+//! them): the residual update rounds the product and the difference
+//! separately on host and device alike (scalars: mul_rn).
 inline simd::fv opaque(simd::fv x) noexcept {
   __asm__("" : "+x"(x));
   return x;
@@ -62,7 +54,7 @@ struct host_row_ops {
     }
 #endif
     for (; i < n; ++i) {
-      const float d = p[i] - opaque(s * q[i]);
+      const float d = p[i] - mul_rn(s, q[i]);
       R[i] = d > 0.0f ? d : 0.0f;
     }
   }
