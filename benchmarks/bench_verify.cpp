@@ -390,15 +390,17 @@ void BM_logits_to_probs_std_exp(benchmark::State& state) {
 BENCHMARK(BM_logits_to_probs_std_exp)->Arg(256)->Arg(49152)->Arg(152064)->Unit(benchmark::kMicrosecond);
 
 // The host twin of the kernels' logits pre-pass: one row's sampling
-// transform (make_row_transform) unfiltered (arg 1 = 0: 2 reads of the
-// row), with top-k 50 (1: 11 reads) or top-k 50 and top-p 0.9 (2: 20
-// reads). Bytes are counted as for the rows above (a row in and out), so
+// transform (make_row_transform, with scratch for the weights as
+// verify_batch gives it) unfiltered (arg 1 = 0), with top-k 50 (1) or
+// top-k 50 and top-p 0.9 (2): the row is read twice, the weights once per
+// filter pass (9 more with one filter, 18 with both). Bytes are counted as for the rows above (a row in and out), so
 // the time next to BM_row_copy's at the same V is the passes' cost.
 void BM_row_transform(benchmark::State& state) {
   const int filters = static_cast<int>(state.range(1));
   const sampling_params sp{0.8f, filters >= 1 ? 50 : 0, filters == 2 ? 0.9f : 1.0f, 0.0f};
+  std::vector<float> weights(static_cast<std::size_t>(state.range(0)));
   time_row(state, [&](const float* x, float* p, std::int64_t V) {
-    const row_transform t = make_row_transform(detail::row_ref{x, 1}, V, sp);
+    const row_transform t = make_row_transform(detail::row_ref{x, 1}, V, sp, weights);
     p[0] = static_cast<float>(t.inv_z);
   });
   state.SetLabel(filters == 0 ? "T 0.8" : filters == 1 ? "T 0.8, top-k 50" : "T 0.8, top-k 50, top-p 0.9");

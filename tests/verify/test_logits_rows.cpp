@@ -121,6 +121,10 @@ TEST_CASE("logits transform: the radix cuts keep exactly the sorted reference's 
               const row_transform t = make_row_transform(ref_of(x), V, sp);
               INFO("V " << V << " coarse " << coarse << " T " << T << " k " << k << " p " << tp << " min_p " << mp);
               REQUIRE(t.code == 0);
+              // With scratch for the weights: the same constants.
+              std::vector<float> scratch(static_cast<std::size_t>(V));
+              const row_transform t2 = make_row_transform(ref_of(x), V, sp, scratch);
+              CHECK((t2.m == t.m && t2.cut == t.cut && t2.inv_z == t.inv_z && t2.arg == t.arg && t2.code == t.code));
               const auto want = reference_kept(x, sp, t);
               const auto p = transformed(x, t);
               double sum = 0;

@@ -3,11 +3,14 @@
 //! logits row (sample/row_transform.hpp) found with the same steps, so a
 //! host verification of logits rows gives the kernel's tokens.
 //! make_row_transform reads the row 2 times without filters, 3 + 8 with
-//! top-k, 3 + 8 with top-p, 4 + 16 with both (each radix digit is a pass).
+//! top-k, 3 + 8 with top-p, 4 + 16 with both (each radix digit is a pass);
+//! given scratch for the weights, the row itself is read twice and the
+//! later passes read the weights.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <span>
 
 #include "specdec/sample/detail/host_rows.hpp"
 #include "specdec/sample/order.hpp"
@@ -19,11 +22,12 @@ namespace specdec {
 namespace detail {
 
 //! Calls f(w, i) for every token i of `r` whose weight w the transform
-//! `t` keeps so far (min-p and the current cut).
+//! `t` keeps so far (min-p and the current cut); the weights come from
+//! `weights` when given (computed once), else from the row.
 template <class F>
-void each_kept(row_ref r, std::int64_t V, const row_transform& t, F f) noexcept {
+void each_kept(row_ref r, const float* weights, std::int64_t V, const row_transform& t, F f) noexcept {
   for (std::int64_t i = 0; i < V; ++i) {
-    const float w = t.weight(r.raw(i));
+    const float w = weights != nullptr ? weights[i] : t.weight(r.raw(i));
     if (t.keeps(w, i)) f(w, i);
   }
 }
@@ -32,14 +36,14 @@ void each_kept(row_ref r, std::int64_t V, const row_transform& t, F f) noexcept 
 //! order, reaches `need` (0 if it never does): eight histogram passes, one
 //! per 8-bit digit of the key, top digit first.
 template <class Weight>
-std::uint64_t radix_select_key(row_ref r, std::int64_t V, const row_transform& t, Weight wt,
+std::uint64_t radix_select_key(row_ref r, const float* weights, std::int64_t V, const row_transform& t, Weight wt,
                                std::uint64_t need) noexcept {
   std::uint64_t prefix = 0;
   std::uint64_t hist[256];
   for (int d = 7; d >= 0; --d) {
     for (auto& h : hist) h = 0;
     const std::uint64_t high = radix_high_mask(d);
-    each_kept(r, V, t, [&](float w, std::int64_t i) {
+    each_kept(r, weights, V, t, [&](float w, std::int64_t i) {
       const std::uint64_t k = rank_key(bits_of(w), i);
       if ((k & high) == prefix) hist[(k >> (8 * d)) & 255u] += wt(w);
     });
@@ -55,8 +59,12 @@ std::uint64_t radix_select_key(row_ref r, std::int64_t V, const row_transform& t
 //! The transform of logits row `r` (V entries, read as stored; r.x is
 //! ignored) under `sp`: the same constants as the CUDA pre-pass. A bad
 //! row or bad params give a transform whose code says so (see
-//! row_transform::code). O(V) per pass; no allocation.
-inline row_transform make_row_transform(detail::row_ref r, std::int64_t V, const sampling_params& sp) noexcept {
+//! row_transform::code). With `weights` (V floats of scratch) every weight
+//! is computed once and the filter passes read it there (one exp per
+//! entry instead of one per entry and pass); the constants are the same.
+//! O(V) per pass; no allocation.
+inline row_transform make_row_transform(detail::row_ref r, std::int64_t V, const sampling_params& sp,
+                                        std::span<float> weights = {}) noexcept {
   row_transform t = detail::start_transform(sp);
   if (t.code != 0) return t;
   float m = -INFINITY;
@@ -77,21 +85,27 @@ inline row_transform make_row_transform(detail::row_ref r, std::int64_t V, const
   t.m = m;
   t.arg = static_cast<std::int32_t>(arg);
   if (t.greedy != 0) return t;
+  float* w = static_cast<std::int64_t>(weights.size()) >= V ? weights.data() : nullptr;
+  if (w != nullptr)
+    for (std::int64_t i = 0; i < V; ++i) w[i] = t.weight(r.raw(i));
   if (sp.top_k > 0 && sp.top_k < V) {
     std::uint64_t c = 0;
-    detail::each_kept(r, V, t, [&](float, std::int64_t) { ++c; });
+    detail::each_kept(r, w, V, t, [&](float, std::int64_t) { ++c; });
     if (static_cast<std::uint64_t>(sp.top_k) < c)
       t.cut = detail::radix_select_key(
-          r, V, t, [](float) { return std::uint64_t{1}; }, static_cast<std::uint64_t>(sp.top_k));
+          r, w, V, t, [](float) { return std::uint64_t{1}; }, static_cast<std::uint64_t>(sp.top_k));
   }
   if (sp.top_p < 1.0f) {
     std::uint64_t q = 0;
-    detail::each_kept(r, V, t, [&](float w, std::int64_t) { q += detail::grid_mass(w); });
+    detail::each_kept(r, w, V, t, [&](float x, std::int64_t) { q += detail::grid_mass(x); });
     t.cut = detail::radix_select_key(
-        r, V, t, [](float w) { return detail::grid_mass(w); }, detail::top_p_goal(sp.top_p, q));
+        r, w, V, t, [](float x) { return detail::grid_mass(x); }, detail::top_p_goal(sp.top_p, q));
   }
-  // Z: the kept weights' sum in the fixed tile order (inv_z = 1 reads them as they are).
-  const detail::row_ref kept{r.d, r.s, r.t, &t, 0};
+  // Z: the kept weights' sum in the fixed tile order (inv_z = 1 reads them
+  // as they are; from the scratch, the dropped ones zeroed first).
+  if (w != nullptr)
+    for (std::int64_t i = 0; i < V; ++i) w[i] = t.keeps(w[i], i) ? w[i] : 0.0f;
+  const detail::row_ref kept = w != nullptr ? detail::row_ref{w, 1} : detail::row_ref{r.d, r.s, r.t, &t, 0};
   double z = 0.0;
   std::uint32_t signs = 0;
   for (std::int64_t k = 0; k < sum_tile_count(V); ++k) z += detail::tile_sum(kept, V, k, signs);

@@ -69,8 +69,9 @@ struct verify_batch_output {
 };
 
 //! Workspace for verify_batch: the largest single-request need (reused by
-//! every request), with room for two row transforms per node when
-//! `logits_rows` (p_sampling or q_sampling given). 0 for malformed offsets.
+//! every request), with room for two row transforms per node and a row of
+//! weights when `logits_rows` (p_sampling or q_sampling given). 0 for
+//! malformed offsets.
 inline std::size_t verify_batch_workspace_size(std::int64_t vocab, std::span<const std::int32_t> offsets,
                                                bool logits_rows = false) noexcept {
   std::int32_t n = 0;
@@ -79,7 +80,9 @@ inline std::size_t verify_batch_workspace_size(std::int64_t vocab, std::span<con
     n = k > n ? k : n;
   }
   const std::size_t walk = verify_workspace_size(vocab, n);
-  return walk == 0 || !logits_rows ? walk : walk + 2 * align_up(static_cast<std::size_t>(n) * sizeof(row_transform));
+  return walk == 0 || !logits_rows ? walk
+                                   : walk + 2 * align_up(static_cast<std::size_t>(n) * sizeof(row_transform)) +
+                                         align_up(static_cast<std::size_t>(vocab) * sizeof(float));
 }
 
 namespace detail {
@@ -89,7 +92,8 @@ namespace detail {
 //! sampling params, else ok (a bad row's transform carries its code and
 //! the walk reports it when it reads the row).
 inline status transform_request_rows(const verify_batch_input& in, std::size_t r, const rows_view& pr,
-                                     const rows_view& qr, row_transform* px, row_transform* qx) noexcept {
+                                     const rows_view& qr, row_transform* px, row_transform* qx,
+                                     std::span<float> weights) noexcept {
   const std::int32_t n = in.offsets[r + 1] - in.offsets[r];
   SPECDEC_TRY(check_rows(pr, qr, n, n > 1 ? n : 0, in.params[r]));  // the shapes the rows are read with
   const std::int64_t V = pr.extent[1];
@@ -102,7 +106,7 @@ inline status transform_request_rows(const verify_batch_input& in, std::size_t r
       out[u] = make_row_transform(
           row_ref{static_cast<const char*>(rows.data) + u * rows.stride[0] * row_dtype_bytes(rows.dtype),
                   rows.stride[1], rows.dtype},
-          V, sp);
+          V, sp, weights);
     return status::success();
   };
   if (!in.p_sampling.empty()) SPECDEC_TRY(fill(pr, in.p_sampling[r], px));
@@ -158,12 +162,14 @@ inline status verify_batch(const verify_batch_input& in, std::span<std::byte> wo
   // Logits rows: each request's row transforms first, then the walk's scratch.
   row_transform* px = nullptr;
   row_transform* qx = nullptr;
+  std::span<float> weights;
   if (logits) {
     if (!detail::aligned8(workspace.data()))
       return make_status(status_code::invalid_argument, "workspace must be 8-byte aligned");
     workspace_carver w(workspace.data(), workspace.size());
     px = w.take<row_transform>(static_cast<std::size_t>(n_max));
     qx = w.take<row_transform>(static_cast<std::size_t>(n_max));
+    weights = std::span<float>(w.take<float>(static_cast<std::size_t>(V)), static_cast<std::size_t>(V));
     workspace = workspace.subspan(w.bytes_used());
   }
 
@@ -184,7 +190,7 @@ inline status verify_batch(const verify_batch_input& in, std::span<std::byte> wo
     verify_result res{};
     const std::span<node_id> path_r(prow_out.data, L);
     const std::span<token_id> tok_r(trow_out.data, L);
-    status st = logits ? detail::transform_request_rows(in, r, pr, qr, px, qx) : status::success();
+    status st = logits ? detail::transform_request_rows(in, r, pr, qr, px, qx, weights) : status::success();
     const row_transform* pxr = in.p_sampling.empty() ? nullptr : px;
     const row_transform* qxr = in.q_sampling.empty() ? nullptr : qx;
     if (st.ok())
