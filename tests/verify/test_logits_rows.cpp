@@ -98,6 +98,19 @@ TEST_CASE("logits transform: exp is within a few ulp of std::exp, exact at 0, 0 
   }
   INFO("worst relative error " << worst);
   CHECK(worst < 4e-7);
+  // The vector weights of make_row_transform's scratch are the scalar ones, bit for bit.
+  std::mt19937 gen(17);
+  for (const float T : {1.0f, 0.05f, 7.0f}) {
+    for (const std::int64_t V : {std::int64_t{3}, std::int64_t{1000}, std::int64_t{4099}}) {
+      auto x = random_logits(gen, V, false);
+      for (std::size_t i = 0; i < x.size(); i += 13) x[i] = -86.0f - static_cast<float>(i % 5);  // near the cut-off
+      std::vector<float> w(x.size());
+      const row_transform t = make_row_transform(ref_of(x), V, sampling_params{T, 0, 1.0f, 0.0f}, w);
+      for (std::size_t i = 0; i < x.size(); ++i)
+        REQUIRE(std::bit_cast<std::uint32_t>(w[i]) ==
+                std::bit_cast<std::uint32_t>(t.kept_weight(x[i], static_cast<std::int64_t>(i))));
+    }
+  }
 }
 
 TEST_CASE("logits transform: the radix cuts keep exactly the sorted reference's tokens") {

@@ -32,6 +32,32 @@ void each_kept(row_ref r, const float* weights, std::int64_t V, const row_transf
   }
 }
 
+//! w[i] = t.weight(r.raw(i)), i < V: on vectors (simd::weight_exp_rn, the
+//! same floats) a tile at a time, 16-bit or strided rows widened first.
+inline void fill_weights(row_ref r, std::int64_t V, const row_transform& t, float* w) noexcept {
+  const row_ref raw{r.d, r.s, r.t};
+#ifdef SPECDEC_SAMPLE_SIMD
+  const simd::fv mv = simd::fv{} + t.m, tv = simd::fv{} + t.inv_t;
+  alignas(64) float buf[sum_tile];
+  for (std::int64_t b = 0; b < V; b += sum_tile) {
+    const std::int64_t n = V - b < sum_tile ? V - b : sum_tile;
+    const float* x = raw.contiguous_f32();
+    if (x != nullptr) {
+      x += b;
+    } else {
+      widen_range(raw, b, n, buf);
+      x = buf;
+    }
+    std::int64_t i = 0;
+    for (; i + simd::fw <= n; i += simd::fw)
+      simd::storev(w + b + i, simd::weight_exp_rn(simd::opaque((simd::loadv(x + i) - mv) * tv)));
+    for (; i < n; ++i) w[b + i] = t.weight(x[i]);
+  }
+#else
+  for (std::int64_t i = 0; i < V; ++i) w[i] = t.weight(raw.raw(i));
+#endif
+}
+
 //! The rank key of the kept token where the weight wt(w), counted in rank
 //! order, reaches `need` (0 if it never does): eight histogram passes, one
 //! per 8-bit digit of the key, top digit first.
@@ -86,8 +112,7 @@ inline row_transform make_row_transform(detail::row_ref r, std::int64_t V, const
   t.arg = static_cast<std::int32_t>(arg);
   if (t.greedy != 0) return t;
   float* w = static_cast<std::int64_t>(weights.size()) >= V ? weights.data() : nullptr;
-  if (w != nullptr)
-    for (std::int64_t i = 0; i < V; ++i) w[i] = t.weight(r.raw(i));
+  if (w != nullptr) detail::fill_weights(r, V, t, w);
   if (sp.top_k > 0 && sp.top_k < V) {
     std::uint64_t c = 0;
     detail::each_kept(r, w, V, t, [&](float, std::int64_t) { ++c; });

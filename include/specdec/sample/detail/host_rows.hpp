@@ -68,6 +68,33 @@ inline fv reluv(fv x) noexcept {
   const fv zero = {};
   return reinterpret_cast<fv>(reinterpret_cast<iv>(x) & (x > zero));
 }
+//! A vector the compiler must materialise (no fused multiply-add across
+//! it): products rounded on their own, as detail::mul_rn does for scalars.
+inline fv opaque(fv x) noexcept {
+  __asm__("" : "+x"(x));
+  return x;
+}
+//! detail::weight_exp_rn on every lane, bit for bit (the same steps, each
+//! product rounded on its own; lanes below -87.33 give 0).
+inline fv weight_exp_rn(fv z) noexcept {
+  const fv lo = fv{} - 87.33f, magic = fv{} + 12582912.0f;
+  const iv under = z < lo;
+  const fv zc = reinterpret_cast<fv>((reinterpret_cast<iv>(z) & ~under) | (reinterpret_cast<iv>(lo) & under));
+  const fv t = opaque(zc * 1.44269504088896340736f) + magic;
+  const fv n = t - magic;
+  fv r = zc - opaque(n * 0.693359375f);
+  r = r - opaque(n * -2.12194440e-4f);
+  fv q = fv{} + 1.9875691500E-4f;
+  q = opaque(q * r) + 1.3981999507E-3f;
+  q = opaque(q * r) + 8.3334519073E-3f;
+  q = opaque(q * r) + 4.1665795894E-2f;
+  q = opaque(q * r) + 1.6666665459E-1f;
+  q = opaque(q * r) + 5.0000001201E-1f;
+  q = (opaque(opaque(q * r) * r) + r) + 1.0f;
+  const iv scale = (reinterpret_cast<iv>(t) + 127) << 23;
+  const fv e = opaque(q * reinterpret_cast<fv>(scale));
+  return reinterpret_cast<fv>(reinterpret_cast<iv>(e) & ~under);
+}
 }  // namespace simd
 #endif
 

@@ -15,16 +15,6 @@
 
 namespace specdec::detail {
 
-#ifdef SPECDEC_SAMPLE_SIMD
-//! Vectors the compiler must materialise (no fused multiply-add across
-//! them): the residual update rounds the product and the difference
-//! separately on host and device alike (scalars: mul_rn).
-inline simd::fv opaque(simd::fv x) noexcept {
-  __asm__("" : "+x"(x));
-  return x;
-}
-#endif
-
 //! The host policy. Every pass reads whole rows and writes the tile sums
 //! of the row it summed (the walk samples from them without a second read).
 struct host_row_ops {
@@ -49,7 +39,7 @@ struct host_row_ops {
 #ifdef SPECDEC_SAMPLE_SIMD
     const simd::fv sv = simd::fv{} + s;
     for (; i + simd::fw <= n; i += simd::fw) {
-      const simd::fv prod = opaque(sv * simd::loadv(q + i));
+      const simd::fv prod = simd::opaque(sv * simd::loadv(q + i));
       simd::storev(R + i, simd::reluv(simd::loadv(p + i) - prod));
     }
 #endif
