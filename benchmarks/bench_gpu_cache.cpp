@@ -1,4 +1,4 @@
-// Device KV commit (specdec::kernels::kv_commit) vs a device-to-device
+// Device KV commit (specdec::kernels::commit_kv) vs a device-to-device
 // cudaMemcpyAsync of the same number of bytes, on Llama-3-8B-like shapes
 // (32 layers, 8 KV heads, head dim 128, fp16, K and V separate), cache_len
 // 2048, accepted paths of 4-8 tokens out of a 64-node tree, contiguous

@@ -392,8 +392,9 @@ BENCHMARK(BM_logits_to_probs_std_exp)->Arg(256)->Arg(49152)->Arg(152064)->Unit(b
 // The host twin of the kernels' logits pre-pass: one row's sampling
 // transform (make_row_transform, with scratch for the weights as
 // verify_batch gives it) unfiltered (arg 1 = 0), with top-k 50 (1) or
-// top-k 50 and top-p 0.9 (2): the row is read twice, the weights once per
-// filter pass (9 more with one filter, 18 with both). Bytes are counted as for the rows above (a row in and out), so
+// top-k 50 and top-p 0.9 (2): the row is read twice, the weights 2, 11 or
+// 20 times (count, 8 radix digits and the mass per filter; the zeroing and
+// Z passes). Bytes are counted as for the rows above (a row in and out), so
 // the time next to BM_row_copy's at the same V is the passes' cost.
 void BM_row_transform(benchmark::State& state) {
   const int filters = static_cast<int>(state.range(1));

@@ -286,7 +286,7 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
   device_ssm d_ssm(in1);
   device_buffer<std::uint64_t> d_masks(h.masks), d_kv_status(1);
   device_buffer<position_id> d_positions(h.positions);
-  device_buffer<std::int32_t> d_tree_status(h.request_status), d_scan_status(h.scan_status);
+  device_buffer<std::int32_t> d_mask_status(h.request_status), d_scan_status(h.scan_status);
   device_buffer<node_id> d_paths(h.paths);
   device_buffer<token_id> d_tokens(h.tokens);
   device_buffer<verify_result> d_results(h.results);
@@ -319,7 +319,7 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
 
   // The four launches' arguments: device pointers and the fixed sizes only.
   const auto mb = mask_args(d_parent.data(), d_off.data(), d_cache_len.data(), d_masks.data(), d_positions.data(),
-                            d_tree_status.data());
+                            d_mask_status.data());
   // Verification settings: base (request keys base.request + r) with the
   // modes, seeds and rounds of the device arrays.
   kernels::verify_batch_params vb;
@@ -366,7 +366,7 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
   REQUIRE(kernels::tree_scan_batch_workspace_size(sb) == 0);
 
   const auto check = [&](const round_input& in) {
-    CHECK(d_tree_status.download() == h.request_status);
+    CHECK(d_mask_status.download() == h.request_status);
     CHECK(d_masks.download() == h.masks);  // whole buffers: rows written and untouched
     CHECK(d_positions.download() == h.positions);
     const auto res = d_results.download();

@@ -164,5 +164,5 @@ TEST_CASE("batched builder: per-tree and whole-call errors") {
   c = b;
   c.masks = nullptr;
   CHECK(specdec::build_tree_masks_batched(c) == status_code::invalid_argument);
-  CHECK(specdec::check_tree_mask_batch(b).ok());
+  CHECK(specdec::check_tree_masks_params(b).ok());
 }

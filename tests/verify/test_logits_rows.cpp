@@ -224,6 +224,17 @@ TEST_CASE("logits transform: rows read through row_ref, shifted or strided, bf16
       want_arg = static_cast<token_id>(i);
     }
   CHECK(arg == want_arg);
+  // Scratch for the weights gives the same constants for strided and bf16
+  // rows; scratch shorter than the row is not used (and not written).
+  auto same = [](const row_transform& a, const row_transform& b) {
+    return a.m == b.m && a.cut == b.cut && a.inv_z == b.inv_z && a.arg == b.arg && a.code == b.code;
+  };
+  std::vector<float> scratch(static_cast<std::size_t>(V));
+  CHECK(same(make_row_transform(detail::row_ref{spread.data(), 3}, V, sp, scratch), ts));
+  CHECK(same(make_row_transform(detail::row_ref{words.data(), 1, row_dtype::bf16}, V, sp, scratch), tb));
+  std::vector<float> short_scratch(static_cast<std::size_t>(V - 1), 5.0f);
+  CHECK(same(make_row_transform(ref_of(x), V, sp, short_scratch), t));
+  CHECK(std::all_of(short_scratch.begin(), short_scratch.end(), [](float v) { return v == 5.0f; }));
 }
 
 namespace {

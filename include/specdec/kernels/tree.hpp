@@ -23,13 +23,13 @@ inline constexpr std::int32_t tree_mask_smem_max_nodes = 12000;
 
 //! Whether build_tree_masks_batched can run these arguments, checked on the host
 //! without touching device memory: the whole-call checks of
-//! check_tree_mask_batch, word-aligned buffers, and grid limits
+//! check_tree_masks_params, word-aligned buffers, and grid limits
 //! (max_nodes <= 65535 * tree_mask_rows_per_block, else unsupported).
 //! Per-tree problems (bad parents, offsets, sizes) are reported on the
 //! device through request_status instead.
 template <mask_word Word>
 status build_tree_masks_batched_can_implement(const tree_masks_params<Word>& b) noexcept {
-  SPECDEC_TRY(check_tree_mask_batch(b));
+  SPECDEC_TRY(check_tree_masks_params(b));
   if (reinterpret_cast<std::uintptr_t>(b.masks) % alignof(Word) != 0 ||
       reinterpret_cast<std::uintptr_t>(b.positions) % alignof(position_id) != 0 ||
       reinterpret_cast<std::uintptr_t>(b.parents) % alignof(node_id) != 0)
@@ -54,8 +54,8 @@ constexpr std::size_t build_tree_masks_batched_workspace_size(const tree_masks_p
 //! returns after the launch with the can_implement status or the launch
 //! error; per-tree status codes (status_code values, identical to the host
 //! twin's) are in b.request_status once the stream reaches this point.
-//! Deterministic: the same input gives the same bits as
-//! build_tree_masks_batched.
+//! Deterministic: the same input gives the same bits as the host twin
+//! specdec::build_tree_masks_batched.
 status build_tree_masks_batched(const tree_masks_params<std::uint32_t>& b, void* workspace, std::size_t workspace_bytes,
                                 void* stream) noexcept;
 

@@ -54,7 +54,7 @@ SPECDEC_HD constexpr std::int64_t batch_row_stride(const tree_masks_params<Word>
 //! (and small enough that row offsets fit in int64).
 //! Per-tree problems are not errors here: they land in request_status.
 template <mask_word Word>
-SPECDEC_HD constexpr status check_tree_mask_batch(const tree_masks_params<Word>& b) noexcept {
+SPECDEC_HD constexpr status check_tree_masks_params(const tree_masks_params<Word>& b) noexcept {
   if (b.num_requests < 0 || b.max_nodes < 0 || b.capacity_nodes < 0 || b.row_stride_words < 0)
     return make_status(status_code::invalid_argument, "counts and stride must be >= 0");
   if (b.offsets == nullptr || b.request_status == nullptr)
@@ -89,12 +89,12 @@ SPECDEC_HD constexpr status_code batch_tree_precheck(const tree_masks_params<Wor
 
 //! Host twin of specdec::kernels::build_tree_masks_batched: for every tree, checks
 //! it, then writes its packed mask rows and positions (or only its status).
-//! Returns the whole-call status of check_tree_mask_batch; per-tree results
+//! Returns the whole-call status of check_tree_masks_params; per-tree results
 //! are in request_status. O(sum n_b * ceil(n_b / W)), no allocation,
 //! deterministic.
 template <mask_word Word>
 status build_tree_masks_batched(const tree_masks_params<Word>& b) noexcept {
-  SPECDEC_TRY(check_tree_mask_batch(b));
+  SPECDEC_TRY(check_tree_masks_params(b));
   const std::int64_t stride = batch_row_stride(b);
   for (std::int32_t t = 0; t < b.num_requests; ++t) {
     std::int32_t begin = 0, n = 0;

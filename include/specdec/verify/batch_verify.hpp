@@ -163,7 +163,7 @@ inline status verify_batch(const verify_batch_input& in, std::span<std::byte> wo
   row_transform* px = nullptr;
   row_transform* qx = nullptr;
   std::span<float> weights;
-  if (logits) {
+  if (logits && V > 0) {
     if (!detail::aligned8(workspace.data()))
       return make_status(status_code::invalid_argument, "workspace must be 8-byte aligned");
     workspace_carver w(workspace.data(), workspace.size());
