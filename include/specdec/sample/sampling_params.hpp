@@ -1,7 +1,6 @@
 //! \file
 //! How a row of logits becomes a probability row: sampling_params and
-//! their checks. Light (no row code), so device code and the kernels'
-//! parameter structs can include it.
+//! their checks. Light (no row code; usable in device code).
 #pragma once
 
 #include <cstdint>
