@@ -17,6 +17,10 @@
 #define SPECDEC_HD __host__ __device__ inline
 //! Device-only, inline.
 #define SPECDEC_DEVICE __device__ inline
+//! Device-only, compiled once as a called function instead of inlined at
+//! every call site: the verification walk's row passes (cuda/verify.cuh),
+//! which the walk calls from dozens of places per instantiation.
+#define SPECDEC_DEVICE_OUTLINED __device__ __noinline__
 //! A kernel entry point.
 #define SPECDEC_KERNEL __global__
 //! Placed before a host-device template whose device instantiations call
@@ -29,6 +33,8 @@
 #define SPECDEC_HD inline
 //! Host compilers: plain inline.
 #define SPECDEC_DEVICE inline
+//! Host compilers: plain inline.
+#define SPECDEC_DEVICE_OUTLINED inline
 //! Host compilers: nothing.
 #define SPECDEC_KERNEL
 //! Host compilers: nothing.

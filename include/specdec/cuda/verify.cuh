@@ -243,7 +243,7 @@ struct block_row_ops {
 
   SPECDEC_DEVICE static bool finite(double x) { return x - x == 0.0; }
 
-  SPECDEC_DEVICE bool mass(row_ref r, std::int64_t V, double* tiles, double& m) const {
+  SPECDEC_DEVICE_OUTLINED bool mass(row_ref r, std::int64_t V, double* tiles, double& m) const {
     if (const unsigned char* e = tiles_entry(r, V); e != nullptr) {
       // The pre-pass summed this row's tiles: copy them, no row read.
       const std::int64_t nt = sum_tile_count(V);
@@ -267,7 +267,7 @@ struct block_row_ops {
     return finite(m) && !ng[0];
   }
 
-  SPECDEC_DEVICE void first_residual(row_ref p, row_ref q, float* R, std::int64_t V, double* tp, double* tq, double* tr,
+  SPECDEC_DEVICE_OUTLINED void first_residual(row_ref p, row_ref q, float* R, std::int64_t V, double* tp, double* tq, double* tr,
                                      double& mp, double& mq, double& mr, bool& okp, bool& okq) const {
     double* const t[3] = {tp, tq, tr};
     double mm[3];
@@ -289,7 +289,7 @@ struct block_row_ops {
     okq = finite(mq) && !ng[1];
   }
 
-  SPECDEC_DEVICE double update_residual(row_ref q, float* R, float s, std::int64_t V, double* tr) const {
+  SPECDEC_DEVICE_OUTLINED double update_residual(row_ref q, float* R, float s, std::int64_t V, double* tr) const {
     double* const t[1] = {tr};
     double mm[1];
     bool ng[1];
@@ -305,7 +305,7 @@ struct block_row_ops {
   }
 
   //! Largest index with a positive entry, or -1.
-  SPECDEC_DEVICE token_id last_positive(row_ref r, std::int64_t V) const {
+  SPECDEC_DEVICE_OUTLINED token_id last_positive(row_ref r, std::int64_t V) const {
     std::int64_t lp = -1;
     for (std::int64_t i = threadIdx.x; i < V; i += Block)
       if (r[i] > 0.0f) lp = i;
@@ -319,7 +319,7 @@ struct block_row_ops {
 
   //! The scan of sample/order.hpp inside tile t: the tile staged in
   //! shared memory, scanned by thread 0 with the shared detail::scan_tile.
-  SPECDEC_DEVICE token_id scan_tile(row_ref r, std::int64_t V, std::int64_t t, double c, double target) const {
+  SPECDEC_DEVICE_OUTLINED token_id scan_tile(row_ref r, std::int64_t V, std::int64_t t, double c, double target) const {
     const std::int64_t begin = t * sum_tile;
     const std::int64_t n = V - begin < sum_tile ? V - begin : sum_tile;
     for (std::int64_t i = threadIdx.x; i < n; i += Block) sh.tmp.tile[i] = r[begin + i];
@@ -334,7 +334,7 @@ struct block_row_ops {
 
   //! The sample of sample/order.hpp: tiles located by every thread, the
   //! crossing tile scanned by scan_tile.
-  SPECDEC_DEVICE token_id sample(row_ref r, std::int64_t V, const double* tiles, double target) const {
+  SPECDEC_DEVICE_OUTLINED token_id sample(row_ref r, std::int64_t V, const double* tiles, double target) const {
     const std::int64_t count = sum_tile_count(V);
     std::int64_t t = 0;
     double c = 0.0;
@@ -347,7 +347,7 @@ struct block_row_ops {
   }
 
   //! Sum of tile t of a row (fixed order), computed by warp 0.
-  SPECDEC_DEVICE double tile_sum(row_ref r, std::int64_t V, std::int64_t t) const {
+  SPECDEC_DEVICE_OUTLINED double tile_sum(row_ref r, std::int64_t V, std::int64_t t) const {
     if (threadIdx.x < 32) {
       double v[1];
       bool ng[1] = {false};
@@ -405,7 +405,7 @@ struct block_row_ops {
     __syncthreads();
   }
 
-  SPECDEC_DEVICE bool argmax(row_ref r, std::int64_t V, token_id& a) const {
+  SPECDEC_DEVICE_OUTLINED bool argmax(row_ref r, std::int64_t V, token_id& a) const {
     if (const std::int64_t u = table_row(r); u >= 0) {
       // merge_table left the row's argmax in its first partial.
       const kernels::verify_argmax_partial e = table[u * splits];
@@ -425,7 +425,7 @@ struct block_row_ops {
     return !any_nan;
   }
 
-  SPECDEC_DEVICE bool entropy(row_ref r, std::int64_t V, double* tiles, double& m, double& plogp) const {
+  SPECDEC_DEVICE_OUTLINED bool entropy(row_ref r, std::int64_t V, double* tiles, double& m, double& plogp) const {
     if (!mass(r, V, tiles, m)) return false;
     double h = 0.0;
     for (std::int64_t i = threadIdx.x; i < V; i += Block) {
@@ -440,7 +440,7 @@ struct block_row_ops {
     return true;
   }
 
-  SPECDEC_DEVICE status_code classify(row_ref r, std::int64_t V) const {
+  SPECDEC_DEVICE_OUTLINED status_code classify(row_ref r, std::int64_t V) const {
     bool nf = false, ng = false;
     for (std::int64_t i = threadIdx.x; i < V; i += Block) {
       const float x = r[i];
@@ -453,7 +453,7 @@ struct block_row_ops {
                     : status_code::invalid_argument;
   }
 
-  SPECDEC_DEVICE void copy_range(row_ref r, float* R, std::int64_t begin, std::int64_t end) const {
+  SPECDEC_DEVICE_OUTLINED void copy_range(row_ref r, float* R, std::int64_t begin, std::int64_t end) const {
     for (std::int64_t i = begin + threadIdx.x; i < end; i += Block) R[i] = r[i];
     __syncthreads();
   }
