@@ -11,6 +11,10 @@
 // sampled_iid: drafts from a q that differs from p (rejections happen);
 // only the time per call is comparable (the walk reads the rows it visits).
 // Rows come from a pool of 8 random rows replicated on the device.
+// logits:1 and logits:2 store the rows' logits instead and verify through
+// the sampling transform (kernels::verify_batch_params::p_sampling: T = 1
+// unfiltered, or T = 0.8 with top-k 50 and top-p 0.9): the time includes
+// the pre-pass that reads every row (2 passes, or 20 with both filters).
 // Exits without benchmarks when no device is present.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
@@ -33,9 +37,11 @@ using gpu_bench::dev_buf;
 using gpu_bench::upload;
 constexpr int kPool = 8;
 
-// kPool peaked random rows (softmax of 3 x normal logits) stored as `t`
-// (bf16 rounded to nearest even), and the argmaxes of the stored rows.
-std::vector<unsigned char> pool_rows(std::int64_t V, std::uint32_t seed, row_dtype t, std::vector<token_id>& argmax) {
+// kPool peaked random rows (softmax of 3 x normal logits, or with `logits`
+// their logarithms) stored as `t` (bf16 rounded to nearest even), and the
+// argmaxes of the stored rows.
+std::vector<unsigned char> pool_rows(std::int64_t V, std::uint32_t seed, row_dtype t, std::vector<token_id>& argmax,
+                                     bool logits = false) {
   std::mt19937 gen(seed);
   std::normal_distribution<double> N(0.0, 3.0);
   const std::int64_t elem = row_dtype_bytes(t);
@@ -46,9 +52,10 @@ std::vector<unsigned char> pool_rows(std::int64_t V, std::uint32_t seed, row_dty
     double mx = -1e300, s = 0;
     for (auto& x : w) mx = std::max(mx, x = N(gen));
     for (auto& x : w) s += (x = std::exp(x - mx));
-    float best = -1;
+    float best = -INFINITY;
     for (std::int64_t i = 0; i < V; ++i) {
       float f = static_cast<float>(w[static_cast<std::size_t>(i)] / s);
+      if (logits) f = std::log(f);
       unsigned char* at = rows.data() + (k * V + i) * elem;
       if (t == row_dtype::bf16) {
         const auto u = std::bit_cast<std::uint32_t>(f);
@@ -92,12 +99,13 @@ void BM_gpu_verify(benchmark::State& state) {
   const bool greedy = state.range(3) == 0;
   const bool copy = state.range(4) != 0;
   const row_dtype t = state.range(5) == 0 ? row_dtype::f32 : row_dtype::bf16;
+  const auto logits = static_cast<int>(state.range(6));
   const std::int64_t rows = static_cast<std::int64_t>(R) * n;
   const std::int64_t row_bytes = rows * V * row_dtype_bytes(t);
 
   std::vector<token_id> pmax, qmax;
-  const auto hp = pool_rows(V, 11, t, pmax);
-  const auto hq = pool_rows(V, 23, t, qmax);
+  const auto hp = pool_rows(V, 11, t, pmax, logits != 0);
+  const auto hq = pool_rows(V, 23, t, qmax, logits != 0);
   dev_buf pool(hp.size()), qpool(hq.size());
   dev_buf P(static_cast<std::size_t>(row_bytes)), Q(greedy ? 0 : static_cast<std::size_t>(row_bytes));
   const std::int64_t one_row = V * row_dtype_bytes(t);
@@ -131,7 +139,11 @@ void BM_gpu_verify(benchmark::State& state) {
   dev_buf d_off(offsets.size() * 4), d_tok(token.size() * 4), d_par(parent.size() * 4),
       d_params(params.size() * sizeof(verify_params)), d_paths(static_cast<std::size_t>(R) * L * 4),
       d_toks(static_cast<std::size_t>(R) * L * 4), d_res(static_cast<std::size_t>(R) * sizeof(verify_result));
-  if (!upload(d_off, offsets) || !upload(d_tok, token) || !upload(d_par, parent) || !upload(d_params, params)) {
+  const std::vector<sampling_params> sampling(static_cast<std::size_t>(R),
+                                              logits == 2 ? sampling_params{0.8f, 50, 0.9f, 0.0f} : sampling_params{});
+  dev_buf d_sampling(sampling.size() * sizeof(sampling_params));
+  if (!upload(d_off, offsets) || !upload(d_tok, token) || !upload(d_par, parent) || !upload(d_params, params) ||
+      !upload(d_sampling, sampling)) {
     state.SkipWithError("upload failed");
     return;
   }
@@ -153,6 +165,10 @@ void BM_gpu_verify(benchmark::State& state) {
   p.paths = d_paths.as<node_id>();
   p.tokens = d_toks.as<token_id>();
   p.results = d_res.as<verify_result>();
+  if (logits != 0) {
+    p.p_sampling = d_sampling.as<sampling_params>();
+    if (!greedy) p.q_sampling = p.p_sampling;
+  }
   const std::size_t ws_bytes = kernels::verify_batch_workspace_size(p);
   dev_buf ws(ws_bytes), dst(copy ? static_cast<std::size_t>(row_bytes) : 0);
   if (ws.p == nullptr || dst.p == nullptr) {
@@ -181,20 +197,21 @@ void BM_gpu_verify(benchmark::State& state) {
       state.SkipWithError("greedy did not accept every draft");
   }
   // The copy counts the bytes it reads and writes: memory traffic, like greedy's reads.
-  if (greedy || copy) state.SetBytesProcessed(state.iterations() * row_bytes * (copy ? 2 : 1));
+  if ((greedy && logits == 0) || copy) state.SetBytesProcessed(state.iterations() * row_bytes * (copy ? 2 : 1));
   state.counters["rows_MiB"] = static_cast<double>(row_bytes) / (1 << 20);
 }
 
 }  // namespace
 
-// R x V x n x mode (0 greedy, 1 sampled_iid) x copy_baseline x bf16 rows;
-// the copy baseline only beside greedy (its bytes are the rows greedy
-// reads); bf16 rows (half the bytes) at V = 128256.
+// R x V x n x mode (0 greedy, 1 sampled_iid) x copy_baseline x bf16 rows x
+// logits; the copy baseline only beside greedy (its bytes are the rows
+// greedy reads); bf16 rows (half the bytes) and logits rows at V = 128256.
 BENCHMARK(BM_gpu_verify)
-    ->ArgNames({"R", "V", "n", "sampled", "copy_baseline", "bf16"})
-    ->ArgsProduct({{1, 64, 256}, {32000, 128256, 152064}, {1, 8, 64}, {0, 1}, {0}, {0}})
-    ->ArgsProduct({{1, 64, 256}, {32000, 128256, 152064}, {1, 8, 64}, {0}, {1}, {0}})
-    ->ArgsProduct({{1, 64, 256}, {128256}, {1, 8, 64}, {0, 1}, {0}, {1}})
-    ->ArgsProduct({{1, 64, 256}, {128256}, {1, 8, 64}, {0}, {1}, {1}})
+    ->ArgNames({"R", "V", "n", "sampled", "copy_baseline", "bf16", "logits"})
+    ->ArgsProduct({{1, 64, 256}, {32000, 128256, 152064}, {1, 8, 64}, {0, 1}, {0}, {0}, {0}})
+    ->ArgsProduct({{1, 64, 256}, {32000, 128256, 152064}, {1, 8, 64}, {0}, {1}, {0}, {0}})
+    ->ArgsProduct({{1, 64, 256}, {128256}, {1, 8, 64}, {0, 1}, {0}, {1}, {0}})
+    ->ArgsProduct({{1, 64, 256}, {128256}, {1, 8, 64}, {0}, {1}, {1}, {0}})
+    ->ArgsProduct({{1, 64}, {128256}, {8, 64}, {0, 1}, {0}, {0, 1}, {1, 2}})
     ->MinTime(0.05)
     ->UseManualTime();

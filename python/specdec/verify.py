@@ -247,8 +247,9 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
     rows are their sampling transform under record r (temperature, top-k,
     top-p, min-p), applied as rows are read: no probability rows are
     written (docs/verify.md, "Logits rows"). `draft_sampling` likewise
-    for q. Host arrays only for now: CUDA arrays with them raise
-    unsupported."""
+    for q. On CUDA arrays the records may be on the device (read there) or
+    on the host (staged); a caller workspace for a launch with them is
+    sized by cuda_verify_batch_workspace_size(..., logits=True)."""
     base = _verify_params(params, 0, 0, 0, 0, typical_epsilon, typical_delta, normalization_tolerance)
     dev = _where("parent tokens p q uniforms paths tokens_out results accepted_per_depth workspace", parent, tokens, p,
                  q, uniforms, paths, tokens_out, results, accepted_per_depth, workspace)
@@ -318,9 +319,6 @@ def _verify_batch_cuda(dev: int, offsets: Any, parent: Any, tokens: Any, p: Any,
                        seeds: Any, requests: Any, rounds: Any, uniforms: Any, paths: Any, tokens_out: Any,
                        results: Any, accepted_per_depth: Any, workspace: Any, stream: Any,
                        max_nodes: Any = None, sampling: Any = None, draft_sampling: Any = None) -> tuple:
-    if sampling is not None or draft_sampling is not None:
-        raise Error("unsupported: logits rows (sampling=, draft_sampling=) are verified on host arrays; the "
-                    "kernel does not take them yet")
     on_dev = _device_of(offsets) is not None
     if on_dev and _device_of(offsets) != dev:
         raise Error("invalid_argument: offsets are on another CUDA device than the other arrays")
@@ -356,13 +354,15 @@ def _verify_batch_cuda(dev: int, offsets: Any, parent: Any, tokens: Any, p: Any,
                 setattr(vp, name, int(v))
                 v = None
         arrays.append(_launch_arg(v, dt, tdt))
-    staged = not on_dev or any(a is not None and _device_of(a) is None for a in arrays)
+    ps, qs = _records(sampling, "sampling"), _records(draft_sampling, "draft_sampling")
+    arrays_in = arrays + [ps, qs]
+    staged = not on_dev or any(a is not None and _device_of(a) is None for a in arrays_in)
     vocab = int(pp.shape[1])
     if workspace is None and _is_torch(par):
-        nbytes = _core.cuda_verify_batch_workspace_size(R, vocab, largest, staged)
+        nbytes = _core.cuda_verify_batch_workspace_size(R, vocab, largest, staged, ps is not None or qs is not None)
         workspace = _workspace(nbytes, par, dev, handle, None)
     _core.cuda_verify_batch(off, par, tok, pp, qq, vp, *arrays, u, paths, tokens_out, results, accepted_per_depth,
-                            workspace, handle, largest)
+                            workspace, handle, largest, ps, qs)
     return paths, tokens_out, results
 
 

@@ -164,14 +164,14 @@ void philox_table(std::uint64_t seed, std::uint32_t request, std::uint32_t round
 std::size_t verify_staging(std::size_t R, bool staged) {
   if (!staged) return 0;
   const std::size_t a = workspace_alignment;
-  return 5 * a + (R + 1) * sizeof(std::int32_t) +
-         R * (sizeof(std::int32_t) + sizeof(std::uint64_t) + 2 * sizeof(std::uint32_t));
+  return 7 * a + (R + 1) * sizeof(std::int32_t) +
+         R * (sizeof(std::int32_t) + sizeof(std::uint64_t) + 2 * sizeof(std::uint32_t) + 2 * sizeof(sampling_params));
 }
 
-std::size_t verify_ws_size(std::int64_t R, std::int32_t vocab, std::int32_t max_nodes, bool staged) {
+std::size_t verify_ws_size(std::int64_t R, std::int32_t vocab, std::int32_t max_nodes, bool staged, bool logits) {
   if (R <= 0) return 0;
   return device_scratch::bytes(
-      kernels::verify_batch_workspace_bytes(static_cast<std::int32_t>(R), vocab, std::max(max_nodes, 1)),
+      kernels::verify_batch_workspace_bytes(static_cast<std::int32_t>(R), vocab, std::max(max_nodes, 1), logits),
       verify_staging(static_cast<std::size_t>(R), staged));
 }
 
@@ -204,13 +204,29 @@ per_request_arg<T> per_request(device_guard& g, const std::optional<any1>& a, st
   return out;
 }
 
+// Sampling records of a CUDA launch: on the device (pointed to) or on the host (staged).
+per_request_arg<sampling_params> sampling_arg(device_guard& g, const std::optional<sampling_in>& a, std::size_t R,
+                                              const char* name) {
+  per_request_arg<sampling_params> out;
+  if (!a) return out;
+  check_sampling(*a, R, name);
+  if (a->device_type() == nb::device::cuda::value) {
+    g.add(*a, name);
+    out.device = static_cast<const sampling_params*>(a->data());
+  } else {
+    out.host = static_cast<const sampling_params*>(a->data());
+  }
+  return out;
+}
+
 void verify(const any_i32& offsets, const dev1<const node_id>& parent, const dev1<const token_id>& tokens,
             const dev_rows& p, const std::optional<dev_rows>& q, const verify_params& base,
             const std::optional<any1>& modes, const std::optional<any1>& seeds, const std::optional<any1>& requests,
             const std::optional<any1>& rounds, const std::optional<dev_nd<const double, 2>>& uniforms,
             const dev_nd<node_id, 2>& paths_out, const dev_nd<token_id, 2>& tokens_out,
             const dev_nd<std::int32_t, 2>& results, const std::optional<dev1<std::int64_t>>& accepted_per_depth,
-            const std::optional<dev_bytes>& workspace, std::uintptr_t stream, std::int32_t max_nodes) {
+            const std::optional<dev_bytes>& workspace, std::uintptr_t stream, std::int32_t max_nodes,
+            const std::optional<sampling_in>& sampling, const std::optional<sampling_in>& draft_sampling) {
   device_guard g;
   g.add(parent, "parent", tokens, "tokens", p, "p", q, "q", uniforms, "uniforms", paths_out, "paths", tokens_out,
         "tokens_out", results, "results", accepted_per_depth, "accepted_per_depth", workspace, "workspace");
@@ -236,6 +252,8 @@ void verify(const any_i32& offsets, const dev1<const node_id>& parent, const dev
   const auto sd = per_request<std::uint64_t>(g, seeds, R, "seeds");
   const auto rq = per_request<std::uint32_t>(g, requests, R, "requests");
   const auto rd = per_request<std::uint32_t>(g, rounds, R, "rounds");
+  const auto ps = sampling_arg(g, sampling, R, "sampling");
+  const auto qs = sampling_arg(g, draft_sampling, R, "draft_sampling");
   const rows_view pr = rows_of(p, "p");
   require(pr.extent[1] >= 1 && pr.extent[1] <= INT32_MAX, status_code::invalid_argument, "p needs 1 .. 2^31-1 columns");
   const auto V = static_cast<std::int32_t>(pr.extent[1]);
@@ -289,8 +307,10 @@ void verify(const any_i32& offsets, const dev1<const node_id>& parent, const dev
     P.accepted_per_depth = reinterpret_cast<unsigned long long*>(accepted_per_depth->data());
     P.depth_counters = static_cast<std::int32_t>(accepted_per_depth->size());
   }
-  const bool staged = !offsets_on_device || m.host || sd.host || rq.host || rd.host;
-  device_scratch ws(kernels::verify_batch_workspace_size(P), verify_staging(R, staged), workspace, s);
+  const bool staged = !offsets_on_device || m.host || sd.host || rq.host || rd.host || ps.host || qs.host;
+  device_scratch ws(kernels::verify_batch_workspace_bytes(P.num_requests, P.vocab, P.max_nodes,
+                                                          sampling.has_value() || draft_sampling.has_value()),
+                    verify_staging(R, staged), workspace, s);
   // The staging area: offsets, then each host array, 256-byte aligned apart.
   std::size_t at = 0;
   auto stage = [&](const auto* host, const auto* device, std::size_t count) {
@@ -305,6 +325,8 @@ void verify(const any_i32& offsets, const dev1<const node_id>& parent, const dev
   P.seeds = stage(sd.host, sd.device, R);
   P.requests = stage(rq.host, rq.device, R);
   P.rounds = stage(rd.host, rd.device, R);
+  if (sampling) P.p_sampling = stage(ps.host, ps.device, R);
+  if (draft_sampling) P.q_sampling = stage(qs.host, qs.device, R);
   check(kernels::verify_batch_can_implement(P));
   ws.upload();
   check(kernels::verify_batch(P, ws.kernel(), ws.kernel_bytes(), s));
@@ -359,12 +381,12 @@ void bind_verify(nb::module_& m) {
   m.def("verify_workspace_size", &verify_workspace_size, arg("vocab"), arg("nodes"));
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
   m.def("cuda_verify_batch_workspace_size", &verify_ws_size, arg("num_requests"), arg("vocab"), arg("max_nodes"),
-        arg("staged"));
+        arg("staged"), arg("logits") = false);
   m.def("cuda_verify_batch", &verify, arg("offsets"), arg("parent"), arg("tokens"), arg("p"), arg("q").none(),
         arg("params"), arg("modes").none(), arg("seeds").none(), arg("requests").none(), arg("rounds").none(),
         arg("uniforms").none(), arg("paths").noconvert(), arg("tokens_out").noconvert(), arg("results").noconvert(),
         arg("accepted_per_depth").noconvert().none(), arg("workspace").noconvert().none(), arg("stream"),
-        arg("max_nodes"));
+        arg("max_nodes"), arg("sampling").none(), arg("draft_sampling").none());
 #endif
 }
 

@@ -74,12 +74,43 @@ def test_verify_batch_matches_host(rng, mode, with_uniforms):
     np.testing.assert_array_equal(host(counts), hcounts)
 
 
-def test_verify_batch_logits_rows_refused_on_cuda(rng):
-    """Logits rows are a host path for now: CUDA arrays with sampling= raise."""
-    parents, offsets, tokens, p, q = verify_inputs(rng, [3, 4], 20)
-    with pytest.raises(specdec.Error, match="unsupported"):
-        specdec.verify_batch(offsets, cu(parents), cu(tokens), cu(p), cu(q),
-                             sampling=specdec.sampling_table(1.0, requests=2))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16] if torch is not None else [])
+def test_verify_batch_logits_rows_match_host(rng, dtype):
+    """Logits rows through the sampling transform (sampling_table records on
+    the device and on the host): the kernel's tokens are the host twin's."""
+    V = 300
+    parents, offsets, tokens, p, q = verify_inputs(rng, [1, 4, 9, 17, 6, 12], V)
+    R = len(offsets) - 1
+    logits = np.where(p > 0, np.round(np.log(np.maximum(p, 1e-30)) * 4) / 2, -np.inf).astype(np.float32)
+    qlog = np.where(q > 0, np.log(np.maximum(q, 1e-30)), -np.inf).astype(np.float32)
+    if dtype == torch.bfloat16:  # the host reads the same bf16 values
+        logits = torch.from_numpy(logits).to(dtype).float().numpy()
+        qlog = torch.from_numpy(qlog).to(dtype).float().numpy()
+    samp = specdec.sampling_table(rng.choice([0.0, 0.6, 1.0, 1.4], R).astype(np.float32),
+                                  top_k=rng.integers(0, 30, R), top_p=rng.choice([1.0, 0.8], R),
+                                  min_p=rng.choice([0.0, 0.02], R))
+    dsamp = specdec.sampling_table(1.0, top_k=rng.integers(0, 3, R) * 10)
+    for mode in DEVICE_MODES:
+        if mode == specdec.Mode.TYPICAL_LOSSY:
+            continue
+        kw = dict(modes=int(mode), seeds=11, rounds=2)
+        L = int(np.diff(offsets).max())
+        hp, ht = np.full((R, L), -3, np.int32), np.full((R, L), -3, np.int32)
+        hp, ht, hr = specdec.verify_batch(offsets, parents, tokens, logits, qlog, sampling=samp,
+                                          draft_sampling=dsamp, paths=hp, tokens_out=ht, **kw)
+        for on_device in (False, True):
+            s = cu(samp) if on_device else samp
+            dp = torch.full((R, L), -3, dtype=torch.int32, device=DEV)
+            dt = torch.full((R, L), -3, dtype=torch.int32, device=DEV)
+            gp, gt, gr = specdec.verify_batch(offsets, cu(parents), cu(tokens),
+                                              torch.from_numpy(logits).to(DEV).to(dtype),
+                                              torch.from_numpy(qlog).to(DEV).to(dtype), sampling=s,
+                                              draft_sampling=cu(dsamp) if on_device else dsamp, paths=dp,
+                                              tokens_out=dt, **kw)
+            torch.cuda.synchronize()
+            np.testing.assert_array_equal(host(gr), hr)
+            np.testing.assert_array_equal(host(gp), hp)
+            np.testing.assert_array_equal(host(gt), ht)
 
 
 def test_verify_tree_and_chain_match_host(rng):

@@ -267,8 +267,9 @@ struct block_row_ops {
     return finite(m) && !ng[0];
   }
 
-  SPECDEC_DEVICE_OUTLINED void first_residual(row_ref p, row_ref q, float* R, std::int64_t V, double* tp, double* tq, double* tr,
-                                     double& mp, double& mq, double& mr, bool& okp, bool& okq) const {
+  SPECDEC_DEVICE_OUTLINED void first_residual(row_ref p, row_ref q, float* R, std::int64_t V, double* tp, double* tq,
+                                              double* tr, double& mp, double& mq, double& mr, bool& okp,
+                                              bool& okq) const {
     double* const t[3] = {tp, tq, tr};
     double mm[3];
     bool ng[3];
@@ -465,6 +466,136 @@ struct block_row_ops {
   SPECDEC_DEVICE void sync() const { __syncthreads(); }
 };
 
+//! The logits pre-pass of one row (sample/row_transform.hpp), by a whole
+//! block: the steps of the host twin make_row_transform (sample/
+//! logits_rows.hpp), each pass split over the threads. Maxima and the
+//! radix histograms are integer or order-free reductions; Z is the walk's
+//! own tile sum (warp_tile) of the kept weights, added left to right. So
+//! the constants equal the host's.
+template <int Block>
+struct block_transform {
+  using reduce_a = cub::BlockReduce<argmax_item, Block>;
+  using reduce_u = cub::BlockReduce<unsigned long long, Block>;
+  struct storage {
+    union {
+      typename reduce_a::TempStorage ra;
+      typename reduce_u::TempStorage ru;
+    } tmp;
+    unsigned long long hist[256];
+    double tiles[kernels::verify_logits_max_vocab / sum_tile];
+    unsigned long long u;
+    std::int64_t i;
+    float v;
+    int pick;
+  };
+
+  //! Sum of f(w) over the tokens t keeps, to every thread.
+  template <class F>
+  SPECDEC_DEVICE static unsigned long long kept_sum(storage& sh, row_ref r, std::int64_t V, const row_transform& t,
+                                                    F f) {
+    unsigned long long s = 0;
+    for (std::int64_t i = threadIdx.x; i < V; i += Block) {
+      const float w = t.weight(r.raw(i));
+      if (t.keeps(w, i)) s += f(w);
+    }
+    s = reduce_u(sh.tmp.ru).Sum(s);
+    if (threadIdx.x == 0) sh.u = s;
+    __syncthreads();
+    s = sh.u;
+    __syncthreads();
+    return s;
+  }
+
+  //! The radix select of specdec::detail::radix_select_key: a shared
+  //! histogram per digit (integer atomics: any order gives the same bins).
+  template <class Weight>
+  SPECDEC_DEVICE static std::uint64_t radix_select_key(storage& sh, row_ref r, std::int64_t V, const row_transform& t,
+                                                       Weight wt, std::uint64_t need) {
+    std::uint64_t prefix = 0;
+    for (int d = 7; d >= 0; --d) {
+      for (int b = static_cast<int>(threadIdx.x); b < 256; b += Block) sh.hist[b] = 0;
+      __syncthreads();
+      const std::uint64_t high = specdec::detail::radix_high_mask(d);
+      for (std::int64_t i = threadIdx.x; i < V; i += Block) {
+        const float w = t.weight(r.raw(i));
+        if (!t.keeps(w, i)) continue;
+        const std::uint64_t k = specdec::detail::rank_key(specdec::detail::bits_of(w), i);
+        const std::uint64_t x = wt(w);
+        if ((k & high) == prefix && x != 0)
+          atomicAdd(&sh.hist[(k >> (8 * d)) & 255u], static_cast<unsigned long long>(x));
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        std::uint64_t left = need;
+        sh.pick = specdec::detail::radix_pick(reinterpret_cast<const std::uint64_t*>(sh.hist), left);
+        sh.u = left;
+      }
+      __syncthreads();
+      const int b = sh.pick;
+      need = sh.u;
+      __syncthreads();
+      if (b < 0) return 0;
+      prefix |= static_cast<std::uint64_t>(b) << (8 * d);
+    }
+    return prefix;
+  }
+
+  //! The transform of logits row r under sp (the same value in every thread).
+  SPECDEC_DEVICE_OUTLINED static row_transform run(storage& sh, row_ref r, std::int64_t V, const sampling_params& sp) {
+    row_transform t = specdec::detail::start_transform(sp);
+    if (t.code != 0) return t;
+    argmax_item best{-INFINITY, LLONG_MAX};
+    bool bad = false;
+    for (std::int64_t i = threadIdx.x; i < V; i += Block) {
+      const float x = r.raw(i);
+      bad |= x != x || x == INFINITY;
+      if (x > -INFINITY && specdec::detail::argmax_beats(x, i, best.v, best.i)) best = argmax_item{x, i};
+    }
+    const bool any_bad = __syncthreads_or(bad) != 0;
+    const argmax_item m = reduce_a(sh.tmp.ra).Reduce(best, argmax_op{});
+    if (threadIdx.x == 0) {
+      sh.v = m.v;
+      sh.i = m.i;
+    }
+    __syncthreads();
+    best = argmax_item{sh.v, sh.i};
+    __syncthreads();
+    if (any_bad || best.i == LLONG_MAX) {
+      t.code = static_cast<std::int32_t>(any_bad ? status_code::non_finite : status_code::zero_mass);
+      return t;
+    }
+    t.m = best.v;
+    t.arg = static_cast<std::int32_t>(best.i);
+    if (t.greedy != 0) return t;
+    if (sp.top_k > 0 && sp.top_k < V) {
+      const unsigned long long c = kept_sum(sh, r, V, t, [](float) { return 1ull; });
+      if (static_cast<unsigned long long>(sp.top_k) < c)
+        t.cut = radix_select_key(
+            sh, r, V, t, [](float) { return std::uint64_t{1}; }, static_cast<std::uint64_t>(sp.top_k));
+    }
+    if (sp.top_p < 1.0f) {
+      const unsigned long long q =
+          kept_sum(sh, r, V, t, [](float w) { return static_cast<unsigned long long>(specdec::detail::grid_mass(w)); });
+      t.cut = radix_select_key(
+          sh, r, V, t, [](float w) { return specdec::detail::grid_mass(w); }, specdec::detail::top_p_goal(sp.top_p, q));
+    }
+    // Z: the walk's warp tile sums of the kept weights, left to right.
+    const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+    const std::int64_t nt = sum_tile_count(V);
+    for (std::int64_t k = warp; k < nt; k += Block / 32) {
+      double v[1];
+      bool ng[1] = {false};
+      auto elem = [&](std::int64_t i, float(&x)[1]) { x[0] = t.kept_weight(r.raw(i), i); };
+      block_row_ops<Block>::template warp_tile<1>(V, elem, k, lane, v, ng);
+      if (lane == 0) sh.tiles[k] = v[0];
+    }
+    __syncthreads();
+    t.inv_z = 1.0 / specdec::detail::sum_tiles(sh.tiles, nt);
+    __syncthreads();
+    return t;
+  }
+};
+
 }  // namespace detail
 
 //! The greedy pre-pass: block (c, j, r) writes the argmax of chunk c of
@@ -533,6 +664,34 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   }
 }
 
+//! The logits pre-pass: block (j, y) finds the row transforms of row j of
+//! requests y, y + gridDim.y, ... (p under p_sampling, q under q_sampling
+//! when the request's mode reads q) into the table laid out as
+//! kernels::verify_transform_table_bytes says. Requests whose span fails,
+//! or rows past their node count, are skipped (the walk reports them).
+template <int Block>
+SPECDEC_KERNEL void __launch_bounds__(Block)
+    verify_transform_kernel(const kernels::verify_batch_params P, row_transform* table) {
+  using bt = detail::block_transform<Block>;
+  __shared__ typename bt::storage sh;
+  const auto j = static_cast<std::int32_t>(blockIdx.x);
+  const std::size_t q_at = static_cast<std::size_t>(P.num_requests) * static_cast<std::size_t>(P.max_nodes);
+  for (auto r = static_cast<std::int32_t>(blockIdx.y); r < P.num_requests; r += static_cast<std::int32_t>(gridDim.y)) {
+    std::int32_t b = 0, n = 0;
+    if (kernels::verify_request_span(P, r, b, n) != status_code::ok || j >= n) continue;
+    const specdec::walk_rows rows = kernels::verify_request_rows(P, b);
+    const std::size_t at = static_cast<std::size_t>(r) * static_cast<std::size_t>(P.max_nodes) + j;
+    if (P.p_sampling != nullptr) {
+      const row_transform t = bt::run(sh, rows.prow(j), P.vocab, P.p_sampling[r]);
+      if (threadIdx.x == 0) table[at] = t;
+    }
+    if (P.q_sampling != nullptr && P.q != nullptr && uses_draft_probs(kernels::verify_request_params(P, r).mode)) {
+      const row_transform t = bt::run(sh, rows.qrow(j), P.vocab, P.q_sampling[r]);
+      if (threadIdx.x == 0) table[q_at + at] = t;
+    }
+  }
+}
+
 //! Trees of up to this many nodes are staged in shared memory.
 inline constexpr std::int32_t verify_staged_nodes = 512;
 
@@ -543,7 +702,7 @@ inline constexpr std::int32_t verify_staged_nodes = 512;
 template <int Block>
 SPECDEC_KERNEL void __launch_bounds__(Block)
     verify_batch_kernel(kernels::verify_batch_params P, unsigned char* workspace, std::int32_t splits,
-                        const unsigned char* tiles) {
+                        const unsigned char* tiles, const row_transform* transforms) {
   using ops_t = detail::block_row_ops<Block>;
   static_assert(verify_row_ops<ops_t>);
   __shared__ typename ops_t::storage sh;
@@ -559,6 +718,8 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   if (const status_code span = kernels::verify_request_span(P, r, b, n); span != status_code::ok) return fail(span);
   const status params = validate_verify_params(vp);  // validated once per request
   if (params.ok() && !runs_on_device(vp.mode)) return fail(status_code::unsupported);
+  if (const status_code sc = kernels::verify_request_sampling(P, r, vp.mode, n); params.ok() && sc != status_code::ok)
+    return fail(sc);
 
   const std::size_t slice = kernels::verify_request_workspace_bytes(P.vocab, P.max_nodes);
   workspace_carver w(workspace + slice * static_cast<std::size_t>(r), slice);
@@ -592,7 +753,13 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
     for (std::int32_t i = static_cast<std::int32_t>(threadIdx.x); i < n; i += Block) s.depth[i] = staged_depth[i];
   __syncthreads();
 
-  const specdec::walk_rows rows = kernels::verify_request_rows(P, b);
+  specdec::walk_rows rows = kernels::verify_request_rows(P, b);
+  if (transforms != nullptr) {
+    const std::size_t own = static_cast<std::size_t>(r) * static_cast<std::size_t>(P.max_nodes);
+    if (P.p_sampling != nullptr) rows.p_x = transforms + own;
+    if (P.q_sampling != nullptr)
+      rows.q_x = transforms + static_cast<std::size_t>(P.num_requests) * static_cast<std::size_t>(P.max_nodes) + own;
+  }
   const parent_topology topo{tok, par, n};
   specdec::walk_out o{s.path, n, 0, 0, -1};
   const bool use_table = splits > 0 && vp.mode == verify_mode::greedy;
@@ -644,9 +811,12 @@ inline status verify_batch(const kernels::verify_batch_params& P, void* workspac
   SPECDEC_TRY(check_workspace(workspace, workspace_bytes, kernels::verify_batch_workspace_size(P),
                               "workspace smaller than verify_batch_workspace_size"));
   auto* ws = static_cast<unsigned char*>(workspace);
+  // Logits rows: the transform pre-pass instead of the argmax and tile
+  // pre-passes (their tables hold sums of rows as stored).
+  const bool logits = kernels::verify_logits_rows(P);
   // The greedy pre-pass (grid: chunk, node, request; CUDA's y and z limits).
   std::int32_t splits = kernels::verify_argmax_splits(P.num_requests, P.vocab, P.max_nodes);
-  if (P.max_nodes > 65535 || P.num_requests > 65535) splits = 0;
+  if (P.max_nodes > 65535 || P.num_requests > 65535 || logits) splits = 0;
   if (splits > 0) {
     const std::int64_t chunk = (static_cast<std::int64_t>(P.vocab) + splits - 1) / splits;
     auto* table = reinterpret_cast<kernels::verify_argmax_partial*>(
@@ -658,7 +828,7 @@ inline status verify_batch(const kernels::verify_batch_params& P, void* workspac
   }
   // The tile pre-pass of small launches (grid: tile chunk, node, request).
   unsigned char* tiles = nullptr;
-  if (kernels::verify_tiles_prepass(P.num_requests, P.vocab, P.max_nodes)) {
+  if (!logits && kernels::verify_tiles_prepass(P.num_requests, P.vocab, P.max_nodes)) {
     tiles = ws +
             kernels::verify_request_workspace_bytes(P.vocab, P.max_nodes) * static_cast<std::size_t>(P.num_requests) +
             kernels::verify_argmax_table_bytes(P.num_requests, P.vocab, P.max_nodes);
@@ -669,8 +839,19 @@ inline status verify_batch(const kernels::verify_batch_params& P, void* workspac
                                                 verify_block_threads, 0, stream>>>(P, tiles);
     SPECDEC_TRY(last_launch_status());
   }
+  row_transform* transforms = nullptr;
+  if (logits) {
+    transforms = reinterpret_cast<row_transform*>(
+        ws + kernels::verify_request_workspace_bytes(P.vocab, P.max_nodes) * static_cast<std::size_t>(P.num_requests) +
+        kernels::verify_argmax_table_bytes(P.num_requests, P.vocab, P.max_nodes) +
+        kernels::verify_tiles_table_bytes(P.num_requests, P.vocab, P.max_nodes));
+    const unsigned ys = P.num_requests < 65535 ? static_cast<unsigned>(P.num_requests) : 65535u;
+    verify_transform_kernel<verify_block_threads>
+        <<<dim3(static_cast<unsigned>(P.max_nodes), ys), verify_block_threads, 0, stream>>>(P, transforms);
+    SPECDEC_TRY(last_launch_status());
+  }
   verify_batch_kernel<verify_block_threads>
-      <<<static_cast<unsigned>(P.num_requests), verify_block_threads, 0, stream>>>(P, ws, splits, tiles);
+      <<<static_cast<unsigned>(P.num_requests), verify_block_threads, 0, stream>>>(P, ws, splits, tiles, transforms);
   return last_launch_status();
 }
 

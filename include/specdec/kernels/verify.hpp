@@ -28,6 +28,7 @@
 #pragma once
 
 #include <climits>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -37,6 +38,8 @@
 #include "specdec/core/status.hpp"
 #include "specdec/core/workspace.hpp"
 #include "specdec/sample/order.hpp"
+#include "specdec/sample/row_transform.hpp"
+#include "specdec/sample/sampling_params.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/verify_params.hpp"
 #include "specdec/verify/walk_state.hpp"
@@ -75,9 +78,18 @@ struct verify_batch_params {
   //! caller uniforms, node-major (layout of caller_uniforms).
   const double* uniforms = nullptr;
   std::int32_t draws_per_node = 0;  //!< uniforms per node in `uniforms`
-  std::int32_t num_requests = 0;    //!< R
-  std::int32_t vocab = 0;           //!< V
-  std::int32_t max_nodes = 0;       //!< an upper bound on every request's node count
+  //! Null: p holds probabilities. Else R entries: p holds logits and
+  //! request r's target rows are their sampling transform under
+  //! p_sampling[r] (sample/row_transform.hpp), found by a pre-pass (a
+  //! block per row) and applied as the walk reads; vocab at most
+  //! verify_logits_max_vocab. The host twin is verify_batch with
+  //! verify_batch_input::p_sampling: the same tokens.
+  const sampling_params* p_sampling = nullptr;
+  //! q's, as p_sampling (its rows transformed for requests whose mode reads q).
+  const sampling_params* q_sampling = nullptr;
+  std::int32_t num_requests = 0;  //!< R
+  std::int32_t vocab = 0;         //!< V
+  std::int32_t max_nodes = 0;     //!< an upper bound on every request's node count
   //! Nodes that token, parent and the p rows hold (q rows and uniforms too,
   //! when given): request r's [offsets[r], offsets[r + 1]) must lie within
   //! [0, node_capacity], checked on the device (verify_request_span).
@@ -256,23 +268,57 @@ SPECDEC_HD std::size_t verify_tiles_table_bytes(std::int32_t num_requests, std::
                   verify_tiles_row_bytes(vocab));
 }
 
+//! Largest vocabulary of a launch with logits rows (the pre-pass keeps a
+//! row's tile sums in shared memory).
+inline constexpr std::int32_t verify_logits_max_vocab = 2048 * static_cast<std::int32_t>(sum_tile);
+
+//! Bytes of the logits pre-pass's table (0 without logits rows): the
+//! transforms of row j of request r's p at entry r * max_nodes + j, of its
+//! q num_requests * max_nodes entries further.
+SPECDEC_HD std::size_t verify_transform_table_bytes(std::int32_t num_requests, std::int32_t max_nodes,
+                                                    bool logits_rows) noexcept {
+  if (!logits_rows || num_requests <= 0 || max_nodes <= 0) return 0;
+  return align_up(static_cast<std::size_t>(num_requests) * static_cast<std::size_t>(max_nodes) * 2 *
+                  sizeof(row_transform));
+}
+
 //! Bytes of device workspace for num_requests requests of at most
 //! max_nodes nodes over vocab: num_requests slices of
 //! verify_request_workspace_bytes, then the greedy pre-pass's table
 //! (verify_argmax_table_bytes), then the tile pre-pass's table
-//! (verify_tiles_table_bytes, small launches only). 0 for an empty or
-//! malformed launch.
+//! (verify_tiles_table_bytes, small launches only), then with
+//! `logits_rows` the row transforms (verify_transform_table_bytes). 0 for
+//! an empty or malformed launch.
 SPECDEC_HD std::size_t verify_batch_workspace_bytes(std::int32_t num_requests, std::int32_t vocab,
-                                                    std::int32_t max_nodes) noexcept {
+                                                    std::int32_t max_nodes, bool logits_rows = false) noexcept {
   if (num_requests <= 0) return 0;
   return verify_request_workspace_bytes(vocab, max_nodes) * static_cast<std::size_t>(num_requests) +
          verify_argmax_table_bytes(num_requests, vocab, max_nodes) +
-         verify_tiles_table_bytes(num_requests, vocab, max_nodes);
+         verify_tiles_table_bytes(num_requests, vocab, max_nodes) +
+         verify_transform_table_bytes(num_requests, max_nodes, logits_rows);
+}
+
+//! Whether a launch reads logits rows (p_sampling or q_sampling given).
+SPECDEC_HD bool verify_logits_rows(const verify_batch_params& P) noexcept {
+  return P.p_sampling != nullptr || P.q_sampling != nullptr;
 }
 
 //! verify_batch_workspace_bytes of the launch's sizes.
 inline std::size_t verify_batch_workspace_size(const verify_batch_params& P) noexcept {
-  return verify_batch_workspace_bytes(P.num_requests, P.vocab, P.max_nodes);
+  return verify_batch_workspace_bytes(P.num_requests, P.vocab, P.max_nodes, verify_logits_rows(P));
+}
+
+//! Request r's sampling checks (ok without logits rows): its p_sampling
+//! entry, and its q_sampling entry when its mode reads q rows; both
+//! sampling_transformable. The kernel and the host twin reject the same
+//! requests (invalid_argument).
+SPECDEC_HD status_code verify_request_sampling(const verify_batch_params& P, std::int32_t r, verify_mode mode,
+                                               std::int32_t nodes) noexcept {
+  if (P.p_sampling != nullptr && !sampling_transformable(P.p_sampling[r])) return status_code::invalid_argument;
+  if (P.q_sampling != nullptr && P.q != nullptr && uses_draft_probs(mode) && nodes > 1 &&
+      !sampling_transformable(P.q_sampling[r]))
+    return status_code::invalid_argument;
+  return status_code::ok;
 }
 
 //! Checks what can be checked on the host without reading device memory:
@@ -303,6 +349,8 @@ inline status verify_batch_can_implement(const verify_batch_params& P) noexcept 
     return make_status(status_code::invalid_argument, "draws_per_node must be positive with caller uniforms");
   if (P.accepted_per_depth != nullptr && P.depth_counters <= 0)
     return make_status(status_code::invalid_argument, "depth_counters must be positive with accepted_per_depth");
+  if (verify_logits_rows(P) && P.vocab > verify_logits_max_vocab)
+    return make_status(status_code::invalid_argument, "logits rows need vocab <= verify_logits_max_vocab");
   return status::success();
 }
 

@@ -1,7 +1,7 @@
 //! \file
-//! The constants of one logits row's sampling transform
-//! (sample/row_transform.hpp), found in integer or fixed-order steps that
-//! a parallel version can reproduce bit for bit.
+//! Host twin of the CUDA logits pre-pass: the sampling transform of one
+//! logits row (sample/row_transform.hpp) found with the same steps, so a
+//! host verification of logits rows gives the kernel's tokens.
 //! make_row_transform reads the row 2 times without filters, 3 + 8 with
 //! top-k, 3 + 8 with top-p, 4 + 16 with both (each radix digit is a pass);
 //! given scratch for the weights, the row itself is read twice and the
@@ -83,7 +83,7 @@ std::uint64_t radix_select_key(row_ref r, const float* weights, std::int64_t V, 
 }  // namespace detail
 
 //! The transform of logits row `r` (V entries, read as stored; r.x is
-//! ignored) under `sp`. A bad
+//! ignored) under `sp`: the same constants as the CUDA pre-pass. A bad
 //! row or bad params give a transform whose code says so (see
 //! row_transform::code). With `weights` (V floats of scratch) every weight
 //! is computed once and the filter passes read it there (one exp per

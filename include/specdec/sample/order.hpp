@@ -54,8 +54,7 @@ namespace detail {
 //! A row of fp32, bf16 or fp16 values: element i at element offset i * s
 //! of d (any stride), read as float (widened exactly, core/float16.hpp).
 //! With a transform `x`, the values are logits and element i reads as
-//! its probability (*x)(value, xo + i) (sample/row_transform.hpp); host
-//! code only: device code reads rows as stored.
+//! its probability (*x)(value, xo + i) (sample/row_transform.hpp).
 struct row_ref {
   const void* d;
   std::int64_t s;
@@ -68,13 +67,7 @@ struct row_ref {
     const std::uint16_t b = static_cast<const std::uint16_t*>(d)[i * s];
     return t == row_dtype::bf16 ? widen_bf16(b) : widen_f16(b);
   }
-  SPECDEC_HD float operator[](std::int64_t i) const noexcept {
-#ifdef __CUDA_ARCH__
-    return raw(i);  // the kernels read rows as stored: logits rows are a host path (docs/verify.md)
-#else
-    return x == nullptr ? raw(i) : (*x)(raw(i), xo + i);
-#endif
-  }
+  SPECDEC_HD float operator[](std::int64_t i) const noexcept { return x == nullptr ? raw(i) : (*x)(raw(i), xo + i); }
   //! The row's floats when it is contiguous fp32 read as stored (the vector paths), else null.
   SPECDEC_HD const float* contiguous_f32() const noexcept {
     return t == row_dtype::f32 && s == 1 && x == nullptr ? static_cast<const float*>(d) : nullptr;
@@ -102,10 +95,8 @@ SPECDEC_HD void widen_range(row_ref r, std::int64_t begin, std::int64_t n, float
     else
       for (std::int64_t k = 0; k < n; ++k) out[k] = widen_f16(d[k * s]);
   }
-#ifndef __CUDA_ARCH__
   if (r.x != nullptr)
     for (std::int64_t k = 0; k < n; ++k) out[k] = (*r.x)(out[k], r.xo + begin + k);
-#endif
 }
 
 //! Sum of one tile in the fixed halving-tree order; `ld(i)` for i < n

@@ -1,18 +1,15 @@
 //! \file
 //! The sampling transform of a logits row, applied where the row is read.
-//! The host verifier (verify_batch with verify_batch_input::p_sampling)
-//! takes logits (fp32, bf16 or fp16) and sampling_params instead of
-//! probability rows: each row's constants (max, filter cut, normaliser)
-//! are found first (sample/logits_rows.hpp), and every later read of entry
-//! i turns the logit into its probability on the fly, so no probability
-//! row is ever written. The pieces are SPECDEC_HD and round every step on
-//! its own, so a device pre-pass can reproduce the constants bit for bit;
-//! the kernels do not take logits rows yet (docs/verify.md).
+//! The verification kernels and their host twin take logits (fp32, bf16
+//! or fp16) and sampling_params instead of probability rows: a pre-pass
+//! finds each row's constants (max, filter cut, normaliser) and every later
+//! read of entry i turns the logit into its probability on the fly, so no
+//! probability row is ever written.
 //!
 //! The transform of logits x under (T, top_k, top_p, min_p), T > 0:
 //! - weights w_i = exp((x_i - max) / T) (0 for x_i = -inf), with the exp
-//!   below (every product and sum rounded on its own, so any compiler and
-//!   device compute the same float);
+//!   below (every product and sum rounded on its own, so host and device
+//!   compute the same float);
 //! - candidates: w_i > 0 and w_i >= min_p;
 //! - rank: weight descending, token id ascending (the specdec tie order),
 //!   coded as the 64-bit key (bits(w) << 32) | (2^32 - 1 - i);
@@ -25,10 +22,12 @@
 //!   sum in the fixed order of sample/order.hpp, p_i = float(double(w_i) / Z)
 //!   rounded from 1 / Z in double.
 //! T = 0 is greedy: one-hot at the argmax of the logits (lowest id on
-//! ties). The equality across compilers holds for IEEE arithmetic:
-//! -ffast-math voids it. The cuts are found by a radix select over the
-//! keys (8 digits of 8 bits, a histogram per digit): integer sums, so a
-//! parallel version gives the same cut.
+//! ties). The equality holds for IEEE arithmetic: compiling this header
+//! with -ffast-math (host) or --use_fast_math / -ftz=true (device) voids
+//! it. The cuts are found by a radix select over the keys (8 digits of
+//! 8 bits, a histogram per digit), the same steps on host and device; the
+//! host twin (sample/logits_rows.hpp) and the CUDA pre-pass (cuda/verify.cuh)
+//! give identical constants, hence identical tokens.
 #pragma once
 
 #include <cmath>
@@ -156,7 +155,8 @@ SPECDEC_HD constexpr std::uint64_t radix_high_mask(int d) noexcept { return d ==
 }  // namespace detail
 
 //! Largest row a transform takes: the top-p grid masses of a row (at most
-//! 2^40 each) must sum within 64 bits.
+//! 2^40 each) must sum within 64 bits. The CUDA pre-pass has a smaller cap
+//! (kernels::verify_logits_max_vocab).
 inline constexpr std::int64_t logits_rows_max_vocab = std::int64_t{1} << 23;
 
 //! Whether `sp` can transform a row: validate_sampling_params passes and

@@ -1,6 +1,7 @@
 //! \file
 //! How a row of logits becomes a probability row: sampling_params and
-//! their checks. Light (no row code; usable in device code).
+//! their checks. Light (no row code), so device code and the kernels'
+//! parameter structs can include it.
 #pragma once
 
 #include <cstdint>

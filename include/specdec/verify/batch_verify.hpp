@@ -46,7 +46,8 @@ struct verify_batch_input {
   //! Empty: p holds probabilities. Else R entries: p holds logits (fp32,
   //! bf16 or fp16) and request r's target rows are their sampling
   //! transform under p_sampling[r] (sample/row_transform.hpp), found per
-  //! row and applied as the walk reads (no probability row is written).
+  //! row and applied as the walk reads (the host twin of the kernel's
+  //! logits rows: the same tokens).
   std::span<const sampling_params> p_sampling = {};
   //! q's, as p_sampling (read for requests whose mode reads q).
   std::span<const sampling_params> q_sampling = {};
