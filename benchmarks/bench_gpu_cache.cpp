@@ -44,7 +44,8 @@ void BM_gpu_commit(benchmark::State& state) {
   }
   const dev_buf d_ts = device_copy(ts), d_clen = device_copy(w.clen), d_koff = device_copy(w.koff),
                 d_keep = device_copy(w.keep), d_table = device_copy(w.table);
-  dev_buf d_status(8), a(static_cast<std::size_t>(moved_bytes)), b(static_cast<std::size_t>(moved_bytes));
+  dev_buf d_status(sizeof(std::int32_t) * static_cast<std::size_t>(R)), a(static_cast<std::size_t>(moved_bytes)),
+      b(static_cast<std::size_t>(moved_bytes));
   if (k.p == nullptr || v.p == nullptr || a.p == nullptr || b.p == nullptr) {
     state.SkipWithError("cudaMalloc failed");
     return;
@@ -60,15 +61,15 @@ void BM_gpu_commit(benchmark::State& state) {
   p.batch = specdec::kv_commit_batch{static_cast<std::int32_t>(R), d_clen.as<specdec::position_id>(),
                                      d_koff.as<std::int32_t>(), d_keep.as<specdec::position_id>()};
   p.total_keep = static_cast<std::int64_t>(w.keep.size());
-  p.status_word = d_status.as<std::uint64_t>();
+  p.request_status = d_status.as<std::int32_t>();
   gpu_bench::timed_loop(state, [&] {
     if (baseline)
       return cudaMemcpyAsync(b.p, a.p, static_cast<std::size_t>(moved_bytes), cudaMemcpyDeviceToDevice) == cudaSuccess;
     return specdec::kernels::commit_kv(p, nullptr, 0, nullptr).ok();
   });
-  std::uint64_t word = 0;
-  cudaMemcpy(&word, d_status.p, 8, cudaMemcpyDeviceToHost);
-  if (!baseline && !specdec::kernels::kv_commit_result(word).ok()) state.SkipWithError("device reported an error");
+  std::vector<std::int32_t> codes(static_cast<std::size_t>(R));
+  cudaMemcpy(codes.data(), d_status.p, codes.size() * sizeof(std::int32_t), cudaMemcpyDeviceToHost);
+  if (!baseline && !specdec::kernels::kv_commit_result(codes).ok()) state.SkipWithError("device reported an error");
   state.SetBytesProcessed(state.iterations() * moved_bytes);
   state.counters["moved_KiB"] = static_cast<double>(moved_bytes) / 1024.0;
 }

@@ -92,10 +92,12 @@ def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, kee
     request may pass cache_len as an int and keep as one list.
     CUDA tensors: the kv_commit kernel on `stream` (cache_len, keep,
     keep_offsets, block_table, blocks_used on the device too; a host int /
-    list is uploaded). It validates on the device and writes nothing unless
-    every check passed. The result lands in `status` (a 1-element int64
-    CUDA array; kv_commit_check reads it once the stream gets there) and
-    the call returns at once; without `status` it waits and raises on
+    list is uploaded). It validates on the device, one status per request:
+    a request that fails a check is left untouched and the others commit (a
+    fault of the whole batch, such as a bad tensor, stops all of them). The
+    statuses land in `status` (an int32 CUDA array of R entries, status_code
+    values, 0 = ok; kv_commit_check reads it once the stream gets there) and
+    the call returns at once; without `status` it waits and raises the first
     failure (check=True waits even with one, check=False never does and needs one). The
     tensors' descriptions are uploaded on every call: for a commit without
     uploads (e.g. captured in a CUDA graph), prepare one with KVCommit.
@@ -151,7 +153,8 @@ def _commit_kv_cuda(dev: int, cs: list, layout: str, cache_len: Any, keep: Any, 
         tuple(block_table.shape))
     bu = None if blocks_used is None else _on_device(blocks_used, np.int32, like, dev)
     handle = _stream_handle(stream, dev)
-    workspace = _workspace(int(_core.cuda_commit_kv_workspace_size(len(cs))), like, dev, handle, workspace)
+    workspace = _workspace(int(_core.cuda_commit_kv_workspace_size(len(cs), int(cl.shape[0]))), like, dev, handle,
+                           workspace)
     _core.cuda_commit_kv(cs, layout, cl, ko, kp, bt, bu, status, workspace, handle, check_now)
 
 
@@ -181,9 +184,10 @@ class KVCommit:
     def __call__(self, cache_len: Any, keep: Any, keep_offsets: Any, *, status: Any = None, check: Any = None,
                  stream: Any = None) -> None:
         """Commits one round: request r's k-th kept position moves to
-        cache_len[r] + k. The result lands in `status` (1-element int64 CUDA
-        array, read with kv_commit_check) without a wait; without `status`
-        the call waits and raises on failure (check as in commit_kv)."""
+        cache_len[r] + k. The request statuses land in `status` (int32 CUDA
+        array of R entries, read with kv_commit_check) without a wait;
+        without `status` the call waits and raises the first failure (check
+        as in commit_kv)."""
         for name, v, dt in (("cache_len", cache_len, np.int64), ("keep", keep, np.int64),
                             ("keep_offsets", keep_offsets, np.int32)):
             if _device_of(v) != self.device:
@@ -196,10 +200,11 @@ class KVCommit:
 
 
 def kv_commit_check(status: Any) -> None:
-    """Raises the error a CUDA commit_kv (or KVCommit) recorded in `status`
-    (read it after synchronizing the stream); returns if it succeeded."""
-    word = int(np.asarray(_to_host(status) if _device_of(status) is not None else status).reshape(-1)[0])
-    _core.kv_commit_check(word & 0xFFFFFFFFFFFFFFFF)
+    """Raises the first request's error a CUDA commit_kv (or KVCommit)
+    recorded in `status` (read it after synchronizing the stream); returns
+    if every request was committed."""
+    codes = np.asarray(_to_host(status) if _device_of(status) is not None else status).reshape(-1)
+    _core.kv_commit_check([int(c) for c in codes])
 
 
 for _name, _key in [

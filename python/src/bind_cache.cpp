@@ -203,12 +203,28 @@ void commit(const std::vector<any_cpu>& caches, const std::string& layout, const
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
 // ---- CUDA: the KV commit on the caller's stream -----------------------------
 
-std::size_t kv_staging(std::size_t tensors) {
-  return workspace_alignment + tensors * sizeof(kv_tensor<void>);  // status word first, then the descriptions
+// Bytes before the tensor descriptions: one int32 status per request, 256-byte aligned.
+std::size_t kv_status_bytes(std::size_t requests) {
+  return (requests * sizeof(std::int32_t) + workspace_alignment - 1) / workspace_alignment * workspace_alignment;
 }
 
-std::size_t kv_ws_size(std::int64_t tensors) {
-  return device_scratch::bytes(0, kv_staging(static_cast<std::size_t>(std::max<std::int64_t>(tensors, 0))));
+std::size_t kv_staging(std::size_t tensors, std::size_t requests) {
+  return kv_status_bytes(requests) + tensors * sizeof(kv_tensor<void>);  // statuses first, then the descriptions
+}
+
+std::size_t kv_ws_size(std::int64_t tensors, std::int64_t requests) {
+  return device_scratch::bytes(0, kv_staging(static_cast<std::size_t>(std::max<std::int64_t>(tensors, 0)),
+                                             static_cast<std::size_t>(std::max<std::int64_t>(requests, 0))));
+}
+
+// Reads R request statuses after everything enqueued on `stream`; raises the first failure.
+void check_request_status(const std::int32_t* device_status, std::size_t R, cudaStream_t stream) {
+  std::vector<std::int32_t> codes(R);
+  if (R > 0)
+    cuda_check(cudaMemcpyAsync(codes.data(), device_status, R * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream),
+               "cudaMemcpyAsync");
+  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  check(kernels::kv_commit_result(codes));
 }
 
 // What a commit knows before its requests: the tensors' descriptions and the
@@ -284,18 +300,11 @@ void set_requests(kernels::kv_commit_params& P, std::int64_t max_requests, const
   P.total_keep = static_cast<std::int64_t>(keep.size());
 }
 
-// Launches P (status word already set) and, with `check`, waits and raises.
-// An empty batch launches nothing: its status word is set to ok on the
-// stream, so a caller's array never keeps an earlier call's failure.
+// Launches P (request statuses already pointed to) and, with `check`,
+// waits and raises the first request's failure.
 void launch_commit(const kernels::kv_commit_params& P, cudaStream_t s, bool check_now) {
-  if (P.batch.num_requests == 0) {
-    check(kernels::kv_commit_can_implement(P));
-    static_assert(kernels::kv_commit_status_ok == ~std::uint64_t{0});  // all ones: ok
-    cuda_check(cudaMemsetAsync(P.status_word, 0xFF, sizeof(std::uint64_t), s), "cudaMemsetAsync");
-    return;
-  }
   check(kernels::commit_kv(P, nullptr, 0, s));
-  if (check_now) check(kernels::kv_commit_result(read_back(P.status_word, s)));
+  if (check_now) check_request_status(P.request_status, static_cast<std::size_t>(P.batch.num_requests), s);
 }
 
 void cuda_commit_kv(const std::vector<any_dev>& caches, const std::string& layout,
@@ -303,20 +312,21 @@ void cuda_commit_kv(const std::vector<any_dev>& caches, const std::string& layou
                     const dev1<const position_id>& keep,
                     const std::optional<dev_nd<const std::int32_t, 2>>& block_table,
                     const std::optional<dev1<const std::int32_t>>& blocks_used,
-                    const std::optional<dev1<std::int64_t>>& status_out, const std::optional<dev_bytes>& workspace,
+                    const std::optional<dev1<std::int32_t>>& status_out, const std::optional<dev_bytes>& workspace,
                     std::uintptr_t stream, bool check_now) {
   device_guard g;
   for (const auto& c : caches) g.add(c, "a cache tensor");
   g.add(cache_len, "cache_len", keep_offsets, "keep_offsets", keep, "keep", block_table, "block_table", blocks_used,
         "blocks_used", status_out, "status", workspace, "workspace");
-  require(!status_out || status_out->size() >= 1, status_code::size_mismatch, "status needs one entry");
+  const std::size_t R = cache_len.size();
+  require(!status_out || status_out->size() == R, status_code::size_mismatch, "status needs one entry per request");
   kv_described d = describe_commit(caches, layout, block_table, blocks_used);
   set_requests(d.P, d.max_requests, cache_len, keep_offsets, keep);
   const cudaStream_t s = stream_of(stream);
-  device_scratch ws(0, kv_staging(d.tensors.size()), workspace, s);
-  // The validation kernel resets the status word: the staged one is a slot.
-  d.P.status_word = status_out ? reinterpret_cast<std::uint64_t*>(status_out->data()) : ws.slot<std::uint64_t>(0);
-  d.P.tensors = ws.stage(workspace_alignment, d.tensors.data(), d.tensors.size());
+  device_scratch ws(0, kv_staging(d.tensors.size(), R), workspace, s);
+  // The validation kernel writes every request's status: the staged array is a slot.
+  d.P.request_status = status_out ? status_out->data() : ws.slot<std::int32_t>(0);
+  d.P.tensors = ws.stage(kv_status_bytes(R), d.tensors.data(), d.tensors.size());
   if (cache_len.size() > 0) ws.upload();
   launch_commit(d.P, s, check_now);
 }
@@ -340,17 +350,20 @@ class prepared_kv_commit {
     kv_described d = describe_commit(caches, layout, block_table, blocks_used);
     P_ = d.P;
     max_requests_ = d.max_requests;
-    const std::size_t bytes = kv_staging(d.tensors.size());
+    // Its own statuses hold as many requests as the caches do (rows of a
+    // contiguous cache or of the block table), then the descriptions.
+    status_bytes_ = kv_status_bytes(static_cast<std::size_t>(max_requests_));
+    const std::size_t bytes = status_bytes_ + d.tensors.size() * sizeof(kv_tensor<void>);
     cuda_check(cudaMalloc(&memory_, bytes), "cudaMalloc");
     auto* base = static_cast<std::byte*>(memory_);
-    const cudaError_t e = cudaMemcpy(base + workspace_alignment, d.tensors.data(),
-                                     d.tensors.size() * sizeof(kv_tensor<void>), cudaMemcpyHostToDevice);
+    const cudaError_t e = cudaMemcpy(base + status_bytes_, d.tensors.data(), d.tensors.size() * sizeof(kv_tensor<void>),
+                                     cudaMemcpyHostToDevice);
     if (e != cudaSuccess) {
       (void)cudaFree(memory_);
       cuda_check(e, "cudaMemcpy");
     }
-    P_.status_word = reinterpret_cast<std::uint64_t*>(base);
-    P_.tensors = reinterpret_cast<const kv_tensor<void>*>(base + workspace_alignment);
+    P_.request_status = reinterpret_cast<std::int32_t*>(base);
+    P_.tensors = reinterpret_cast<const kv_tensor<void>*>(base + status_bytes_);
   }
   prepared_kv_commit(const prepared_kv_commit&) = delete;
   prepared_kv_commit& operator=(const prepared_kv_commit&) = delete;
@@ -364,25 +377,27 @@ class prepared_kv_commit {
     }
   }
 
-  //! One commit on `stream`: the status lands in `status_out` when given
-  //! (else in this object's own word, read with `check_now`).
+  //! One commit on `stream`: the request statuses land in `status_out`
+  //! when given (else in this object's own array, read with `check_now`).
   void operator()(const dev1<const position_id>& cache_len, const dev1<const std::int32_t>& keep_offsets,
-                  const dev1<const position_id>& keep, const std::optional<dev1<std::int64_t>>& status_out,
+                  const dev1<const position_id>& keep, const std::optional<dev1<std::int32_t>>& status_out,
                   std::uintptr_t stream, bool check_now) {
     device_guard g;
     g.add(cache_len, "cache_len", keep_offsets, "keep_offsets", keep, "keep", status_out, "status");
     require(g.device() == device_, status_code::invalid_argument,
             "the requests are on another CUDA device than the prepared caches");
-    require(!status_out || status_out->size() >= 1, status_code::size_mismatch, "status needs one entry");
+    require(!status_out || status_out->size() == cache_len.size(), status_code::size_mismatch,
+            "status needs one entry per request");
     kernels::kv_commit_params P = P_;
     set_requests(P, max_requests_, cache_len, keep_offsets, keep);
-    if (status_out) P.status_word = reinterpret_cast<std::uint64_t*>(status_out->data());
+    if (status_out) P.request_status = status_out->data();
     launch_commit(P, stream_of(stream), check_now);
   }
 
  private:
   kernels::kv_commit_params P_{};
   std::int64_t max_requests_ = 0;
+  std::size_t status_bytes_ = 0;
   void* memory_ = nullptr;
   int device_ = -1;
 };
@@ -408,9 +423,9 @@ void cuda_keep_from_results(const dev_in1<std::int32_t>& tree_offsets, const dev
   check(kernels::keep_indices_from_results(b, nullptr, 0, stream_of(stream)));
 }
 
-//! The status a kv_commit status word (read back by the caller) stands for;
-//! raises on failure.
-void kv_commit_check(std::uint64_t word) { check(kernels::kv_commit_result(word)); }
+//! The status kv_commit's request statuses (read back by the caller) stand
+//! for; raises the first request's failure.
+void kv_commit_check(const std::vector<std::int32_t>& codes) { check(kernels::kv_commit_result(codes)); }
 #endif
 
 }  // namespace
@@ -427,11 +442,11 @@ void bind_cache(nb::module_& m) {
   m.def("commit_kv", &commit, arg("caches").noconvert(), arg("layout"), arg("cache_len"), arg("keep_offsets"),
         arg("keep"), arg("block_table").none(), arg("blocks_used").none(), arg("threads"));
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
-  m.def("cuda_commit_kv_workspace_size", &kv_ws_size, arg("num_tensors"));
+  m.def("cuda_commit_kv_workspace_size", &kv_ws_size, arg("num_tensors"), arg("num_requests"));
   m.def("cuda_commit_kv", &cuda_commit_kv, arg("caches").noconvert(), arg("layout"), arg("cache_len"),
         arg("keep_offsets"), arg("keep"), arg("block_table").none(), arg("blocks_used").none(),
         arg("status").noconvert().none(), arg("workspace").noconvert().none(), arg("stream"), arg("check"));
-  m.def("kv_commit_check", &kv_commit_check, arg("status_word"));
+  m.def("kv_commit_check", &kv_commit_check, arg("request_status"));
   m.def("cuda_keep_indices_from_results", &cuda_keep_from_results, arg("tree_offsets"), arg("parent"),
         arg("slot_of_node").none(), arg("paths"), arg("results"), arg("cache_len"), arg("keep").noconvert(),
         arg("keep_offsets").noconvert(), arg("status").noconvert(), arg("stream"));

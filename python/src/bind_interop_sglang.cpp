@@ -31,7 +31,7 @@ using i64_2d = in_nd<std::int64_t, 2>;
 
 // ---- argument builders (host and device arrays alike) -----------------------
 
-//! SGLang's linked-list trees: four dense [batch_size][num_draft_tokens]
+//! SGLang's linked-list trees: four dense [num_requests][num_draft_tokens]
 //! int64 arrays.
 template <class A>
 sglang_tree_batch<std::int64_t> sglang_batch_of(const A& candidates, const A& retrive_index, const A& next_token,
@@ -41,7 +41,7 @@ sglang_tree_batch<std::int64_t> sglang_batch_of(const A& candidates, const A& re
               dense_rows(next_sibling, B, n),
           status_code::size_mismatch,
           "candidates, retrive_index, retrive_next_token and retrive_next_sibling must be dense "
-          "[batch_size][num_draft_tokens] arrays");
+          "[num_requests][num_draft_tokens] arrays");
   require(B <= static_cast<std::size_t>(INT32_MAX) && n <= static_cast<std::size_t>(INT32_MAX),
           status_code::invalid_argument, "batch too large");
   return {static_cast<std::int32_t>(B),
@@ -77,7 +77,7 @@ std::tuple<sglang_build_tree_inputs, sglang_build_tree_outputs> build_tree_args(
     require(s >= B * n, status_code::buffer_too_small,
             "positions and the retrive_* outputs need batch * draft_token_num entries");
   sglang_build_tree_inputs in;
-  in.batch_size = static_cast<std::int32_t>(B);
+  in.num_requests = static_cast<std::int32_t>(B);
   in.topk = topk;
   in.depth = depth;
   in.draft_token_num = draft_token_num;
@@ -128,7 +128,7 @@ chain_counts_batch counts_batch_of(const D& drafts, const T3& target_probs, cons
   require(accepted_num.size() >= B && emitted_num.size() >= B, status_code::buffer_too_small,
           "accepted_num and emitted_num need one entry per request");
   chain_counts_batch b;
-  b.batch_size = static_cast<std::int32_t>(B);
+  b.num_requests = static_cast<std::int32_t>(B);
   b.num_speculative_tokens = static_cast<std::int32_t>(g);
   b.draft_token_ids = drafts.data();
   b.target_probs = view_of<3>(target_probs);
@@ -209,7 +209,7 @@ void build_tree(const i64_2d& parent_list, const i64_2d& selected_index, const i
                 const std::optional<out1<std::int32_t>>& request_status) {
   auto [in, out] = build_tree_args(parent_list, selected_index, verified_seq_len, topk, depth, draft_token_num, mode,
                                    tree_mask, positions, retrive_index, retrive_next_token, retrive_next_sibling);
-  request_codes codes = codes_for(request_status, static_cast<std::size_t>(in.batch_size));
+  request_codes codes = codes_for(request_status, static_cast<std::size_t>(in.num_requests));
   auto ws = scratch(sglang_build_tree_workspace_size(in));
   check(sglang_build_tree(in, out, codes.span(), ws));
   codes.copy_to(request_status);
@@ -226,7 +226,7 @@ void verify_tree(const i64_2d& candidates, const i64_2d& retrive_index, const i6
                  const std::optional<out1<std::int32_t>>& request_status) {
   sglang_verify_inputs<std::int64_t> in =
       verify_inputs_of(candidates, retrive_index, next_token, next_sibling, p, q, uniforms, num_speculative_tokens);
-  const auto B = static_cast<std::size_t>(in.tree.batch_size);
+  const auto B = static_cast<std::size_t>(in.tree.num_requests);
   const std::vector<verify_params> vps = params_batch(base, modes, seeds, requests, rounds, B);
   in.params = vps.data();
   request_codes codes = codes_for(request_status, B);
@@ -242,7 +242,7 @@ void counts_batch(const in_nd<token_id, 2>& drafts, const in_nd<float, 3>& targe
                   const out1<std::int32_t>& accepted_num, const out1<std::int32_t>& emitted_num,
                   const std::optional<out1<std::int32_t>>& request_status) {
   const chain_counts_batch b = counts_batch_of(drafts, target_probs, draft_probs, coins, accepted_num, emitted_num);
-  request_codes codes = codes_for(request_status, static_cast<std::size_t>(b.batch_size));
+  request_codes codes = codes_for(request_status, static_cast<std::size_t>(b.num_requests));
   check(chain_acceptance_counts_batch(b, codes.span()));
   codes.copy_to(request_status);
 }
@@ -289,14 +289,14 @@ void add_walk(device_guard& g, const dev_i64_2d& candidates, const dev_i64_2d& r
 
 std::size_t cuda_greedy_ws_size(std::int64_t B, std::int64_t n) {
   kernels::sglang_greedy_params<std::int64_t, std::int32_t> P;
-  P.tree.batch_size = static_cast<std::int32_t>(B);
+  P.tree.num_requests = static_cast<std::int32_t>(B);
   P.tree.num_draft_tokens = static_cast<std::int32_t>(n);
   return device_scratch::bytes(kernels::sglang_verify_tree_greedy_workspace_size(P), 0);
 }
 
 std::size_t cuda_sampling_ws_size(std::int64_t B, std::int64_t n, std::int64_t V) {
   kernels::sglang_sampling_params<std::int64_t, std::int32_t> P;
-  P.tree.batch_size = static_cast<std::int32_t>(B);
+  P.tree.num_requests = static_cast<std::int32_t>(B);
   P.tree.num_draft_tokens = static_cast<std::int32_t>(n);
   P.target_probs.extent[1] = V;
   return device_scratch::bytes(kernels::sglang_tree_sampling_target_only_workspace_size(P), 0);
@@ -363,7 +363,7 @@ void cuda_sampling(const dev_i64_2d& candidates, const dev_i64_2d& retrive_index
 
 std::size_t cuda_verify_ws_size(std::int64_t B, std::int64_t n, std::int64_t vocab) {
   kernels::sglang_verify_params<std::int64_t, std::int32_t> P;
-  P.in.tree.batch_size = static_cast<std::int32_t>(B);
+  P.in.tree.num_requests = static_cast<std::int32_t>(B);
   P.in.tree.num_draft_tokens = static_cast<std::int32_t>(n);
   P.in.p.extent[1] = vocab;
   return device_scratch::bytes(kernels::sglang_verify_tree_workspace_size(P),
@@ -384,7 +384,7 @@ void cuda_verify(const dev_i64_2d& candidates, const dev_i64_2d& retrive_index, 
   g.add(p, "p", q, "q", uniforms, "uniforms");
   kernels::sglang_verify_params<std::int64_t, std::int32_t> P;
   P.in = verify_inputs_of(candidates, retrive_index, next_token, next_sibling, p, q, uniforms, num_speculative_tokens);
-  const auto B = static_cast<std::size_t>(P.in.tree.batch_size);
+  const auto B = static_cast<std::size_t>(P.in.tree.num_requests);
   const std::vector<verify_params> vps = params_batch(base, modes, seeds, requests, rounds, B);
   P.out = sglang_out(predicts, accept_index, accept_token_num);
   const dev_codes c = codes_of(g, B, request_status, accepted_per_depth);
@@ -404,7 +404,7 @@ void cuda_verify(const dev_i64_2d& candidates, const dev_i64_2d& retrive_index, 
 
 std::size_t cuda_build_tree_ws_size(std::int64_t B, std::int64_t n) {
   kernels::sglang_build_tree_params P;
-  P.in.batch_size = static_cast<std::int32_t>(B);
+  P.in.num_requests = static_cast<std::int32_t>(B);
   P.in.draft_token_num = static_cast<std::int32_t>(n);
   return device_scratch::bytes(kernels::sglang_build_tree_workspace_size(P), 0);
 }
@@ -472,9 +472,9 @@ void bind_interop_sglang(nb::module_& m) {
         arg("coins"), arg("accepted_num").noconvert(), arg("emitted_num").noconvert(),
         arg("request_status").noconvert().none());
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
-  m.def("cuda_sglang_tree_workspace_size", &cuda_greedy_ws_size, arg("batch_size"), arg("num_draft_tokens"));
-  m.def("cuda_sglang_tree_sampling_workspace_size", &cuda_sampling_ws_size, arg("batch_size"), arg("num_draft_tokens"),
-        arg("vocab"));
+  m.def("cuda_sglang_tree_workspace_size", &cuda_greedy_ws_size, arg("num_requests"), arg("num_draft_tokens"));
+  m.def("cuda_sglang_tree_sampling_workspace_size", &cuda_sampling_ws_size, arg("num_requests"),
+        arg("num_draft_tokens"), arg("vocab"));
   m.def("cuda_sglang_verify_tree_greedy", &cuda_greedy, arg("candidates"), arg("retrive_index"),
         arg("retrive_next_token"), arg("retrive_next_sibling"), arg("target_predict"), arg("num_speculative_tokens"),
         arg("predicts").noconvert(), arg("accept_index").noconvert(), arg("accept_token_num").noconvert(),
@@ -486,7 +486,7 @@ void bind_interop_sglang(nb::module_& m) {
         arg("accept_index").noconvert(), arg("accept_token_num").noconvert(),
         arg("accepted_per_depth").noconvert().none(), arg("request_status").noconvert(),
         arg("workspace").noconvert().none(), arg("stream"));
-  m.def("cuda_sglang_verify_tree_workspace_size", &cuda_verify_ws_size, arg("batch_size"), arg("num_draft_tokens"),
+  m.def("cuda_sglang_verify_tree_workspace_size", &cuda_verify_ws_size, arg("num_requests"), arg("num_draft_tokens"),
         arg("vocab"));
   m.def("cuda_sglang_verify_tree", &cuda_verify, arg("candidates"), arg("retrive_index"), arg("retrive_next_token"),
         arg("retrive_next_sibling"), arg("p"), arg("q").none(), arg("params"), arg("modes"), arg("seeds"),
@@ -494,7 +494,7 @@ void bind_interop_sglang(nb::module_& m) {
         arg("predicts").noconvert(), arg("accept_index").noconvert(), arg("accept_token_num").noconvert(),
         arg("accepted_per_depth").noconvert().none(), arg("request_status").noconvert(),
         arg("workspace").noconvert().none(), arg("stream"));
-  m.def("cuda_sglang_build_tree_workspace_size", &cuda_build_tree_ws_size, arg("batch_size"), arg("draft_token_num"));
+  m.def("cuda_sglang_build_tree_workspace_size", &cuda_build_tree_ws_size, arg("num_requests"), arg("draft_token_num"));
   m.def("cuda_sglang_build_tree", &cuda_build_tree, arg("parent_list"), arg("selected_index"), arg("verified_seq_len"),
         arg("topk"), arg("depth"), arg("draft_token_num"), arg("mode"), arg("tree_mask").noconvert(),
         arg("positions").noconvert(), arg("retrive_index").noconvert(), arg("retrive_next_token").noconvert(),

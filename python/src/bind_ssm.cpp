@@ -240,7 +240,7 @@ std::size_t scan_ws_size(std::int64_t N, std::int64_t H, std::int64_t P, std::in
 
 //! The launch both SSM kernels share: one scratch for the kernel's
 //! workspace (`size(P)` bytes) and a status slot, the caller's status array
-//! or that slot in P.status_word (the kernel resets it: nothing is staged
+//! or that slot in P.request_status (the kernel resets it: nothing is staged
 //! or uploaded), `launch(P, workspace, bytes, stream)`, and with `check_now`
 //! a wait that raises on a tree fault.
 template <class Params, class Size, class Launch>
@@ -248,10 +248,10 @@ void launch_ssm(Params& P, Size size, Launch launch, const std::optional<dev1<st
                 const std::optional<dev_bytes>& workspace, std::uintptr_t stream, bool check_now) {
   const cudaStream_t s = stream_of(stream);
   device_scratch ws(size(P), ssm_staging(), workspace, s);
-  P.status_word = status_out ? status_out->data() : ws.slot<std::int32_t>(0);
+  P.request_status = status_out ? status_out->data() : ws.slot<std::int32_t>(0);
   check(launch(P, ws.kernel(), ws.kernel_bytes(), s));
   if (!check_now) return;
-  const std::int32_t code = read_back(P.status_word, s);
+  const std::int32_t code = read_back(P.request_status, s);
   if (code != 0) check(make_status(static_cast<status_code>(code), "parent links are not a topological tree"));
 }
 

@@ -43,26 +43,36 @@ def test_commit_kv_paged_matches_host(rng):
     np.testing.assert_array_equal(host(got), want)
 
 
-def test_commit_kv_bad_input_raises_untouched(rng):
+def test_commit_kv_bad_request_raises_and_is_the_only_one_untouched(rng):
+    """One status per request: request 1 (keep index past the cache) is left
+    untouched and reported; request 0 commits."""
     cache = rng.standard_normal((2, 2, 16, 4)).astype(np.float32)
+    want = cache.copy()  # request 0 alone: request 1's keep range emptied
+    specdec.commit_kv([want], "SHTD", np.array([0, 3], np.int64), np.array([1], np.int64),
+                      np.array([0, 1, 1], np.int32))
+    assert not np.array_equal(want, cache)
+    args = (cu(np.array([0, 3], np.int64)), cu(np.array([1, 40], np.int64)), cu(np.array([0, 1, 2], np.int32)))
     got = cu(cache)
-    with pytest.raises(specdec.Error):  # keep index past the cache
-        specdec.commit_kv([got], "SHTD", cu(np.array([0, 3], np.int64)), cu(np.array([1, 40], np.int64)),
-                          cu(np.array([0, 1, 2], np.int32)))
-    np.testing.assert_array_equal(host(got), cache)
-    # With `status`: no wait; the failure is recorded there, raised by kv_commit_check.
-    status = torch.zeros(1, dtype=torch.int64, device=DEV)
-    specdec.commit_kv([got], "SHTD", cu(np.array([0, 3], np.int64)), cu(np.array([1, 40], np.int64)),
-                      cu(np.array([0, 1, 2], np.int32)), status=status)
+    with pytest.raises(specdec.Error, match="out_of_range"):
+        specdec.commit_kv([got], "SHTD", *args)
+    np.testing.assert_array_equal(host(got), want)
+    # With `status`: no wait; the codes are recorded there, raised by kv_commit_check.
+    got = cu(cache)
+    status = torch.full((2,), -1, dtype=torch.int32, device=DEV)
+    specdec.commit_kv([got], "SHTD", *args, status=status)
     torch.cuda.synchronize()
-    with pytest.raises(specdec.Error):
+    assert host(status)[0] == 0
+    assert specdec._core.status_code_name(int(host(status)[1])) == "out_of_range"
+    with pytest.raises(specdec.Error, match="out_of_range"):
         specdec.kv_commit_check(status)
-    np.testing.assert_array_equal(host(got), cache)
+    np.testing.assert_array_equal(host(got), want)
 
+    got = cu(cache)
     with pytest.raises(specdec.Error):  # check=True waits even with a status array
-        specdec.commit_kv([got], "SHTD", cu(np.array([0, 3], np.int64)), cu(np.array([1, 40], np.int64)),
-                          cu(np.array([0, 1, 2], np.int32)), status=status, check=True)
-    np.testing.assert_array_equal(host(got), cache)
+        specdec.commit_kv([got], "SHTD", *args, status=status, check=True)
+    np.testing.assert_array_equal(host(got), want)
+    with pytest.raises(specdec.Error, match="size_mismatch"):  # one status per request
+        specdec.commit_kv([got], "SHTD", *args, status=torch.zeros(1, dtype=torch.int32, device=DEV))
 
 
 def test_prepared_commit_matches_host_and_replays_in_a_graph(rng):
@@ -75,7 +85,7 @@ def test_prepared_commit_matches_host_and_replays_in_a_graph(rng):
     table = np.array([[3, 7, 1], [2, 9, 5]], np.int32)
     kd, vd = cu(K), cu(V)
     commit = specdec.KVCommit([kd, vd], "STHD", block_table=cu(table))
-    status = torch.zeros(1, dtype=torch.int64, device=DEV)
+    status = torch.zeros(2, dtype=torch.int32, device=DEV)
     rounds = [(np.array([2, 6], np.int64), np.array([4, 6, 7, 8, 11], np.int64), np.array([0, 3, 5], np.int32)),
               (np.array([1, 0], np.int64), np.array([3, 5, 2], np.int64), np.array([0, 2, 3], np.int32))]
     want = [K.copy(), V.copy()]
@@ -102,15 +112,21 @@ def test_prepared_commit_matches_host_and_replays_in_a_graph(rng):
     specdec.commit_kv(want, "STHD", *rounds[1], block_table=table)
     np.testing.assert_array_equal(host(kd), want[0])
     np.testing.assert_array_equal(host(vd), want[1])
-    # A bad round: recorded, caches untouched; more requests than table rows raise at once.
+    # A bad round: recorded for request 0, caches untouched (request 1 keeps
+    # nothing); more requests than table rows raise at once.
     commit(cu(np.array([0, 0], np.int64)), cu(np.array([99], np.int64)), cu(np.array([0, 1, 1], np.int32)),
            status=status)
     torch.cuda.synchronize()
+    assert host(status)[1] == 0
     with pytest.raises(specdec.Error):
         specdec.kv_commit_check(status)
     np.testing.assert_array_equal(host(kd), want[0])
     with pytest.raises(specdec.Error, match="block_table"):
-        commit(cu(np.zeros(3, np.int64)), cu(np.zeros(0, np.int64)), cu(np.zeros(4, np.int32)), status=status)
+        commit(cu(np.zeros(3, np.int64)), cu(np.zeros(0, np.int64)), cu(np.zeros(4, np.int32)),
+               status=torch.zeros(3, dtype=torch.int32, device=DEV))
+    with pytest.raises(specdec.Error, match="size_mismatch"):  # one status per request
+        commit(cu(np.zeros(2, np.int64)), cu(np.zeros(0, np.int64)), cu(np.zeros(3, np.int32)),
+               status=torch.zeros(1, dtype=torch.int32, device=DEV))
 
 
 def test_keep_indices_from_results_matches_host(rng):

@@ -632,6 +632,130 @@ TEST_CASE("commit_kv: bad inputs return a status and leave every cache byte unch
   if (!run().ok()) CHECK(unchanged());
 }
 
+TEST_CASE("commit_kv with request statuses: bad requests get their codes and are skipped, the others commit") {
+  // Seeds 1..25 over every layout; each request is broken with probability
+  // 0.4 by one fault of known code. Expected bytes: the gather of the batch
+  // with the broken requests' keep ranges emptied.
+  int mixed = 0;  // batches with good and bad requests whose good ones moved entries
+  for (std::uint32_t seed = 1; seed <= 25; ++seed)
+    for (int layout = 0; layout < kNumLayouts; ++layout) {
+      INFO("seed " << seed << " layout " << kLayoutNames[layout]);
+      std::mt19937 g(seed * 7919 + static_cast<std::uint32_t>(layout));
+      std::mt19937_64 g64(seed);
+      auto b = make_batch(g, layout);
+      const auto& sh = b.shape;
+      std::vector<status_code> want(static_cast<std::size_t>(sh.R), status_code::ok);
+      for (std::size_t r = 0; r < want.size(); ++r) {
+        if (!std::bernoulli_distribution(0.4)(g)) continue;
+        const auto lo = static_cast<std::size_t>(b.koff[r]), n = static_cast<std::size_t>(b.koff[r + 1]) - lo;
+        const int fault = std::uniform_int_distribution<int>(0, 3)(g);
+        if (fault == 0 || n == 0) {
+          b.clen[r] = -1;
+          want[r] = status_code::invalid_argument;
+        } else if (fault == 1) {
+          b.keep[lo] = b.clen[r] - 1;  // below cache_len
+          want[r] = status_code::out_of_range;
+        } else if (fault == 2 && n >= 2) {
+          b.keep[lo + 1] = b.keep[lo];  // not strictly increasing
+          want[r] = status_code::not_sorted;
+        } else {
+          b.keep[lo + n - 1] = sh.C + 64;  // past capacity or the block-table row
+          want[r] = status_code::out_of_range;
+        }
+      }
+      specdec::kv_position_map m = specdec::contiguous_positions(sh.C);
+      if (is_paged(layout)) {
+        const std::int64_t per = (sh.C + sh.P - 1) / sh.P;
+        m = specdec::paged_positions(b.block_table.data(), per, sh.P, sh.pages, b.blocks_used.data());
+      }
+      std::vector<kv_tensor<std::uint16_t>> ts;
+      const std::int64_t n = make_layout<std::uint16_t>(layout, sh, nullptr, ts);
+      std::vector<std::uint16_t> cache(static_cast<std::size_t>(n));
+      make_layout<std::uint16_t>(layout, sh, cache.data(), ts);
+      fill_random(cache, g64);
+      const auto orig = cache;
+      std::vector<std::int32_t> koff_good{0};
+      std::vector<specdec::position_id> keep_good;
+      for (std::size_t r = 0; r < want.size(); ++r) {
+        if (want[r] == status_code::ok)
+          keep_good.insert(keep_good.end(), b.keep.begin() + b.koff[r], b.keep.begin() + b.koff[r + 1]);
+        koff_good.push_back(static_cast<std::int32_t>(keep_good.size()));
+      }
+      const auto expect = reference_commit(cache, cache.data(), ts, m, b.clen, koff_good, keep_good);
+      std::vector<std::int32_t> codes(want.size(), -9);
+      test_executor ex{seed % 2 == 0 ? 2 : 0};
+      const specdec::status st = specdec::commit_kv<std::uint16_t>(ts, m, b.clen, b.koff, b.keep, codes, ex.get());
+      const auto first = std::find_if(want.begin(), want.end(), [](status_code c) { return c != status_code::ok; });
+      if (first == want.end()) {
+        CHECK(st.ok());
+      } else {
+        CHECK(st == *first);
+        CHECK(st.index() == first - want.begin());
+      }
+      for (std::size_t r = 0; r < want.size(); ++r) CHECK(codes[r] == static_cast<std::int32_t>(want[r]));
+      CHECK(std::memcmp(cache.data(), expect.data(), cache.size() * 2) == 0);
+      // Negative control: the all-or-nothing commit writes nothing for the same batch.
+      if (first != want.end() && expect != orig) {
+        ++mixed;
+        auto again = orig;
+        std::vector<kv_tensor<std::uint16_t>> ts2;
+        make_layout<std::uint16_t>(layout, sh, again.data(), ts2);
+        CHECK(!specdec::commit_kv<std::uint16_t>(ts2, m, b.clen, b.koff, b.keep).ok());
+        CHECK(again == orig);
+      }
+    }
+  CHECK(mixed > 20);
+}
+
+TEST_CASE("commit_kv with request statuses: faults of the batch stop every request") {
+  std::mt19937_64 g64(11);
+  const std::int64_t L = 2, H = 2, D = 4, C = 16;
+  std::vector<std::uint16_t> cache(static_cast<std::size_t>(3 * L * H * C * D));
+  fill_random(cache, g64);
+  const auto orig = cache;
+  auto t = specdec::make_kv_tensor_lhsd(cache.data(), 3, L, H, C, D);
+  const auto map = specdec::contiguous_positions(C);
+  std::vector<specdec::position_id> clen{3, 5, 2}, keep{3, 6, 9, 5, 7, 4, 8, 15};
+  std::vector<std::int32_t> koff{0, 3, 5, 8}, codes(3, -9);
+  auto all = [&](status_code c) {
+    return std::all_of(codes.begin(), codes.end(), [&](std::int32_t x) { return x == static_cast<std::int32_t>(c); });
+  };
+  SECTION("a tensor with no data") {
+    auto bad = t;
+    bad.data = nullptr;
+    const std::array<kv_tensor<std::uint16_t>, 2> two{t, bad};
+    CHECK(specdec::commit_kv(two, map, clen, koff, keep, codes) == status_code::invalid_argument);
+    CHECK(all(status_code::invalid_argument));
+  }
+  SECTION("keep_offsets[R] past keep") {
+    keep.pop_back();
+    CHECK(specdec::commit_kv<std::uint16_t>(std::span(&t, 1), map, clen, koff, keep, codes) ==
+          status_code::size_mismatch);
+    CHECK(all(status_code::size_mismatch));
+  }
+  SECTION("a bad map") {
+    CHECK(specdec::commit_kv<std::uint16_t>(std::span(&t, 1), specdec::contiguous_positions(-1), clen, koff, keep,
+                                            codes) == status_code::invalid_argument);
+    CHECK(all(status_code::invalid_argument));
+  }
+  SECTION("request_status of the wrong size: size_mismatch, nothing written") {
+    codes.resize(2);
+    CHECK(specdec::commit_kv<std::uint16_t>(std::span(&t, 1), map, clen, koff, keep, codes) ==
+          status_code::size_mismatch);
+    CHECK(codes == std::vector<std::int32_t>{-9, -9});
+  }
+  CHECK(cache == orig);
+}
+
+TEST_CASE("kernels::kv_commit_result: the lowest failing request") {
+  CHECK(specdec::kernels::kv_commit_result(std::vector<std::int32_t>{0, 0, 0}).ok());
+  const std::vector<std::int32_t> codes{0, static_cast<std::int32_t>(status_code::not_sorted),
+                                        static_cast<std::int32_t>(status_code::out_of_range)};
+  const auto s = specdec::kernels::kv_commit_result(codes);
+  CHECK(s == status_code::not_sorted);
+  CHECK(s.index() == 1);
+}
+
 TEST_CASE("commit_kv: contiguous capacity and row count are enforced") {
   std::vector<std::uint32_t> buf(2 * 2 * 1 * 8 * 2);
   for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::uint32_t>(i * 2654435761u);
@@ -760,7 +884,7 @@ TEST_CASE("kv_commit_can_implement: the copy grid's limit is its block count, no
   p.elem_bytes = 2;
   p.max_layers = 32;
   p.max_heads = 8;
-  p.status_word = static_cast<std::uint64_t*>(fake);
+  p.request_status = static_cast<std::int32_t*>(fake);
   p.batch.cache_len = static_cast<const specdec::position_id*>(fake);
   p.batch.keep_offsets = static_cast<const std::int32_t*>(fake);
   p.batch.num_requests = 70000;  // above the old limit; 35.8 M rows, 9 M blocks

@@ -1,6 +1,7 @@
-// GPU KV commit vs the host commit_kv: byte equality on random batches over
-// contiguous and paged layouts, element sizes and alignments; a bad batch
-// leaves the device cache untouched and reports the same code.
+// GPU KV commit vs the host commit_kv with one status per request: byte
+// equality on random batches over contiguous and paged layouts, element
+// sizes and alignments; bad requests get the host's codes and only they
+// are left untouched (a bad batch or tensor: every request).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -112,10 +113,18 @@ gpu_case random_case(std::mt19937& g, int layout, int requests = 0) {
   return c;
 }
 
-// Runs the same commit on the host and on the device; returns both statuses.
+// What run_both saw.
+struct both_result {
+  specdec::status host, device;  // the lowest failing request on each side (ok: none)
+  bool codes_equal = false;      // the request_status arrays are identical
+  bool equal = false;            // the device cache equals the host's, bytes
+  bool untouched = false;        // the device cache equals the input
+};
+
+// Runs the same commit on the host (the per-request twin) and on the device.
 template <class T>
-void run_both(const gpu_case& c, std::mt19937_64& g64, specdec::status& host_st, specdec::status& dev_st, bool& equal,
-              bool& device_untouched, std::int32_t max_layers = 0, bool graph = false) {
+both_result run_both(const gpu_case& c, std::mt19937_64& g64, std::int32_t max_layers = 0, bool graph = false) {
+  both_result out_;
   std::int64_t total = 0;
   tensors_for<T>(c, static_cast<T*>(nullptr), total);
   std::vector<T> host(static_cast<std::size_t>(total));
@@ -131,7 +140,8 @@ void run_both(const gpu_case& c, std::mt19937_64& g64, specdec::status& host_st,
   const std::int64_t per = paged ? (c.C + c.P - 1) / c.P : 0;
   const auto hmap = paged ? specdec::paged_positions(c.table.data(), per, c.P, c.pages, c.used.data())
                           : specdec::contiguous_positions(c.C);
-  host_st = specdec::commit_kv<T>(hts, hmap, c.clen, c.koff, c.keep);
+  std::vector<std::int32_t> host_codes(c.clen.size(), -1);
+  out_.host = specdec::commit_kv<T>(hts, hmap, c.clen, c.koff, c.keep, host_codes);
 
   std::vector<kv_tensor<void>> erased;
   for (const auto& t : dts) erased.push_back(specdec::erase_kv_tensor(t));
@@ -141,7 +151,7 @@ void run_both(const gpu_case& c, std::mt19937_64& g64, specdec::status& host_st,
   device_buffer<std::int32_t> d_koff(c.koff);
   device_buffer<std::int32_t> d_table(c.table.empty() ? std::vector<std::int32_t>{0} : c.table);
   device_buffer<std::int32_t> d_used(c.used.empty() ? std::vector<std::int32_t>{0} : c.used);
-  device_buffer<std::uint64_t> d_status(1);
+  device_buffer<std::int32_t> d_status(std::vector<std::int32_t>(c.clen.size() + 1, -1));
   specdec::kernels::kv_commit_params p;
   p.tensors = d_tensors.data();
   p.num_tensors = static_cast<std::int32_t>(erased.size());
@@ -152,30 +162,34 @@ void run_both(const gpu_case& c, std::mt19937_64& g64, specdec::status& host_st,
                 : specdec::contiguous_positions(c.C);
   p.batch = specdec::kv_commit_batch{static_cast<std::int32_t>(c.R), d_clen.data(), d_koff.data(), d_keep.data()};
   p.total_keep = static_cast<std::int64_t>(c.keep.size());
-  p.status_word = d_status.data();
+  p.request_status = d_status.data();
   if (graph) {  // captured into a CUDA graph and replayed once
     run_in_graph([&](cudaStream_t s) { return specdec::kernels::commit_kv(p, nullptr, 0, s).ok(); });
   } else {
     REQUIRE(specdec::kernels::commit_kv(p, nullptr, 0, nullptr).ok());
     REQUIRE(specdec::kernels::synchronize(nullptr).ok());
   }
-  dev_st = specdec::kernels::kv_commit_result(d_status.download()[0]);
+  auto dev_codes = d_status.download();
+  CHECK(dev_codes.back() == -1);  // nothing past num_requests
+  dev_codes.pop_back();
+  out_.device = specdec::kernels::kv_commit_result(dev_codes);
+  out_.codes_equal = dev_codes == host_codes;
   const auto out = dev.download();
-  equal = std::memcmp(out.data(), host.data(), out.size() * sizeof(T)) == 0;
-  device_untouched = std::memcmp(out.data(), original.data(), out.size() * sizeof(T)) == 0;
+  out_.equal = std::memcmp(out.data(), host.data(), out.size() * sizeof(T)) == 0;
+  out_.untouched = std::memcmp(out.data(), original.data(), out.size() * sizeof(T)) == 0;
+  return out_;
 }
 
 // Commits `c` on both sides and checks both succeed with byte-equal caches;
 // returns whether the device cache was left untouched.
 template <class T>
 bool commit_equals_host(const gpu_case& c, std::mt19937_64& g64) {
-  specdec::status hs, ds;
-  bool equal = false, untouched = false;
-  run_both<T>(c, g64, hs, ds, equal, untouched);
-  REQUIRE(hs.ok());
-  CHECK(ds.ok());
-  CHECK(equal);
-  return untouched;
+  const both_result b = run_both<T>(c, g64);
+  REQUIRE(b.host.ok());
+  CHECK(b.device.ok());
+  CHECK(b.codes_equal);
+  CHECK(b.equal);
+  return b.untouched;
 }
 
 template <class T>
@@ -206,18 +220,17 @@ TEST_CASE("GPU commit_kv inside a captured CUDA graph equals the host commit") {
     INFO("seed 41 layout " << layout);
     std::mt19937 g(41 * 977 + static_cast<std::uint32_t>(layout));
     std::mt19937_64 g64(41);
-    specdec::status hs, ds;
-    bool equal = false, untouched = false;
-    run_both<std::uint16_t>(random_case(g, layout), g64, hs, ds, equal, untouched, 0, true);
-    REQUIRE(hs.ok());
-    CHECK(ds.ok());
-    CHECK(equal);
-    moved += untouched ? 0 : 1;
+    const both_result b = run_both<std::uint16_t>(random_case(g, layout), g64, 0, true);
+    REQUIRE(b.host.ok());
+    CHECK(b.device.ok());
+    CHECK(b.codes_equal);
+    CHECK(b.equal);
+    moved += b.untouched ? 0 : 1;
   }
   CHECK(moved > 0);
 }
 
-TEST_CASE("GPU commit_kv rejects a bad batch and writes nothing") {
+TEST_CASE("GPU commit_kv: bad requests get the host's codes and only they are left untouched") {
   std::mt19937 g(5);
   std::mt19937_64 g64(5);
   for (int what = 0; what < 4; ++what) {
@@ -240,13 +253,13 @@ TEST_CASE("GPU commit_kv rejects a bad batch and writes nothing") {
         c.koff.back() += 1;
         break;
     }
-    specdec::status hs, ds;
-    bool equal = false, untouched = false;
-    run_both<std::uint16_t>(c, g64, hs, ds, equal, untouched);
-    CHECK(!hs.ok());
-    CHECK(!ds.ok());
-    CHECK(ds.code() == hs.code());
-    CHECK(untouched);
+    const both_result b = run_both<std::uint16_t>(c, g64);
+    CHECK(!b.host.ok());
+    CHECK(b.device.code() == b.host.code());
+    CHECK(b.device.index() == b.host.index());
+    CHECK(b.codes_equal);
+    CHECK(b.equal);                                  // the good requests committed as on the host
+    if (what == 0 || what == 2) CHECK(b.untouched);  // every request was bad
   }
 }
 
@@ -265,7 +278,7 @@ TEST_CASE("GPU commit_kv: entries wider than the staging capacity are copied str
     }
 }
 
-TEST_CASE("GPU commit_kv: 300 requests equal the host; one bad request leaves every cache untouched") {
+TEST_CASE("GPU commit_kv: 300 requests equal the host; one bad request is the only one left untouched") {
   // More requests than the validation block has threads.
   for (int layout : {0, 2}) {
     INFO("layout " << layout);
@@ -275,17 +288,19 @@ TEST_CASE("GPU commit_kv: 300 requests equal the host; one bad request leaves ev
     c.D = 16;
     c.misalign = 0;
     CHECK(!commit_equals_host<std::uint16_t>(c, g64));
-    // The same batch with request 150's keep list out of order: nothing moves.
-    specdec::status hs, ds;
-    bool equal = false, untouched = false;
+    // The same batch with request 150's keep list below cache_len: the
+    // others commit, request 150 alone gets out_of_range.
     const auto lo = static_cast<std::size_t>(c.koff[150]);
     REQUIRE(c.koff[151] - c.koff[150] >= 1);
-    c.keep[lo] = c.clen[150] - 1;  // below cache_len
-    run_both<std::uint16_t>(c, g64, hs, ds, equal, untouched);
-    CHECK(!hs.ok());
-    CHECK(ds.code() == hs.code());
-    CHECK(ds.index() == hs.index());
-    CHECK(untouched);
+    c.keep[lo] = c.clen[150] - 1;
+    const both_result b = run_both<std::uint16_t>(c, g64);
+    CHECK(b.host == specdec::status_code::out_of_range);
+    CHECK(b.host.index() == 150);
+    CHECK(b.device.code() == b.host.code());
+    CHECK(b.device.index() == 150);
+    CHECK(b.codes_equal);
+    CHECK(b.equal);
+    CHECK(!b.untouched);
   }
 }
 
@@ -295,13 +310,11 @@ TEST_CASE("GPU commit_kv: a grid smaller than a tensor's layers is an error, not
   gpu_case c;
   do c = random_case(g, 1);
   while (c.L < 2);
-  specdec::status hs, ds;
-  bool equal = false, untouched = false;
-  run_both<std::uint16_t>(c, g64, hs, ds, equal, untouched, static_cast<std::int32_t>(c.L - 1));
-  REQUIRE(hs.ok());
-  CHECK(ds == specdec::status_code::invalid_argument);
-  CHECK(ds.index() == c.R);  // rank R + 0: the first tensor
-  CHECK(untouched);
+  const both_result b = run_both<std::uint16_t>(c, g64, static_cast<std::int32_t>(c.L - 1));
+  REQUIRE(b.host.ok());
+  CHECK(b.device == specdec::status_code::invalid_argument);  // every request: a batch-wide fault
+  CHECK(b.device.index() == 0);
+  CHECK(b.untouched);
 }
 
 TEST_CASE("GPU keep_indices_from_results equals the host twin: random batches, malformed requests, bad offsets") {

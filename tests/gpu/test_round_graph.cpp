@@ -284,7 +284,8 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
   device_buffer<position_id> d_cache_len(R), d_keep(h.keep);
   device_buffer<std::int32_t> d_koff(h.keep_offsets), d_keep_status(h.keep_status);
   device_ssm d_ssm(in1);
-  device_buffer<std::uint64_t> d_masks(h.masks), d_kv_status(1);
+  device_buffer<std::uint64_t> d_masks(h.masks);
+  device_buffer<std::int32_t> d_kv_status(static_cast<std::size_t>(R));
   device_buffer<position_id> d_positions(h.positions);
   device_buffer<std::int32_t> d_mask_status(h.request_status), d_scan_status(h.scan_status);
   device_buffer<node_id> d_paths(h.paths);
@@ -355,7 +356,7 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
                             d_keep.data(), d_koff.data(), d_keep_status.data());
   kc.batch = kv_commit_batch{R, d_cache_len.data(), d_koff.data(), d_keep.data()};
   kc.total_keep = N;  // the keep buffer's capacity: keep_offsets[R] changes by round
-  kc.status_word = d_kv_status.data();
+  kc.request_status = d_kv_status.data();
   const auto sb = scan_args(d_off.data(), d_parent.data(), d_ssm.inputs(in1), d_ssm.h0.data(), d_y.data(),
                             d_states.data(), d_scan_status.data());
   REQUIRE(kernels::build_tree_masks_batched_can_implement(mb).ok());
@@ -389,7 +390,7 @@ TEST_CASE("GPU: a whole round (masks, verify, KV commit, SSM scan) in one CUDA g
     CHECK(d_koff.download() == h.keep_offsets);
     CHECK(d_keep.download() ==
           h.keep);  // whole buffer: entries past keep_offsets[R] hold earlier rounds' on both sides
-    CHECK(kernels::kv_commit_result(d_kv_status.download()[0]).ok());
+    CHECK(d_kv_status.download() == std::vector<std::int32_t>(static_cast<std::size_t>(R), 0));
     CHECK(d_kv.download() == h.kv);  // byte for byte
     CHECK(d_scan_status.download() == h.scan_status);
     CHECK(ssm_test::max_scaled_error(d_y.download(), h.y, 1e-4, 1e-4) <= 1.0);

@@ -74,7 +74,7 @@ void compare_scan(const dims& d, flags f, const std::vector<node_id>& parent, st
   p.opt = opt;
   p.y = specdec::make_view(dy.data(), d.n, d.heads, d.headdim);
   if (with_states) p.states = specdec::make_view(dst.data(), d.n, d.heads, d.headdim, d.dstate);
-  p.status_word = dstatus.data();
+  p.request_status = dstatus.data();
   const std::size_t wbytes = specdec::kernels::tree_scan_workspace_size(p);
   device_buffer<std::byte> dws(wbytes);
   REQUIRE(specdec::kernels::tree_scan(p, dws.data(), wbytes, nullptr).ok());
@@ -107,7 +107,7 @@ TEST_CASE("gpu tree_scan reports bad parents and bad shapes") {
   p.parent = dparent.data();
   p.in = dp.in;
   p.y = specdec::make_view(dy.data(), d.n, d.heads, d.headdim);
-  p.status_word = dstatus.data();
+  p.request_status = dstatus.data();
   const std::size_t wbytes = specdec::kernels::tree_scan_workspace_size(p);
   device_buffer<std::byte> dws(wbytes);
   REQUIRE(specdec::kernels::tree_scan(p, dws.data(), wbytes, nullptr).ok());
@@ -161,7 +161,7 @@ TEST_CASE("gpu tree_conv1d equals the host tree conv1d") {
       p.in.conv_state.data = dst.data();
     }
     p.out = specdec::make_view(dout.data(), n, ch);
-    p.status_word = dstatus.data();
+    p.request_status = dstatus.data();
     REQUIRE(specdec::kernels::tree_conv1d(p, nullptr, 0, nullptr).ok());
     REQUIRE(specdec::kernels::synchronize(nullptr).ok());
     CHECK(dstatus.download()[0] == 0);

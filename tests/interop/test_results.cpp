@@ -169,6 +169,6 @@ TEST_CASE("chain_acceptance_counts_batch equals per-chain calls; a bad request g
     }
   }
   chain_counts_batch bad{};
-  bad.batch_size = 1;
+  bad.num_requests = 1;
   CHECK(chain_acceptance_counts_batch(bad, {}) == status_code::invalid_argument);
 }

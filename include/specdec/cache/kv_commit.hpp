@@ -186,15 +186,18 @@ inline void kv_commit_one(const kv_tensor<T>& t, const kv_position_map& map, std
 }
 
 //! Commits items [first, last) of a batch, item i = (tensor i / R,
-//! request i % R).
+//! request i % R), skipping requests whose `request_status` entry is not
+//! ok (null: every request).
 template <kv_element T>
 inline void kv_commit_items(std::span<const kv_tensor<T>> tensors, const kv_position_map& map,
                             std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
-                            std::span<const position_id> keep, std::int64_t first, std::int64_t last) noexcept {
+                            std::span<const position_id> keep, const std::int32_t* request_status, std::int64_t first,
+                            std::int64_t last) noexcept {
   const auto R = static_cast<std::int64_t>(cache_len.size());
   for (std::int64_t i = first; i < last; ++i) {
     const auto ti = static_cast<std::size_t>(i / R);
     const auto r = static_cast<std::size_t>(i % R);
+    if (request_status != nullptr && request_status[r] != 0) continue;
     const std::int32_t lo = keep_offsets[r];
     kv_commit_one(tensors[ti], map, static_cast<std::int64_t>(r), cache_len[r], keep.data() + lo,
                   keep_offsets[r + 1] - lo);
@@ -209,12 +212,37 @@ struct kv_commit_job {
   std::span<const position_id> cache_len;
   std::span<const std::int32_t> keep_offsets;
   std::span<const position_id> keep;
+  const std::int32_t* request_status;  // null: every request
 
   static void item(void* self, std::int64_t i) noexcept {
     const auto& j = *static_cast<const kv_commit_job*>(self);
-    kv_commit_items(j.tensors, *j.map, j.cache_len, j.keep_offsets, j.keep, i, i + 1);
+    kv_commit_items(j.tensors, *j.map, j.cache_len, j.keep_offsets, j.keep, j.request_status, i, i + 1);
   }
 };
+
+//! Whether the spans of a per-request commit have num_requests + 1 and
+//! num_requests entries, num_requests < 2^31.
+inline bool kv_commit_spans_agree(std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
+                                  std::span<std::int32_t> request_status) noexcept {
+  return keep_offsets.size() == cache_len.size() + 1 && request_status.size() == cache_len.size() &&
+         cache_len.size() <= static_cast<std::size_t>(INT32_MAX);
+}
+
+//! Runs the items of a validated batch, serially or on the executor.
+template <kv_element T>
+void kv_commit_run(std::span<const kv_tensor<T>> tensors, const kv_position_map& map,
+                   std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
+                   std::span<const position_id> keep, const std::int32_t* request_status,
+                   const kv_commit_executor& exec) noexcept {
+  const auto items = static_cast<std::int64_t>(tensors.size()) * static_cast<std::int64_t>(cache_len.size());
+  if (items == 0) return;
+  if (exec.parallel_for == nullptr || items == 1) {
+    kv_commit_items(tensors, map, cache_len, keep_offsets, keep, request_status, 0, items);
+    return;
+  }
+  kv_commit_job<T> job{tensors, &map, cache_len, keep_offsets, keep, request_status};
+  exec.parallel_for(exec.context, items, &kv_commit_job<T>::item, &job);
+}
 
 }  // namespace detail
 
@@ -272,15 +300,60 @@ status commit_kv(std::span<const kv_tensor<T>> tensors, const kv_position_map& m
                  std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
                  std::span<const position_id> keep, const kv_commit_executor& exec = {}) noexcept {
   SPECDEC_TRY(validate_kv_commit(tensors, map, cache_len, keep_offsets, keep));
-  const auto items = static_cast<std::int64_t>(tensors.size()) * static_cast<std::int64_t>(cache_len.size());
-  if (items == 0) return status::success();
-  if (exec.parallel_for == nullptr || items == 1) {
-    detail::kv_commit_items(tensors, map, cache_len, keep_offsets, keep, 0, items);
-    return status::success();
-  }
-  detail::kv_commit_job<T> job{tensors, &map, cache_len, keep_offsets, keep};
-  exec.parallel_for(exec.context, items, &detail::kv_commit_job<T>::item, &job);
+  detail::kv_commit_run(tensors, map, cache_len, keep_offsets, keep, nullptr, exec);
   return status::success();
+}
+
+//! Validates every request of a commit on its own, the host twin of the
+//! CUDA validation kernel (kernels::commit_kv): request_status[r] = 0
+//! (ok) when request r can be committed, else the code that stops it. A
+//! fault of the whole batch stops every request with its code: the header
+//! and map (validate_kv_commit_header), keep_offsets[R] past keep
+//! (size_mismatch), then the lowest failing tensor (validate_kv_tensor).
+//! Otherwise each request gets its own code (kv_commit_request_code: its
+//! CSR range, then validate_kv_commit_request). Returns the lowest
+//! failing request's status (index r), ok when all pass; size_mismatch,
+//! with request_status untouched, when it does not have num_requests
+//! entries or the other spans disagree.
+template <kv_element T>
+status validate_kv_commit_requests(std::span<const kv_tensor<T>> tensors, const kv_position_map& map,
+                                   std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
+                                   std::span<const position_id> keep, std::span<std::int32_t> request_status) noexcept {
+  if (!detail::kv_commit_spans_agree(cache_len, keep_offsets, request_status))
+    return make_status(status_code::size_mismatch,
+                       "keep_offsets and request_status need num_requests + 1 and num_requests (< 2^31) entries");
+  const kv_commit_batch b{static_cast<std::int32_t>(cache_len.size()), cache_len.data(), keep_offsets.data(),
+                          keep.data()};
+  status batch = validate_kv_commit_header(b, map);
+  if (batch.ok() && b.num_requests > 0 && keep_offsets.back() >= 0 &&
+      static_cast<std::size_t>(keep_offsets.back()) > keep.size())
+    batch = make_status(status_code::size_mismatch, "keep_offsets[num_requests] exceeds keep.size()");
+  for (std::size_t i = 0; batch.ok() && i < tensors.size(); ++i)
+    batch = validate_kv_tensor(tensors[i], map, b.num_requests);
+  status first = status::success();
+  for (std::int32_t r = b.num_requests - 1; r >= 0; --r) {
+    const status_code c =
+        batch.ok() ? kv_commit_request_code(b, map, static_cast<std::int64_t>(keep.size()), r) : batch.code();
+    request_status[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(c);
+    if (c != status_code::ok) first = make_status(c, batch.ok() ? status_code_name(c) : batch.message(), r);
+  }
+  return first;
+}
+
+//! commit_kv with one status per request, as the CUDA kernel reports them:
+//! validate_kv_commit_requests fills `request_status`, then every request
+//! that passed is committed and the others are left byte-identical (a
+//! batch-wide fault stops all of them). Returns validate_kv_commit_requests'
+//! status: ok when every request was committed.
+template <kv_element T>
+status commit_kv(std::span<const kv_tensor<T>> tensors, const kv_position_map& map,
+                 std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
+                 std::span<const position_id> keep, std::span<std::int32_t> request_status,
+                 const kv_commit_executor& exec = {}) noexcept {
+  const status s = validate_kv_commit_requests(tensors, map, cache_len, keep_offsets, keep, request_status);
+  if (!detail::kv_commit_spans_agree(cache_len, keep_offsets, request_status)) return s;  // nothing was written
+  detail::kv_commit_run(tensors, map, cache_len, keep_offsets, keep, request_status.data(), exec);
+  return s;
 }
 
 //! Single-request convenience: request 0 of a one-request batch (its row 0 /
@@ -320,6 +393,16 @@ status commit_kv(const Tensors& tensors, const kv_position_map& map, std::span<c
   using T = typename detail::kv_tensor_element<std::remove_cv_t<std::ranges::range_value_t<const Tensors&>>>::type;
   return commit_kv<T>(std::span<const kv_tensor<T>>(std::ranges::data(tensors), std::ranges::size(tensors)), map,
                       cache_len, keep_offsets, keep, exec);
+}
+
+//! commit_kv (batched, one status per request) over a deduced kv_tensor range.
+template <kv_tensor_range Tensors>
+status commit_kv(const Tensors& tensors, const kv_position_map& map, std::span<const position_id> cache_len,
+                 std::span<const std::int32_t> keep_offsets, std::span<const position_id> keep,
+                 std::span<std::int32_t> request_status, const kv_commit_executor& exec = {}) noexcept {
+  using T = typename detail::kv_tensor_element<std::remove_cv_t<std::ranges::range_value_t<const Tensors&>>>::type;
+  return commit_kv<T>(std::span<const kv_tensor<T>>(std::ranges::data(tensors), std::ranges::size(tensors)), map,
+                      cache_len, keep_offsets, keep, request_status, exec);
 }
 
 //! commit_kv (single request) over a deduced kv_tensor range.

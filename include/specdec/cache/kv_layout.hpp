@@ -273,6 +273,18 @@ SPECDEC_HD constexpr status validate_kv_commit_request(const kv_commit_batch& b,
   return status::success();
 }
 
+//! Request r's own code in a per-request commit (cache/kv_commit.hpp's
+//! validate_kv_commit_requests and the CUDA validation kernel): its CSR
+//! range inside [0, total_keep] first, so that a bad range reads no keep
+//! entry (not_sorted), then validate_kv_commit_request. The header must
+//! have passed.
+SPECDEC_HD constexpr status_code kv_commit_request_code(const kv_commit_batch& b, const kv_position_map& map,
+                                                        std::int64_t total_keep, std::int32_t r) noexcept {
+  const std::int64_t lo = b.keep_offsets[r], hi = b.keep_offsets[r + 1];
+  if (lo < 0 || hi < lo || hi > total_keep) return status_code::not_sorted;
+  return validate_kv_commit_request(b, map, r).code();
+}
+
 //! Checks the batch header (counts, CSR offsets start at 0, the map, the
 //! block-table extent) before any per-request check. O(1).
 SPECDEC_HD constexpr status validate_kv_commit_header(const kv_commit_batch& b, const kv_position_map& map) noexcept {

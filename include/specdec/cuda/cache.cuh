@@ -41,73 +41,46 @@
 
 namespace specdec::cuda {
 
-//! Status word value meaning "no error" (the word keeps the minimum over
-//! failing items, see encode_kv_status).
-inline constexpr std::uint64_t kv_status_ok = kernels::kv_commit_status_ok;
-
-//! Packs (rank, code): the lowest rank wins under atomicMin, so the result
-//! does not depend on block scheduling.
-SPECDEC_HD constexpr std::uint64_t encode_kv_status(std::uint32_t rank, status_code code) noexcept {
-  return (static_cast<std::uint64_t>(rank) << 32) | static_cast<std::uint32_t>(code);
-}
-
-//! Validation, one block of at most Threads threads: thread 0 checks the
-//! header, then the threads stride over the items, rank r < R checking
-//! request r (its CSR range against total_keep first, then
-//! validate_kv_commit_request) and rank R + t checking tensor t
-//! (validate_kv_tensor, then that the copy grid's max_layers x max_heads
-//! covers it: a device-only argument, invalid_argument otherwise). The
-//! lowest failing rank wins (atomicMin in shared memory, so the result does
-//! not depend on scheduling) and thread 0 writes the word: kv_status_ok or
-//! encode_kv_status(rank, code). One block also resets the word, so no
-//! separate memset is needed. A template (on the block size) so that an
-//! engine including this header from several translation units gets one
-//! weak definition instead of duplicate strong symbols.
+//! Validation, one block of at most Threads threads, the twin of
+//! validate_kv_commit_requests (cache/kv_commit.hpp): thread 0 checks the
+//! header and keep_offsets[R] against total_keep, the threads then check
+//! the tensors (validate_kv_tensor, then that the copy grid's max_layers x
+//! max_heads covers each: a device-only argument, invalid_argument
+//! otherwise; the lowest failing tensor wins, by atomicMin in shared
+//! memory, so the result does not depend on scheduling) and finally write
+//! request_status[r]: the batch's fault when there is one, else request
+//! r's own code (kv_commit_request_code). A template (on the block size)
+//! so that an engine including this header from several translation units
+//! gets one weak definition instead of duplicate strong symbols.
 template <int Threads>
 SPECDEC_KERNEL void __launch_bounds__(Threads) kv_commit_validate_kernel(const kernels::kv_commit_params p) {
-  __shared__ unsigned long long worst;
+  __shared__ unsigned long long worst;  // (tensor << 32) | code of the lowest failing tensor, or ~0
+  __shared__ std::int32_t batch_code;
   const kv_commit_batch& batch = p.batch;
   const std::int32_t R = batch.num_requests;
   if (threadIdx.x == 0) {
-    worst = kv_status_ok;
-    const status h = validate_kv_commit_header(batch, p.map);
-    if (!h.ok())
-      worst = encode_kv_status(0, h.code());
-    else if (R > 0 && batch.keep_offsets[R] > p.total_keep)
-      worst = encode_kv_status(0, status_code::size_mismatch);
+    worst = ~0ull;
+    status_code c = validate_kv_commit_header(batch, p.map).code();
+    if (c == status_code::ok && R > 0 && batch.keep_offsets[R] > p.total_keep) c = status_code::size_mismatch;
+    batch_code = static_cast<std::int32_t>(c);
   }
   __syncthreads();
-  auto fail = [&](std::int64_t rank, status_code c) {
-    atomicMin(&worst, static_cast<unsigned long long>(encode_kv_status(static_cast<std::uint32_t>(rank), c)));
-  };
-  // A broken header (null arrays, bad map) makes the per-item checks unsafe to run.
-  const bool header_ok = worst == kv_status_ok;
-  __syncthreads();  // everyone read `worst` before any atomicMin changes it
-  if (header_ok) {
-    const std::int64_t items = static_cast<std::int64_t>(R) + p.num_tensors;
-    for (std::int64_t i = threadIdx.x; i < items; i += blockDim.x) {
-      if (i < R) {
-        const auto r = static_cast<std::int32_t>(i);
-        const std::int64_t lo = batch.keep_offsets[r], hi = batch.keep_offsets[r + 1];
-        // The CSR range is checked before any keep entry is read.
-        if (lo < 0 || hi < lo || hi > p.total_keep) {
-          fail(r, status_code::not_sorted);
-          continue;
-        }
-        const status s = validate_kv_commit_request(batch, p.map, r);
-        if (!s.ok()) fail(r, s.code());
-      } else {
-        const kv_tensor<void>& t = p.tensors[i - R];
-        const status s = validate_kv_tensor(t, p.map, R);
-        if (!s.ok())
-          fail(i, s.code());
-        else if (t.layers > p.max_layers || t.heads > p.max_heads)
-          fail(i, status_code::invalid_argument);  // the copy grid would skip layers or heads
-      }
+  if (batch_code == 0)
+    for (std::int32_t i = static_cast<std::int32_t>(threadIdx.x); i < p.num_tensors;
+         i += static_cast<std::int32_t>(blockDim.x)) {
+      const kv_tensor<void>& t = p.tensors[i];
+      status_code c = validate_kv_tensor(t, p.map, R).code();
+      if (c == status_code::ok && (t.layers > p.max_layers || t.heads > p.max_heads))
+        c = status_code::invalid_argument;  // the copy grid would skip layers or heads
+      if (c != status_code::ok)
+        atomicMin(&worst, (static_cast<unsigned long long>(i) << 32) | static_cast<std::uint32_t>(c));
     }
-  }
   __syncthreads();
-  if (threadIdx.x == 0) *p.status_word = worst;
+  const std::int32_t fault =
+      batch_code != 0 ? batch_code : (worst == ~0ull ? 0 : static_cast<std::int32_t>(worst & 0xffffffffu));
+  for (std::int32_t r = static_cast<std::int32_t>(threadIdx.x); r < R; r += static_cast<std::int32_t>(blockDim.x))
+    p.request_status[r] =
+        fault != 0 ? fault : static_cast<std::int32_t>(kv_commit_request_code(batch, p.map, p.total_keep, r));
 }
 
 namespace detail {
@@ -189,13 +162,12 @@ inline constexpr int kv_validate_threads = 256;
 //! index ((request * num_tensors + tensor) * max_layers + layer) *
 //! max_heads + head = blockIdx.x * warps per block + warp; blocks of at
 //! most kv_copy_threads threads, grid x = ceil(rows / warps per block).
-//! Writes nothing unless *status_word == kv_status_ok
+//! Commits only requests whose request_status is ok
 //! (kv_commit_validate_kernel ran first on the same stream). Units as in
 //! kv_plan_row: 16 bytes when the tensor's base pointer, every byte stride
 //! and the entry size allow it, narrower (never misaligned) otherwise.
 template <int Regs = 4>
 SPECDEC_KERNEL void __launch_bounds__(kv_copy_threads) kv_commit_kernel(const kernels::kv_commit_params p) {
-  if (*p.status_word != kv_status_ok) return;
   const unsigned lane = threadIdx.x % 32;
   std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const std::int64_t head = row % p.max_heads;
@@ -204,7 +176,7 @@ SPECDEC_KERNEL void __launch_bounds__(kv_copy_threads) kv_commit_kernel(const ke
   row /= p.max_layers;
   const std::int64_t ti = row % p.num_tensors;
   const std::int64_t r = row / p.num_tensors;
-  if (r >= p.batch.num_requests) return;  // whole warps: the row index is the warp's
+  if (r >= p.batch.num_requests || p.request_status[r] != 0) return;  // whole warps: the row index is the warp's
   const kv_tensor<void> t = p.tensors[ti];
   if (layer >= t.layers || head >= t.heads) return;
   const std::int64_t c = p.batch.cache_len[r];
@@ -240,14 +212,10 @@ SPECDEC_KERNEL void __launch_bounds__(kv_copy_threads) kv_commit_kernel(const ke
 inline status commit_kv(const kernels::kv_commit_params& p, void* /*workspace*/, std::size_t /*workspace_bytes*/,
                         cudaStream_t stream) noexcept {
   SPECDEC_TRY(kernels::kv_commit_can_implement(p));  // the grid's size included
-  if (p.batch.num_requests == 0 || p.num_tensors == 0) {
-    // Nothing to move; still leave an ok word for a caller who reads it.
-    if (p.status_word != nullptr)
-      SPECDEC_TRY(from_cuda(cudaMemsetAsync(p.status_word, 0xff, sizeof(std::uint64_t), stream)));
-    return status::success();
-  }
+  if (p.batch.num_requests == 0) return status::success();
   kv_commit_validate_kernel<kv_validate_threads><<<1, kv_validate_threads, 0, stream>>>(p);
   SPECDEC_TRY(last_launch_status());
+  if (p.num_tensors == 0) return status::success();  // statuses written, nothing to move
   const std::int64_t rows =
       static_cast<std::int64_t>(p.batch.num_requests) * p.num_tensors * p.max_layers * p.max_heads;
   const std::int64_t warps = kernels::kv_commit_rows_per_block;

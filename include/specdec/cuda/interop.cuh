@@ -61,7 +61,7 @@ template <int Threads>
 SPECDEC_KERNEL void __launch_bounds__(Threads)
     sglang_build_tree_kernel(const kernels::sglang_build_tree_params p, unsigned char* workspace) {
   const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (r >= p.in.batch_size) return;
+  if (r >= p.in.num_requests) return;
   const std::size_t slice = specdec::detail::sglang_build_tree_request_bytes(p.in.draft_token_num);
   const status st = specdec::detail::sglang_build_tree_request(p.in, static_cast<std::int32_t>(r), p.out,
                                                                workspace + slice * static_cast<std::size_t>(r));
@@ -73,7 +73,7 @@ SPECDEC_KERNEL void __launch_bounds__(Threads)
 template <int Threads>
 SPECDEC_KERNEL void __launch_bounds__(Threads) chain_counts_kernel(const kernels::chain_counts_params p) {
   const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (r >= p.batch.batch_size) return;
+  if (r >= p.batch.num_requests) return;
   const status st = specdec::detail::chain_counts_request(p.batch, static_cast<std::int32_t>(r));
   p.request_status[r] = static_cast<std::int32_t>(st.code());
 }
@@ -84,7 +84,7 @@ template <std::integral I, std::integral P>
 SPECDEC_KERNEL void __launch_bounds__(sglang_request_threads)
     sglang_greedy_kernel(const kernels::sglang_greedy_params<I, P> p, unsigned char* workspace) {
   const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (r >= p.tree.batch_size) return;
+  if (r >= p.tree.num_requests) return;
   const auto ri = static_cast<std::int32_t>(r);
   const specdec::detail::sglang_scratch s = detail::sglang_request_scratch(workspace, p.tree.num_draft_tokens, ri);
   std::int32_t accepted = 0;
@@ -209,9 +209,9 @@ status checked_launch(status checks, std::int64_t batch, const Params& p, void* 
 inline status chain_acceptance_counts_batch(const kernels::chain_counts_params& p, void* /*workspace*/,
                                             std::size_t /*workspace_bytes*/, cudaStream_t stream) noexcept {
   SPECDEC_TRY(kernels::chain_acceptance_counts_batch_can_implement(p));
-  if (p.batch.batch_size == 0) return status::success();
+  if (p.batch.num_requests == 0) return status::success();
   chain_counts_kernel<sglang_request_threads>
-      <<<detail::request_blocks(p.batch.batch_size), sglang_request_threads, 0, stream>>>(p);
+      <<<detail::request_blocks(p.batch.num_requests), sglang_request_threads, 0, stream>>>(p);
   return last_launch_status();
 }
 
@@ -219,11 +219,11 @@ inline status chain_acceptance_counts_batch(const kernels::chain_counts_params& 
 //! API's sglang_build_tree, for engines compiling this header).
 inline status sglang_build_tree(const kernels::sglang_build_tree_params& p, void* workspace,
                                 std::size_t workspace_bytes, cudaStream_t stream) noexcept {
-  return detail::checked_launch(kernels::sglang_build_tree_can_implement(p), p.in.batch_size, p, workspace,
+  return detail::checked_launch(kernels::sglang_build_tree_can_implement(p), p.in.num_requests, p, workspace,
                                 workspace_bytes, &kernels::sglang_build_tree_workspace_size,
                                 "workspace smaller than sglang_build_tree_workspace_size",
                                 &sglang_build_tree_kernel<sglang_request_threads>,
-                                detail::request_blocks(p.in.batch_size), sglang_request_threads, stream);
+                                detail::request_blocks(p.in.num_requests), sglang_request_threads, stream);
 }
 
 //! Checks and launches sglang_greedy_kernel on `stream` (the kernels API's
@@ -231,10 +231,10 @@ inline status sglang_build_tree(const kernels::sglang_build_tree_params& p, void
 template <std::integral I, std::integral P>
 status sglang_verify_tree_greedy(const kernels::sglang_greedy_params<I, P>& p, void* workspace,
                                  std::size_t workspace_bytes, cudaStream_t stream) noexcept {
-  return detail::checked_launch(kernels::sglang_verify_tree_greedy_can_implement(p), p.tree.batch_size, p, workspace,
+  return detail::checked_launch(kernels::sglang_verify_tree_greedy_can_implement(p), p.tree.num_requests, p, workspace,
                                 workspace_bytes, &kernels::sglang_verify_tree_greedy_workspace_size<I, P>,
                                 "workspace smaller than sglang_verify_tree_greedy_workspace_size",
-                                &sglang_greedy_kernel<I, P>, detail::request_blocks(p.tree.batch_size),
+                                &sglang_greedy_kernel<I, P>, detail::request_blocks(p.tree.num_requests),
                                 sglang_request_threads, stream);
 }
 
@@ -244,12 +244,12 @@ status sglang_verify_tree_greedy(const kernels::sglang_greedy_params<I, P>& p, v
 template <std::integral I, std::integral P>
 status sglang_tree_sampling_target_only(const kernels::sglang_sampling_params<I, P>& p, void* workspace,
                                         std::size_t workspace_bytes, cudaStream_t stream) noexcept {
-  return detail::checked_launch(kernels::sglang_tree_sampling_target_only_can_implement(p), p.tree.batch_size, p,
+  return detail::checked_launch(kernels::sglang_tree_sampling_target_only_can_implement(p), p.tree.num_requests, p,
                                 workspace, workspace_bytes,
                                 &kernels::sglang_tree_sampling_target_only_workspace_size<I, P>,
                                 "workspace smaller than sglang_tree_sampling_target_only_workspace_size",
                                 &sglang_sampling_kernel<verify_block_threads, I, P>,
-                                static_cast<unsigned>(p.tree.batch_size), verify_block_threads, stream);
+                                static_cast<unsigned>(p.tree.num_requests), verify_block_threads, stream);
 }
 
 //! Checks and launches sglang_verify_kernel (verify_block_threads threads
@@ -258,11 +258,11 @@ status sglang_tree_sampling_target_only(const kernels::sglang_sampling_params<I,
 template <std::integral I, std::integral P>
 status sglang_verify_tree(const kernels::sglang_verify_params<I, P>& p, void* workspace, std::size_t workspace_bytes,
                           cudaStream_t stream) noexcept {
-  return detail::checked_launch(kernels::sglang_verify_tree_can_implement(p), p.in.tree.batch_size, p, workspace,
+  return detail::checked_launch(kernels::sglang_verify_tree_can_implement(p), p.in.tree.num_requests, p, workspace,
                                 workspace_bytes, &kernels::sglang_verify_tree_workspace_size<I, P>,
                                 "workspace smaller than sglang_verify_tree_workspace_size",
                                 &sglang_verify_kernel<verify_block_threads, I, P>,
-                                static_cast<unsigned>(p.in.tree.batch_size), verify_block_threads, stream);
+                                static_cast<unsigned>(p.in.tree.num_requests), verify_block_threads, stream);
 }
 
 }  // namespace specdec::cuda

@@ -104,13 +104,13 @@ SPECDEC_DEVICE bool ssm_scan_row(const node_id* parent, std::int64_t base, std::
 //! dstate] (the caller's per-node output or a workspace).
 template <class T>
 SPECDEC_KERNEL void tree_scan_kernel(const node_id* parent, tree_ssm_inputs<T> in, tree_ssm_options<T> opt, view3d<T> y,
-                                     view4d<T> states, std::int32_t* status_word) {
+                                     view4d<T> states, std::int32_t* request_status) {
   const std::int64_t h = blockIdx.x;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t p = static_cast<std::int64_t>(blockIdx.y) * ssm_scan_warps + warp;
   if (h >= in.x.extent[1] || p >= in.x.extent[2]) return;
   if (!ssm_scan_row<true>(parent, 0, in.x.extent[0], in, view3d<const T>(in.h0), opt, y, states, h, p, lane))
-    ssm_report(status_word, status_code::not_topological);
+    ssm_report(request_status, status_code::not_topological);
 }
 
 //! The check of a batched SSM call, one block: request_status[r] =
@@ -187,12 +187,12 @@ SPECDEC_DEVICE bool ssm_conv1d_at(const node_id* parent, std::int64_t base, std:
 //! blockDim.x), N).
 template <class T>
 SPECDEC_KERNEL void tree_conv1d_kernel(const node_id* parent, tree_conv1d_inputs<T> in, view2d<T> out,
-                                       std::int32_t* status_word) {
+                                       std::int32_t* request_status) {
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::int64_t i = blockIdx.y;
   if (c >= in.x.extent[1] || i >= in.x.extent[0]) return;
   if (!ssm_conv1d_at<true>(parent, 0, i, c, in, view2d<const T>(in.conv_state), out))
-    ssm_report(status_word, status_code::not_topological);
+    ssm_report(request_status, status_code::not_topological);
 }
 
 //! Batched tree conv1d: one thread per (node, channel) of the whole
@@ -246,7 +246,7 @@ status scan_states(view4d<T>& states, const tree_ssm_shape& s, void* workspace, 
 
 //! Checks (kernels::tree_scan_can_implement, workspace) and launches
 //! tree_scan_kernel on `stream`: the kernels API's tree_scan, for engines
-//! that compile this header themselves. The status word, when given, is
+//! that compile this header themselves. request_status, when given, is
 //! reset on the stream first, so a stale fault is never reported.
 template <class T>
 status tree_scan(const kernels::tree_scan_params<T>& p, void* workspace, std::size_t workspace_bytes,
@@ -260,14 +260,15 @@ status tree_scan(const kernels::tree_scan_params<T>& p, void* workspace, std::si
   const dim3 grid(static_cast<unsigned>(s.heads),
                   static_cast<unsigned>((s.headdim + ssm_scan_warps - 1) / ssm_scan_warps));
   const dim3 block(32 * ssm_scan_warps);
-  if (p.status_word != nullptr) SPECDEC_TRY(from_cuda(cudaMemsetAsync(p.status_word, 0, sizeof(std::int32_t), stream)));
-  tree_scan_kernel<T><<<grid, block, 0, stream>>>(p.parent, p.in, p.opt, p.y, states, p.status_word);
+  if (p.request_status != nullptr)
+    SPECDEC_TRY(from_cuda(cudaMemsetAsync(p.request_status, 0, sizeof(std::int32_t), stream)));
+  tree_scan_kernel<T><<<grid, block, 0, stream>>>(p.parent, p.in, p.opt, p.y, states, p.request_status);
   return last_launch_status();
 }
 
 //! Checks (kernels::tree_conv1d_can_implement) and launches
 //! tree_conv1d_kernel on `stream`: the kernels API's tree_conv1d. Needs no
-//! workspace; resets the status word first like tree_scan.
+//! workspace; resets request_status first like tree_scan.
 template <class T>
 status tree_conv1d(const kernels::tree_conv1d_params<T>& p, void* /*workspace*/, std::size_t /*workspace_bytes*/,
                    cudaStream_t stream) noexcept {
@@ -275,8 +276,9 @@ status tree_conv1d(const kernels::tree_conv1d_params<T>& p, void* /*workspace*/,
   const std::int64_t n = p.in.x.extent[0], ch = p.in.x.extent[1];
   constexpr int threads = 128;
   const dim3 grid(static_cast<unsigned>((ch + threads - 1) / threads), static_cast<unsigned>(n));
-  if (p.status_word != nullptr) SPECDEC_TRY(from_cuda(cudaMemsetAsync(p.status_word, 0, sizeof(std::int32_t), stream)));
-  tree_conv1d_kernel<T><<<grid, threads, 0, stream>>>(p.parent, p.in, p.out, p.status_word);
+  if (p.request_status != nullptr)
+    SPECDEC_TRY(from_cuda(cudaMemsetAsync(p.request_status, 0, sizeof(std::int32_t), stream)));
+  tree_conv1d_kernel<T><<<grid, threads, 0, stream>>>(p.parent, p.in, p.out, p.request_status);
   return last_launch_status();
 }
 

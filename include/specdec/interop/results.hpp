@@ -121,7 +121,7 @@ SPECDEC_HD status chain_acceptance_counts(std::span<const token_id> drafts, view
 //! A batch of FlashInfer chains (host memory; device memory for the CUDA
 //! twin kernels::chain_acceptance_counts_batch). Trivially copyable.
 struct chain_counts_batch {
-  std::int32_t batch_size = 0;                //!< requests
+  std::int32_t num_requests = 0;              //!< requests
   std::int32_t num_speculative_tokens = 0;    //!< gamma: drafts per request
   const token_id* draft_token_ids = nullptr;  //!< [batch][gamma]
   view3d<const float> target_probs{};         //!< [batch][>= gamma][V] (FlashInfer: gamma + 1 rows)
@@ -136,18 +136,18 @@ namespace detail {
 
 //! Whole-call checks of a chain_counts_batch (no element read).
 SPECDEC_HD constexpr status check_chain_counts(const chain_counts_batch& b) noexcept {
-  if (b.batch_size < 0 || b.num_speculative_tokens < 0)
-    return make_status(status_code::invalid_argument, "batch_size and num_speculative_tokens must be >= 0");
-  if (b.batch_size == 0) return status::success();
+  if (b.num_requests < 0 || b.num_speculative_tokens < 0)
+    return make_status(status_code::invalid_argument, "num_requests and num_speculative_tokens must be >= 0");
+  if (b.num_requests == 0) return status::success();
   if (b.accepted_num == nullptr || b.emitted_num == nullptr)
     return make_status(status_code::invalid_argument, "accepted_num and emitted_num must not be null");
   if (b.num_speculative_tokens == 0) return status::success();
   if (b.draft_token_ids == nullptr || b.coins == nullptr || b.target_probs.data == nullptr ||
       b.draft_probs.data == nullptr)
     return make_status(status_code::invalid_argument, "arrays must not be null");
-  if (b.target_probs.extent[0] < b.batch_size || b.draft_probs.extent[0] < b.batch_size ||
+  if (b.target_probs.extent[0] < b.num_requests || b.draft_probs.extent[0] < b.num_requests ||
       b.coins_stride < b.num_speculative_tokens)
-    return make_status(status_code::size_mismatch, "rows and coins need batch_size requests of gamma entries");
+    return make_status(status_code::size_mismatch, "rows and coins need num_requests requests of gamma entries");
   return status::success();
 }
 
@@ -170,13 +170,13 @@ SPECDEC_HD status chain_counts_request(const chain_counts_batch& b, std::int32_t
 //! chain_acceptance_counts over a batch (FlashInfer's output_accepted_token_num
 //! and output_emitted_draft_token_num). request_status: empty = stop at the
 //! first failing request and return its status (index = request); else
-//! batch_size entries receive each request's code and the call goes on (as
+//! num_requests entries receive each request's code and the call goes on (as
 //! the CUDA twin does). O(batch * gamma).
 inline status chain_acceptance_counts_batch(const chain_counts_batch& b,
                                             std::span<status_code> request_status) noexcept {
   SPECDEC_TRY(detail::check_chain_counts(b));
-  SPECDEC_TRY(detail::check_request_status(request_status, b.batch_size));
-  return detail::raise_or_record(b.batch_size, request_status,
+  SPECDEC_TRY(detail::check_request_status(request_status, b.num_requests));
+  return detail::raise_or_record(b.num_requests, request_status,
                                  [&](std::int32_t r) { return detail::chain_counts_request(b, r); });
 }
 

@@ -34,11 +34,11 @@
 
 namespace specdec {
 
-//! A batch of SGLang trees: batch_size requests of num_draft_tokens slots
-//! each, every array row-major [batch_size][num_draft_tokens].
+//! A batch of SGLang trees: num_requests requests of num_draft_tokens slots
+//! each, every array row-major [num_requests][num_draft_tokens].
 template <std::integral I>
 struct sglang_tree_batch {
-  std::int32_t batch_size = 0;              //!< requests in the batch
+  std::int32_t num_requests = 0;            //!< requests in the batch
   std::int32_t num_draft_tokens = 0;        //!< slots per request (slot 0 is the root)
   const I* candidates = nullptr;            //!< token of each slot
   const I* retrive_index = nullptr;         //!< row (in predicts / target_predict) of each slot
@@ -47,12 +47,12 @@ struct sglang_tree_batch {
 };
 
 //! SGLang's outputs: predicts [rows] (indexed by retrive_index),
-//! accept_index [batch_size][num_speculative_tokens] (entries past the
-//! accepted path untouched), accept_token_num [batch_size].
+//! accept_index [num_requests][num_speculative_tokens] (entries past the
+//! accepted path untouched), accept_token_num [num_requests].
 template <std::integral P>
 struct sglang_outputs {
   std::span<P> predicts{};          //!< per row, the token the target emits after it (written on accepted paths)
-  view2d<P> accept_index{};         //!< [batch_size][num_speculative_tokens]: rows of the accepted path, root first
+  view2d<P> accept_index{};         //!< [num_requests][num_speculative_tokens]: rows of the accepted path, root first
   std::span<P> accept_token_num{};  //!< per request, accepted draft tokens (root and bonus token not counted)
 };
 
@@ -127,16 +127,16 @@ SPECDEC_HD std::size_t sglang_sampling_request_bytes(std::int32_t n, std::int64_
 template <std::integral I, std::integral P>
 SPECDEC_HD status check_sglang_shapes(const sglang_tree_batch<I>& b, std::int32_t num_spec_steps,
                                       const sglang_outputs<P>& out, std::size_t rows) noexcept {
-  if (b.batch_size < 0 || b.num_draft_tokens < 1)
-    return make_status(status_code::invalid_argument, "batch_size >= 0 and num_draft_tokens >= 1 required");
-  if (b.batch_size > 0 && (b.candidates == nullptr || b.retrive_index == nullptr || b.retrive_next_token == nullptr ||
-                           b.retrive_next_sibling == nullptr))
+  if (b.num_requests < 0 || b.num_draft_tokens < 1)
+    return make_status(status_code::invalid_argument, "num_requests >= 0 and num_draft_tokens >= 1 required");
+  if (b.num_requests > 0 && (b.candidates == nullptr || b.retrive_index == nullptr || b.retrive_next_token == nullptr ||
+                             b.retrive_next_sibling == nullptr))
     return make_status(status_code::invalid_argument, "tree arrays must not be null");
   if (num_spec_steps < 1) return make_status(status_code::invalid_argument, "num_speculative_tokens must be >= 1");
-  if (out.accept_index.extent[0] != b.batch_size || out.accept_index.extent[1] < num_spec_steps ||
-      out.accept_token_num.size() < static_cast<std::size_t>(b.batch_size))
+  if (out.accept_index.extent[0] != b.num_requests || out.accept_index.extent[1] < num_spec_steps ||
+      out.accept_token_num.size() < static_cast<std::size_t>(b.num_requests))
     return make_status(status_code::size_mismatch, "accept_index needs [batch][num_speculative_tokens]");
-  if (num_spec_steps > 1 && b.batch_size > 0 && out.accept_index.stride[1] != 1)
+  if (num_spec_steps > 1 && b.num_requests > 0 && out.accept_index.stride[1] != 1)
     return make_status(status_code::invalid_argument, "accept_index rows must be contiguous");
   if (out.predicts.size() < rows) return make_status(status_code::size_mismatch, "predicts needs one entry per row");
   return status::success();
@@ -333,11 +333,11 @@ status sglang_sampling_request(const sglang_tree_batch<I>& b, std::int32_t r, vi
 
 //! The whole-call checks of sglang_tree_sampling_target_only beyond the
 //! shapes (sizes of rows and coins, thresholds, V).
-SPECDEC_HD status check_sglang_sampling(std::size_t slots, std::int32_t batch_size, view2d<const float> target_probs,
+SPECDEC_HD status check_sglang_sampling(std::size_t slots, std::int32_t num_requests, view2d<const float> target_probs,
                                         std::size_t coins, std::size_t final_coins,
                                         const sglang_thresholds& th) noexcept {
   if (static_cast<std::size_t>(target_probs.extent[0]) < slots || coins < slots ||
-      final_coins < static_cast<std::size_t>(batch_size))
+      final_coins < static_cast<std::size_t>(num_requests))
     return make_status(status_code::size_mismatch, "target_probs and coins need one entry per slot");
   if (!(th.threshold_single > 0.0f && th.threshold_single <= 1.0f) ||
       !(th.threshold_acc > 0.0f && th.threshold_acc <= 1.0f))
@@ -376,7 +376,7 @@ status sglang_verify_tree_greedy(const sglang_tree_batch<I>& b, std::span<const 
   SPECDEC_TRY(detail::check_sglang(b, num_speculative_tokens, out, target_predict.size(), workspace));
   workspace_carver c(workspace.data(), workspace.size());
   const detail::sglang_scratch s = detail::carve_sglang(c, b.num_draft_tokens);
-  for (std::int32_t r = 0; r < b.batch_size; ++r) {
+  for (std::int32_t r = 0; r < b.num_requests; ++r) {
     std::int32_t accepted = 0;
     const status st = detail::sglang_greedy_request(b, r, target_predict, num_speculative_tokens, out, s, accepted);
     if (!st.ok()) return make_status(st.code(), st.message(), r);
@@ -403,16 +403,16 @@ status sglang_tree_sampling_target_only(const sglang_tree_batch<I>& b, view2d<co
                                         std::span<const float> coins, std::span<const float> final_coins,
                                         std::int32_t num_speculative_tokens, const sglang_thresholds& th,
                                         const sglang_outputs<P>& out, std::span<std::byte> workspace) noexcept {
-  const std::size_t slots = static_cast<std::size_t>(b.batch_size) * static_cast<std::size_t>(b.num_draft_tokens);
+  const std::size_t slots = static_cast<std::size_t>(b.num_requests) * static_cast<std::size_t>(b.num_draft_tokens);
   SPECDEC_TRY(detail::check_sglang(b, num_speculative_tokens, out, 0, workspace));
-  SPECDEC_TRY(detail::check_sglang_sampling(slots, b.batch_size, target_probs, coins.size(), final_coins.size(), th));
+  SPECDEC_TRY(detail::check_sglang_sampling(slots, b.num_requests, target_probs, coins.size(), final_coins.size(), th));
   const std::int64_t V = target_probs.extent[1];
-  if (b.batch_size > 0 && workspace.size() < detail::sglang_sampling_request_bytes(b.num_draft_tokens, V))
+  if (b.num_requests > 0 && workspace.size() < detail::sglang_sampling_request_bytes(b.num_draft_tokens, V))
     return make_status(status_code::buffer_too_small, "workspace smaller than sglang_sampling_workspace_size");
   const float acc = th.threshold_acc > 1e-9f ? th.threshold_acc : 1e-9f;
   workspace_carver c(workspace.data(), workspace.size());
   const detail::sglang_sampling_scratch s = detail::carve_sglang_sampling(c, b.num_draft_tokens, V);
-  for (std::int32_t r = 0; r < b.batch_size; ++r) {
+  for (std::int32_t r = 0; r < b.num_requests; ++r) {
     std::int32_t accepted = 0;
     const status st =
         detail::sglang_sampling_request(b, r, target_probs, coins.data(), final_coins[static_cast<std::size_t>(r)],

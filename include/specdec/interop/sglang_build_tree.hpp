@@ -52,7 +52,7 @@ enum class sglang_tree_mask_mode : std::int32_t {
 //! Inputs of sglang_build_tree (host memory; device memory for the CUDA
 //! twin). Trivially copyable.
 struct sglang_build_tree_inputs {
-  std::int32_t batch_size = 0;                                    //!< requests
+  std::int32_t num_requests = 0;                                  //!< requests
   std::int32_t topk = 0;                                          //!< candidates per expanded token (>= 1)
   std::int32_t depth = 0;                                         //!< draft steps (>= 1)
   std::int32_t draft_token_num = 0;                               //!< n: slots per request, root included (>= 1)
@@ -82,7 +82,7 @@ SPECDEC_HD constexpr std::int64_t sglang_packed_row_bytes(std::int32_t n) noexce
 //! Whole-call checks (no element read).
 SPECDEC_HD constexpr status check_sglang_build_tree(const sglang_build_tree_inputs& in,
                                                     const sglang_build_tree_outputs& out) noexcept {
-  if (in.batch_size < 0) return make_status(status_code::invalid_argument, "batch_size must be >= 0");
+  if (in.num_requests < 0) return make_status(status_code::invalid_argument, "num_requests must be >= 0");
   if (in.topk < 1 || in.depth < 1 || in.draft_token_num < 1)
     return make_status(status_code::invalid_argument, "topk, depth and draft_token_num must be >= 1");
   if (in.mode != sglang_tree_mask_mode::full_mask && in.mode != sglang_tree_mask_mode::qlen_only &&
@@ -90,7 +90,7 @@ SPECDEC_HD constexpr status check_sglang_build_tree(const sglang_build_tree_inpu
     return make_status(status_code::invalid_argument, "unknown tree mask mode");
   if (in.mode == sglang_tree_mask_mode::qlen_only_bitpacking && in.draft_token_num > 32)
     return make_status(status_code::unsupported, "bit-packed masks hold at most 32 slots");
-  if (in.batch_size == 0) return status::success();
+  if (in.num_requests == 0) return status::success();
   if (in.parent_list == nullptr || (in.selected_index == nullptr && in.draft_token_num > 1) ||
       in.verified_seq_len == nullptr || out.tree_mask == nullptr || out.positions == nullptr ||
       out.retrive_index == nullptr || out.retrive_next_token == nullptr || out.retrive_next_sibling == nullptr)
@@ -196,18 +196,18 @@ inline std::size_t sglang_build_tree_workspace_size(const sglang_build_tree_inpu
 //! invalid_argument (parent not selected, negative seq_len), cycle,
 //! buffer_too_small (mask). request_status: empty = stop at the first
 //! failing request and return its status (index = request); else
-//! batch_size entries receive each request's code and the call goes on (as
+//! num_requests entries receive each request's code and the call goes on (as
 //! the CUDA twin does). O(batch * n^2).
 inline status sglang_build_tree(const sglang_build_tree_inputs& in, const sglang_build_tree_outputs& out,
                                 std::span<status_code> request_status, std::span<std::byte> workspace) noexcept {
   SPECDEC_TRY(detail::check_sglang_build_tree(in, out));
-  SPECDEC_TRY(detail::check_request_status(request_status, in.batch_size));
-  if (in.batch_size == 0) return status::success();
+  SPECDEC_TRY(detail::check_request_status(request_status, in.num_requests));
+  if (in.num_requests == 0) return status::success();
   workspace_carver w(workspace.data(), workspace.size());
   if (workspace.size() < sglang_build_tree_workspace_size(in))
     return make_status(status_code::buffer_too_small, "workspace smaller than sglang_build_tree_workspace_size");
   if (!w.base_aligned()) return make_status(status_code::invalid_argument, "workspace must be 256-byte aligned");
-  return detail::raise_or_record(in.batch_size, request_status, [&](std::int32_t r) {
+  return detail::raise_or_record(in.num_requests, request_status, [&](std::int32_t r) {
     return detail::sglang_build_tree_request(in, r, out, workspace.data());
   });
 }

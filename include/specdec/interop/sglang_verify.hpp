@@ -150,7 +150,7 @@ inline std::size_t sglang_verify_tree_workspace_size(std::int32_t num_draft_toke
 //!   every request whose accepted path reaches depth d.
 //! - request_status: empty = stop at the first failing request and return
 //!   its status (index = request; requests before it are written); else
-//!   batch_size entries receive each request's code and the call goes on
+//!   num_requests entries receive each request's code and the call goes on
 //!   (as the CUDA twin does), returning success after the whole-call checks.
 //! A failing request writes none of its outputs. Deterministic for given
 //! keys or uniforms; identical to verify_tree on the same tree as a parent
@@ -160,8 +160,8 @@ status sglang_verify_tree(const sglang_verify_inputs<I>& in, const sglang_output
                           std::span<std::int64_t> accepted_per_depth, std::span<status_code> request_status,
                           std::span<std::byte> workspace) noexcept {
   SPECDEC_TRY(detail::check_sglang_verify(in, out));
-  SPECDEC_TRY(detail::check_request_status(request_status, in.tree.batch_size));
-  if (in.tree.batch_size == 0) return status::success();
+  SPECDEC_TRY(detail::check_request_status(request_status, in.tree.num_requests));
+  if (in.tree.num_requests == 0) return status::success();
   const std::int64_t V = in.p.extent[1];
   workspace_carver w(workspace.data(), workspace.size());
   if (workspace.size() < detail::sglang_verify_request_bytes(V, in.tree.num_draft_tokens))
@@ -169,7 +169,7 @@ status sglang_verify_tree(const sglang_verify_inputs<I>& in, const sglang_output
   if (!w.base_aligned()) return make_status(status_code::invalid_argument, "workspace must be 256-byte aligned");
   const detail::sglang_verify_scratch s = detail::carve_sglang_verify(w, V, in.tree.num_draft_tokens);
   const detail::host_row_ops ops{};
-  return detail::raise_or_record(in.tree.batch_size, request_status, [&](std::int32_t r) {
+  return detail::raise_or_record(in.tree.num_requests, request_status, [&](std::int32_t r) {
     walk_out o{s.walk.path, in.tree.num_draft_tokens, 0, 0, -1};
     status st = detail::sglang_verify_prepare(in, r, s);
     if (st.ok()) {

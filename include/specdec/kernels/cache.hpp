@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <type_traits>
 
 #include "specdec/cache/keep_indices.hpp"
@@ -19,10 +20,10 @@ namespace specdec::kernels {
 //! Arguments of commit_kv. Every pointer is DEVICE memory: `tensors`
 //! (num_tensors descriptions, data pointers untyped), the block table and
 //! blocks_used inside `map`, the CSR arrays inside `batch`, and
-//! `status_word` (one 64-bit word the call resets and the device fills).
+//! `request_status` (num_requests int32 codes the device fills).
 //! `max_layers` / `max_heads` size the grid and must be >= every tensor's
 //! layers / heads (extra warps exit at once; a tensor that does not fit is
-//! reported as invalid_argument by the device and nothing is written).
+//! reported as invalid_argument for every request and nothing is written).
 //! `total_keep` is the capacity of batch.keep (entries): the device reads
 //! keep_offsets[num_requests] <= total_keep of them, so a CUDA graph
 //! captured once serves rounds that keep different numbers of positions.
@@ -35,13 +36,11 @@ struct kv_commit_params {
   kv_position_map map{};                     //!< contiguous or paged positions (block table in device memory)
   kv_commit_batch batch{};                   //!< cache lengths and keep lists (device memory)
   std::int64_t total_keep = 0;               //!< entries batch.keep holds; keep_offsets[R] must not exceed it
-  std::uint64_t* status_word = nullptr;  //!< device word: reset by the call, kv_commit_status_ok or the first failure
+  //! Device array of num_requests: request r's status_code (ok = 0),
+  //! written by the call; a request that is not ok is left untouched.
+  std::int32_t* request_status = nullptr;
 };
 static_assert(std::is_trivially_copyable_v<kv_commit_params>);
-
-//! Status-word value meaning "no error": the word keeps the minimum over
-//! failing items, (rank << 32) | code, so the lowest rank wins.
-inline constexpr std::uint64_t kv_commit_status_ok = ~std::uint64_t{0};
 
 //! Rows (request, tensor, layer, head) the copy kernel gives each block,
 //! one warp each.
@@ -57,7 +56,11 @@ inline status kv_commit_can_implement(const kv_commit_params& p) noexcept {
     return make_status(status_code::invalid_argument, "elem_bytes must be 1, 2, 4, 8 or 16");
   if (p.num_tensors < 0 || p.batch.num_requests < 0 || p.total_keep < 0)
     return make_status(status_code::invalid_argument, "counts must be non-negative");
-  if (p.batch.num_requests == 0 || p.num_tensors == 0) return status::success();
+  if (p.batch.num_requests == 0) return status::success();
+  if (p.request_status == nullptr || p.batch.cache_len == nullptr || p.batch.keep_offsets == nullptr ||
+      (p.total_keep > 0 && p.batch.keep == nullptr) || (p.num_tensors > 0 && p.tensors == nullptr))
+    return make_status(status_code::invalid_argument, "a required device pointer is null");
+  if (p.num_tensors == 0) return status::success();
   if (p.max_layers <= 0 || p.max_heads <= 0)
     return make_status(status_code::invalid_argument, "max_layers and max_heads must be positive");
   // The product checked factor by factor, so that it never overflows.
@@ -69,9 +72,6 @@ inline status kv_commit_can_implement(const kv_commit_params& p) noexcept {
                          "requests x tensors x max_layers x max_heads too large for one grid");
     rows *= f;
   }
-  if (p.tensors == nullptr || p.status_word == nullptr || p.batch.cache_len == nullptr ||
-      p.batch.keep_offsets == nullptr || (p.total_keep > 0 && p.batch.keep == nullptr))
-    return make_status(status_code::invalid_argument, "a required device pointer is null");
   if (p.map.paged()) {
     if (p.map.page_size <= 0 || p.map.num_pages <= 0)
       return make_status(status_code::invalid_argument, "page_size and num_pages must be positive");
@@ -86,22 +86,25 @@ inline status kv_commit_can_implement(const kv_commit_params& p) noexcept {
 constexpr std::size_t kv_commit_workspace_size(const kv_commit_params&) noexcept { return 0; }
 
 //! Enqueues the commit on `stream` (a cudaStream_t; null = default):
-//! a one-block validation kernel (the same checks as the host's
-//! validate_kv_commit, per request and per tensor; it also resets the
-//! status word) and the copy kernel, which writes nothing unless every
-//! check passed, so a bad batch leaves every cache untouched.
-//! Asynchronous: the returned status covers argument checks and launch
-//! errors; read the device result with kv_commit_result after
-//! synchronizing. Deterministic.
+//! a one-block validation kernel that writes every request's status (the
+//! checks and codes of the host twin validate_kv_commit_requests: a fault
+//! of the batch or of a tensor stops every request, otherwise each request
+//! gets its own), then the copy kernel, which commits the requests that
+//! are ok and leaves the others' caches untouched. Asynchronous: the
+//! returned status covers argument checks and launch errors; the statuses
+//! stay on the device until the caller reads them (kv_commit_result turns
+//! the copied-back array into a status). Deterministic.
 status commit_kv(const kv_commit_params& p, void* workspace, std::size_t workspace_bytes, void* stream) noexcept;
 
-//! Turns the status word (copied to the host) into a status: ok, or the
-//! code of the failing item with the lowest rank, its index being the
-//! request (ranks 0..R-1) or R + the tensor index.
-inline status kv_commit_result(std::uint64_t status_word) noexcept {
-  if (status_word == kv_commit_status_ok) return status::success();
-  const auto code = static_cast<status_code>(static_cast<std::int32_t>(status_word & 0xffffffffu));
-  return make_status(code, status_code_name(code), static_cast<std::int64_t>(status_word >> 32));
+//! Turns the request statuses (copied to the host) into a status: ok, or
+//! the lowest failing request's code with that request as its index.
+inline status kv_commit_result(std::span<const std::int32_t> request_status) noexcept {
+  for (std::size_t r = 0; r < request_status.size(); ++r)
+    if (request_status[r] != 0) {
+      const auto code = static_cast<status_code>(request_status[r]);
+      return make_status(code, status_code_name(code), static_cast<std::int64_t>(r));
+    }
+  return status::success();
 }
 
 //! Host checks of keep_indices_from_results (the host twin's whole-call

@@ -50,7 +50,7 @@ struct sglang_greedy_params {
   std::span<const I> target_predict{};      //!< target argmax id per row (indexed by retrive_index)
   std::int32_t num_speculative_tokens = 0;  //!< accept at most this - 1 drafts per request
   sglang_outputs<P> out{};                  //!< predicts, accept_index, accept_token_num
-  std::int32_t* request_status = nullptr;   //!< batch_size status codes (required)
+  std::int32_t* request_status = nullptr;   //!< num_requests status codes (required)
   //! Optional (null = not counted): entry d - 1 counts (atomically) the
   //! requests whose accepted path reaches depth d <= depth_counters.
   unsigned long long* accepted_per_depth = nullptr;
@@ -67,7 +67,7 @@ struct sglang_sampling_params {
   std::int32_t num_speculative_tokens = 0;           //!< accept at most this - 1 drafts per request
   sglang_thresholds thresholds{};                    //!< 1, 1: exact; lower: LOSSY
   sglang_outputs<P> out{};                           //!< predicts, accept_index, accept_token_num
-  std::int32_t* request_status = nullptr;            //!< batch_size status codes (required)
+  std::int32_t* request_status = nullptr;            //!< num_requests status codes (required)
   unsigned long long* accepted_per_depth = nullptr;  //!< optional per-depth counters (as above)
   std::int32_t depth_counters = 0;                   //!< entries of accepted_per_depth
 };
@@ -77,7 +77,7 @@ template <std::integral I, std::integral P>
 struct sglang_verify_params {
   sglang_verify_inputs<I> in{};                      //!< trees, rows, per-request settings, uniforms
   sglang_outputs<P> out{};                           //!< predicts, accept_index, accept_token_num
-  std::int32_t* request_status = nullptr;            //!< batch_size status codes (required)
+  std::int32_t* request_status = nullptr;            //!< num_requests status codes (required)
   unsigned long long* accepted_per_depth = nullptr;  //!< optional per-depth counters (as above)
   std::int32_t depth_counters = 0;                   //!< entries of accepted_per_depth
 };
@@ -86,7 +86,7 @@ struct sglang_verify_params {
 struct sglang_build_tree_params {
   sglang_build_tree_inputs in{};           //!< parent_list, selected_index, verified_seq_len, shape, mask mode
   sglang_build_tree_outputs out{};         //!< mask, positions, linked lists
-  std::int32_t* request_status = nullptr;  //!< batch_size status codes (required)
+  std::int32_t* request_status = nullptr;  //!< num_requests status codes (required)
 };
 
 static_assert(std::is_trivially_copyable_v<sglang_build_tree_params>);
@@ -99,9 +99,9 @@ static_assert(std::is_trivially_copyable_v<sglang_verify_params<std::int64_t, st
 // In specdec::detail, not specdec::kernels::detail: a kernels::detail
 // namespace would hide specdec::detail from the other kernels headers.
 namespace specdec::detail {
-inline status check_interop_launch(std::int32_t batch_size, const std::int32_t* request_status,
+inline status check_interop_launch(std::int32_t num_requests, const std::int32_t* request_status,
                                    const unsigned long long* per_depth, std::int32_t depth_counters) noexcept {
-  if (batch_size > 0 && request_status == nullptr)
+  if (num_requests > 0 && request_status == nullptr)
     return make_status(status_code::invalid_argument, "request_status must not be null");
   if (per_depth != nullptr && depth_counters <= 0)
     return make_status(status_code::invalid_argument, "depth_counters must be positive with accepted_per_depth");
@@ -110,8 +110,8 @@ inline status check_interop_launch(std::int32_t batch_size, const std::int32_t* 
 //! One slice of sglang_workspace_size(num_draft_tokens) per request of `tree`.
 template <std::integral I>
 std::size_t sglang_batch_bytes(const sglang_tree_batch<I>& tree) noexcept {
-  if (tree.batch_size <= 0) return 0;
-  return sglang_request_bytes(tree.num_draft_tokens) * static_cast<std::size_t>(tree.batch_size);
+  if (tree.num_requests <= 0) return 0;
+  return sglang_request_bytes(tree.num_draft_tokens) * static_cast<std::size_t>(tree.num_requests);
 }
 }  // namespace specdec::detail
 
@@ -129,7 +129,7 @@ std::size_t sglang_verify_tree_greedy_workspace_size(const sglang_greedy_params<
 template <std::integral I, std::integral P>
 status sglang_verify_tree_greedy_can_implement(const sglang_greedy_params<I, P>& p) noexcept {
   SPECDEC_TRY(specdec::detail::check_sglang_shapes(p.tree, p.num_speculative_tokens, p.out, p.target_predict.size()));
-  return specdec::detail::check_interop_launch(p.tree.batch_size, p.request_status, p.accepted_per_depth,
+  return specdec::detail::check_interop_launch(p.tree.num_requests, p.request_status, p.accepted_per_depth,
                                                p.depth_counters);
 }
 
@@ -139,9 +139,9 @@ status sglang_verify_tree_greedy_can_implement(const sglang_greedy_params<I, P>&
 //! the tree scratch).
 template <std::integral I, std::integral P>
 std::size_t sglang_tree_sampling_target_only_workspace_size(const sglang_sampling_params<I, P>& p) noexcept {
-  if (p.tree.batch_size <= 0) return 0;
+  if (p.tree.num_requests <= 0) return 0;
   return specdec::detail::sglang_sampling_request_bytes(p.tree.num_draft_tokens, p.target_probs.extent[1]) *
-         static_cast<std::size_t>(p.tree.batch_size);
+         static_cast<std::size_t>(p.tree.num_requests);
 }
 
 //! Host checks of sglang_tree_sampling_target_only: the host twin's
@@ -150,10 +150,10 @@ template <std::integral I, std::integral P>
 status sglang_tree_sampling_target_only_can_implement(const sglang_sampling_params<I, P>& p) noexcept {
   SPECDEC_TRY(specdec::detail::check_sglang_shapes(p.tree, p.num_speculative_tokens, p.out, 0));
   const std::size_t slots =
-      static_cast<std::size_t>(p.tree.batch_size) * static_cast<std::size_t>(p.tree.num_draft_tokens);
-  SPECDEC_TRY(specdec::detail::check_sglang_sampling(slots, p.tree.batch_size, p.target_probs, p.coins.size(),
+      static_cast<std::size_t>(p.tree.num_requests) * static_cast<std::size_t>(p.tree.num_draft_tokens);
+  SPECDEC_TRY(specdec::detail::check_sglang_sampling(slots, p.tree.num_requests, p.target_probs, p.coins.size(),
                                                      p.final_coins.size(), p.thresholds));
-  return specdec::detail::check_interop_launch(p.tree.batch_size, p.request_status, p.accepted_per_depth,
+  return specdec::detail::check_interop_launch(p.tree.num_requests, p.request_status, p.accepted_per_depth,
                                                p.depth_counters);
 }
 
@@ -161,23 +161,23 @@ status sglang_tree_sampling_target_only_can_implement(const sglang_sampling_para
 //! sglang_verify_tree_workspace_size(num_draft_tokens, V) per request.
 template <std::integral I, std::integral P>
 std::size_t sglang_verify_tree_workspace_size(const sglang_verify_params<I, P>& p) noexcept {
-  if (p.in.tree.batch_size <= 0) return 0;
+  if (p.in.tree.num_requests <= 0) return 0;
   return specdec::detail::sglang_verify_request_bytes(p.in.p.extent[1], p.in.tree.num_draft_tokens) *
-         static_cast<std::size_t>(p.in.tree.batch_size);
+         static_cast<std::size_t>(p.in.tree.num_requests);
 }
 
 //! Host checks of sglang_verify_tree: the host twin's whole-call checks.
 template <std::integral I, std::integral P>
 status sglang_verify_tree_can_implement(const sglang_verify_params<I, P>& p) noexcept {
   SPECDEC_TRY(specdec::detail::check_sglang_verify(p.in, p.out));
-  return specdec::detail::check_interop_launch(p.in.tree.batch_size, p.request_status, p.accepted_per_depth,
+  return specdec::detail::check_interop_launch(p.in.tree.num_requests, p.request_status, p.accepted_per_depth,
                                                p.depth_counters);
 }
 
 //! Parameters of chain_acceptance_counts_batch (device memory).
 struct chain_counts_params {
   chain_counts_batch batch{};              //!< drafts, rows, coins, outputs
-  std::int32_t* request_status = nullptr;  //!< batch_size status codes (required)
+  std::int32_t* request_status = nullptr;  //!< num_requests status codes (required)
 };
 
 static_assert(std::is_trivially_copyable_v<chain_counts_params>);
@@ -188,7 +188,7 @@ inline std::size_t chain_acceptance_counts_batch_workspace_size(const chain_coun
 //! Host checks of chain_acceptance_counts_batch: the host twin's whole-call checks.
 inline status chain_acceptance_counts_batch_can_implement(const chain_counts_params& p) noexcept {
   SPECDEC_TRY(specdec::detail::check_chain_counts(p.batch));
-  return specdec::detail::check_interop_launch(p.batch.batch_size, p.request_status, nullptr, 0);
+  return specdec::detail::check_interop_launch(p.batch.num_requests, p.request_status, nullptr, 0);
 }
 
 //! FlashInfer's accepted_num next to the emitted count for a batch of
@@ -199,15 +199,15 @@ status chain_acceptance_counts_batch(const chain_counts_params& params, void* wo
 
 //! Device workspace of sglang_build_tree: one slice per request.
 inline std::size_t sglang_build_tree_workspace_size(const sglang_build_tree_params& p) noexcept {
-  if (p.in.batch_size <= 0) return 0;
+  if (p.in.num_requests <= 0) return 0;
   return specdec::detail::sglang_build_tree_request_bytes(p.in.draft_token_num) *
-         static_cast<std::size_t>(p.in.batch_size);
+         static_cast<std::size_t>(p.in.num_requests);
 }
 
 //! Host checks of sglang_build_tree: the host twin's whole-call checks.
 inline status sglang_build_tree_can_implement(const sglang_build_tree_params& p) noexcept {
   SPECDEC_TRY(specdec::detail::check_sglang_build_tree(p.in, p.out));
-  return specdec::detail::check_interop_launch(p.in.batch_size, p.request_status, nullptr, 0);
+  return specdec::detail::check_interop_launch(p.in.num_requests, p.request_status, nullptr, 0);
 }
 
 //! SGLang's build_tree_kernel_efficient on the device, one thread per

@@ -4,9 +4,10 @@
 //! asynchronous on `stream` (a cudaStream_t, null = default). Shapes are
 //! validated up front on the host (no device memory is read); the tree's
 //! parent links are checked by the kernels, which report the first fault
-//! (not_topological) through the optional device status word (an int32;
-//! the launch resets it to 0 on the stream first) instead of trapping. Input values
-//! (NaN, A > 0) are trusted: validate on the host if they may be bad.
+//! (not_topological) through the optional device `request_status` (one
+//! int32: a single tree is one request; the launch resets it to 0 on the
+//! stream first) instead of trapping. Input values (NaN, A > 0) are
+//! trusted: validate on the host if they may be bad.
 #pragma once
 
 #include <cstddef>
@@ -26,21 +27,21 @@ namespace specdec::kernels {
 //! Arguments of the device tree scan (trivially copyable).
 template <class T>
 struct tree_scan_params {
-  const node_id* parent = nullptr;      //!< [N] device array, topological order
-  tree_ssm_inputs<T> in;                //!< device views, as for the host scan
-  tree_ssm_options<T> opt;              //!< dt' options
-  view3d<T> y;                          //!< [N, heads, headdim] output
-  view4d<T> states{};                   //!< optional [N, heads, headdim, dstate] per-node states (no zero strides)
-  std::int32_t* status_word = nullptr;  //!< optional device int32: 0, or the first fault
+  const node_id* parent = nullptr;         //!< [N] device array, topological order
+  tree_ssm_inputs<T> in;                   //!< device views, as for the host scan
+  tree_ssm_options<T> opt;                 //!< dt' options
+  view3d<T> y;                             //!< [N, heads, headdim] output
+  view4d<T> states{};                      //!< optional [N, heads, headdim, dstate] per-node states (no zero strides)
+  std::int32_t* request_status = nullptr;  //!< optional device int32, the tree's status: 0, or the first fault
 };
 
 //! Arguments of the device tree conv1d (trivially copyable).
 template <class T>
 struct tree_conv1d_params {
-  const node_id* parent = nullptr;      //!< [N] device array, topological order
-  tree_conv1d_inputs<T> in;             //!< device views, as for the host conv
-  view2d<T> out;                        //!< [N, channels]
-  std::int32_t* status_word = nullptr;  //!< optional device int32: 0, or the first fault
+  const node_id* parent = nullptr;         //!< [N] device array, topological order
+  tree_conv1d_inputs<T> in;                //!< device views, as for the host conv
+  view2d<T> out;                           //!< [N, channels]
+  std::int32_t* request_status = nullptr;  //!< optional device int32, the tree's status: 0, or the first fault
 };
 
 static_assert(std::is_trivially_copyable_v<tree_scan_params<float>>);

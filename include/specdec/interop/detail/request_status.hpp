@@ -2,7 +2,7 @@
 //! The request_status contract the interop batch entry points share
 //! (interop/results.hpp, interop/sglang_build_tree.hpp,
 //! interop/sglang_verify.hpp): an empty span stops at the first failing
-//! request and returns its status (index = request); otherwise batch_size
+//! request and returns its status (index = request); otherwise num_requests
 //! entries receive each request's code and the call goes on, as the CUDA
 //! twins do.
 #pragma once
@@ -18,7 +18,7 @@ namespace specdec::detail {
 //! size_mismatch when request_status is neither empty nor batch entries long.
 inline status check_request_status(std::span<const status_code> request_status, std::int32_t batch) noexcept {
   if (!request_status.empty() && request_status.size() < static_cast<std::size_t>(batch))
-    return make_status(status_code::size_mismatch, "request_status needs batch_size entries");
+    return make_status(status_code::size_mismatch, "request_status needs num_requests entries");
   return status::success();
 }
 

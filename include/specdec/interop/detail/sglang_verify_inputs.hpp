@@ -28,7 +28,7 @@ struct sglang_verify_inputs {
   sglang_tree_batch<I> tree{};            //!< SGLang's linked-list trees (candidates[slot 0] unused)
   view2d<const float> p{};                //!< [batch * num_draft_tokens][V] target rows, by slot
   view2d<const float> q{};                //!< draft rows like p (null data: none; needed by the sampled modes)
-  const verify_params* params = nullptr;  //!< batch_size per-request settings (mode, seed, request, round, ...)
+  const verify_params* params = nullptr;  //!< num_requests per-request settings (mode, seed, request, round, ...)
   //! Null: the keyed Philox streams of params; else
   //! [batch * num_draft_tokens][draws_per_node] caller uniforms, slot-major.
   const double* uniforms = nullptr;
@@ -73,8 +73,8 @@ SPECDEC_HD std::size_t sglang_verify_request_bytes(std::int64_t V, std::int32_t 
 template <std::integral I, std::integral P>
 SPECDEC_HD status check_sglang_verify(const sglang_verify_inputs<I>& in, const sglang_outputs<P>& out) noexcept {
   SPECDEC_TRY(check_sglang_shapes(in.tree, in.num_speculative_tokens, out, 0));
-  if (in.tree.batch_size == 0) return status::success();
-  const std::int64_t slots = static_cast<std::int64_t>(in.tree.batch_size) * in.tree.num_draft_tokens;
+  if (in.tree.num_requests == 0) return status::success();
+  const std::int64_t slots = static_cast<std::int64_t>(in.tree.num_requests) * in.tree.num_draft_tokens;
   if (in.p.data == nullptr || in.p.extent[0] < slots)
     return make_status(status_code::size_mismatch, "p needs one row per slot");
   if (in.p.extent[1] < 1) return make_status(status_code::empty_input, "target rows are empty");
