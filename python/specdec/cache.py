@@ -101,7 +101,10 @@ def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, kee
     failure (check=True waits even with one, check=False never does and needs one). The
     tensors' descriptions are uploaded on every call: for a commit without
     uploads (e.g. captured in a CUDA graph), prepare one with KVCommit.
-    Host caches: the Python lock is released while bytes move; `threads`
+    Host caches: the same per-request rule and `status=` (an int32 host
+    array of R entries, filled in place; without it the first failure
+    raises after the good requests committed; check as for CUDA). The
+    Python lock is released while bytes move; `threads`
     > 1 runs the (tensor, request) items on that many threads (a pool owned
     by this call; 0 = one per hardware thread). Same bytes for any count;
     it pays off only with many large items and idle cores."""
@@ -131,7 +134,7 @@ def commit_kv(caches: Sequence[Any], layout: str, cache_len: Any, keep: Any, kee
         ko = _inp(keep_offsets, np.int32, "keep_offsets")
     bt = None if block_table is None else _inp(block_table, np.int32, "block_table")
     bu = None if blocks_used is None else _inp(blocks_used, np.int32, "blocks_used")
-    _core.commit_kv(cs, layout, cl, ko, kp, bt, bu, int(threads))
+    _core.commit_kv(cs, layout, cl, ko, kp, bt, bu, status, _check_now(check, status), int(threads))
 
 
 def _commit_kv_cuda(dev: int, cs: list, layout: str, cache_len: Any, keep: Any, keep_offsets: Any,

@@ -128,7 +128,8 @@ struct call_pool {
 template <class T>
 void commit_typed(const std::vector<any_cpu>& caches, const std::string& layout, const kv_position_map& base_map,
                   bool paged, std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
-                  std::span<const position_id> keep, std::int32_t threads) {
+                  std::span<const position_id> keep, std::span<std::int32_t> request_status, bool check_now,
+                  std::int32_t threads) {
   std::vector<kv_tensor<T>> ts;
   kv_position_map map = base_map;
   for (std::size_t i = 0; i < caches.size(); ++i) {
@@ -150,21 +151,32 @@ void commit_typed(const std::vector<any_cpu>& caches, const std::string& layout,
   call_pool pool{threads};
   kv_commit_executor exec;
   if (threads > 1) exec = {&call_pool::parallel_for, &pool};
+  // One status per request, as the CUDA kernel: the caller's array, else
+  // a local one (then the first failure raises).
+  std::vector<std::int32_t> own;
+  if (request_status.empty() && !cache_len.empty()) {
+    own.resize(cache_len.size());
+    request_status = own;
+  }
   status s;
   {
     // The caller's arrays stay referenced by the call's arguments; other
     // Python threads may run while the bytes move.
     nb::gil_scoped_release unlocked;
-    s = commit_kv<T>(std::span<const kv_tensor<T>>(ts), map, cache_len, keep_offsets, keep, exec);
+    s = commit_kv_per_request<T>(std::span<const kv_tensor<T>>(ts), map, cache_len, keep_offsets, keep, request_status,
+                                 exec);
   }
-  check(s);
+  if (check_now || s.code() == status_code::size_mismatch) check(s);
 }
 
 void commit(const std::vector<any_cpu>& caches, const std::string& layout, const in1<position_id>& cache_len,
             const in1<std::int32_t>& keep_offsets, const in1<position_id>& keep,
             const std::optional<in_nd<std::int32_t, 2>>& block_table,
-            const std::optional<in1<std::int32_t>>& blocks_used, std::int32_t threads) {
+            const std::optional<in1<std::int32_t>>& blocks_used, const std::optional<out1<std::int32_t>>& status_out,
+            bool check_now, std::int32_t threads) {
   require(!caches.empty(), status_code::empty_input, "no cache tensors");
+  require(!status_out || status_out->size() == cache_len.size(), status_code::size_mismatch,
+          "status needs one entry per request");
   if (threads == 0) threads = static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   require(threads >= 1 && threads <= 1024, status_code::invalid_argument, "threads must be in [0, 1024]");
   const std::size_t bytes = caches[0].itemsize();
@@ -186,15 +198,19 @@ void commit(const std::vector<any_cpu>& caches, const std::string& layout, const
   const auto cl = span_of(cache_len);
   const auto ko = span_of(keep_offsets);
   const auto kp = span_of(keep);
+  const std::span<std::int32_t> st =
+      status_out ? std::span<std::int32_t>(status_out->data(), status_out->size()) : std::span<std::int32_t>{};
+  // Without a status array the call raises the first failure.
+  const bool raise = check_now || !status_out;
   switch (bytes) {
     case 1:
-      return commit_typed<std::uint8_t>(caches, layout, map, paged, cl, ko, kp, threads);
+      return commit_typed<std::uint8_t>(caches, layout, map, paged, cl, ko, kp, st, raise, threads);
     case 2:
-      return commit_typed<std::uint16_t>(caches, layout, map, paged, cl, ko, kp, threads);
+      return commit_typed<std::uint16_t>(caches, layout, map, paged, cl, ko, kp, st, raise, threads);
     case 4:
-      return commit_typed<std::uint32_t>(caches, layout, map, paged, cl, ko, kp, threads);
+      return commit_typed<std::uint32_t>(caches, layout, map, paged, cl, ko, kp, st, raise, threads);
     case 8:
-      return commit_typed<std::uint64_t>(caches, layout, map, paged, cl, ko, kp, threads);
+      return commit_typed<std::uint64_t>(caches, layout, map, paged, cl, ko, kp, st, raise, threads);
     default:
       check(make_status(status_code::unsupported, "cache element size must be 1, 2, 4 or 8 bytes"));
   }
@@ -250,7 +266,7 @@ kv_described describe_commit(const std::vector<any_dev>& caches, const std::stri
   if (paged) {
     require(block_table->shape(1) == 0 || block_table->stride(1) == 1, status_code::invalid_argument,
             "block_table rows must be contiguous");
-    d.max_requests = static_cast<std::int64_t>(block_table->shape(0));
+    d.max_requests = std::min<std::int64_t>(static_cast<std::int64_t>(block_table->shape(0)), INT32_MAX);
     if (blocks_used) d.max_requests = std::min(d.max_requests, static_cast<std::int64_t>(blocks_used->size()));
     P.map = paged_positions(block_table->data(), static_cast<std::int64_t>(block_table->shape(1)), 0, 0,
                             blocks_used ? blocks_used->data() : nullptr);
@@ -350,9 +366,11 @@ class prepared_kv_commit {
     kv_described d = describe_commit(caches, layout, block_table, blocks_used);
     P_ = d.P;
     max_requests_ = d.max_requests;
-    // Its own statuses hold as many requests as the caches do (rows of a
-    // contiguous cache or of the block table), then the descriptions.
-    status_bytes_ = kv_status_bytes(static_cast<std::size_t>(max_requests_));
+    // Its own statuses (for calls without status=) hold as many requests as
+    // the caches do (rows of a contiguous cache or of the block table), up
+    // to own_status_max; then the descriptions.
+    own_status_ = std::min<std::int64_t>(max_requests_, own_status_max);
+    status_bytes_ = kv_status_bytes(static_cast<std::size_t>(own_status_));
     const std::size_t bytes = status_bytes_ + d.tensors.size() * sizeof(kv_tensor<void>);
     cuda_check(cudaMalloc(&memory_, bytes), "cudaMalloc");
     auto* base = static_cast<std::byte*>(memory_);
@@ -390,13 +408,19 @@ class prepared_kv_commit {
             "status needs one entry per request");
     kernels::kv_commit_params P = P_;
     set_requests(P, max_requests_, cache_len, keep_offsets, keep);
-    if (status_out) P.request_status = status_out->data();
+    if (status_out)
+      P.request_status = status_out->data();
+    else
+      require(static_cast<std::int64_t>(cache_len.size()) <= own_status_, status_code::size_mismatch,
+              "more than 65536 requests: pass a status= array");
     launch_commit(P, stream_of(stream), check_now);
   }
 
  private:
   kernels::kv_commit_params P_{};
+  static constexpr std::int64_t own_status_max = 65536;
   std::int64_t max_requests_ = 0;
+  std::int64_t own_status_ = 0;
   std::size_t status_bytes_ = 0;
   void* memory_ = nullptr;
   int device_ = -1;
@@ -440,7 +464,8 @@ void bind_cache(nb::module_& m) {
         arg("paths"), arg("results"), arg("cache_len"), arg("keep").noconvert(), arg("keep_offsets").noconvert(),
         arg("status").noconvert());
   m.def("commit_kv", &commit, arg("caches").noconvert(), arg("layout"), arg("cache_len"), arg("keep_offsets"),
-        arg("keep"), arg("block_table").none(), arg("blocks_used").none(), arg("threads"));
+        arg("keep"), arg("block_table").none(), arg("blocks_used").none(), arg("status").noconvert().none(),
+        arg("check"), arg("threads"));
 #if defined(SPECDEC_PYTHON_HAS_CUDA)
   m.def("cuda_commit_kv_workspace_size", &kv_ws_size, arg("num_tensors"), arg("num_requests"));
   m.def("cuda_commit_kv", &cuda_commit_kv, arg("caches").noconvert(), arg("layout"), arg("cache_len"),

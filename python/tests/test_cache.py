@@ -107,6 +107,30 @@ def test_bad_commits_raise_and_leave_caches_byte_identical(rng):
         specdec.commit_kv([cache, cache[:, :, :, :4]], "SLHTD", 0, [0, 1])  # positions disagree
     np.testing.assert_array_equal(cache.view(np.uint32), before.view(np.uint32))
 
+def test_commit_kv_one_status_per_request(rng):
+    """A bad request is left untouched and reported; the others commit (as
+    the CUDA kernel does). With status= nothing raises; without it the first
+    failure raises after the good requests committed."""
+    cache = rng.standard_normal((2, 1, 2, 8, 4)).astype(np.float32)
+    want = cache.copy()  # request 0 alone (request 1's keep range emptied)
+    specdec.commit_kv([want], "SLHTD", np.array([0, 1]), np.array([2, 3]), np.array([0, 2, 2], np.int32))
+    assert not np.array_equal(want, cache)
+    args = (np.array([0, 1]), np.array([2, 3, 9]), np.array([0, 2, 3], np.int32))  # request 1: 9 past capacity 8
+    got = cache.copy()
+    status = np.full(2, -1, np.int32)
+    specdec.commit_kv([got], "SLHTD", *args, status=status)
+    assert status[0] == 0 and specdec._core.status_code_name(int(status[1])) == "out_of_range"
+    np.testing.assert_array_equal(got, want)
+    got = cache.copy()
+    with pytest.raises(specdec.Error, match="out_of_range"):
+        specdec.commit_kv([got], "SLHTD", *args)
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(specdec.Error, match="out_of_range"):  # check=True raises even with status
+        specdec.commit_kv([cache.copy()], "SLHTD", *args, status=status, check=True)
+    with pytest.raises(specdec.Error, match="size_mismatch"):
+        specdec.commit_kv([cache.copy()], "SLHTD", *args, status=np.zeros(3, np.int32))
+
+
 @needs_torch
 def test_torch_fp16_cache_commit_in_place():
     import torch
@@ -123,8 +147,8 @@ def test_torch_fp16_cache_commit_in_place():
 @pytest.mark.parametrize("threads", [2, 3, 8, 0])
 def test_threaded_commit_equals_serial(rng, threads):
     """The call-owned pool moves the same bytes as the serial commit, for
-    contiguous and paged caches, many tensors and requests; a bad batch
-    still writes nothing."""
+    contiguous and paged caches, many tensors and requests; with a bad
+    request it commits the same others and leaves that one untouched."""
     R, T = 7, 32
     caches = [rng.standard_normal((R, 2, 3, T, 8)).astype(np.float16) for _ in range(5)]
     cache_len = rng.integers(0, 12, size=R).astype(np.int64)
@@ -147,12 +171,17 @@ def test_threaded_commit_equals_serial(rng, threads):
     for a, b in zip(pools, serial):
         np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
     bad = keep.copy()
-    bad[-1] = T  # past capacity
+    bad[-1] = T  # past capacity: the last request with a keep list fails
+    last = int(np.nonzero(np.diff(ko))[0][-1])
     before = [c.copy() for c in caches]
+    serial = [c.copy() for c in caches]
+    with pytest.raises(specdec.Error, match="out_of_range"):
+        specdec.commit_kv(serial, "SLHTD", cache_len, bad, ko)
     with pytest.raises(specdec.Error, match="out_of_range"):
         specdec.commit_kv(caches, "SLHTD", cache_len, bad, ko, threads=threads)
-    for a, b in zip(caches, before):
+    for a, b, c in zip(caches, serial, before):
         np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
+        np.testing.assert_array_equal(a[last].view(np.uint16), c[last].view(np.uint16))  # the bad request
 
 def test_commit_threads_argument_checked():
     cache = np.zeros((1, 1, 4, 2), np.float32)

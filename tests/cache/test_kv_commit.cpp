@@ -632,7 +632,7 @@ TEST_CASE("commit_kv: bad inputs return a status and leave every cache byte unch
   if (!run().ok()) CHECK(unchanged());
 }
 
-TEST_CASE("commit_kv with request statuses: bad requests get their codes and are skipped, the others commit") {
+TEST_CASE("commit_kv_per_request: bad requests get their codes and are skipped, the others commit") {
   // Seeds 1..25 over every layout; each request is broken with probability
   // 0.4 by one fault of known code. Expected bytes: the gather of the batch
   // with the broken requests' keep ranges emptied.
@@ -684,7 +684,8 @@ TEST_CASE("commit_kv with request statuses: bad requests get their codes and are
       const auto expect = reference_commit(cache, cache.data(), ts, m, b.clen, koff_good, keep_good);
       std::vector<std::int32_t> codes(want.size(), -9);
       test_executor ex{seed % 2 == 0 ? 2 : 0};
-      const specdec::status st = specdec::commit_kv<std::uint16_t>(ts, m, b.clen, b.koff, b.keep, codes, ex.get());
+      const specdec::status st =
+          specdec::commit_kv_per_request<std::uint16_t>(ts, m, b.clen, b.koff, b.keep, codes, ex.get());
       const auto first = std::find_if(want.begin(), want.end(), [](status_code c) { return c != status_code::ok; });
       if (first == want.end()) {
         CHECK(st.ok());
@@ -707,7 +708,7 @@ TEST_CASE("commit_kv with request statuses: bad requests get their codes and are
   CHECK(mixed > 20);
 }
 
-TEST_CASE("commit_kv with request statuses: faults of the batch stop every request") {
+TEST_CASE("commit_kv_per_request: faults of the batch stop every request") {
   std::mt19937_64 g64(11);
   const std::int64_t L = 2, H = 2, D = 4, C = 16;
   std::vector<std::uint16_t> cache(static_cast<std::size_t>(3 * L * H * C * D));
@@ -724,23 +725,23 @@ TEST_CASE("commit_kv with request statuses: faults of the batch stop every reque
     auto bad = t;
     bad.data = nullptr;
     const std::array<kv_tensor<std::uint16_t>, 2> two{t, bad};
-    CHECK(specdec::commit_kv(two, map, clen, koff, keep, codes) == status_code::invalid_argument);
+    CHECK(specdec::commit_kv_per_request(two, map, clen, koff, keep, codes) == status_code::invalid_argument);
     CHECK(all(status_code::invalid_argument));
   }
   SECTION("keep_offsets[R] past keep") {
     keep.pop_back();
-    CHECK(specdec::commit_kv<std::uint16_t>(std::span(&t, 1), map, clen, koff, keep, codes) ==
+    CHECK(specdec::commit_kv_per_request<std::uint16_t>(std::span(&t, 1), map, clen, koff, keep, codes) ==
           status_code::size_mismatch);
     CHECK(all(status_code::size_mismatch));
   }
   SECTION("a bad map") {
-    CHECK(specdec::commit_kv<std::uint16_t>(std::span(&t, 1), specdec::contiguous_positions(-1), clen, koff, keep,
-                                            codes) == status_code::invalid_argument);
+    CHECK(specdec::commit_kv_per_request<std::uint16_t>(std::span(&t, 1), specdec::contiguous_positions(-1), clen, koff,
+                                                        keep, codes) == status_code::invalid_argument);
     CHECK(all(status_code::invalid_argument));
   }
   SECTION("request_status of the wrong size: size_mismatch, nothing written") {
     codes.resize(2);
-    CHECK(specdec::commit_kv<std::uint16_t>(std::span(&t, 1), map, clen, koff, keep, codes) ==
+    CHECK(specdec::commit_kv_per_request<std::uint16_t>(std::span(&t, 1), map, clen, koff, keep, codes) ==
           status_code::size_mismatch);
     CHECK(codes == std::vector<std::int32_t>{-9, -9});
   }

@@ -141,7 +141,7 @@ both_result run_both(const gpu_case& c, std::mt19937_64& g64, std::int32_t max_l
   const auto hmap = paged ? specdec::paged_positions(c.table.data(), per, c.P, c.pages, c.used.data())
                           : specdec::contiguous_positions(c.C);
   std::vector<std::int32_t> host_codes(c.clen.size(), -1);
-  out_.host = specdec::commit_kv<T>(hts, hmap, c.clen, c.koff, c.keep, host_codes);
+  out_.host = specdec::commit_kv_per_request<T>(hts, hmap, c.clen, c.koff, c.keep, host_codes);
 
   std::vector<kv_tensor<void>> erased;
   for (const auto& t : dts) erased.push_back(specdec::erase_kv_tensor(t));
@@ -233,9 +233,11 @@ TEST_CASE("GPU commit_kv inside a captured CUDA graph equals the host commit") {
 TEST_CASE("GPU commit_kv: bad requests get the host's codes and only they are left untouched") {
   std::mt19937 g(5);
   std::mt19937_64 g64(5);
-  for (int what = 0; what < 4; ++what) {
+  for (int what = 0; what < 7; ++what) {
     INFO("fault " << what);
     auto c = random_case(g, what % 2 == 0 ? 2 : 0);
+    if (what == 6)
+      while (c.R < 2) c = random_case(g, 0);
     const std::size_t last = c.keep.size();
     REQUIRE(last > 0);
     switch (what) {
@@ -248,9 +250,18 @@ TEST_CASE("GPU commit_kv: bad requests get the host's codes and only they are le
       case 2:  // block table too short
         for (auto& u : c.used) u = 0;
         break;
-      default:  // not strictly increasing
+      case 3:  // not strictly increasing
         c.keep.push_back(c.keep.back());
         c.koff.back() += 1;
+        break;
+      case 4:  // the batch header: keep_offsets[0] != 0
+        c.koff[0] = 1;
+        break;
+      case 5:  // keep_offsets[R] past the keep buffer (total_keep)
+        c.koff.back() += 1;
+        break;
+      default:  // an interior offset out of order: request 1's range is reversed
+        c.koff[1] = c.koff[2] + 1;
         break;
     }
     const both_result b = run_both<std::uint16_t>(c, g64);
@@ -258,8 +269,8 @@ TEST_CASE("GPU commit_kv: bad requests get the host's codes and only they are le
     CHECK(b.device.code() == b.host.code());
     CHECK(b.device.index() == b.host.index());
     CHECK(b.codes_equal);
-    CHECK(b.equal);                                  // the good requests committed as on the host
-    if (what == 0 || what == 2) CHECK(b.untouched);  // every request was bad
+    CHECK(b.equal);  // the good requests committed as on the host
+    if (what == 0 || what == 2 || what == 4 || what == 5) CHECK(b.untouched);  // every request was bad
   }
 }
 

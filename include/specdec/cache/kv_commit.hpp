@@ -340,16 +340,18 @@ status validate_kv_commit_requests(std::span<const kv_tensor<T>> tensors, const 
   return first;
 }
 
-//! commit_kv with one status per request, as the CUDA kernel reports them:
-//! validate_kv_commit_requests fills `request_status`, then every request
-//! that passed is committed and the others are left byte-identical (a
-//! batch-wide fault stops all of them). Returns validate_kv_commit_requests'
-//! status: ok when every request was committed.
+//! commit_kv with one status per request, as the CUDA kernel
+//! (kernels::commit_kv) reports them: validate_kv_commit_requests fills
+//! `request_status`, then every request that passed is committed and the
+//! others are left byte-identical (a batch-wide fault stops all of them).
+//! Returns validate_kv_commit_requests' status: ok when every request was
+//! committed. (Its own name: an overload of commit_kv would make
+//! `commit_kv(..., keep, {})` ambiguous.)
 template <kv_element T>
-status commit_kv(std::span<const kv_tensor<T>> tensors, const kv_position_map& map,
-                 std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
-                 std::span<const position_id> keep, std::span<std::int32_t> request_status,
-                 const kv_commit_executor& exec = {}) noexcept {
+status commit_kv_per_request(std::span<const kv_tensor<T>> tensors, const kv_position_map& map,
+                             std::span<const position_id> cache_len, std::span<const std::int32_t> keep_offsets,
+                             std::span<const position_id> keep, std::span<std::int32_t> request_status,
+                             const kv_commit_executor& exec = {}) noexcept {
   const status s = validate_kv_commit_requests(tensors, map, cache_len, keep_offsets, keep, request_status);
   if (!detail::kv_commit_spans_agree(cache_len, keep_offsets, request_status)) return s;  // nothing was written
   detail::kv_commit_run(tensors, map, cache_len, keep_offsets, keep, request_status.data(), exec);
@@ -395,14 +397,14 @@ status commit_kv(const Tensors& tensors, const kv_position_map& map, std::span<c
                       cache_len, keep_offsets, keep, exec);
 }
 
-//! commit_kv (batched, one status per request) over a deduced kv_tensor range.
+//! commit_kv_per_request over a deduced kv_tensor range.
 template <kv_tensor_range Tensors>
-status commit_kv(const Tensors& tensors, const kv_position_map& map, std::span<const position_id> cache_len,
-                 std::span<const std::int32_t> keep_offsets, std::span<const position_id> keep,
-                 std::span<std::int32_t> request_status, const kv_commit_executor& exec = {}) noexcept {
+status commit_kv_per_request(const Tensors& tensors, const kv_position_map& map, std::span<const position_id> cache_len,
+                             std::span<const std::int32_t> keep_offsets, std::span<const position_id> keep,
+                             std::span<std::int32_t> request_status, const kv_commit_executor& exec = {}) noexcept {
   using T = typename detail::kv_tensor_element<std::remove_cv_t<std::ranges::range_value_t<const Tensors&>>>::type;
-  return commit_kv<T>(std::span<const kv_tensor<T>>(std::ranges::data(tensors), std::ranges::size(tensors)), map,
-                      cache_len, keep_offsets, keep, request_status, exec);
+  return commit_kv_per_request<T>(std::span<const kv_tensor<T>>(std::ranges::data(tensors), std::ranges::size(tensors)),
+                                  map, cache_len, keep_offsets, keep, request_status, exec);
 }
 
 //! commit_kv (single request) over a deduced kv_tensor range.

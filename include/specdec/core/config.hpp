@@ -20,7 +20,7 @@
 //! Device-only, compiled once as a called function instead of inlined at
 //! every call site: the verification walk's row passes (cuda/verify.cuh),
 //! which the walk calls from dozens of places per instantiation.
-#define SPECDEC_DEVICE_OUTLINED __device__ __noinline__
+#define SPECDEC_DEVICE_OUTLINED __device__ __noinline__ inline
 //! A kernel entry point.
 #define SPECDEC_KERNEL __global__
 //! Placed before a host-device template whose device instantiations call
