@@ -5,7 +5,7 @@
 # packaging, and the host tests whose statistical trials are cut under
 # sanitizers: verify, loop, parallel), the ASan+UBSan configuration (every
 # host test), clang-tidy, and the Python package (pip install . then pytest).
-# Usage: bash scripts/test-all.sh        (from anywhere; ~34-39 min on 2 cores)
+# Usage: bash scripts/test-all.sh        (from anywhere; ~43 min on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
