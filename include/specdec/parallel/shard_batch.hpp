@@ -1,0 +1,373 @@
+//! \file
+//! Request batching for the vocabulary-parallel verifier: verify_trees_sharded
+//! verifies R trees on a vocabulary split over ranks with one collective per
+//! step for the whole batch instead of one per decision of every request.
+//!
+//! How. Each request's walk (verify/walk.hpp through the sharded row policy)
+//! runs on its own host thread against a batched_shard_executor. A pass
+//! the walk asks for is queued with the batch backend; a collective (a sum,
+//! a prefix, a maximum, a broadcast, or an argument check) blocks the
+//! request until every live request has blocked or finished. The last one
+//! to arrive runs the step for all: the backend runs every queued pass
+//! (nccl_batch_backend: one kernel, a block per request) and combines every
+//! request's scalars (nccl_batch_backend: one all-gather), then wakes the
+//! requests. A request takes part in consecutive steps until its walk ends,
+//! so the steps are the same on every rank, and the number of collectives
+//! of a call is the largest request's, not the sum over requests.
+//!
+//! Exactness. Each request's passes and folds are those of
+//! verify_tree_sharded (rank-order folds, parallel/collective.hpp), so every
+//! request gets, bit for bit, the tokens and statuses verify_tree_sharded
+//! gives it alone on the same partition.
+//!
+//! Costs. The call starts R - 1 threads (the caller's thread walks request
+//! 0); backends allocate their host buffers once, at construction. Every
+//! rank must call with the same number of requests (checked, with the
+//! partition, by one argument agreement before any walk starts).
+#pragma once
+
+#include <bit>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "specdec/core/status.hpp"
+#include "specdec/parallel/collective.hpp"
+#include "specdec/parallel/sharded_verify.hpp"
+#include "specdec/sample/detail/host_rows.hpp"
+#include "specdec/verify/detail/row_ops.hpp"
+
+namespace specdec {
+
+//! What a request asks of one step.
+enum class batch_op : std::int8_t {
+  none,       //!< only run the queued passes (a full queue)
+  sum,        //!< rank-order sums
+  prefix,     //!< rank-order sums over the lower ranks
+  max,        //!< int64 maxima
+  broadcast,  //!< root's values
+};
+
+//! One request's part of a step. Inputs come from the request's pass
+//! scalars (`from_host` false: the backend's per-request slots, doubles for
+//! sum and prefix, int64s for max) or from host memory (an argument check
+//! of the request: `din` / `lin`). Results go to `dout` / `lout`.
+struct batch_post {
+  batch_op op = batch_op::none;
+  bool from_host = false;
+  int n = 0;
+  int root = 0;
+  const double* din = nullptr;
+  const std::int64_t* lin = nullptr;
+  double* dout = nullptr;
+  std::int64_t* lout = nullptr;
+};
+
+namespace detail {
+
+//! The rank-order combination of one post from every rank's inputs:
+//! `word(q, i)` is rank q's i-th input as 8 bytes.
+template <class Word>
+void combine_post(const batch_post& p, int rank, int ranks, const Word& word) {
+  for (int i = 0; i < p.n; ++i) {
+    if (p.op == batch_op::max) {
+      std::int64_t m = no_key;
+      for (int q = 0; q < ranks; ++q) m = word(q, i) > m ? word(q, i) : m;
+      p.lout[i] = m;
+      continue;
+    }
+    double s = 0.0;
+    if (p.op == batch_op::broadcast) {
+      s = std::bit_cast<double>(word(p.root, i));
+    } else {
+      const int upto = p.op == batch_op::sum ? ranks : rank;
+      for (int q = 0; q < upto; ++q) s += std::bit_cast<double>(word(q, i));
+    }
+    p.dout[i] = s;
+  }
+}
+
+}  // namespace detail
+
+//! The batch backend over any host collective: passes run at once on host
+//! rows (on the request's thread), and a step makes at most one collective
+//! per kind (sum, prefix, max, and a broadcast per root) carrying every
+//! request's scalars of that kind. Host buffers are allocated here, once.
+template <collective C>
+class host_batch_backend {
+ public:
+  //! Most scalars of each type one request's pass writes per step.
+  static constexpr int capacity = 64;
+  //! Borrows `coll`; room for `max_requests` requests per call.
+  host_batch_backend(C& coll, std::int32_t max_requests)
+      : c_(&coll),
+        max_(max_requests > 0 ? max_requests : 0),
+        d_(static_cast<std::size_t>(max_) * capacity),
+        l_(static_cast<std::size_t>(max_) * capacity),
+        buf_(static_cast<std::size_t>(max_) * capacity),
+        lbuf_(static_cast<std::size_t>(max_) * capacity) {}
+  [[nodiscard]] int rank() const { return c_->rank(); }
+  [[nodiscard]] int size() const { return c_->size(); }
+  [[nodiscard]] std::int32_t max_requests() const noexcept { return max_; }
+  //! The collective on host memory (the batch's own argument agreement).
+  C& coll() noexcept { return *c_; }
+  [[nodiscard]] status error() const { return collective_error(*c_); }
+  const std::int64_t* stage_bounds(std::span<const std::int64_t> bounds, std::int64_t*) noexcept {
+    return bounds.data();
+  }
+  //! Runs request r's pass now (host rows); never full.
+  template <class Pass>
+  bool queue(std::int32_t r, const Pass& f) {
+    f(detail::host_row_ops{}, slot_d(r), slot_l(r));
+    return true;
+  }
+  //! The step: posts[r] is request r's post, or null when r takes no part.
+  void step(std::span<const batch_post* const> posts) {
+    for (const batch_op op : {batch_op::sum, batch_op::prefix}) fold_kind(posts, op, -1);
+    int n = 0;
+    for (std::size_t r = 0; r < posts.size(); ++r)
+      if (posts[r] != nullptr && posts[r]->op == batch_op::max)
+        for (int i = 0; i < posts[r]->n; ++i) lbuf_[static_cast<std::size_t>(n++)] = in_l(*posts[r], r)[i];
+    if (n > 0) c_->all_reduce_max(lbuf_.data(), n);
+    n = 0;
+    for (std::size_t r = 0; r < posts.size(); ++r)
+      if (posts[r] != nullptr && posts[r]->op == batch_op::max)
+        for (int i = 0; i < posts[r]->n; ++i) posts[r]->lout[i] = lbuf_[static_cast<std::size_t>(n++)];
+    for (int root = 0; root < size(); ++root) fold_kind(posts, batch_op::broadcast, root);
+  }
+
+ private:
+  double* slot_d(std::size_t r) noexcept { return d_.data() + r * capacity; }
+  std::int64_t* slot_l(std::size_t r) noexcept { return l_.data() + r * capacity; }
+  const double* in_d(const batch_post& p, std::size_t r) noexcept { return p.from_host ? p.din : slot_d(r); }
+  const std::int64_t* in_l(const batch_post& p, std::size_t r) noexcept { return p.from_host ? p.lin : slot_l(r); }
+  // One collective of kind `op` (broadcasts: those of `root`) over every
+  // request's doubles of that kind, in request order.
+  void fold_kind(std::span<const batch_post* const> posts, batch_op op, int root) {
+    int n = 0;
+    auto takes = [&](const batch_post* p) { return p != nullptr && p->op == op && (root < 0 || p->root == root); };
+    for (std::size_t r = 0; r < posts.size(); ++r)
+      if (takes(posts[r]))
+        for (int i = 0; i < posts[r]->n; ++i) buf_[static_cast<std::size_t>(n++)] = in_d(*posts[r], r)[i];
+    if (n == 0) return;
+    if (op == batch_op::sum) c_->all_reduce_sum(buf_.data(), n);
+    if (op == batch_op::prefix) c_->exclusive_prefix_sum(buf_.data(), n);
+    if (op == batch_op::broadcast) c_->broadcast(buf_.data(), n, root);
+    n = 0;
+    for (std::size_t r = 0; r < posts.size(); ++r)
+      if (takes(posts[r]))
+        for (int i = 0; i < posts[r]->n; ++i) posts[r]->dout[i] = buf_[static_cast<std::size_t>(n++)];
+  }
+
+  C* c_;
+  std::int32_t max_;
+  std::vector<double> d_;
+  std::vector<std::int64_t> l_;
+  std::vector<double> buf_;
+  std::vector<std::int64_t> lbuf_;
+};
+
+//! The lockstep of one call: every live request posts, the last to arrive
+//! runs the step. Internal to verify_trees_sharded.
+template <class Backend>
+class shard_batch {
+ public:
+  shard_batch(Backend& b, std::int32_t requests)
+      : b_(&b), live_(requests), posts_(static_cast<std::size_t>(requests), nullptr) {}
+  Backend& backend() noexcept { return *b_; }
+  //! Request r's pass (a full queue runs a step first).
+  template <class Pass>
+  void run(std::int32_t r, const Pass& f) {
+    while (!b_->queue(r, f)) post(r, batch_post{});
+  }
+  //! Blocks until the step holding request r's post has run.
+  void post(std::int32_t r, const batch_post& p) {
+    std::unique_lock<std::mutex> lk(m_);
+    posts_[static_cast<std::size_t>(r)] = &p;
+    ++posted_;
+    if (posted_ == live_) {
+      step();
+      return;
+    }
+    const std::uint64_t gen = gen_;
+    cv_.wait(lk, [&] { return gen_ != gen; });
+  }
+  //! Request r's walk has ended: it takes part in no further step.
+  void leave() {
+    std::lock_guard<std::mutex> lk(m_);
+    --live_;
+    if (live_ > 0 && posted_ == live_) step();
+  }
+  //! Stages the partition (serialised with the steps).
+  const std::int64_t* stage_bounds(std::span<const std::int64_t> bounds, std::int64_t* dst) {
+    std::lock_guard<std::mutex> lk(m_);
+    return b_->stage_bounds(bounds, dst);
+  }
+
+ private:
+  void step() {  // under m_
+    b_->step(posts_);
+    for (auto& p : posts_) p = nullptr;
+    posted_ = 0;
+    ++gen_;
+    cv_.notify_all();
+  }
+  Backend* b_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::int32_t live_;
+  std::int32_t posted_ = 0;
+  std::uint64_t gen_ = 0;
+  std::vector<const batch_post*> posts_;
+};
+
+//! The collective of one request of a batch (its argument agreement):
+//! each call is the request's post in one step.
+template <class Backend>
+class batched_collective {
+ public:
+  batched_collective(shard_batch<Backend>& b, std::int32_t r) noexcept : b_(&b), r_(r) {}
+  [[nodiscard]] int rank() const { return b_->backend().rank(); }
+  [[nodiscard]] int size() const { return b_->backend().size(); }
+  void all_reduce_sum(double* v, int n) { host(batch_op::sum, v, n); }
+  void exclusive_prefix_sum(double* v, int n) { host(batch_op::prefix, v, n); }
+  void broadcast(double* v, int n, int root) { host(batch_op::broadcast, v, n, root); }
+  void all_reduce_max(std::int64_t* v, int n) {
+    batch_post p{batch_op::max, true, n, 0, nullptr, v, nullptr, v};
+    b_->post(r_, p);
+  }
+  [[nodiscard]] status error() const { return b_->backend().error(); }
+
+ private:
+  void host(batch_op op, double* v, int n, int root = 0) {
+    batch_post p{op, true, n, root, v, nullptr, v, nullptr};
+    b_->post(r_, p);
+  }
+  shard_batch<Backend>* b_;
+  std::int32_t r_;
+};
+
+//! The shard executor of one request of a batch (the interface of
+//! host_shard_executor): passes go to the batch backend's queue, scalars
+//! to the request's post in the next step.
+template <class Backend>
+class batched_shard_executor {
+ public:
+  static constexpr int capacity = Backend::capacity;
+  batched_shard_executor(shard_batch<Backend>& b, std::int32_t r) noexcept : b_(&b), r_(r), coll_(b, r) {}
+  [[nodiscard]] int rank() const { return coll_.rank(); }
+  [[nodiscard]] int size() const { return coll_.size(); }
+  batched_collective<Backend>& coll() noexcept { return coll_; }
+  [[nodiscard]] status error() const { return b_->backend().error(); }
+  const std::int64_t* stage_bounds(std::span<const std::int64_t> bounds, std::int64_t* dst) {
+    return b_->stage_bounds(bounds, dst);
+  }
+  template <class Pass>
+  void run(const Pass& f) {
+    b_->run(r_, f);
+  }
+  void sum(int n, double* out) { pass(batch_op::sum, n, out, nullptr); }
+  void prefix(int n, double* out) { pass(batch_op::prefix, n, out, nullptr); }
+  void max(int n, std::int64_t* out) { pass(batch_op::max, n, nullptr, out); }
+
+ private:
+  void pass(batch_op op, int n, double* d, std::int64_t* l) {
+    batch_post p{op, false, n, 0, nullptr, nullptr, d, l};
+    b_->post(r_, p);
+  }
+  shard_batch<Backend>* b_;
+  std::int32_t r_;
+  batched_collective<Backend> coll_;
+};
+
+//! One request of verify_trees_sharded: the arguments of verify_tree_sharded
+//! for one tree. p, q and the workspace's executor part in the memory the
+//! backend's passes read (host memory for host_batch_backend, device
+//! memory for nccl_batch_backend).
+struct sharded_tree_request {
+  tree_view tree;                                     //!< the request's tree
+  view2d<const float> p;                              //!< this rank's N x width shard of the target rows
+  view2d<const float> q;                              //!< the draft rows' shard (sampled modes)
+  verify_params params;                               //!< mode, seed, request id, round
+  shard_workspace workspace{std::span<std::byte>{}};  //!< sharded_verify_workspace_size / _parts bytes
+  std::span<node_id> path;                            //!< max depth + 1 entries
+  std::span<token_id> tokens;                         //!< max depth + 1 entries
+  const caller_uniforms* uniforms = nullptr;          //!< the caller's uniforms, or null for keyed Philox
+};
+
+//! Verifies R trees on a vocabulary split over ranks, batching every
+//! request's collectives into one per step (see the file comment).
+//! Collective: every rank calls it with the same partition and requests
+//! (each request's tree, parameters and uniforms as verify_tree_sharded
+//! requires). `backend`: host_batch_backend (passes on host rows, any
+//! collective) or nccl_batch_backend (parallel/cuda_shard.cuh), with room
+//! for requests.size() requests. results[r] and status[r] receive request
+//! r's result and status exactly as verify_tree_sharded would return them
+//! (a bad request gets its status, the others verify). Returns a failure
+//! (and writes no result) when the batch itself is bad on any rank: R over
+//! the backend's room, results or status shorter than R, or ranks passing
+//! different partitions or request counts.
+template <class Backend>
+status verify_trees_sharded(Backend& backend, std::span<const std::int64_t> bounds,
+                            std::span<const sharded_tree_request> requests, std::span<verify_result> results,
+                            std::span<status> statuses) {
+  const auto R = static_cast<std::int64_t>(requests.size());
+  status local = status::success();
+  if (R > backend.max_requests())
+    local = make_status(status_code::buffer_too_small, "more requests than the batch backend has room for");
+  else if (results.size() < requests.size() || statuses.size() < requests.size())
+    local = make_status(status_code::buffer_too_small, "results and statuses need one entry per request");
+  std::uint64_t fp = 0xcbf29ce484222325ull;
+  detail::fingerprint_add(fp, R);
+  for (const std::int64_t b : bounds) detail::fingerprint_add(fp, b);
+  SPECDEC_TRY(agree_status(backend.coll(), local, fp));
+  SPECDEC_TRY(collective_error(backend.coll()));
+  if (R == 0) return status::success();
+
+  shard_batch<Backend> batch(backend, static_cast<std::int32_t>(R));
+  auto walk = [&](std::int32_t r) {
+    const sharded_tree_request& q = requests[static_cast<std::size_t>(r)];
+    batched_shard_executor<Backend> ex(batch, r);
+    verify_result res{};
+    const status s =
+        detail::with_shard_call(ex, bounds, q.tree.size, q.workspace, q.params, q.uniforms,
+                                [&](auto& e, const auto& uni, std::span<std::byte> ew, std::span<std::byte> hw) {
+                                  return detail::verify_tree_sharded_with(e, bounds, q.tree, q.p, q.q, q.params, uni,
+                                                                          q.uniforms, ew, hw, q.path, q.tokens, res);
+                                });
+    results[static_cast<std::size_t>(r)] = s.ok() ? res : verify_result{0, 0, -1, s.code()};  // code: per request
+    statuses[static_cast<std::size_t>(r)] = s;
+    batch.leave();
+  };
+  std::vector<std::thread> threads;
+  std::int32_t started = 1;
+  try {
+    threads.reserve(static_cast<std::size_t>(R - 1));
+    for (; started < R; ++started) threads.emplace_back(walk, started);
+  } catch (...) {  // no thread for the rest: they take part in no step (other ranks may then disagree)
+    for (std::int32_t r = started; r < R; ++r) {
+      statuses[static_cast<std::size_t>(r)] = make_status(status_code::internal_error, "could not start a thread");
+      results[static_cast<std::size_t>(r)] = verify_result{0, 0, -1, status_code::internal_error};
+      batch.leave();
+    }
+  }
+  walk(0);
+  for (auto& t : threads) t.join();
+  return backend.error();
+}
+
+//! verify_trees_sharded on host rows over a collective (a
+//! host_batch_backend made for the call).
+template <collective C>
+status verify_trees_sharded(C& coll, std::span<const std::int64_t> bounds,
+                            std::span<const sharded_tree_request> requests, std::span<verify_result> results,
+                            std::span<status> statuses) {
+  host_batch_backend<C> backend(coll, static_cast<std::int32_t>(requests.size()));
+  return verify_trees_sharded(backend, bounds, requests, results, statuses);
+}
+
+}  // namespace specdec
