@@ -6,6 +6,7 @@
 // bad batch fails on every rank.
 #include <catch2/catch.hpp>
 
+#include <bit>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -86,12 +87,101 @@ struct rank_batch {
   outcome got(std::size_t r) const { return record(st[r], res[r], path[r], tokens[r]); }
 };
 
+// The step of nccl_batch_backend on the host: passes are queued (at most
+// `depth` per request, so full queues force steps of no collective) and run
+// at the step, request by request in queue order, then one all-gather of
+// the packed words. It checks the deferred execution the device backend
+// relies on without a GPU.
+class deferred_backend {
+ public:
+  static constexpr int capacity = 64;
+  deferred_backend(thread_gather_collective& c, std::int32_t R, int depth)
+      : c_(&c),
+        R_(R),
+        depth_(depth),
+        queue_(static_cast<std::size_t>(R * depth)),
+        count_(static_cast<std::size_t>(R)),
+        d_(static_cast<std::size_t>(R * capacity)),
+        l_(d_.size()),
+        words_(d_.size() * static_cast<std::size_t>(1 + c.size())),
+        off_(static_cast<std::size_t>(R)) {}
+  int rank() const { return c_->rank(); }
+  int size() const { return c_->size(); }
+  std::int32_t max_requests() const { return R_; }
+  thread_gather_collective& coll() { return *c_; }
+  status error() const { return status::success(); }
+  const std::int64_t* stage_bounds(std::span<const std::int64_t> b, std::int64_t*) { return b.data(); }
+  template <class Pass>
+  bool queue(std::int32_t r, const Pass& f) {
+    int& c = count_[static_cast<std::size_t>(r)];
+    if (c == depth_) return false;
+    queue_[static_cast<std::size_t>(r * depth_ + c++)] = detail::any_shard_pass(f);
+    return true;
+  }
+  void step(std::span<const batch_post* const> posts) {
+    for (std::size_t r = 0; r < posts.size(); ++r) {
+      if (posts[r] == nullptr) continue;
+      for (int i = 0; i < count_[r]; ++i)
+        queue_[r * static_cast<std::size_t>(depth_) + static_cast<std::size_t>(i)].run(detail::host_row_ops{}, d(r),
+                                                                                       l(r));
+      count_[r] = 0;
+    }
+    const std::size_t all = d_.size();
+    const std::int64_t W =
+        detail::pack_posts(posts, off_.data(), words_.data(), [&](std::size_t r, std::int64_t* w, int n) {
+          for (int i = 0; i < n; ++i)
+            w[i] = posts[r]->op == batch_op::max ? l(r)[i] : std::bit_cast<std::int64_t>(d(r)[i]);
+        });
+    if (W > 0) c_->all_gather(words_.data(), static_cast<int>(W), words_.data() + all);
+    detail::unpack_posts(posts, off_.data(), W, words_.data() + all, rank(), size(), true);
+  }
+
+ private:
+  double* d(std::size_t r) { return d_.data() + r * capacity; }
+  std::int64_t* l(std::size_t r) { return l_.data() + r * capacity; }
+  thread_gather_collective* c_;
+  std::int32_t R_;
+  int depth_;
+  std::vector<detail::any_shard_pass> queue_;
+  std::vector<int> count_;
+  std::vector<double> d_;
+  std::vector<std::int64_t> l_;
+  std::vector<std::int64_t> words_;
+  std::vector<std::int64_t> off_;
+};
+
 }  // namespace
+
+TEST_CASE("deferred passes (the device backend's step, on the host) give every request its result alone",
+          "[parallel]") {
+  const std::int64_t V = 900;
+  for (const int P : {1, 3})
+    for (const int depth : {1, 2, 8}) {
+      const std::uint64_t seed = 40 + static_cast<std::uint64_t>(depth);
+      INFO("seed " << seed << " ranks " << P << " queue depth " << depth);
+      const batch_case b = make_batch(seed, 9, V);
+      const auto bounds = uneven_bounds(V, P);
+      const auto got = run_ranks<std::vector<outcome>>(P, [&](thread_collective& tc) {
+        thread_gather_collective gc(tc.group(), tc.rank());
+        deferred_backend be(gc, 9, depth);
+        rank_batch rb(b, bounds, tc.rank(), P);
+        std::vector<outcome> out;
+        if (!verify_trees_sharded(be, bounds, rb.req, rb.res, rb.st).ok()) return out;
+        for (std::size_t r = 0; r < rb.req.size(); ++r) out.push_back(rb.got(r));
+        return out;
+      });
+      for (int q = 0; q < P; ++q) {
+        REQUIRE(got[static_cast<std::size_t>(q)].size() == 9);
+        for (std::size_t r = 0; r < 9; ++r)
+          CHECK(got[static_cast<std::size_t>(q)][r] == run_partitioned(b.trees[r], bounds, b.params[r]));
+      }
+    }
+}
 
 TEST_CASE("verify_trees_sharded gives every request what it gets alone, in fewer collectives", "[parallel]") {
   const std::int64_t V = 700;
   for (const int P : {1, 2, 3})
-    for (const std::int32_t R : {1, 5})
+    for (const std::int32_t R : {1, 5, 16})
       for (std::uint64_t seed = 1; seed <= 3; ++seed) {
         INFO("seed " << seed << " ranks " << P << " requests " << R);
         batch_case b = make_batch(seed, R, V);
@@ -103,33 +193,50 @@ TEST_CASE("verify_trees_sharded gives every request what it gets alone, in fewer
               run_partitioned(b.trees[static_cast<std::size_t>(r)], bounds, b.params[static_cast<std::size_t>(r)]));
         if (R > 2) CHECK(want[2].code == status_code::token_out_of_range);
 
-        std::vector<std::int64_t> alone(static_cast<std::size_t>(P), 0), batched(static_cast<std::size_t>(P), 0);
+        std::vector<std::int64_t> alone(static_cast<std::size_t>(P), 0), longest(static_cast<std::size_t>(P), 0),
+            batched(static_cast<std::size_t>(P), 0), gathered(static_cast<std::size_t>(P), 0);
         const auto got = run_ranks<std::vector<outcome>>(P, [&](thread_collective& tc) {
           for (std::int32_t r = 0; r < R; ++r) {  // the collectives of each request alone
             counting_collective<thread_collective> cc(tc);
             (void)run_sharded(cc, b.trees[static_cast<std::size_t>(r)], bounds, b.params[static_cast<std::size_t>(r)]);
             alone[static_cast<std::size_t>(tc.rank())] += cc.traffic().calls;
+            auto& l = longest[static_cast<std::size_t>(tc.rank())];
+            l = cc.traffic().calls > l ? cc.traffic().calls : l;
+          }
+          std::vector<outcome> out;
+          {  // with an all-gather: one collective per step, the layout of nccl_batch_backend
+            rank_batch rb(b, bounds, tc.rank(), P);
+            thread_gather_collective gc(tc.group(), tc.rank());
+            counting_collective<thread_gather_collective> cc(gc);
+            const status s = verify_trees_sharded(cc, bounds, rb.req, rb.res, rb.st);
+            gathered[static_cast<std::size_t>(tc.rank())] = cc.traffic().calls;
+            for (std::size_t r = 0; s.ok() && r < rb.req.size(); ++r) out.push_back(rb.got(r));
           }
           rank_batch rb(b, bounds, tc.rank(), P);
           counting_collective<thread_collective> cc(tc);
           const status s = verify_trees_sharded(cc, bounds, rb.req, rb.res, rb.st);
           batched[static_cast<std::size_t>(tc.rank())] = cc.traffic().calls;
-          std::vector<outcome> out;
           if (!s.ok()) return out;
           for (std::size_t r = 0; r < rb.req.size(); ++r) out.push_back(rb.got(r));
           return out;
         });
         for (int q = 0; q < P; ++q) {
-          REQUIRE(got[static_cast<std::size_t>(q)].size() == static_cast<std::size_t>(R));
-          for (std::int32_t r = 0; r < R; ++r) {
-            INFO("rank " << q << " request " << r);
-            CHECK(got[static_cast<std::size_t>(q)][static_cast<std::size_t>(r)] == want[static_cast<std::size_t>(r)]);
+          REQUIRE(got[static_cast<std::size_t>(q)].size() == 2 * static_cast<std::size_t>(R));
+          for (std::int32_t r = 0; r < 2 * R; ++r) {
+            INFO("rank " << q << " request " << r % R << (r < R ? " (all-gather)" : ""));
+            CHECK(got[static_cast<std::size_t>(q)][static_cast<std::size_t>(r)] ==
+                  want[static_cast<std::size_t>(r % R)]);
           }
         }
-        std::printf("batched sharded verify: seed %llu, %d ranks, %d requests: %lld collectives batched, %lld alone\n",
-                    static_cast<unsigned long long>(seed), P, R, static_cast<long long>(batched[0]),
-                    static_cast<long long>(alone[0]));
-        if (R == 1) CHECK(batched[0] == alone[0] + 1);  // one request: its own collectives + the batch agreement
+        std::printf(
+            "batched sharded verify: seed %llu, %d ranks, %d requests: %lld collectives alone (longest "
+            "request %lld), batched %lld, batched with an all-gather %lld\n",
+            static_cast<unsigned long long>(seed), P, R, static_cast<long long>(alone[0]),
+            static_cast<long long>(longest[0]), static_cast<long long>(batched[0]),
+            static_cast<long long>(gathered[0]));
+        // One step per collective of the longest request, plus the batch's agreement.
+        CHECK(gathered[0] == longest[0] + 1);
+        if (R == 1) CHECK(batched[0] == alone[0] + 1);
         if (R > 1) CHECK(batched[0] < alone[0]);
       }
 }

@@ -7,7 +7,9 @@
 // drafting runs on the same executor: every rank's candidates, counts and
 // masses must equal the host executor's (threads) bit for bit, and a NaN
 // in one rank's rows must give the same status everywhere; caller uniforms
-// copied from Philox must reproduce the seeded result. Prints which
+// copied from Philox must reproduce the seeded result. Batches of requests
+// (verify_trees_sharded on nccl_batch_backend) must give every request its
+// result alone. Prints which
 // configuration ran. Exits 77 (CTest: skipped) without a CUDA device.
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -172,6 +174,73 @@ std::vector<topk_out> host_topk(int P, const std::vector<float>& m, std::int32_t
   });
 }
 
+// Rank r's batched verification (verify_trees_sharded on nccl_batch_backend)
+// of cases[i] as request i, rows on device r; `steps` gets the backend's
+// step count. Empty on a CUDA failure.
+std::vector<outcome> run_device_batch(ncclComm_t comm, int dev, int r, int P, const std::vector<tree_case>& cases,
+                                      const std::vector<verify_params>& vps, std::span<const std::int64_t> bounds,
+                                      std::int64_t& steps) {
+  using backend_t = nccl_batch_backend<256>;
+  const auto R = static_cast<std::int32_t>(cases.size());
+  std::vector<void*> dev_bufs;
+  bool ok = cudaSetDevice(dev) == cudaSuccess;
+  auto dalloc = [&](std::size_t bytes) -> void* {
+    void* p = nullptr;
+    if (ok && cudaMalloc(&p, bytes + 256) == cudaSuccess) {
+      dev_bufs.push_back(p);
+      return p;
+    }
+    ok = false;
+    return nullptr;
+  };
+  const std::int64_t b0 = bounds[static_cast<std::size_t>(r)], b1 = bounds[static_cast<std::size_t>(r) + 1];
+  std::vector<std::vector<std::byte>> host(cases.size());
+  std::vector<std::vector<node_id>> path(cases.size());
+  std::vector<std::vector<token_id>> tokens(cases.size());
+  std::vector<sharded_tree_request> req(cases.size());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const tree_case& c = cases[i];
+    const auto ps = shard_of(c.p, c.V, c.N, b0, b1), qs = shard_of(c.q, c.V, c.N, b0, b1);
+    std::size_t eb = 0, hb = 0;
+    if (!sharded_verify_workspace_parts(bounds, r, P, c.N, eb, hb)) return {};
+    auto* dp = static_cast<float*>(dalloc(ps.size() * sizeof(float)));
+    auto* dq = static_cast<float*>(dalloc(qs.size() * sizeof(float)));
+    auto* ew = static_cast<std::byte*>(dalloc(eb));
+    if (!ok) break;
+    ok = cudaMemcpy(dp, ps.data(), ps.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess &&
+         cudaMemcpy(dq, qs.data(), qs.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess;
+    host[i].resize(hb + 8);
+    path[i].resize(static_cast<std::size_t>(c.N));
+    tokens[i].resize(static_cast<std::size_t>(c.N));
+    req[i].tree = c.view();
+    req[i].p = device_matrix(ps.empty() ? nullptr : dp, c.N, b1 - b0);
+    req[i].q = device_matrix(qs.empty() ? nullptr : dq, c.N, b1 - b0);
+    req[i].params = vps[i];
+    req[i].workspace = shard_workspace(std::span<std::byte>(ew, eb), std::span<std::byte>(host[i]).first(hb));
+    req[i].path = path[i];
+    req[i].tokens = tokens[i];
+  }
+  void* scratch = dalloc(backend_t::scratch_bytes(P, R));
+  void* staging = nullptr;
+  cudaStream_t stream{};
+  ok = ok && cudaMallocHost(&staging, backend_t::staging_bytes(P, R)) == cudaSuccess &&
+       cudaStreamCreate(&stream) == cudaSuccess;
+  std::vector<outcome> out;
+  if (ok) {
+    backend_t be(comm, stream, R, scratch, backend_t::scratch_bytes(P, R), staging, backend_t::staging_bytes(P, R));
+    std::vector<verify_result> res(cases.size());
+    std::vector<status> st(cases.size(), status::success());
+    const status s = verify_trees_sharded(be, bounds, req, res, st);
+    steps = be.traffic().calls;
+    if (s.ok())
+      for (std::size_t i = 0; i < cases.size(); ++i) out.push_back(record(st[i], res[i], path[i], tokens[i]));
+    cudaStreamDestroy(stream);
+  }
+  for (void* p : dev_bufs) cudaFree(p);
+  if (staging != nullptr) cudaFreeHost(staging);
+  return out;
+}
+
 }  // namespace
 
 int main() {
@@ -257,6 +326,48 @@ int main() {
         }
       }
     }
+  }
+  // Request batching (verify_trees_sharded on nccl_batch_backend): every
+  // request of a batch of mixed modes and sizes, one bad, equals its
+  // partitioned-order result alone.
+  for (const std::int32_t R : {1, 7, 64}) {
+    const std::int64_t V = 3001;
+    const auto bounds = uneven_bounds(V, P);
+    std::vector<tree_case> cases;
+    std::vector<verify_params> vps;
+    for (std::int32_t i = 0; i < R; ++i) {
+      cases.push_back(make_tree_case(static_cast<std::uint64_t>(100 + i), V, 1 + (i * 5) % 24, i % 3 == 0));
+      verify_params vp{};
+      vp.mode = all_modes[static_cast<std::size_t>(i) % std::size(all_modes)];
+      vp.seed = 11;
+      vp.request = static_cast<std::uint64_t>(i);
+      vps.push_back(vp);
+    }
+    if (R > 3) cases[3].token[0] = static_cast<token_id>(V);  // a bad request
+    std::vector<std::vector<outcome>> got(static_cast<std::size_t>(P));
+    std::vector<std::int64_t> steps(static_cast<std::size_t>(P), 0);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < P; ++r)
+      ts.emplace_back([&, r] {
+        got[static_cast<std::size_t>(r)] = run_device_batch(comms[static_cast<std::size_t>(r)], r, r, P, cases, vps,
+                                                            bounds, steps[static_cast<std::size_t>(r)]);
+      });
+    for (auto& t : ts) t.join();
+    for (int r = 0; r < P; ++r) {
+      const auto& g = got[static_cast<std::size_t>(r)];
+      for (std::int32_t i = 0; i < R; ++i) {
+        ++runs;
+        const bool same = g.size() == static_cast<std::size_t>(R) &&
+                          g[static_cast<std::size_t>(i)] == run_partitioned(cases[static_cast<std::size_t>(i)], bounds,
+                                                                            vps[static_cast<std::size_t>(i)]);
+        if (!same) {
+          ++failures;
+          std::printf("BATCH MISMATCH R %d request %d rank %d\n", R, i, r);
+        }
+      }
+    }
+    std::printf("device-resident batched verification: %d requests in %lld steps (one collective each)\n", R,
+                static_cast<long long>(steps[0]));
   }
   // Level-batched sharded top-k: device == host executor, bit for bit.
   std::mt19937_64 g(20261122);

@@ -25,15 +25,18 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "specdec/core/status.hpp"
 #include "specdec/cuda/verify.cuh"
 #include "specdec/parallel/collective.hpp"
 #include "specdec/parallel/detail/shard_passes.hpp"
 #include "specdec/parallel/nccl.hpp"
+#include "specdec/parallel/shard_batch.hpp"
 #include "specdec/parallel/sharded_topk.hpp"
 #include "specdec/parallel/sharded_verify.hpp"
 
@@ -81,6 +84,33 @@ SPECDEC_KERNEL void __launch_bounds__(Block) shard_rows_kernel(Pass f) {
   const block_row_ops<Block> ops{sh};
   const block_lanes<Block> lanes{sl};
   f(ops, lanes, static_cast<std::int32_t>(blockIdx.x));
+}
+
+//! One request's share of a batch step (nccl_batch_backend): its queued
+//! passes [first, last) and where its scalars go.
+struct batch_job {
+  std::int32_t first, last;  //!< passes of the step's array
+  std::int32_t n;            //!< scalars to publish (0: none)
+  std::int32_t from_l;       //!< publish the int64 slot (maxima), else the double slot
+  std::int64_t off;          //!< word offset of the scalars in the published buffer
+  double* d;                 //!< the request's double slot
+  std::int64_t* l;           //!< the request's int64 slot
+};
+
+//! A batch step: block b runs job b's passes in order, then publishes its
+//! scalars as 8-byte words (doubles bit for bit).
+template <int Block>
+SPECDEC_KERNEL void __launch_bounds__(Block)
+    shard_batch_kernel(const ::specdec::detail::any_shard_pass* passes, const batch_job* jobs, std::int64_t* words) {
+  __shared__ typename block_row_ops<Block>::storage sh;
+  const block_row_ops<Block> ops{sh};
+  const batch_job j = jobs[blockIdx.x];
+  for (std::int32_t i = j.first; i < j.last; ++i) {
+    passes[i].run(ops, j.d, j.l);
+    __syncthreads();  // the next pass reads what this one wrote (R, tiles, scalars)
+  }
+  for (std::int32_t i = static_cast<std::int32_t>(threadIdx.x); i < j.n; i += Block)
+    words[j.off + i] = j.from_l != 0 ? j.l[i] : __double_as_longlong(j.d[i]);
 }
 
 }  // namespace cuda::detail
@@ -228,6 +258,203 @@ class nccl_shard_executor {
   std::int64_t* l_ = nullptr;
   double* g_ = nullptr;
   double* h_ = nullptr;
+  status err_ = status::success();
+  collective_traffic t_{};
+};
+
+//! The batch backend of verify_trees_sharded (parallel/shard_batch.hpp)
+//! for rows in GPU memory: a step is one kernel running every request's
+//! queued passes (a block per request, cuda::detail::shard_batch_kernel),
+//! one ncclAllGather of every request's scalars (8-byte words), one
+//! device-to-host copy and one stream synchronization; the rank-order folds
+//! and maxima are then taken on the host, as nccl_shard_executor does. So a
+//! batch of R requests costs one collective per step instead of one per
+//! decision of every request. Steps may run on any of the call's threads;
+//! the backend makes its device current first. Host queues are allocated
+//! at construction; no launch path allocates.
+template <int Block = 256>
+class nccl_batch_backend {
+ public:
+  //! Most scalars of each type one request publishes per step.
+  static constexpr int capacity = 64;
+  //! Passes one request queues before a step runs them.
+  static constexpr int queue_depth = 8;
+
+  //! Device scratch bytes for `ranks` ranks and `max_requests` requests.
+  static constexpr std::size_t scratch_bytes(int ranks, std::int32_t max_requests) noexcept {
+    return head_bytes(ranks) + 4 * part(max_requests, ranks) + slot_bytes(max_requests);
+  }
+  //! Host staging bytes (pinned memory recommended).
+  static constexpr std::size_t staging_bytes(int ranks, std::int32_t max_requests) noexcept {
+    return 4 * part(max_requests, ranks);
+  }
+
+  //! Borrows comm, stream, device `scratch` (scratch_bytes, 256-byte
+  //! aligned) and host `staging` (staging_bytes, 256-byte aligned) for
+  //! batches of up to `max_requests` requests, on the current device.
+  nccl_batch_backend(ncclComm_t comm, cudaStream_t stream, std::int32_t max_requests, void* scratch,
+                     std::size_t scratch_size, void* staging, std::size_t staging_size)
+      : comm_(comm),
+        stream_(stream),
+        coll_(comm, stream, scratch, scratch_size < head(comm) ? scratch_size : head(comm)),
+        max_(max_requests > 0 ? max_requests : 0),
+        queue_(static_cast<std::size_t>(max_) * queue_depth),
+        count_(static_cast<std::size_t>(max_), 0),
+        off_(static_cast<std::size_t>(max_), 0) {
+    if (!coll_.error().ok()) return;
+    if (cudaGetDevice(&device_) != cudaSuccess) {
+      fail(status_code::cuda_error, "cudaGetDevice failed");
+      return;
+    }
+    const int P = coll_.size();
+    if (scratch == nullptr || scratch_size < scratch_bytes(P, max_) || staging == nullptr ||
+        staging_size < staging_bytes(P, max_) || reinterpret_cast<std::uintptr_t>(scratch) % 256 != 0 ||
+        reinterpret_cast<std::uintptr_t>(staging) % 256 != 0) {
+      fail(status_code::buffer_too_small, "scratch or staging smaller than nccl_batch_backend's sizes, or unaligned");
+      return;
+    }
+    auto* dev = static_cast<unsigned char*>(scratch) + head(comm);
+    auto* host = static_cast<unsigned char*>(staging);
+    slots_ = reinterpret_cast<double*>(dev + 4 * part(max_, P));
+    carve(dev, d_);
+    carve(host, h_);
+  }
+
+  //! This rank.
+  [[nodiscard]] int rank() const noexcept { return coll_.rank(); }
+  //! Number of ranks.
+  [[nodiscard]] int size() const noexcept { return coll_.size(); }
+  //! Most requests of one call.
+  [[nodiscard]] std::int32_t max_requests() const noexcept { return max_; }
+  //! The collective on host memory (the batch's argument agreement).
+  nccl_collective& coll() noexcept { return coll_; }
+  //! The first failure of this backend or its collective, or success.
+  [[nodiscard]] status error() const noexcept { return err_.ok() ? coll_.error() : err_; }
+  //! Steps and gathered payload bytes since construction (for reports).
+  [[nodiscard]] collective_traffic traffic() const noexcept { return t_; }
+
+  //! Copies the partition to `dst` (device memory from a request's workspace).
+  const std::int64_t* stage_bounds(std::span<const std::int64_t> bounds, std::int64_t* dst) noexcept {
+    if (ok() && current())
+      check(cudaMemcpyAsync(dst, bounds.data(), bounds.size_bytes(), cudaMemcpyHostToDevice, stream_));
+    return dst;
+  }
+  //! Queues request r's pass; false when its queue is full (a step first).
+  template <class Pass>
+  bool queue(std::int32_t r, const Pass& f) noexcept {
+    std::int32_t& c = count_[static_cast<std::size_t>(r)];
+    if (c == queue_depth) return false;
+    queue_[static_cast<std::size_t>(r) * queue_depth + static_cast<std::size_t>(c++)] =
+        ::specdec::detail::any_shard_pass(f);
+    return true;
+  }
+  //! One step for every post (posts[r] null: request r takes no part).
+  void step(std::span<const batch_post* const> posts) noexcept {
+    std::int32_t J = 0, npass = 0;
+    const std::int64_t W = ::specdec::detail::pack_posts(posts, off_.data(), h_.words,
+                                                         [](std::size_t, std::int64_t*, int) {});  // kernel-published
+    for (std::size_t r = 0; r < posts.size(); ++r) {
+      const batch_post* p = posts[r];
+      if (p == nullptr) continue;
+      const int n = p->op == batch_op::none || p->from_host ? 0 : p->n;
+      const std::int32_t c = count_[r];
+      if (c > 0 || n > 0) {
+        for (std::int32_t i = 0; i < c; ++i)
+          h_.passes[npass + i] = queue_[r * queue_depth + static_cast<std::size_t>(i)];
+        h_.jobs[J++] = cuda::detail::batch_job{npass,
+                                               npass + c,
+                                               n,
+                                               p->op == batch_op::max ? 1 : 0,
+                                               n > 0 ? off_[r] : 0,
+                                               slots_ + r * 2 * capacity,
+                                               reinterpret_cast<std::int64_t*>(slots_ + (r * 2 + 1) * capacity)};
+        npass += c;
+      }
+      count_[r] = 0;
+    }
+    const int P = size();
+    if (ok() && current() && (J > 0 || W > 0)) {
+      ++t_.calls;
+      t_.bytes += W * 8;
+      if (npass > 0) copy_in(d_.passes, h_.passes, static_cast<std::size_t>(npass) * sizeof(*h_.passes));
+      if (J > 0) copy_in(d_.jobs, h_.jobs, static_cast<std::size_t>(J) * sizeof(*h_.jobs));
+      if (W > 0) copy_in(d_.words, h_.words, static_cast<std::size_t>(W) * 8);
+      if (J > 0) {
+        cuda::detail::shard_batch_kernel<Block>
+            <<<static_cast<unsigned>(J), Block, 0, stream_>>>(d_.passes, d_.jobs, d_.words);
+        check(cudaPeekAtLastError());  // peek: the engine's error state is its own
+      }
+      if (W > 0) {
+        check(ncclAllGather(d_.words, d_.gathered, static_cast<std::size_t>(W), ncclInt64, comm_, stream_));
+        check(cudaMemcpyAsync(h_.gathered, d_.gathered, static_cast<std::size_t>(W) * 8 * static_cast<std::size_t>(P),
+                              cudaMemcpyDeviceToHost, stream_));
+      }
+      check(cudaStreamSynchronize(stream_));
+    }
+    ::specdec::detail::unpack_posts(posts, off_.data(), W, h_.gathered, rank(), P, ok());
+  }
+
+ private:
+  struct arrays {
+    ::specdec::detail::any_shard_pass* passes = nullptr;
+    cuda::detail::batch_job* jobs = nullptr;
+    std::int64_t* words = nullptr;
+    std::int64_t* gathered = nullptr;
+  };
+  static constexpr std::size_t up(std::size_t b) noexcept { return (b + 255) / 256 * 256; }
+  // Bytes of one part: the largest of the passes, jobs, words and gathered
+  // arrays (device scratch and host staging both hold the four, in that order).
+  static constexpr std::size_t part(std::int32_t R, int ranks) noexcept {
+    const auto n = static_cast<std::size_t>(R > 0 ? R : 0);
+    const std::size_t a = up(n * queue_depth * sizeof(::specdec::detail::any_shard_pass));
+    const std::size_t b = up(n * capacity * 8 * static_cast<std::size_t>(ranks > 0 ? ranks : 1));
+    return a > b ? a : b;
+  }
+  // The requests' scalar slots (device only, after the four parts).
+  static constexpr std::size_t slot_bytes(std::int32_t R) noexcept {
+    return up(static_cast<std::size_t>(R > 0 ? R : 0) * capacity * 16);
+  }
+  static constexpr std::size_t head_bytes(int ranks) noexcept {
+    return up(nccl_collective::scratch_bytes(ranks, nccl_collective::max_scalars));
+  }
+  static std::size_t head(ncclComm_t comm) noexcept {
+    int P = 1;
+    if (ncclCommCount(comm, &P) != ncclSuccess || P < 1) P = 1;
+    return head_bytes(P);
+  }
+  void carve(unsigned char* base, arrays& a) const noexcept {
+    const std::size_t s = part(max_, size());
+    a.passes = reinterpret_cast<::specdec::detail::any_shard_pass*>(base);
+    a.jobs = reinterpret_cast<cuda::detail::batch_job*>(base + s);
+    a.words = reinterpret_cast<std::int64_t*>(base + 2 * s);
+    a.gathered = reinterpret_cast<std::int64_t*>(base + 3 * s);
+  }
+  void copy_in(void* dst, const void* src, std::size_t bytes) noexcept {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  bool current() noexcept {
+    check(cudaSetDevice(device_));
+    return ok();
+  }
+  bool ok() const noexcept { return err_.ok() && coll_.error().ok(); }
+  void check(cudaError_t e) noexcept {
+    if (e != cudaSuccess && err_.ok()) fail(status_code::cuda_error, "a CUDA call of nccl_batch_backend failed");
+  }
+  void check(ncclResult_t e) noexcept {
+    if (e != ncclSuccess && err_.ok()) fail(status_code::cuda_error, "an NCCL call of nccl_batch_backend failed");
+  }
+  void fail(status_code c, const char* m) noexcept { err_ = make_status(c, m); }
+
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  nccl_collective coll_;
+  std::int32_t max_;
+  int device_ = 0;
+  std::vector<::specdec::detail::any_shard_pass> queue_;
+  std::vector<std::int32_t> count_;
+  std::vector<std::int64_t> off_;
+  double* slots_ = nullptr;  // request r: capacity doubles, then capacity int64s
+  arrays d_{}, h_{};
   status err_ = status::success();
   collective_traffic t_{};
 };

@@ -91,12 +91,56 @@ void combine_post(const batch_post& p, int rank, int ranks, const Word& word) {
   }
 }
 
+//! The words a step publishes, in request order: off[r] = where post r's
+//! scalars start; a post from host memory is copied into `words` (doubles
+//! bit for bit), and `pass_words(r, dst, n)` copies the pass scalars of the
+//! others (the device backend leaves that to its kernel). Returns the
+//! count.
+template <class PassWords>
+std::int64_t pack_posts(std::span<const batch_post* const> posts, std::int64_t* off, std::int64_t* words,
+                        const PassWords& pass_words) {
+  std::int64_t W = 0;
+  for (std::size_t r = 0; r < posts.size(); ++r) {
+    const batch_post* p = posts[r];
+    if (p == nullptr || p->op == batch_op::none) continue;
+    off[r] = W;
+    for (int i = 0; p->from_host && i < p->n; ++i)
+      words[W + i] = p->op == batch_op::max ? p->lin[i] : std::bit_cast<std::int64_t>(p->din[i]);
+    if (!p->from_host) pass_words(r, words + W, p->n);
+    W += p->n;
+  }
+  return W;
+}
+
+//! Every post's result from the gathered words of all ranks (rank q's W
+//! words at gathered + q W); zeros when the step failed.
+inline void unpack_posts(std::span<const batch_post* const> posts, const std::int64_t* off, std::int64_t W,
+                         const std::int64_t* gathered, int rank, int ranks, bool ok) {
+  for (std::size_t r = 0; r < posts.size(); ++r) {
+    const batch_post* p = posts[r];
+    if (p == nullptr || p->op == batch_op::none) continue;
+    if (!ok) {
+      for (int i = 0; i < p->n; ++i) {
+        if (p->op == batch_op::max)
+          p->lout[i] = 0;
+        else
+          p->dout[i] = 0.0;
+      }
+      continue;
+    }
+    const std::int64_t o = off[r];
+    combine_post(*p, rank, ranks, [&](int q, int i) { return gathered[q * W + o + i]; });
+  }
+}
+
 }  // namespace detail
 
 //! The batch backend over any host collective: passes run at once on host
-//! rows (on the request's thread), and a step makes at most one collective
-//! per kind (sum, prefix, max, and a broadcast per root) carrying every
-//! request's scalars of that kind. Host buffers are allocated here, once.
+//! rows (on the request's thread). A step makes one all-gather of every
+//! request's scalars when the collective has one (gathering_collective; the
+//! layout nccl_batch_backend uses), else one collective per kind (sum,
+//! prefix, max, and a broadcast per root) carrying every request's scalars
+//! of that kind. Host buffers are allocated here, once.
 template <collective C>
 class host_batch_backend {
  public:
@@ -109,7 +153,8 @@ class host_batch_backend {
         d_(static_cast<std::size_t>(max_) * capacity),
         l_(static_cast<std::size_t>(max_) * capacity),
         buf_(static_cast<std::size_t>(max_) * capacity),
-        lbuf_(static_cast<std::size_t>(max_) * capacity) {}
+        lbuf_(static_cast<std::size_t>(max_) * capacity * (gathering_collective<C> ? 1 + coll.size() : 1)),
+        off_(static_cast<std::size_t>(max_)) {}
   [[nodiscard]] int rank() const { return c_->rank(); }
   [[nodiscard]] int size() const { return c_->size(); }
   [[nodiscard]] std::int32_t max_requests() const noexcept { return max_; }
@@ -119,14 +164,26 @@ class host_batch_backend {
   const std::int64_t* stage_bounds(std::span<const std::int64_t> bounds, std::int64_t*) noexcept {
     return bounds.data();
   }
-  //! Runs request r's pass now (host rows); never full.
+  //! Runs request r's pass now (host rows, through the record the device
+  //! backend queues); never full.
   template <class Pass>
   bool queue(std::int32_t r, const Pass& f) {
-    f(detail::host_row_ops{}, slot_d(r), slot_l(r));
+    detail::any_shard_pass(f).run(detail::host_row_ops{}, slot_d(r), slot_l(r));
     return true;
   }
   //! The step: posts[r] is request r's post, or null when r takes no part.
   void step(std::span<const batch_post* const> posts) {
+    if constexpr (gathering_collective<C>) {
+      const std::size_t all = static_cast<std::size_t>(max_) * capacity;
+      const std::int64_t W =
+          detail::pack_posts(posts, off_.data(), lbuf_.data(), [&](std::size_t r, std::int64_t* w, int n) {
+            for (int i = 0; i < n; ++i)
+              w[i] = posts[r]->op == batch_op::max ? slot_l(r)[i] : std::bit_cast<std::int64_t>(slot_d(r)[i]);
+          });
+      if (W > 0) c_->all_gather(lbuf_.data(), static_cast<int>(W), lbuf_.data() + all);
+      detail::unpack_posts(posts, off_.data(), W, lbuf_.data() + all, rank(), size(), error().ok());
+      return;
+    }
     for (const batch_op op : {batch_op::sum, batch_op::prefix}) fold_kind(posts, op, -1);
     int n = 0;
     for (std::size_t r = 0; r < posts.size(); ++r)
@@ -168,7 +225,8 @@ class host_batch_backend {
   std::vector<double> d_;
   std::vector<std::int64_t> l_;
   std::vector<double> buf_;
-  std::vector<std::int64_t> lbuf_;
+  std::vector<std::int64_t> lbuf_;  // gathering: this rank's words, then every rank's
+  std::vector<std::int64_t> off_;
 };
 
 //! The lockstep of one call: every live request posts, the last to arrive
@@ -186,8 +244,12 @@ class shard_batch {
   }
   //! Blocks until the step holding request r's post has run.
   void post(std::int32_t r, const batch_post& p) {
+    static const batch_post nothing{};
     std::unique_lock<std::mutex> lk(m_);
-    posts_[static_cast<std::size_t>(r)] = &p;
+    const bool fits = p.n >= 0 && p.n <= Backend::capacity;
+    if (!fits && err_.ok())
+      err_ = make_status(status_code::internal_error, "a collective of more scalars than a step slot");
+    posts_[static_cast<std::size_t>(r)] = fits ? &p : &nothing;
     ++posted_;
     if (posted_ == live_) {
       step();
@@ -195,6 +257,11 @@ class shard_batch {
     }
     const std::uint64_t gen = gen_;
     cv_.wait(lk, [&] { return gen_ != gen; });
+  }
+  //! The first failure of the batch or its backend, or success.
+  [[nodiscard]] status error() {
+    std::lock_guard<std::mutex> lk(m_);
+    return err_.ok() ? b_->error() : err_;
   }
   //! Request r's walk has ended: it takes part in no further step.
   void leave() {
@@ -223,6 +290,7 @@ class shard_batch {
   std::int32_t posted_ = 0;
   std::uint64_t gen_ = 0;
   std::vector<const batch_post*> posts_;
+  status err_ = status::success();
 };
 
 //! The collective of one request of a batch (its argument agreement):
@@ -240,7 +308,7 @@ class batched_collective {
     batch_post p{batch_op::max, true, n, 0, nullptr, v, nullptr, v};
     b_->post(r_, p);
   }
-  [[nodiscard]] status error() const { return b_->backend().error(); }
+  [[nodiscard]] status error() const { return b_->error(); }
 
  private:
   void host(batch_op op, double* v, int n, int root = 0) {
@@ -262,7 +330,7 @@ class batched_shard_executor {
   [[nodiscard]] int rank() const { return coll_.rank(); }
   [[nodiscard]] int size() const { return coll_.size(); }
   batched_collective<Backend>& coll() noexcept { return coll_; }
-  [[nodiscard]] status error() const { return b_->backend().error(); }
+  [[nodiscard]] status error() const { return b_->error(); }
   const std::int64_t* stage_bounds(std::span<const std::int64_t> bounds, std::int64_t* dst) {
     return b_->stage_bounds(bounds, dst);
   }
@@ -357,7 +425,7 @@ status verify_trees_sharded(Backend& backend, std::span<const std::int64_t> boun
   }
   walk(0);
   for (auto& t : threads) t.join();
-  return backend.error();
+  return batch.error();
 }
 
 //! verify_trees_sharded on host rows over a collective (a

@@ -17,6 +17,7 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <type_traits>
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
@@ -327,5 +328,90 @@ struct pass_put {
     ops.sync();
   }
 };
+
+//! Any pass above as one trivially copyable record, so that a batch of
+//! requests can queue different passes and one kernel (a block per
+//! request, parallel/cuda_shard.cuh) or the host (parallel/shard_batch.hpp)
+//! runs them from an array. `run` dispatches on the kind.
+struct any_shard_pass {
+  enum class kind_t : std::int32_t {
+    probe,
+    mass,
+    mass_pair,
+    first_residual,
+    residual,
+    entropy,
+    owned_mass,
+    sample_scan,
+    argmax,
+    classify,
+    copy,
+    put
+  };
+  kind_t kind = kind_t::probe;
+  union passes {
+    SPECDEC_HD passes() noexcept {}  // NOLINT: the active member is set by the constructor of any_shard_pass
+    pass_probe probe;
+    pass_mass mass;
+    pass_mass_pair mass_pair;
+    pass_first_residual first_residual;
+    pass_residual residual;
+    pass_entropy entropy;
+    pass_owned_mass owned_mass;
+    pass_sample_scan sample_scan;
+    pass_argmax argmax;
+    pass_classify classify;
+    pass_copy copy;
+    pass_put put;
+  } u;
+
+  any_shard_pass() noexcept { u.probe = pass_probe{}; }
+  explicit any_shard_pass(const pass_probe& f) noexcept : kind(kind_t::probe) { u.probe = f; }
+  explicit any_shard_pass(const pass_mass& f) noexcept : kind(kind_t::mass) { u.mass = f; }
+  explicit any_shard_pass(const pass_mass_pair& f) noexcept : kind(kind_t::mass_pair) { u.mass_pair = f; }
+  explicit any_shard_pass(const pass_first_residual& f) noexcept : kind(kind_t::first_residual) {
+    u.first_residual = f;
+  }
+  explicit any_shard_pass(const pass_residual& f) noexcept : kind(kind_t::residual) { u.residual = f; }
+  explicit any_shard_pass(const pass_entropy& f) noexcept : kind(kind_t::entropy) { u.entropy = f; }
+  explicit any_shard_pass(const pass_owned_mass& f) noexcept : kind(kind_t::owned_mass) { u.owned_mass = f; }
+  explicit any_shard_pass(const pass_sample_scan& f) noexcept : kind(kind_t::sample_scan) { u.sample_scan = f; }
+  explicit any_shard_pass(const pass_argmax& f) noexcept : kind(kind_t::argmax) { u.argmax = f; }
+  explicit any_shard_pass(const pass_classify& f) noexcept : kind(kind_t::classify) { u.classify = f; }
+  explicit any_shard_pass(const pass_copy& f) noexcept : kind(kind_t::copy) { u.copy = f; }
+  explicit any_shard_pass(const pass_put& f) noexcept : kind(kind_t::put) { u.put = f; }
+
+  SPECDEC_NO_EXEC_CHECK
+  template <class Inner>
+  SPECDEC_HD void run(const Inner& ops, double* d, std::int64_t* l) const {
+    switch (kind) {
+      case kind_t::probe:
+        return u.probe(ops, d, l);
+      case kind_t::mass:
+        return u.mass(ops, d, l);
+      case kind_t::mass_pair:
+        return u.mass_pair(ops, d, l);
+      case kind_t::first_residual:
+        return u.first_residual(ops, d, l);
+      case kind_t::residual:
+        return u.residual(ops, d, l);
+      case kind_t::entropy:
+        return u.entropy(ops, d, l);
+      case kind_t::owned_mass:
+        return u.owned_mass(ops, d, l);
+      case kind_t::sample_scan:
+        return u.sample_scan(ops, d, l);
+      case kind_t::argmax:
+        return u.argmax(ops, d, l);
+      case kind_t::classify:
+        return u.classify(ops, d, l);
+      case kind_t::copy:
+        return u.copy(ops, d, l);
+      case kind_t::put:
+        return u.put(ops, d, l);
+    }
+  }
+};
+static_assert(std::is_trivially_copyable_v<any_shard_pass>);
 
 }  // namespace specdec::detail
