@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -120,7 +121,10 @@ class deferred_backend {
   }
   void step(std::span<const batch_post* const> posts) {
     for (std::size_t r = 0; r < posts.size(); ++r) {
-      if (posts[r] == nullptr) continue;
+      if (posts[r] == nullptr) {
+        count_[r] = 0;
+        continue;
+      }
       for (int i = 0; i < count_[r]; ++i)
         queue_[r * static_cast<std::size_t>(depth_) + static_cast<std::size_t>(i)].run(detail::host_row_ops{}, d(r),
                                                                                        l(r));
@@ -150,7 +154,51 @@ class deferred_backend {
   std::vector<std::int64_t> off_;
 };
 
+// A collective that carries at most 8 scalars per call (as mpi_collective
+// and nccl_collective carry at most 64) and counts calls over the limit.
+class limited_collective {
+ public:
+  static constexpr int max_scalars = 8;
+  explicit limited_collective(thread_collective& c) : c_(&c) {}
+  int rank() const { return c_->rank(); }
+  int size() const { return c_->size(); }
+  void all_reduce_sum(double* v, int n) { c_->all_reduce_sum(v, check(n)); }
+  void exclusive_prefix_sum(double* v, int n) { c_->exclusive_prefix_sum(v, check(n)); }
+  void all_reduce_max(std::int64_t* v, int n) { c_->all_reduce_max(v, check(n)); }
+  void broadcast(double* v, int n, int root) { c_->broadcast(v, check(n), root); }
+  int over = 0;
+
+ private:
+  int check(int n) {
+    over += n > max_scalars ? 1 : 0;
+    return n;
+  }
+  thread_collective* c_;
+};
+static_assert(collective<limited_collective> && !gathering_collective<limited_collective>);
+
 }  // namespace
+
+TEST_CASE("a collective's scalar limit is kept: per-kind steps are split into calls of at most max_scalars",
+          "[parallel]") {
+  const std::int64_t V = 500;
+  const batch_case b = make_batch(77, 12, V);
+  const auto bounds = uneven_bounds(V, 2);
+  const auto got = run_ranks<std::vector<outcome>>(2, [&](thread_collective& tc) {
+    limited_collective lc(tc);
+    rank_batch rb(b, bounds, tc.rank(), 2);
+    std::vector<outcome> out;
+    const status s = verify_trees_sharded(lc, bounds, rb.req, rb.res, rb.st);
+    CHECK(lc.over == 0);
+    if (!s.ok()) return out;
+    for (std::size_t r = 0; r < rb.req.size(); ++r) out.push_back(rb.got(r));
+    return out;
+  });
+  for (const auto& g : got) {
+    REQUIRE(g.size() == 12);
+    for (std::size_t r = 0; r < 12; ++r) CHECK(g[r] == run_partitioned(b.trees[r], bounds, b.params[r]));
+  }
+}
 
 TEST_CASE("deferred passes (the device backend's step, on the host) give every request its result alone",
           "[parallel]") {
@@ -186,12 +234,14 @@ TEST_CASE("verify_trees_sharded gives every request what it gets alone, in fewer
         INFO("seed " << seed << " ranks " << P << " requests " << R);
         batch_case b = make_batch(seed, R, V);
         if (R > 2) b.trees[2].token[b.trees[2].N > 1 ? 1 : 0] = static_cast<token_id>(V);  // a bad request
+        if (R > 5) b.trees[5].p[static_cast<std::size_t>(V / 2)] = std::nanf("");  // fails mid-walk (non-finite row)
         const auto bounds = uneven_bounds(V, P);
         std::vector<outcome> want;
         for (std::int32_t r = 0; r < R; ++r)
           want.push_back(
               run_partitioned(b.trees[static_cast<std::size_t>(r)], bounds, b.params[static_cast<std::size_t>(r)]));
         if (R > 2) CHECK(want[2].code == status_code::token_out_of_range);
+        if (R > 5) CHECK(want[5].code == status_code::non_finite);
 
         std::vector<std::int64_t> alone(static_cast<std::size_t>(P), 0), longest(static_cast<std::size_t>(P), 0),
             batched(static_cast<std::size_t>(P), 0), gathered(static_cast<std::size_t>(P), 0);
@@ -260,12 +310,19 @@ TEST_CASE("a bad batch fails on every rank and verifies nothing", "[parallel]") 
     {  // more requests than the backend holds, on rank 1
       rank_batch rb(b, bounds, tc.rank(), 2);
       host_batch_backend<thread_collective> be(tc, tc.rank() == 1 ? 2 : 3);
+      for (auto& r : rb.res) r = verify_result{9, 9, 9, status_code::ok};
+      for (auto& st : rb.st) st = make_status(status_code::cycle, "sentinel");
       out.push_back(verify_trees_sharded(be, bounds, rb.req, rb.res, rb.st).code());
+      bool untouched = true;
+      for (const auto& r : rb.res) untouched &= r.accepted == 9 && r.last_node == 9 && r.next_token == 9;
+      for (const auto& st : rb.st) untouched &= st.code() == status_code::cycle;
+      out.push_back(untouched ? status_code::ok : status_code::internal_error);
     }
     return out;
   });
   for (const auto& c : codes) {
-    REQUIRE(c.size() == 3);
+    REQUIRE(c.size() == 4);
+    CHECK(c[3] == status_code::ok);  // every result and status left as they were
     CHECK(c[0] == status_code::invalid_argument);
     CHECK(c[1] == status_code::buffer_too_small);
     CHECK(c[2] == status_code::buffer_too_small);

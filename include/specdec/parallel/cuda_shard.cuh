@@ -326,8 +326,12 @@ class nccl_batch_backend {
   [[nodiscard]] int size() const noexcept { return coll_.size(); }
   //! Most requests of one call.
   [[nodiscard]] std::int32_t max_requests() const noexcept { return max_; }
-  //! The collective on host memory (the batch's argument agreement).
-  nccl_collective& coll() noexcept { return coll_; }
+  //! The collective on host memory (the batch's argument agreement); makes
+  //! the backend's device current on the calling thread.
+  nccl_collective& coll() noexcept {
+    (void)current();
+    return coll_;
+  }
   //! The first failure of this backend or its collective, or success.
   [[nodiscard]] status error() const noexcept { return err_.ok() ? coll_.error() : err_; }
   //! Steps and gathered payload bytes since construction (for reports).
@@ -355,7 +359,10 @@ class nccl_batch_backend {
                                                          [](std::size_t, std::int64_t*, int) {});  // kernel-published
     for (std::size_t r = 0; r < posts.size(); ++r) {
       const batch_post* p = posts[r];
-      if (p == nullptr) continue;
+      if (p == nullptr) {  // a request that left: its trailing passes (if any) are not needed
+        count_[r] = 0;
+        continue;
+      }
       const int n = p->op == batch_op::none || p->from_host ? 0 : p->n;
       const std::int32_t c = count_[r];
       if (c > 0 || n > 0) {

@@ -21,9 +21,10 @@
 //! gives it alone on the same partition.
 //!
 //! Costs. The call starts R - 1 threads (the caller's thread walks request
-//! 0); backends allocate their host buffers once, at construction. Every
-//! rank must call with the same number of requests (checked, with the
-//! partition, by one argument agreement before any walk starts).
+//! 0) and joins them before it returns; backends allocate their host
+//! buffers once, at construction. Every rank must call with the same number
+//! of requests (checked, with the partition, the backend's state and the
+//! threads' start, by one argument agreement before any walk starts).
 #pragma once
 
 #include <bit>
@@ -140,7 +141,8 @@ inline void unpack_posts(std::span<const batch_post* const> posts, const std::in
 //! request's scalars when the collective has one (gathering_collective; the
 //! layout nccl_batch_backend uses), else one collective per kind (sum,
 //! prefix, max, and a broadcast per root) carrying every request's scalars
-//! of that kind. Host buffers are allocated here, once.
+//! of that kind, in calls of at most the collective's max_scalars (64 when
+//! it states none). Host buffers are allocated here, once.
 template <collective C>
 class host_batch_backend {
  public:
@@ -189,7 +191,7 @@ class host_batch_backend {
     for (std::size_t r = 0; r < posts.size(); ++r)
       if (posts[r] != nullptr && posts[r]->op == batch_op::max)
         for (int i = 0; i < posts[r]->n; ++i) lbuf_[static_cast<std::size_t>(n++)] = in_l(*posts[r], r)[i];
-    if (n > 0) c_->all_reduce_max(lbuf_.data(), n);
+    for (int at = 0; at < n; at += chunk) c_->all_reduce_max(lbuf_.data() + at, n - at < chunk ? n - at : chunk);
     n = 0;
     for (std::size_t r = 0; r < posts.size(); ++r)
       if (posts[r] != nullptr && posts[r]->op == batch_op::max)
@@ -210,16 +212,24 @@ class host_batch_backend {
     for (std::size_t r = 0; r < posts.size(); ++r)
       if (takes(posts[r]))
         for (int i = 0; i < posts[r]->n; ++i) buf_[static_cast<std::size_t>(n++)] = in_d(*posts[r], r)[i];
-    if (n == 0) return;
-    if (op == batch_op::sum) c_->all_reduce_sum(buf_.data(), n);
-    if (op == batch_op::prefix) c_->exclusive_prefix_sum(buf_.data(), n);
-    if (op == batch_op::broadcast) c_->broadcast(buf_.data(), n, root);
+    for (int at = 0; at < n; at += chunk) {  // per element: chunks fold exactly as one call
+      const int m = n - at < chunk ? n - at : chunk;
+      if (op == batch_op::sum) c_->all_reduce_sum(buf_.data() + at, m);
+      if (op == batch_op::prefix) c_->exclusive_prefix_sum(buf_.data() + at, m);
+      if (op == batch_op::broadcast) c_->broadcast(buf_.data() + at, m, root);
+    }
     n = 0;
     for (std::size_t r = 0; r < posts.size(); ++r)
       if (takes(posts[r]))
         for (int i = 0; i < posts[r]->n; ++i) posts[r]->dout[i] = buf_[static_cast<std::size_t>(n++)];
   }
 
+  // Scalars per collective call: the adapters' limit (mpi_collective and
+  // nccl_collective carry at most 64), else 64.
+  static constexpr int chunk = [] {
+    if constexpr (requires { C::max_scalars; }) return static_cast<int>(C::max_scalars);
+    return 64;
+  }();
   C* c_;
   std::int32_t max_;
   std::vector<double> d_;
@@ -377,26 +387,21 @@ struct sharded_tree_request {
 //! r's result and status exactly as verify_tree_sharded would return them
 //! (a bad request gets its status, the others verify). Returns a failure
 //! (and writes no result) when the batch itself is bad on any rank: R over
-//! the backend's room, results or status shorter than R, or ranks passing
-//! different partitions or request counts.
+//! the backend's room, results or status shorter than R, a failed backend,
+//! a thread that could not start, or ranks passing different partitions or
+//! request counts.
 template <class Backend>
 status verify_trees_sharded(Backend& backend, std::span<const std::int64_t> bounds,
                             std::span<const sharded_tree_request> requests, std::span<verify_result> results,
                             std::span<status> statuses) {
-  const auto R = static_cast<std::int64_t>(requests.size());
-  status local = status::success();
-  if (R > backend.max_requests())
+  auto R = static_cast<std::int64_t>(requests.size());
+  status local = backend.error();
+  if (local.ok() && R > backend.max_requests())
     local = make_status(status_code::buffer_too_small, "more requests than the batch backend has room for");
-  else if (results.size() < requests.size() || statuses.size() < requests.size())
+  else if (local.ok() && (results.size() < requests.size() || statuses.size() < requests.size()))
     local = make_status(status_code::buffer_too_small, "results and statuses need one entry per request");
-  std::uint64_t fp = 0xcbf29ce484222325ull;
-  detail::fingerprint_add(fp, R);
-  for (const std::int64_t b : bounds) detail::fingerprint_add(fp, b);
-  SPECDEC_TRY(agree_status(backend.coll(), local, fp));
-  SPECDEC_TRY(collective_error(backend.coll()));
-  if (R == 0) return status::success();
-
-  shard_batch<Backend> batch(backend, static_cast<std::int32_t>(R));
+  if (!local.ok()) R = 0;  // no thread either
+  shard_batch<Backend> batch(backend, static_cast<std::int32_t>(R > 0 ? R : 1));
   auto walk = [&](std::int32_t r) {
     const sharded_tree_request& q = requests[static_cast<std::size_t>(r)];
     batched_shard_executor<Backend> ex(batch, r);
@@ -411,20 +416,40 @@ status verify_trees_sharded(Backend& backend, std::span<const std::int64_t> boun
     statuses[static_cast<std::size_t>(r)] = s;
     batch.leave();
   };
+  // Every request's thread is started before the ranks agree, and waits:
+  // a rank that cannot start one fails the call on every rank, before any
+  // step (the walks would otherwise make different steps on different ranks).
+  std::mutex gate_m;
+  std::condition_variable gate_cv;
+  int gate = 0;  // 0: wait, 1: walk, -1: return
   std::vector<std::thread> threads;
-  std::int32_t started = 1;
   try {
-    threads.reserve(static_cast<std::size_t>(R - 1));
-    for (; started < R; ++started) threads.emplace_back(walk, started);
-  } catch (...) {  // no thread for the rest: they take part in no step (other ranks may then disagree)
-    for (std::int32_t r = started; r < R; ++r) {
-      statuses[static_cast<std::size_t>(r)] = make_status(status_code::internal_error, "could not start a thread");
-      results[static_cast<std::size_t>(r)] = verify_result{0, 0, -1, status_code::internal_error};
-      batch.leave();
-    }
+    threads.reserve(static_cast<std::size_t>(R > 1 ? R - 1 : 0));
+    for (std::int32_t r = 1; r < R; ++r)
+      threads.emplace_back([&, r] {
+        {
+          std::unique_lock<std::mutex> lk(gate_m);
+          gate_cv.wait(lk, [&] { return gate != 0; });
+          if (gate < 0) return;
+        }
+        walk(r);
+      });
+  } catch (...) {
+    local = make_status(status_code::internal_error, "could not start a thread per request");
   }
-  walk(0);
+  std::uint64_t fp = 0xcbf29ce484222325ull;
+  detail::fingerprint_add(fp, static_cast<std::int64_t>(requests.size()));
+  for (const std::int64_t b : bounds) detail::fingerprint_add(fp, b);
+  status agreed = agree_status(backend.coll(), local, fp);
+  if (agreed.ok()) agreed = collective_error(backend.coll());
+  {
+    std::lock_guard<std::mutex> lk(gate_m);
+    gate = agreed.ok() ? 1 : -1;
+  }
+  gate_cv.notify_all();
+  if (agreed.ok() && R > 0) walk(0);
   for (auto& t : threads) t.join();
+  if (!agreed.ok()) return agreed;
   return batch.error();
 }
 
