@@ -32,8 +32,9 @@
 // does not inflate (threads:1 only).
 
 // BM_commit_kv times the commit alone (Google Benchmark's own loop, warm),
-// and BM_memcpy_same_bytes_cold one contiguous memcpy of the moved byte
-// count rotating over 32 buffer pairs (a DRAM streaming bound).
+// BM_commit_kv_per_request the per-request commit on the same rows, and
+// BM_memcpy_same_bytes_cold one contiguous memcpy of the moved byte count
+// rotating over 32 buffer pairs (a DRAM streaming bound).
 #include <benchmark/benchmark.h>
 
 #include <time.h>
@@ -144,6 +145,25 @@ void BM_commit_kv(benchmark::State& state) {
     benchmark::DoNotOptimize(s);
     benchmark::ClobberMemory();
   }
+  state.SetBytesProcessed(state.iterations() * f.moved_bytes);
+  state.counters["moved_KiB"] = static_cast<double>(f.moved_bytes) / 1024.0;
+}
+
+// The per-request commit (commit_kv_per_request, the host twin of the
+// device kernel: each request checked on its own and given a status, a bad
+// one left untouched) on the same rows as BM_commit_kv: what the per-request
+// checks and statuses cost next to the all-or-nothing commit.
+void BM_commit_kv_per_request(benchmark::State& state) {
+  fixture f(state.range(0), state.range(1) != 0);
+  std::vector<std::int32_t> request_status(static_cast<std::size_t>(state.range(0)), -1);
+  for (auto _ : state) {
+    const auto s = specdec::commit_kv_per_request<std::uint16_t>(f.tensors, f.map, f.w.clen, f.w.koff, f.w.keep,
+                                                                 request_status);
+    benchmark::DoNotOptimize(s);
+    benchmark::ClobberMemory();
+  }
+  if (std::any_of(request_status.begin(), request_status.end(), [](std::int32_t c) { return c != 0; }))
+    state.SkipWithError("a request failed its checks");
   state.SetBytesProcessed(state.iterations() * f.moved_bytes);
   state.counters["moved_KiB"] = static_cast<double>(f.moved_bytes) / 1024.0;
 }
@@ -334,6 +354,7 @@ void paired(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_commit_vs_memcpy)->Apply(paired)->UseManualTime()->Iterations(60)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_commit_kv)->Apply(shapes);
+BENCHMARK(BM_commit_kv_per_request)->Apply(shapes);
 
 // keep_indices_from_results: R requests of 64-node random trees (parent of
 // node i uniform in [0, i)), each verified to the path from a random node
