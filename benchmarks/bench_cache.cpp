@@ -157,8 +157,8 @@ void BM_commit_kv_per_request(benchmark::State& state) {
   fixture f(state.range(0), state.range(1) != 0);
   std::vector<std::int32_t> request_status(static_cast<std::size_t>(state.range(0)), -1);
   for (auto _ : state) {
-    const auto s = specdec::commit_kv_per_request<std::uint16_t>(f.tensors, f.map, f.w.clen, f.w.koff, f.w.keep,
-                                                                 request_status);
+    const auto s =
+        specdec::commit_kv_per_request<std::uint16_t>(f.tensors, f.map, f.w.clen, f.w.koff, f.w.keep, request_status);
     benchmark::DoNotOptimize(s);
     benchmark::ClobberMemory();
   }
