@@ -42,8 +42,11 @@ struct planner_options {
   //! round instead of 4.7, 12-20% slower; T = 1: 3% slower).
   bool prune = false;
   //! Root-only rounds timed (after the first, dropped) before any speculation (>= 0): every
-  //! shape is priced against the plain step, so it is measured rather than extrapolated.
-  std::int32_t plain_first = 2;
+  //! shape is priced against the plain step, so it is measured rather than extrapolated. Six,
+  //! not two: a request's first steps run on caches its prefill evicted (140-270 us against
+  //! 80-115 steady on the example target, an AVX2 CPU), and the lower quartile of two of them
+  //! priced every size for the whole request (benchmarks/results/planner-cold-level_2026-11-28.md).
+  std::int32_t plain_first = 6;
   //! Share by which a speculative shape's predicted tokens per second must beat the plain
   //! step's to be chosen (>= 0): near break-even the prediction's error decides, and a
   //! speculative round also pays what the fit leaves out (switching the drafter back in).
