@@ -1226,7 +1226,7 @@ TEST_CASE("planner estimators: pass times of rarely seen sizes lean on the poole
 }
 
 TEST_CASE("planner estimators: the one-node time stays as measured when the curve bends at small sizes") {
-  // t(1) = 100 us (two passes kept, as after plain_first), t(2) / t(3) /
+  // t(1) = 100 us (two passes kept), t(2) / t(3) /
   // t(4) = 125 / 180 / 230 us (eight each): the line fitted through all four
   // crosses one node at 83 us. Pooled toward it, the plain step read 88.8
   // us, and every shape was priced against a plain step cheaper than it is.

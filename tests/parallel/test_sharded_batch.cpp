@@ -112,6 +112,7 @@ class deferred_backend {
   thread_gather_collective& coll() { return *c_; }
   status error() const { return status::success(); }
   const std::int64_t* stage_bounds(std::span<const std::int64_t> b, std::int64_t*) { return b.data(); }
+  void drop(std::int32_t r) { count_[static_cast<std::size_t>(r)] = 0; }
   template <class Pass>
   bool queue(std::int32_t r, const Pass& f) {
     int& c = count_[static_cast<std::size_t>(r)];
@@ -121,10 +122,7 @@ class deferred_backend {
   }
   void step(std::span<const batch_post* const> posts) {
     for (std::size_t r = 0; r < posts.size(); ++r) {
-      if (posts[r] == nullptr) {
-        count_[r] = 0;
-        continue;
-      }
+      if (posts[r] == nullptr) continue;
       for (int i = 0; i < count_[r]; ++i)
         queue_[r * static_cast<std::size_t>(depth_) + static_cast<std::size_t>(i)].run(detail::host_row_ops{}, d(r),
                                                                                        l(r));
@@ -184,18 +182,22 @@ TEST_CASE("a collective's scalar limit is kept: per-kind steps are split into ca
   const std::int64_t V = 500;
   const batch_case b = make_batch(77, 12, V);
   const auto bounds = uneven_bounds(V, 2);
+  // Each rank's outcomes, then (as the last entry's `index`) its calls over the limit.
   const auto got = run_ranks<std::vector<outcome>>(2, [&](thread_collective& tc) {
     limited_collective lc(tc);
     rank_batch rb(b, bounds, tc.rank(), 2);
     std::vector<outcome> out;
     const status s = verify_trees_sharded(lc, bounds, rb.req, rb.res, rb.st);
-    CHECK(lc.over == 0);
-    if (!s.ok()) return out;
-    for (std::size_t r = 0; r < rb.req.size(); ++r) out.push_back(rb.got(r));
+    for (std::size_t r = 0; s.ok() && r < rb.req.size(); ++r) out.push_back(rb.got(r));
+    outcome over;
+    over.index = lc.over;
+    out.push_back(over);
     return out;
   });
-  for (const auto& g : got) {
-    REQUIRE(g.size() == 12);
+  for (auto g : got) {
+    REQUIRE(g.size() == 13);
+    CHECK(g.back().index == 0);  // no call carried more than max_scalars
+    g.pop_back();
     for (std::size_t r = 0; r < 12; ++r) CHECK(g[r] == run_partitioned(b.trees[r], bounds, b.params[r]));
   }
 }

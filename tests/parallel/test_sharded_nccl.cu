@@ -202,11 +202,11 @@ std::vector<outcome> run_device_batch(ncclComm_t comm, int dev, int r, int P, co
     const tree_case& c = cases[i];
     const auto ps = shard_of(c.p, c.V, c.N, b0, b1), qs = shard_of(c.q, c.V, c.N, b0, b1);
     std::size_t eb = 0, hb = 0;
-    if (!sharded_verify_workspace_parts(bounds, r, P, c.N, eb, hb)) return {};
+    ok = ok && sharded_verify_workspace_parts(bounds, r, P, c.N, eb, hb);
     auto* dp = static_cast<float*>(dalloc(ps.size() * sizeof(float)));
     auto* dq = static_cast<float*>(dalloc(qs.size() * sizeof(float)));
     auto* ew = static_cast<std::byte*>(dalloc(eb));
-    if (!ok) break;
+    if (!ok) break;  // the call below still runs: a backend without scratch fails it on every rank
     ok = cudaMemcpy(dp, ps.data(), ps.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess &&
          cudaMemcpy(dq, qs.data(), qs.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess;
     host[i].resize(hb + 8);
@@ -223,10 +223,14 @@ std::vector<outcome> run_device_batch(ncclComm_t comm, int dev, int r, int P, co
   void* scratch = dalloc(backend_t::scratch_bytes(P, R));
   void* staging = nullptr;
   cudaStream_t stream{};
-  ok = ok && cudaMallocHost(&staging, backend_t::staging_bytes(P, R)) == cudaSuccess &&
-       cudaStreamCreate(&stream) == cudaSuccess;
+  if (ok && cudaMallocHost(&staging, backend_t::staging_bytes(P, R)) != cudaSuccess) staging = nullptr;
+  if (ok && cudaStreamCreate(&stream) != cudaSuccess) stream = nullptr;
   std::vector<outcome> out;
-  if (ok) {
+  {
+    // Every rank makes the call, even after a failed set-up (a rank that
+    // skipped it would leave the others waiting in the collective): missing
+    // staging fails the backend, and its agreement the call on every rank;
+    // missing request buffers fail those requests.
     backend_t be(comm, stream, R, scratch, backend_t::scratch_bytes(P, R), staging, backend_t::staging_bytes(P, R));
     std::vector<verify_result> res(cases.size());
     std::vector<status> st(cases.size(), status::success());
@@ -234,8 +238,8 @@ std::vector<outcome> run_device_batch(ncclComm_t comm, int dev, int r, int P, co
     steps = be.traffic().calls;
     if (s.ok())
       for (std::size_t i = 0; i < cases.size(); ++i) out.push_back(record(st[i], res[i], path[i], tokens[i]));
-    cudaStreamDestroy(stream);
   }
+  if (stream != nullptr) cudaStreamDestroy(stream);
   for (void* p : dev_bufs) cudaFree(p);
   if (staging != nullptr) cudaFreeHost(staging);
   return out;

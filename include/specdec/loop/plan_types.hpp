@@ -45,7 +45,8 @@ struct planner_options {
   //! shape is priced against the plain step, so it is measured rather than extrapolated. Six,
   //! not two: a request's first steps run on caches its prefill evicted (140-270 us against
   //! 80-115 steady on the example target, an AVX2 CPU), and the lower quartile of two of them
-  //! priced every size for the whole request (benchmarks/results/planner-cold-level_2026-11-28.md).
+  //! priced every size for the whole request (benchmarks/results/planner-cold-level_2026-11-28.md;
+  //! the quartile is over min(plain_first, cost_window) of them).
   std::int32_t plain_first = 6;
   //! Share by which a speculative shape's predicted tokens per second must beat the plain
   //! step's to be chosen (>= 0): near break-even the prediction's error decides, and a

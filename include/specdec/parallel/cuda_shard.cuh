@@ -301,11 +301,11 @@ class nccl_batch_backend {
         queue_(static_cast<std::size_t>(max_) * queue_depth),
         count_(static_cast<std::size_t>(max_), 0),
         off_(static_cast<std::size_t>(max_), 0) {
-    if (!coll_.error().ok()) return;
     if (cudaGetDevice(&device_) != cudaSuccess) {
       fail(status_code::cuda_error, "cudaGetDevice failed");
       return;
     }
+    if (!coll_.error().ok()) return;
     const int P = coll_.size();
     if (scratch == nullptr || scratch_size < scratch_bytes(P, max_) || staging == nullptr ||
         staging_size < staging_bytes(P, max_) || reinterpret_cast<std::uintptr_t>(scratch) % 256 != 0 ||
@@ -352,6 +352,8 @@ class nccl_batch_backend {
         ::specdec::detail::any_shard_pass(f);
     return true;
   }
+  //! Request r left: passes it queued after its last collective are dropped.
+  void drop(std::int32_t r) noexcept { count_[static_cast<std::size_t>(r)] = 0; }
   //! One step for every post (posts[r] null: request r takes no part).
   void step(std::span<const batch_post* const> posts) noexcept {
     std::int32_t J = 0, npass = 0;
@@ -359,10 +361,7 @@ class nccl_batch_backend {
                                                          [](std::size_t, std::int64_t*, int) {});  // kernel-published
     for (std::size_t r = 0; r < posts.size(); ++r) {
       const batch_post* p = posts[r];
-      if (p == nullptr) {  // a request that left: its trailing passes (if any) are not needed
-        count_[r] = 0;
-        continue;
-      }
+      if (p == nullptr) continue;  // a request that left (drop() emptied its queue)
       const int n = p->op == batch_op::none || p->from_host ? 0 : p->n;
       const std::int32_t c = count_[r];
       if (c > 0 || n > 0) {

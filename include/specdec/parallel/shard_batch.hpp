@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -142,7 +143,8 @@ inline void unpack_posts(std::span<const batch_post* const> posts, const std::in
 //! layout nccl_batch_backend uses), else one collective per kind (sum,
 //! prefix, max, and a broadcast per root) carrying every request's scalars
 //! of that kind, in calls of at most the collective's max_scalars (64 when
-//! it states none). Host buffers are allocated here, once.
+//! it states none; nccl_collective has no all-gather and carries 64).
+//! Host buffers are allocated here, once.
 template <collective C>
 class host_batch_backend {
  public:
@@ -224,12 +226,13 @@ class host_batch_backend {
         for (int i = 0; i < posts[r]->n; ++i) posts[r]->dout[i] = buf_[static_cast<std::size_t>(n++)];
   }
 
-  // Scalars per collective call: the adapters' limit (mpi_collective and
-  // nccl_collective carry at most 64), else 64.
+  // Scalars per collective call: the collective's max_scalars
+  // (nccl_collective: 64), else 64.
   static constexpr int chunk = [] {
     if constexpr (requires { C::max_scalars; }) return static_cast<int>(C::max_scalars);
     return 64;
   }();
+  static_assert(chunk > 0, "a collective must carry at least one scalar per call");
   C* c_;
   std::int32_t max_;
   std::vector<double> d_;
@@ -273,9 +276,12 @@ class shard_batch {
     std::lock_guard<std::mutex> lk(m_);
     return err_.ok() ? b_->error() : err_;
   }
-  //! Request r's walk has ended: it takes part in no further step.
-  void leave() {
+  //! Request r's walk has ended: it takes part in no further step, and
+  //! passes it queued after its last collective are dropped (a backend
+  //! that queues has drop(r)).
+  void leave(std::int32_t r) {
     std::lock_guard<std::mutex> lk(m_);
+    if constexpr (requires { b_->drop(r); }) b_->drop(r);
     --live_;
     if (live_ > 0 && posted_ == live_) step();
   }
@@ -377,6 +383,65 @@ struct sharded_tree_request {
   const caller_uniforms* uniforms = nullptr;          //!< the caller's uniforms, or null for keyed Philox
 };
 
+namespace detail {
+
+//! What every rank of a batch call must agree on: the request count and
+//! the partition.
+inline std::uint64_t batch_fingerprint(std::size_t requests, std::span<const std::int64_t> bounds) noexcept {
+  std::uint64_t fp = 0xcbf29ce484222325ull;
+  fingerprint_add(fp, static_cast<std::int64_t>(requests));
+  for (const std::int64_t b : bounds) fingerprint_add(fp, b);
+  return fp;
+}
+
+//! The request threads of one call: started before the ranks agree, each
+//! waiting at the gate; open(true) lets them walk, open(false) (also the
+//! destructor's, should anything throw) sends them home; joined on
+//! destruction.
+class request_threads {
+ public:
+  request_threads() = default;
+  request_threads(const request_threads&) = delete;
+  request_threads& operator=(const request_threads&) = delete;
+  ~request_threads() {
+    open(false);
+    for (auto& t : threads_) t.join();
+  }
+  //! Starts f(r) for r in [1, R) behind the gate (throws what std::thread throws).
+  template <class F>
+  void start(std::int32_t R, const F& f) {
+    threads_.reserve(static_cast<std::size_t>(R > 1 ? R - 1 : 0));
+    for (std::int32_t r = 1; r < R; ++r)
+      threads_.emplace_back([this, &f, r] {
+        {
+          std::unique_lock<std::mutex> lk(m_);
+          cv_.wait(lk, [&] { return gate_ != 0; });
+          if (gate_ < 0) return;
+        }
+        f(r);
+      });
+  }
+  void open(bool walk) {
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      if (gate_ == 0) gate_ = walk ? 1 : -1;
+    }
+    cv_.notify_all();
+  }
+  void join() {
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  int gate_ = 0;  // 0: wait, 1: walk, -1: return
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace detail
+
 //! Verifies R trees on a vocabulary split over ranks, batching every
 //! request's collectives into one per step (see the file comment).
 //! Collective: every rank calls it with the same partition and requests
@@ -394,17 +459,17 @@ template <class Backend>
 status verify_trees_sharded(Backend& backend, std::span<const std::int64_t> bounds,
                             std::span<const sharded_tree_request> requests, std::span<verify_result> results,
                             std::span<status> statuses) {
-  auto R = static_cast<std::int64_t>(requests.size());
+  auto R = static_cast<std::int32_t>(requests.size() < static_cast<std::size_t>(INT32_MAX) ? requests.size() : 0);
   status local = backend.error();
-  if (local.ok() && R > backend.max_requests())
+  if (local.ok() && (requests.size() >= static_cast<std::size_t>(INT32_MAX) || R > backend.max_requests()))
     local = make_status(status_code::buffer_too_small, "more requests than the batch backend has room for");
   else if (local.ok() && (results.size() < requests.size() || statuses.size() < requests.size()))
     local = make_status(status_code::buffer_too_small, "results and statuses need one entry per request");
   if (!local.ok()) R = 0;  // no thread either
-  shard_batch<Backend> batch(backend, static_cast<std::int32_t>(R > 0 ? R : 1));
+  std::optional<shard_batch<Backend>> batch;
   auto walk = [&](std::int32_t r) {
     const sharded_tree_request& q = requests[static_cast<std::size_t>(r)];
-    batched_shard_executor<Backend> ex(batch, r);
+    batched_shard_executor<Backend> ex(*batch, r);
     verify_result res{};
     const status s =
         detail::with_shard_call(ex, bounds, q.tree.size, q.workspace, q.params, q.uniforms,
@@ -414,53 +479,45 @@ status verify_trees_sharded(Backend& backend, std::span<const std::int64_t> boun
                                 });
     results[static_cast<std::size_t>(r)] = s.ok() ? res : verify_result{0, 0, -1, s.code()};  // code: per request
     statuses[static_cast<std::size_t>(r)] = s;
-    batch.leave();
+    batch->leave(r);
   };
-  // Every request's thread is started before the ranks agree, and waits:
-  // a rank that cannot start one fails the call on every rank, before any
-  // step (the walks would otherwise make different steps on different ranks).
-  std::mutex gate_m;
-  std::condition_variable gate_cv;
-  int gate = 0;  // 0: wait, 1: walk, -1: return
-  std::vector<std::thread> threads;
+  // Every request's thread is started before the ranks agree, and waits: a
+  // rank that cannot allocate or start one fails the call on every rank
+  // before any step (the walks would otherwise make different steps on
+  // different ranks).
+  detail::request_threads threads;
   try {
-    threads.reserve(static_cast<std::size_t>(R > 1 ? R - 1 : 0));
-    for (std::int32_t r = 1; r < R; ++r)
-      threads.emplace_back([&, r] {
-        {
-          std::unique_lock<std::mutex> lk(gate_m);
-          gate_cv.wait(lk, [&] { return gate != 0; });
-          if (gate < 0) return;
-        }
-        walk(r);
-      });
+    batch.emplace(backend, R > 0 ? R : 1);
+    threads.start(R, walk);
   } catch (...) {
-    local = make_status(status_code::internal_error, "could not start a thread per request");
+    local = make_status(status_code::internal_error, "could not allocate the batch or start a thread per request");
+    R = 0;
   }
-  std::uint64_t fp = 0xcbf29ce484222325ull;
-  detail::fingerprint_add(fp, static_cast<std::int64_t>(requests.size()));
-  for (const std::int64_t b : bounds) detail::fingerprint_add(fp, b);
-  status agreed = agree_status(backend.coll(), local, fp);
+  status agreed = agree_status(backend.coll(), local, detail::batch_fingerprint(requests.size(), bounds));
   if (agreed.ok()) agreed = collective_error(backend.coll());
-  {
-    std::lock_guard<std::mutex> lk(gate_m);
-    gate = agreed.ok() ? 1 : -1;
-  }
-  gate_cv.notify_all();
-  if (agreed.ok() && R > 0) walk(0);
-  for (auto& t : threads) t.join();
+  threads.open(agreed.ok());
   if (!agreed.ok()) return agreed;
-  return batch.error();
+  if (R > 0) walk(0);
+  threads.join();
+  return batch->error();
 }
 
 //! verify_trees_sharded on host rows over a collective (a
-//! host_batch_backend made for the call).
+//! host_batch_backend made for the call; a rank that cannot allocate it
+//! fails the call on every rank).
 template <collective C>
 status verify_trees_sharded(C& coll, std::span<const std::int64_t> bounds,
                             std::span<const sharded_tree_request> requests, std::span<verify_result> results,
                             std::span<status> statuses) {
-  host_batch_backend<C> backend(coll, static_cast<std::int32_t>(requests.size()));
-  return verify_trees_sharded(backend, bounds, requests, results, statuses);
+  std::optional<host_batch_backend<C>> backend;
+  try {
+    backend.emplace(
+        coll, static_cast<std::int32_t>(requests.size() < static_cast<std::size_t>(INT32_MAX) ? requests.size() : 0));
+  } catch (...) {
+    const status failed = make_status(status_code::internal_error, "could not allocate the batch backend");
+    return agree_status(coll, failed, detail::batch_fingerprint(requests.size(), bounds));
+  }
+  return verify_trees_sharded(*backend, bounds, requests, results, statuses);
 }
 
 }  // namespace specdec
