@@ -59,14 +59,14 @@ enum class batch_op : std::int8_t {
 //! sum and prefix, int64s for max) or from host memory (an argument check
 //! of the request: `din` / `lin`). Results go to `dout` / `lout`.
 struct batch_post {
-  batch_op op = batch_op::none;
-  bool from_host = false;
-  int n = 0;
-  int root = 0;
-  const double* din = nullptr;
-  const std::int64_t* lin = nullptr;
-  double* dout = nullptr;
-  std::int64_t* lout = nullptr;
+  batch_op op = batch_op::none;       //!< what the step does with the scalars
+  bool from_host = false;             //!< inputs in din / lin, else the request's pass scalars
+  int n = 0;                          //!< scalars (at most the backend's capacity)
+  int root = 0;                       //!< broadcast: the rank whose values everyone gets
+  const double* din = nullptr;        //!< host inputs of sum, prefix, broadcast
+  const std::int64_t* lin = nullptr;  //!< host inputs of max
+  double* dout = nullptr;             //!< results of sum, prefix, broadcast
+  std::int64_t* lout = nullptr;       //!< results of max
 };
 
 namespace detail {
@@ -159,12 +159,17 @@ class host_batch_backend {
         buf_(static_cast<std::size_t>(max_) * capacity),
         lbuf_(static_cast<std::size_t>(max_) * capacity * (gathering_collective<C> ? 1 + coll.size() : 1)),
         off_(static_cast<std::size_t>(max_)) {}
+  //! This rank.
   [[nodiscard]] int rank() const { return c_->rank(); }
+  //! Number of ranks.
   [[nodiscard]] int size() const { return c_->size(); }
+  //! Most requests of one call.
   [[nodiscard]] std::int32_t max_requests() const noexcept { return max_; }
   //! The collective on host memory (the batch's own argument agreement).
   C& coll() noexcept { return *c_; }
+  //! The collective's sticky failure, or success.
   [[nodiscard]] status error() const { return collective_error(*c_); }
+  //! The partition as passes read it (host memory: the caller's array).
   const std::int64_t* stage_bounds(std::span<const std::int64_t> bounds, std::int64_t*) noexcept {
     return bounds.data();
   }
@@ -247,8 +252,10 @@ class host_batch_backend {
 template <class Backend>
 class shard_batch {
  public:
+  //! A lockstep of `requests` requests over backend `b` (not owned).
   shard_batch(Backend& b, std::int32_t requests)
       : b_(&b), live_(requests), posts_(static_cast<std::size_t>(requests), nullptr) {}
+  //! The backend.
   Backend& backend() noexcept { return *b_; }
   //! Request r's pass (a full queue runs a step first).
   template <class Pass>
@@ -314,16 +321,24 @@ class shard_batch {
 template <class Backend>
 class batched_collective {
  public:
+  //! Request r's collective in lockstep b.
   batched_collective(shard_batch<Backend>& b, std::int32_t r) noexcept : b_(&b), r_(r) {}
+  //! This rank.
   [[nodiscard]] int rank() const { return b_->backend().rank(); }
+  //! Number of ranks.
   [[nodiscard]] int size() const { return b_->backend().size(); }
+  //! v[i] = the rank-order sum of v[i] (one step).
   void all_reduce_sum(double* v, int n) { host(batch_op::sum, v, n); }
+  //! v[i] = the rank-order sum over the lower ranks (one step).
   void exclusive_prefix_sum(double* v, int n) { host(batch_op::prefix, v, n); }
+  //! v[0..n) = root's v[0..n) (one step).
   void broadcast(double* v, int n, int root) { host(batch_op::broadcast, v, n, root); }
+  //! v[i] = the maximum over ranks (one step).
   void all_reduce_max(std::int64_t* v, int n) {
     batch_post p{batch_op::max, true, n, 0, nullptr, v, nullptr, v};
     b_->post(r_, p);
   }
+  //! The batch's or its backend's failure, or success.
   [[nodiscard]] status error() const { return b_->error(); }
 
  private:
@@ -341,21 +356,32 @@ class batched_collective {
 template <class Backend>
 class batched_shard_executor {
  public:
+  //! Most scalars of each type one pass writes.
   static constexpr int capacity = Backend::capacity;
+  //! Request r's executor in lockstep b.
   batched_shard_executor(shard_batch<Backend>& b, std::int32_t r) noexcept : b_(&b), r_(r), coll_(b, r) {}
+  //! This rank.
   [[nodiscard]] int rank() const { return coll_.rank(); }
+  //! Number of ranks.
   [[nodiscard]] int size() const { return coll_.size(); }
+  //! The request's collective (its argument agreement).
   batched_collective<Backend>& coll() noexcept { return coll_; }
+  //! The batch's or its backend's failure, or success.
   [[nodiscard]] status error() const { return b_->error(); }
+  //! The partition where the backend's passes read it.
   const std::int64_t* stage_bounds(std::span<const std::int64_t> bounds, std::int64_t* dst) {
     return b_->stage_bounds(bounds, dst);
   }
+  //! Queues a pass of parallel/detail/shard_passes.hpp.
   template <class Pass>
   void run(const Pass& f) {
     b_->run(r_, f);
   }
+  //! out[0..n) = the rank-order sums of the last pass's first n doubles (one step).
   void sum(int n, double* out) { pass(batch_op::sum, n, out, nullptr); }
+  //! out[0..n) = the rank-order sums over the lower ranks (one step).
   void prefix(int n, double* out) { pass(batch_op::prefix, n, out, nullptr); }
+  //! out[0..n) = the maxima of the last pass's first n int64s (one step).
   void max(int n, std::int64_t* out) { pass(batch_op::max, n, nullptr, out); }
 
  private:
