@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "specdec/core/config.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/parallel/collective.hpp"
 #include "specdec/parallel/sharded_verify.hpp"
@@ -411,6 +412,22 @@ struct sharded_tree_request {
 
 namespace detail {
 
+//! Runs f; false when it threw. Without exceptions (-fno-exceptions) an
+//! allocation failure aborts instead, and this is always true.
+template <class F>
+bool ran_without_throwing(const F& f) {
+#if SPECDEC_HAS_EXCEPTIONS
+  try {
+    f();
+  } catch (...) {
+    return false;
+  }
+#else
+  f();
+#endif
+  return true;
+}
+
 //! What every rank of a batch call must agree on: the request count and
 //! the partition.
 inline std::uint64_t batch_fingerprint(std::size_t requests, std::span<const std::int64_t> bounds) noexcept {
@@ -512,10 +529,10 @@ status verify_trees_sharded(Backend& backend, std::span<const std::int64_t> boun
   // before any step (the walks would otherwise make different steps on
   // different ranks).
   detail::request_threads threads;
-  try {
-    batch.emplace(backend, R > 0 ? R : 1);
-    threads.start(R, walk);
-  } catch (...) {
+  if (!detail::ran_without_throwing([&] {
+        batch.emplace(backend, R > 0 ? R : 1);
+        threads.start(R, walk);
+      })) {
     local = make_status(status_code::internal_error, "could not allocate the batch or start a thread per request");
     R = 0;
   }
@@ -536,10 +553,10 @@ status verify_trees_sharded(C& coll, std::span<const std::int64_t> bounds,
                             std::span<const sharded_tree_request> requests, std::span<verify_result> results,
                             std::span<status> statuses) {
   std::optional<host_batch_backend<C>> backend;
-  try {
-    backend.emplace(
-        coll, static_cast<std::int32_t>(requests.size() < static_cast<std::size_t>(INT32_MAX) ? requests.size() : 0));
-  } catch (...) {
+  if (!detail::ran_without_throwing([&] {
+        backend.emplace(coll, static_cast<std::int32_t>(
+                                  requests.size() < static_cast<std::size_t>(INT32_MAX) ? requests.size() : 0));
+      })) {
     const status failed = make_status(status_code::internal_error, "could not allocate the batch backend");
     return agree_status(coll, failed, detail::batch_fingerprint(requests.size(), bounds));
   }
