@@ -568,7 +568,12 @@ TEST_CASE("GPU verify_batch: logits rows through the sampling transform match th
     std::int64_t V;
     int max_n;
   };
-  for (const shape sh : {shape{24, 1000, 8}, shape{12, 32000, 6}, shape{3, 128256, 5}}) {
+  // Rows of num_requests x max_nodes above 16 take a block per row; the
+  // others the split pre-pass (kernels::verify_transform_chunk_tiles).
+  for (const shape sh :
+       {shape{24, 1000, 8}, shape{12, 32000, 6}, shape{3, 128256, 5}, shape{6, 20000, 2}, shape{1, 152064, 4}}) {
+    INFO(
+        "split chunk tiles " << kernels::verify_transform_chunk_tiles(sh.R, static_cast<std::int32_t>(sh.V), sh.max_n));
     batch b = make_batch(gen, sh.R, sh.V, sh.max_n);
     // Probabilities to logits on a coarse grid (ties), zeros to -inf.
     for (auto* rows : {&b.P, &b.Q})

@@ -146,7 +146,7 @@ TEST_CASE("verify_request_params: the params array, or base with each per-reques
   CHECK(kernels::verify_batch_can_implement(P).ok());
 }
 
-TEST_CASE("verify tile pre-pass: which launches run it, and its table's size") {
+TEST_CASE("verify tile and split logits pre-passes: which launches run them, and their tables' sizes") {
   // Small launches only (one block per request would leave the GPU idle).
   CHECK(kernels::verify_tiles_prepass(1, 128256, 64));
   CHECK(kernels::verify_tiles_prepass(kernels::verify_tiles_max_requests, 32000, 1));
@@ -168,6 +168,22 @@ TEST_CASE("verify tile pre-pass: which launches run it, and its table's size") {
   CHECK(kernels::verify_batch_workspace_bytes(3, 128256, 64) ==
         3 * kernels::verify_request_workspace_bytes(128256, 64) + kernels::verify_argmax_table_bytes(3, 128256, 64) +
             kernels::verify_tiles_table_bytes(3, 128256, 64));
+  // The split logits pre-pass: small launches only, chunks of whole tiles,
+  // at least 4 tiles and 2 chunks a row; its buffers in the workspace.
+  CHECK(kernels::verify_transform_chunk_tiles(1, 128256, 1) == 5);  // 126 tiles, at most 31 chunks: 26 of 5
+  CHECK(split_chunk_count(128256, 5) == 26);
+  CHECK(kernels::verify_transform_chunk_tiles(2, 128256, 8) == 8);  // 16 rows: 16 chunks of 8 tiles
+  CHECK(kernels::verify_transform_chunk_tiles(3, 128256, 8) == 0);  // 24 rows: a block per row
+  CHECK(kernels::verify_transform_chunk_tiles(1, 7000, 1) == 0);    // 7 tiles: one chunk
+  CHECK(kernels::verify_transform_chunk_tiles(1, 8192, 1) == 4);    // 8 tiles: two chunks
+  CHECK(kernels::verify_transform_split_bytes(2, 128256, 8, false) == 0);
+  const std::size_t rows = 2 * 8 * 2;
+  CHECK(kernels::verify_transform_split_bytes(2, 128256, 8, true) ==
+        align_up(rows * sizeof(split_transform_sums)) + align_up(rows * sizeof(split_transform_state)) +
+            align_up(rows * 126 * sizeof(double)));
+  CHECK(kernels::verify_batch_workspace_bytes(2, 128256, 8, true) ==
+        kernels::verify_batch_workspace_bytes(2, 128256, 8, false) + kernels::verify_transform_table_bytes(2, 8, true) +
+            kernels::verify_transform_split_bytes(2, 128256, 8, true));
 }
 
 TEST_CASE("verify_row_index: how the device policy finds a p or q row in its pre-pass tables") {

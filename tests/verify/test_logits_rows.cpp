@@ -18,6 +18,7 @@
 #include "row_types_util.hpp"
 #include "specdec/sample/detail/host_rows.hpp"
 #include "specdec/sample/logits_rows.hpp"
+#include "specdec/sample/split_transform.hpp"
 #include "specdec/verify/batch_verify.hpp"
 #include "specdec/verify/distribution.hpp"
 
@@ -150,6 +151,70 @@ TEST_CASE("logits transform: the radix cuts keep exactly the sorted reference's 
               ++rows;
             }
   CHECK(rows == 5 * 2 * 3 * 4 * 4 * 2);
+}
+
+TEST_CASE("split logits pre-pass: any chunking gives make_row_transform's constants, bit for bit") {
+  const std::uint64_t seed = 20261129;
+  std::printf("split logits pre-pass seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937 gen(static_cast<std::uint32_t>(seed));
+  const auto bits_same = [](const row_transform& a, const row_transform& b) {
+    return std::bit_cast<std::uint32_t>(a.m) == std::bit_cast<std::uint32_t>(b.m) && a.inv_t == b.inv_t &&
+           a.min_p == b.min_p && a.arg == b.arg && a.cut == b.cut &&
+           std::bit_cast<std::uint64_t>(a.inv_z) == std::bit_cast<std::uint64_t>(b.inv_z) && a.greedy == b.greedy &&
+           a.code == b.code;
+  };
+  const std::int64_t vocabs[] = {1, 7, 1500, 5000, 9000};
+  const float temps[] = {0.0f, 0.6f, 1.7f};
+  const std::int32_t ks[] = {0, 1, 40, 6000};
+  const float ps[] = {1.0f, 0.9f, 1e-6f};
+  const std::int64_t chunkings[] = {1, 2, 3, 100};
+  int rows = 0, cut_rows = 0;
+  for (const std::int64_t V : vocabs)
+    for (const bool coarse : {false, true})
+      for (const float T : temps)
+        for (const std::int32_t k : ks)
+          for (const float tp : ps) {
+            auto x = random_logits(gen, V, coarse);
+            if (V > 1 && gen() % 3 == 0) x[gen() % 2] = -0.0f;  // a signed zero among the maxima of coarse rows
+            const sampling_params sp{T, k, tp, gen() % 2 == 0 ? 0.0f : 0.02f};
+            const row_transform want = make_row_transform(ref_of(x), V, sp);
+            std::vector<std::uint16_t> words(x.size());
+            for (std::size_t i = 0; i < x.size(); ++i) words[i] = specdec_test::to_bf16(x[i]);
+            const detail::row_ref bf{words.data(), 1, row_dtype::bf16};
+            const row_transform want_bf = make_row_transform(bf, V, sp);
+            for (const std::int64_t ct : chunkings) {
+              INFO("V " << V << " coarse " << coarse << " T " << T << " k " << k << " p " << tp << " chunk tiles "
+                        << ct);
+              REQUIRE(bits_same(split_row_transform(ref_of(x), V, sp, ct), want));
+              REQUIRE(bits_same(split_row_transform(bf, V, sp, ct), want_bf));
+            }
+            cut_rows += want.cut != 0 ? 1 : 0;
+            ++rows;
+          }
+  CHECK(rows == 5 * 2 * 3 * 4 * 3);
+  CHECK(cut_rows > rows / 4);  // the selects ran, not only the argmax and Z
+  // Bad rows and bad settings: the same codes.
+  std::vector<float> x(3000, 1.0f);
+  for (const std::int64_t ct : chunkings) {
+    x[2500] = std::numeric_limits<float>::quiet_NaN();
+    CHECK(split_row_transform(ref_of(x), 3000, sampling_params{}, ct).code ==
+          static_cast<std::int32_t>(status_code::non_finite));
+    x[2500] = std::numeric_limits<float>::infinity();
+    CHECK(split_row_transform(ref_of(x), 3000, sampling_params{0.0f, 0, 1.0f, 0.0f}, ct).code ==
+          static_cast<std::int32_t>(status_code::non_finite));
+    const std::vector<float> masked(3000, neg_inf);
+    CHECK(split_row_transform(ref_of(masked), 3000, sampling_params{}, ct).code ==
+          static_cast<std::int32_t>(status_code::zero_mass));
+    x[2500] = 1.0f;
+    CHECK(split_row_transform(ref_of(x), 3000, sampling_params{1.0f, 0, 0.0f, 0.0f}, ct).code ==
+          static_cast<std::int32_t>(
+              status_code::invalid_argument));  // Signed zeros as the maximum: the first one wins, -0.0 or not.
+    std::vector<float> zeros(3000, neg_inf);
+    zeros[1500] = -0.0f;
+    zeros[2600] = 0.0f;
+    const row_transform z = split_row_transform(ref_of(zeros), 3000, sampling_params{}, ct);
+    CHECK((z.arg == 1500 && std::signbit(z.m) && bits_same(z, make_row_transform(ref_of(zeros), 3000, {}))));
+  }
 }
 
 TEST_CASE("logits transform: unfiltered rows are logits_to_probs's softmax; greedy is one-hot at the argmax") {

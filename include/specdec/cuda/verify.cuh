@@ -28,6 +28,7 @@
 #include "specdec/cuda/check.cuh"
 #include "specdec/kernels/verify.hpp"
 #include "specdec/sample/order.hpp"
+#include "specdec/sample/split_transform.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/policy.hpp"
 #include "specdec/verify/request_checks.hpp"
@@ -51,6 +52,11 @@ struct argmax_op {
 };
 struct max_i64_op {
   SPECDEC_DEVICE std::int64_t operator()(std::int64_t a, std::int64_t b) const { return a > b ? a : b; }
+};
+struct max_u64_op {
+  SPECDEC_DEVICE unsigned long long operator()(unsigned long long a, unsigned long long b) const {
+    return a > b ? a : b;
+  }
 };
 
 //! Loads in flight per thread in an argmax scan: one block reads a whole
@@ -186,6 +192,11 @@ struct block_row_ops {
   const void* q_base = nullptr;
   std::int64_t q_rs = 0, q_cs = 1;
   row_dtype q_type = row_dtype::f32;
+  //! Logits rows: the transforms of p's and q's rows (walk_rows::p_x,
+  //! q_x). A row's entry is used only when it reads through its own
+  //! transform, so a q aliasing p's storage under other settings scans.
+  const row_transform* p_x = nullptr;
+  const row_transform* q_x = nullptr;
 
   //! One warp's sum of tile t of K element streams (valid in lane 0).
   template <int K, class Elem>
@@ -375,7 +386,10 @@ struct block_row_ops {
       k = 1;
       u = kernels::verify_row_index(r, q_base, q_rs, q_cs, q_type, rows);
     }
-    return u < 0 ? nullptr : tile_table + (2 * u + k) * kernels::verify_tiles_row_bytes(static_cast<std::int32_t>(V));
+    if (u < 0) return nullptr;
+    const row_transform* x = k == 0 ? p_x : q_x;
+    if (r.x != (x == nullptr ? nullptr : x + u)) return nullptr;
+    return tile_table + (2 * u + k) * kernels::verify_tiles_row_bytes(static_cast<std::int32_t>(V));
   }
 
   //! Merges each row's `splits` partials into its first (a warp per row,
@@ -631,11 +645,13 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
 //! sums tiles [c W, c W + W) of row j of request r's p (and of its q when
 //! the mode reads q), W = Block / 32, one tile per warp with the walk's own
 //! warp_tile, into entry (r * max_nodes + j) * 2 + k of the table, with a
-//! flag per tile for an entry below zero. Requests outside
-//! verify_tiles_mode, or whose span fails, are the walk's to handle.
+//! flag per tile for an entry below zero. Logits rows (`transforms` not
+//! null, after the logits pre-pass) are summed through their transforms.
+//! Requests outside verify_tiles_mode, or whose span fails, are the
+//! walk's to handle.
 template <int Block>
 SPECDEC_KERNEL void __launch_bounds__(Block)
-    verify_tiles_kernel(const kernels::verify_batch_params P, unsigned char* table) {
+    verify_tiles_kernel(const kernels::verify_batch_params P, unsigned char* table, const row_transform* transforms) {
   const auto r = static_cast<std::int32_t>(blockIdx.z);
   const auto j = static_cast<std::int32_t>(blockIdx.y);
   std::int32_t b = 0, n = 0;
@@ -646,7 +662,13 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * (Block / 32) + (static_cast<int>(threadIdx.x) >> 5);
   const std::int64_t nt = sum_tile_count(P.vocab);
   if (t >= nt) return;  // whole warps
-  const specdec::walk_rows rows = kernels::verify_request_rows(P, b);
+  specdec::walk_rows rows = kernels::verify_request_rows(P, b);
+  if (transforms != nullptr) {  // logits rows: the sums of their probabilities, as the walk reads them
+    const std::size_t own = static_cast<std::size_t>(r) * static_cast<std::size_t>(P.max_nodes);
+    if (P.p_sampling != nullptr) rows.p_x = transforms + own;
+    if (P.q_sampling != nullptr)
+      rows.q_x = transforms + static_cast<std::size_t>(P.num_requests) * static_cast<std::size_t>(P.max_nodes) + own;
+  }
   const std::size_t entry = kernels::verify_tiles_row_bytes(P.vocab);
   const int kinds = P.q != nullptr && uses_draft_probs(mode) ? 2 : 1;
   for (int k = 0; k < kinds; ++k) {
@@ -690,6 +712,116 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
       if (threadIdx.x == 0) table[q_at + at] = t;
     }
   }
+}
+
+//! One phase of the split logits pre-pass (sample/split_transform.hpp):
+//! block (c, j, 2 r + k) reads chunk c (chunk_tiles tiles) of row j of
+//! request r's p (k = 0) or q (k = 1, when its mode reads q) and adds its
+//! part to the row's sums; the last block of the row to arrive (a
+//! counter after a fence) takes the phase's decision with
+//! finish_split_phase, clears the sums and, after the last phase, writes
+//! the transform to the table. Launched once per phase in order, the sums
+//! cleared before phase 0; buffers as kernels::verify_transform_split_bytes.
+template <int Block>
+SPECDEC_KERNEL void __launch_bounds__(Block)
+    verify_transform_split_kernel(const kernels::verify_batch_params P, split_transform_sums* sums,
+                                  split_transform_state* states, double* tiles, row_transform* table, int phase,
+                                  std::int64_t chunk_tiles) {
+  using reduce_u = cub::BlockReduce<unsigned long long, Block>;
+  __shared__ typename reduce_u::TempStorage tmp;
+  __shared__ unsigned long long hist[256];
+  __shared__ split_transform_sums done;
+  __shared__ double done_tiles[kernels::verify_logits_max_vocab / sum_tile];
+  __shared__ int last;
+  const auto j = static_cast<std::int32_t>(blockIdx.y);
+  const auto r = static_cast<std::int32_t>(blockIdx.z >> 1);
+  const int k = static_cast<int>(blockIdx.z & 1u);
+  std::int32_t b = 0, n = 0;
+  if (kernels::verify_request_span(P, r, b, n) != status_code::ok || j >= n) return;
+  const sampling_params* sps = k == 0 ? P.p_sampling : P.q_sampling;
+  if (sps == nullptr || (k == 1 && (P.q == nullptr || !uses_draft_probs(kernels::verify_request_params(P, r).mode))))
+    return;
+  const sampling_params sp = sps[r];
+  const std::size_t row = (static_cast<std::size_t>(r) * static_cast<std::size_t>(P.max_nodes) + j) * 2 + k;
+  const split_transform_state s = phase == 0 ? split_transform_state{} : states[row];
+  const std::int64_t V = P.vocab;
+  if (!split_phase_runs(s, sp, phase, V)) return;
+  const specdec::walk_rows rows = kernels::verify_request_rows(P, b);
+  const detail::row_ref x = k == 0 ? rows.prow(j) : rows.qrow(j);
+  const std::int64_t nt = sum_tile_count(V);
+  const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * chunk_tiles;
+  const std::int64_t t1 = t0 + chunk_tiles < nt ? t0 + chunk_tiles : nt;
+  const std::int64_t lo = t0 * sum_tile, hi = t1 * sum_tile < V ? t1 * sum_tile : V;
+  split_transform_sums* acc = sums + row;
+  auto* const acc_hist = reinterpret_cast<unsigned long long*>(acc->hist);
+  double* const row_tiles = tiles + row * static_cast<std::size_t>(nt);
+  if (split_phase_reads(s, sp, phase)) {
+    if (phase == 0) {
+      unsigned long long best = 0;
+      bool bad = false;
+      for (std::int64_t i = lo + threadIdx.x; i < hi; i += Block) {
+        const float v = x.raw(i);
+        const unsigned long long key = specdec::detail::split_argmax_key(v, i);
+        best = key > best ? key : best;
+        bad |= specdec::detail::split_bad_entry(v);
+      }
+      const bool any_bad = __syncthreads_or(bad) != 0;
+      best = reduce_u(tmp).Reduce(best, detail::max_u64_op{});
+      if (threadIdx.x == 0) {
+        if (best != 0) atomicMax(reinterpret_cast<unsigned long long*>(&acc->best), best);
+        if (any_bad) atomicOr(&acc->bad, 1u);
+      }
+    } else if (phase < split_transform_phases - 1) {
+      for (int h = static_cast<int>(threadIdx.x); h < 256; h += Block) hist[h] = 0;
+      __syncthreads();
+      for (std::int64_t i = lo + threadIdx.x; i < hi; i += Block) {
+        int bin = 0;
+        const std::uint64_t a = split_hist_amount(s, phase, s.t.weight(x.raw(i)), i, bin);
+        if (a != 0) atomicAdd(&hist[bin], static_cast<unsigned long long>(a));
+      }
+      __syncthreads();
+      for (int h = static_cast<int>(threadIdx.x); h < 256; h += Block)
+        if (hist[h] != 0) atomicAdd(acc_hist + h, hist[h]);
+    } else {  // the tile sums of the kept weights, one warp a tile (the walk's order)
+      const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+      for (std::int64_t t = t0 + warp; t < t1; t += Block / 32) {
+        double v[1];
+        bool ng[1] = {false};
+        auto elem = [&](std::int64_t i, float(&w)[1]) { w[0] = s.t.kept_weight(x.raw(i), i); };
+        detail::block_row_ops<Block>::template warp_tile<1>(V, elem, t, lane, v, ng);
+        if (lane == 0) row_tiles[t] = v[0];
+      }
+    }
+  }
+  // Arrive; the last block of the row reads every block's part.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&acc->arrived, 1u) + 1u == gridDim.x ? 1 : 0;
+  __syncthreads();
+  if (last == 0) return;
+  __threadfence();
+  for (int h = static_cast<int>(threadIdx.x); h < 256; h += Block) done.hist[h] = __ldcg(acc_hist + h);
+  if (phase == split_transform_phases - 1)
+    for (std::int64_t t = threadIdx.x; t < nt; t += Block) done_tiles[t] = __ldcg(row_tiles + t);
+  if (threadIdx.x == 0) {
+    done.best = __ldcg(reinterpret_cast<const unsigned long long*>(&acc->best));
+    done.bad = __ldcg(&acc->bad);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    split_transform_state next = s;
+    finish_split_phase(next, sp, phase, V, done, done_tiles, x);
+    states[row] = next;
+    if (phase == split_transform_phases - 1) {
+      const std::size_t at = static_cast<std::size_t>(r) * static_cast<std::size_t>(P.max_nodes) + j;
+      table[(k == 0 ? 0 : static_cast<std::size_t>(P.num_requests) * static_cast<std::size_t>(P.max_nodes)) + at] =
+          next.t;
+    }
+    acc->best = 0;
+    acc->bad = 0;
+    acc->arrived = 0;
+  }
+  for (int h = static_cast<int>(threadIdx.x); h < 256; h += Block) acc_hist[h] = 0;
 }
 
 //! Trees of up to this many nodes are staged in shared memory.
@@ -771,8 +903,8 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
       tiles != nullptr && kernels::verify_tiles_mode(vp.mode)
           ? tiles + static_cast<std::size_t>(r) * P.max_nodes * 2 * kernels::verify_tiles_row_bytes(P.vocab)
           : nullptr;
-  const ops_t ops{sh,     table,     rows.p, P.p_row_stride, P.p_col_stride, P.p_dtype, n,
-                  splits, own_tiles, rows.q, P.q_row_stride, P.q_col_stride, P.q_dtype};
+  const ops_t ops{sh,        table,  rows.p,         P.p_row_stride, P.p_col_stride, P.p_dtype, n,       splits,
+                  own_tiles, rows.q, P.q_row_stride, P.q_col_stride, P.q_dtype,      rows.p_x,  rows.q_x};
   if (table != nullptr) ops.merge_table(table);
   const status st =
       P.uniforms != nullptr
@@ -811,8 +943,8 @@ inline status verify_batch(const kernels::verify_batch_params& P, void* workspac
   SPECDEC_TRY(check_workspace(workspace, workspace_bytes, kernels::verify_batch_workspace_size(P),
                               "workspace smaller than verify_batch_workspace_size"));
   auto* ws = static_cast<unsigned char*>(workspace);
-  // Logits rows: the transform pre-pass instead of the argmax and tile
-  // pre-passes (their tables hold sums of rows as stored).
+  // Logits rows: no argmax pre-pass (its table holds maxima of the rows
+  // as stored); the transform pre-pass runs before the tile pre-pass.
   const bool logits = kernels::verify_logits_rows(P);
   // The greedy pre-pass (grid: chunk, node, request; CUDA's y and z limits).
   std::int32_t splits = kernels::verify_argmax_splits(P.num_requests, P.vocab, P.max_nodes);
@@ -826,9 +958,40 @@ inline status verify_batch(const kernels::verify_batch_params& P, void* workspac
                                                  verify_block_threads, 0, stream>>>(P, table, splits, chunk);
     SPECDEC_TRY(last_launch_status());
   }
-  // The tile pre-pass of small launches (grid: tile chunk, node, request).
+  row_transform* transforms = nullptr;
+  if (logits) {
+    transforms = reinterpret_cast<row_transform*>(
+        ws + kernels::verify_request_workspace_bytes(P.vocab, P.max_nodes) * static_cast<std::size_t>(P.num_requests) +
+        kernels::verify_argmax_table_bytes(P.num_requests, P.vocab, P.max_nodes) +
+        kernels::verify_tiles_table_bytes(P.num_requests, P.vocab, P.max_nodes));
+    if (const std::int64_t ct = kernels::verify_transform_chunk_tiles(P.num_requests, P.vocab, P.max_nodes); ct > 0) {
+      // Small launches: the pre-pass split over blocks, a launch per phase.
+      const std::size_t rows = static_cast<std::size_t>(P.num_requests) * static_cast<std::size_t>(P.max_nodes) * 2;
+      unsigned char* at = reinterpret_cast<unsigned char*>(transforms) +
+                          kernels::verify_transform_table_bytes(P.num_requests, P.max_nodes, true);
+      auto* sums = reinterpret_cast<split_transform_sums*>(at);
+      at += align_up(rows * sizeof(split_transform_sums));
+      auto* states = reinterpret_cast<split_transform_state*>(at);
+      at += align_up(rows * sizeof(split_transform_state));
+      SPECDEC_TRY(from_cuda(cudaMemsetAsync(sums, 0, rows * sizeof(split_transform_sums), stream)));
+      const dim3 grid(static_cast<unsigned>(split_chunk_count(P.vocab, ct)), static_cast<unsigned>(P.max_nodes),
+                      static_cast<unsigned>(P.num_requests) * 2u);
+      for (int phase = 0; phase < split_transform_phases; ++phase) {
+        verify_transform_split_kernel<verify_block_threads><<<grid, verify_block_threads, 0, stream>>>(
+            P, sums, states, reinterpret_cast<double*>(at), transforms, phase, ct);
+        SPECDEC_TRY(last_launch_status());
+      }
+    } else {
+      const unsigned ys = P.num_requests < 65535 ? static_cast<unsigned>(P.num_requests) : 65535u;
+      verify_transform_kernel<verify_block_threads>
+          <<<dim3(static_cast<unsigned>(P.max_nodes), ys), verify_block_threads, 0, stream>>>(P, transforms);
+      SPECDEC_TRY(last_launch_status());
+    }
+  }
+  // The tile pre-pass of small launches (grid: tile chunk, node, request),
+  // after the logits pre-pass: logits rows are summed as probabilities.
   unsigned char* tiles = nullptr;
-  if (!logits && kernels::verify_tiles_prepass(P.num_requests, P.vocab, P.max_nodes)) {
+  if (kernels::verify_tiles_prepass(P.num_requests, P.vocab, P.max_nodes)) {
     tiles = ws +
             kernels::verify_request_workspace_bytes(P.vocab, P.max_nodes) * static_cast<std::size_t>(P.num_requests) +
             kernels::verify_argmax_table_bytes(P.num_requests, P.vocab, P.max_nodes);
@@ -836,18 +999,7 @@ inline status verify_batch(const kernels::verify_batch_params& P, void* workspac
     const std::int64_t chunks = (sum_tile_count(P.vocab) + per_block - 1) / per_block;
     verify_tiles_kernel<verify_block_threads><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(P.max_nodes),
                                                      static_cast<unsigned>(P.num_requests)),
-                                                verify_block_threads, 0, stream>>>(P, tiles);
-    SPECDEC_TRY(last_launch_status());
-  }
-  row_transform* transforms = nullptr;
-  if (logits) {
-    transforms = reinterpret_cast<row_transform*>(
-        ws + kernels::verify_request_workspace_bytes(P.vocab, P.max_nodes) * static_cast<std::size_t>(P.num_requests) +
-        kernels::verify_argmax_table_bytes(P.num_requests, P.vocab, P.max_nodes) +
-        kernels::verify_tiles_table_bytes(P.num_requests, P.vocab, P.max_nodes));
-    const unsigned ys = P.num_requests < 65535 ? static_cast<unsigned>(P.num_requests) : 65535u;
-    verify_transform_kernel<verify_block_threads>
-        <<<dim3(static_cast<unsigned>(P.max_nodes), ys), verify_block_threads, 0, stream>>>(P, transforms);
+                                                verify_block_threads, 0, stream>>>(P, tiles, transforms);
     SPECDEC_TRY(last_launch_status());
   }
   verify_batch_kernel<verify_block_threads>

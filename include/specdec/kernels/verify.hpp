@@ -40,6 +40,7 @@
 #include "specdec/sample/order.hpp"
 #include "specdec/sample/row_transform.hpp"
 #include "specdec/sample/sampling_params.hpp"
+#include "specdec/sample/split_transform.hpp"
 #include "specdec/tree/token_tree.hpp"
 #include "specdec/verify/verify_params.hpp"
 #include "specdec/verify/walk_state.hpp"
@@ -282,20 +283,62 @@ SPECDEC_HD std::size_t verify_transform_table_bytes(std::int32_t num_requests, s
                   sizeof(row_transform));
 }
 
+//! Launches of at most this many rows (num_requests x max_nodes) split
+//! the logits pre-pass over blocks (sample/split_transform.hpp): one block
+//! per row would leave most of the GPU idle and read each row up to 20
+//! times from one multiprocessor. Larger launches keep a block per row.
+inline constexpr std::int64_t verify_transform_split_max_rows = 16;
+//! Blocks a phase of the split pre-pass aims for (p rows).
+inline constexpr std::int64_t verify_transform_split_target_blocks = 256;
+//! Fewest tiles (sample/order.hpp) a chunk of the split pre-pass reads.
+inline constexpr std::int64_t verify_transform_min_chunk_tiles = 4;
+
+//! Tiles per chunk of the split logits pre-pass for a launch's sizes, 0
+//! when the launch keeps one block per row: about
+//! verify_transform_split_target_blocks blocks over the launch's rows, at
+//! least verify_transform_min_chunk_tiles tiles each, and at least two
+//! chunks a row.
+SPECDEC_HD std::int64_t verify_transform_chunk_tiles(std::int32_t num_requests, std::int32_t vocab,
+                                                     std::int32_t max_nodes) noexcept {
+  if (num_requests <= 0 || vocab <= 0 || max_nodes <= 0) return 0;
+  const std::int64_t rows = static_cast<std::int64_t>(num_requests) * max_nodes;
+  if (rows > verify_transform_split_max_rows) return 0;
+  const std::int64_t nt = sum_tile_count(vocab);
+  const std::int64_t want = (verify_transform_split_target_blocks + rows - 1) / rows;
+  const std::int64_t most = nt / verify_transform_min_chunk_tiles;
+  const std::int64_t chunks = want < most ? want : most;
+  return chunks < 2 ? 0 : (nt + chunks - 1) / chunks;
+}
+
+//! Bytes of the split pre-pass's buffers (0 without logits rows or when
+//! the launch does not split): for every (request, node, p or q) row, at
+//! (r * max_nodes + j) * 2 + k, its split_transform_sums (cleared before
+//! the first phase), then its split_transform_state, then its
+//! sum_tile_count(vocab) tile sums.
+SPECDEC_HD std::size_t verify_transform_split_bytes(std::int32_t num_requests, std::int32_t vocab,
+                                                    std::int32_t max_nodes, bool logits_rows) noexcept {
+  if (!logits_rows || verify_transform_chunk_tiles(num_requests, vocab, max_nodes) == 0) return 0;
+  const std::size_t rows = static_cast<std::size_t>(num_requests) * static_cast<std::size_t>(max_nodes) * 2;
+  return align_up(rows * sizeof(split_transform_sums)) + align_up(rows * sizeof(split_transform_state)) +
+         align_up(rows * static_cast<std::size_t>(sum_tile_count(vocab)) * sizeof(double));
+}
+
 //! Bytes of device workspace for num_requests requests of at most
 //! max_nodes nodes over vocab: num_requests slices of
 //! verify_request_workspace_bytes, then the greedy pre-pass's table
 //! (verify_argmax_table_bytes), then the tile pre-pass's table
 //! (verify_tiles_table_bytes, small launches only), then with
-//! `logits_rows` the row transforms (verify_transform_table_bytes). 0 for
-//! an empty or malformed launch.
+//! `logits_rows` the row transforms (verify_transform_table_bytes) and,
+//! for small launches, the split pre-pass's buffers
+//! (verify_transform_split_bytes). 0 for an empty or malformed launch.
 SPECDEC_HD std::size_t verify_batch_workspace_bytes(std::int32_t num_requests, std::int32_t vocab,
                                                     std::int32_t max_nodes, bool logits_rows = false) noexcept {
   if (num_requests <= 0) return 0;
   return verify_request_workspace_bytes(vocab, max_nodes) * static_cast<std::size_t>(num_requests) +
          verify_argmax_table_bytes(num_requests, vocab, max_nodes) +
          verify_tiles_table_bytes(num_requests, vocab, max_nodes) +
-         verify_transform_table_bytes(num_requests, max_nodes, logits_rows);
+         verify_transform_table_bytes(num_requests, max_nodes, logits_rows) +
+         verify_transform_split_bytes(num_requests, vocab, max_nodes, logits_rows);
 }
 
 //! Whether a launch reads logits rows (p_sampling or q_sampling given).
