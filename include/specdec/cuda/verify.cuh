@@ -612,6 +612,24 @@ struct block_transform {
 
 }  // namespace detail
 
+//! Row j of request r's p (k = 0) or q (k = 1) in the logits pre-pass's
+//! table (kernels::verify_transform_table_bytes).
+SPECDEC_DEVICE std::size_t transform_slot(const kernels::verify_batch_params& P, std::int32_t r, std::int32_t j,
+                                          int k) {
+  return (static_cast<std::size_t>(k) * static_cast<std::size_t>(P.num_requests) + static_cast<std::size_t>(r)) *
+             static_cast<std::size_t>(P.max_nodes) +
+         static_cast<std::size_t>(j);
+}
+
+//! Request r's logits rows read through their transforms in `table`
+//! (nothing without a table).
+SPECDEC_DEVICE void attach_transforms(const kernels::verify_batch_params& P, std::int32_t r, const row_transform* table,
+                                      specdec::walk_rows& rows) {
+  if (table == nullptr) return;
+  if (P.p_sampling != nullptr) rows.p_x = table + transform_slot(P, r, 0, 0);
+  if (P.q_sampling != nullptr) rows.q_x = table + transform_slot(P, r, 0, 1);
+}
+
 //! The greedy pre-pass: block (c, j, r) writes the argmax of chunk c of
 //! row j of request r to table[(r * max_nodes + j) * splits + c], for
 //! greedy requests whose node count is in (0, max_nodes] (the others are
@@ -663,12 +681,7 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   const std::int64_t nt = sum_tile_count(P.vocab);
   if (t >= nt) return;  // whole warps
   specdec::walk_rows rows = kernels::verify_request_rows(P, b);
-  if (transforms != nullptr) {  // logits rows: the sums of their probabilities, as the walk reads them
-    const std::size_t own = static_cast<std::size_t>(r) * static_cast<std::size_t>(P.max_nodes);
-    if (P.p_sampling != nullptr) rows.p_x = transforms + own;
-    if (P.q_sampling != nullptr)
-      rows.q_x = transforms + static_cast<std::size_t>(P.num_requests) * static_cast<std::size_t>(P.max_nodes) + own;
-  }
+  attach_transforms(P, r, transforms, rows);  // logits rows: the sums of their probabilities
   const std::size_t entry = kernels::verify_tiles_row_bytes(P.vocab);
   const int kinds = P.q != nullptr && uses_draft_probs(mode) ? 2 : 1;
   for (int k = 0; k < kinds; ++k) {
@@ -697,19 +710,17 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   using bt = detail::block_transform<Block>;
   __shared__ typename bt::storage sh;
   const auto j = static_cast<std::int32_t>(blockIdx.x);
-  const std::size_t q_at = static_cast<std::size_t>(P.num_requests) * static_cast<std::size_t>(P.max_nodes);
   for (auto r = static_cast<std::int32_t>(blockIdx.y); r < P.num_requests; r += static_cast<std::int32_t>(gridDim.y)) {
     std::int32_t b = 0, n = 0;
     if (kernels::verify_request_span(P, r, b, n) != status_code::ok || j >= n) continue;
     const specdec::walk_rows rows = kernels::verify_request_rows(P, b);
-    const std::size_t at = static_cast<std::size_t>(r) * static_cast<std::size_t>(P.max_nodes) + j;
     if (P.p_sampling != nullptr) {
       const row_transform t = bt::run(sh, rows.prow(j), P.vocab, P.p_sampling[r]);
-      if (threadIdx.x == 0) table[at] = t;
+      if (threadIdx.x == 0) table[transform_slot(P, r, j, 0)] = t;
     }
     if (P.q_sampling != nullptr && P.q != nullptr && uses_draft_probs(kernels::verify_request_params(P, r).mode)) {
       const row_transform t = bt::run(sh, rows.qrow(j), P.vocab, P.q_sampling[r]);
-      if (threadIdx.x == 0) table[q_at + at] = t;
+      if (threadIdx.x == 0) table[transform_slot(P, r, j, 1)] = t;
     }
   }
 }
@@ -812,11 +823,7 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
     split_transform_state next = s;
     finish_split_phase(next, sp, phase, V, done, done_tiles, x);
     states[row] = next;
-    if (phase == split_transform_phases - 1) {
-      const std::size_t at = static_cast<std::size_t>(r) * static_cast<std::size_t>(P.max_nodes) + j;
-      table[(k == 0 ? 0 : static_cast<std::size_t>(P.num_requests) * static_cast<std::size_t>(P.max_nodes)) + at] =
-          next.t;
-    }
+    if (phase == split_transform_phases - 1) table[transform_slot(P, r, j, k)] = next.t;
     acc->best = 0;
     acc->bad = 0;
     acc->arrived = 0;
@@ -886,12 +893,7 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   __syncthreads();
 
   specdec::walk_rows rows = kernels::verify_request_rows(P, b);
-  if (transforms != nullptr) {
-    const std::size_t own = static_cast<std::size_t>(r) * static_cast<std::size_t>(P.max_nodes);
-    if (P.p_sampling != nullptr) rows.p_x = transforms + own;
-    if (P.q_sampling != nullptr)
-      rows.q_x = transforms + static_cast<std::size_t>(P.num_requests) * static_cast<std::size_t>(P.max_nodes) + own;
-  }
+  attach_transforms(P, r, transforms, rows);
   const parent_topology topo{tok, par, n};
   specdec::walk_out o{s.path, n, 0, 0, -1};
   const bool use_table = splits > 0 && vp.mode == verify_mode::greedy;
