@@ -13,6 +13,11 @@
 //   and written once; BM_logits_to_probs_std_exp/V: the same three passes
 //   with std::exp per entry (the form before the vector exp), and
 //   BM_row_copy/V: memcpy of the row, the stream figure of the same run.
+// - BM_verify_trees_sharded/R/pool: R requests (8-node trees, V = 4096)
+//   through verify_trees_sharded on one rank (self_collective): with
+//   R - 1 threads started per call (pool 0) or a shard_batch_workers pool
+//   kept across calls (pool 1). The difference is the host cost the pool
+//   removes; the collectives of one rank cost nothing here.
 #include <benchmark/benchmark.h>
 
 #include <bit>
@@ -23,6 +28,7 @@
 #include <random>
 #include <vector>
 
+#include "specdec/parallel/shard_batch.hpp"
 #include "specdec/sample/logits_rows.hpp"
 #include "specdec/verify/batch_verify.hpp"
 #include "specdec/verify/distribution.hpp"
@@ -340,6 +346,55 @@ void BM_verify_batch(benchmark::State& state) {
   state.SetLabel("32 requests, 16-node trees, V=32000, 3/4 sampled_iid + 1/4 greedy; items = requests");
 }
 BENCHMARK(BM_verify_batch)->Unit(benchmark::kMicrosecond);
+
+void BM_verify_trees_sharded(benchmark::State& state) {
+  const auto R = static_cast<std::int32_t>(state.range(0));
+  const bool pooled = state.range(1) != 0;
+  const int n = 8;
+  const std::int64_t V = 4096;
+  std::mt19937 gen(21);
+  std::vector<float> P, Q;
+  make_rows(gen, n, V, P, Q);
+  const token_tree tree = make_tree(gen, n, V, Q);
+  const std::int64_t bounds[] = {0, V};
+  std::vector<std::vector<std::byte>> ws(static_cast<std::size_t>(R));
+  std::vector<std::vector<node_id>> path(static_cast<std::size_t>(R), std::vector<node_id>(n));
+  std::vector<std::vector<token_id>> toks(static_cast<std::size_t>(R), std::vector<token_id>(n));
+  std::vector<sharded_tree_request> req(static_cast<std::size_t>(R));
+  for (std::size_t r = 0; r < req.size(); ++r) {
+    ws[r].resize(sharded_verify_workspace_size(bounds, 0, 1, n));
+    req[r].tree = tree.view();
+    req[r].p = make_view(P.data(), n, V).as_const();
+    req[r].q = make_view(Q.data(), n, V).as_const();
+    req[r].params.seed = 3;
+    req[r].params.request = static_cast<std::uint32_t>(r);
+    req[r].workspace = shard_workspace(ws[r]);
+    req[r].path = path[r];
+    req[r].tokens = toks[r];
+  }
+  std::vector<verify_result> res(static_cast<std::size_t>(R));
+  std::vector<status> st(static_cast<std::size_t>(R));
+  self_collective coll;
+  host_batch_backend<self_collective> backend(coll, R);
+  shard_batch_workers pool(pooled ? R : 1);
+  std::uint32_t round = 0;
+  for (auto _ : state) {
+    for (auto& q : req) q.params.round = round;
+    ++round;
+    const status s = pooled ? verify_trees_sharded(backend, pool, bounds, req, res, st)
+                            : verify_trees_sharded(backend, bounds, req, res, st);
+    if (!s.ok()) {
+      state.SkipWithError("verify_trees_sharded failed");
+      return;
+    }
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * R);
+}
+BENCHMARK(BM_verify_trees_sharded)
+    ->ArgNames({"R", "pool"})
+    ->ArgsProduct({{1, 8, 32}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // Gaussian logits (sd 3) with a few masked tokens.
 std::vector<float> random_logits(std::int64_t V) {

@@ -330,3 +330,53 @@ TEST_CASE("a bad batch fails on every rank and verifies nothing", "[parallel]") 
     CHECK(c[2] == status_code::buffer_too_small);
   }
 }
+
+TEST_CASE("a shard_batch_workers pool kept across calls gives every request what it gets alone", "[parallel]") {
+  const std::int64_t V = 500;
+  for (const int P : {1, 2, 3}) {
+    // Batches of varying size on one pool per rank: workers left out of a
+    // small batch must join the next larger one.
+    const std::int32_t sizes[] = {16, 1, 5, 16, 3, 12};
+    std::vector<batch_case> cases;
+    std::vector<std::vector<outcome>> want;
+    const auto bounds = uneven_bounds(V, P);
+    for (std::size_t k = 0; k < std::size(sizes); ++k) {
+      cases.push_back(make_batch(40 + k, sizes[k], V));
+      want.emplace_back();
+      for (std::int32_t r = 0; r < sizes[k]; ++r)
+        want.back().push_back(run_partitioned(cases[k].trees[static_cast<std::size_t>(r)], bounds,
+                                              cases[k].params[static_cast<std::size_t>(r)]));
+    }
+    const auto got = run_ranks<std::vector<std::vector<outcome>>>(P, [&](thread_collective& tc) {
+      shard_batch_workers pool(16);
+      host_batch_backend<thread_collective> be(tc, pool.max_requests());
+      std::vector<std::vector<outcome>> out;
+      for (const batch_case& b : cases) {
+        rank_batch rb(b, bounds, tc.rank(), P);
+        const status s = verify_trees_sharded(be, pool, bounds, rb.req, rb.res, rb.st);
+        out.emplace_back();
+        for (std::size_t r = 0; s.ok() && r < rb.req.size(); ++r) out.back().push_back(rb.got(r));
+      }
+      return out;
+    });
+    for (int q = 0; q < P; ++q)
+      for (std::size_t k = 0; k < std::size(sizes); ++k) {
+        INFO("ranks " << P << " rank " << q << " batch " << k << " of " << sizes[k] << " requests");
+        CHECK(got[static_cast<std::size_t>(q)][k] == want[k]);
+      }
+  }
+  // A pool too small on one rank fails the call on every rank, outputs untouched.
+  const batch_case b = make_batch(9, 3, V);
+  const auto bounds = uneven_bounds(V, 2);
+  const auto codes = run_ranks<std::vector<status_code>>(2, [&](thread_collective& tc) {
+    shard_batch_workers pool(tc.rank() == 1 ? 2 : 3);
+    host_batch_backend<thread_collective> be(tc, 3);
+    rank_batch rb(b, bounds, tc.rank(), 2);
+    for (auto& r : rb.res) r = verify_result{9, 9, 9, status_code::ok};
+    const status s = verify_trees_sharded(be, pool, bounds, rb.req, rb.res, rb.st);
+    bool untouched = true;
+    for (const auto& r : rb.res) untouched &= r.accepted == 9 && r.last_node == 9 && r.next_token == 9;
+    return std::vector<status_code>{s.code(), untouched ? status_code::ok : status_code::internal_error};
+  });
+  for (const auto& c : codes) CHECK((c[0] == status_code::buffer_too_small && c[1] == status_code::ok));
+}

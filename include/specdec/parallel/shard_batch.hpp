@@ -21,8 +21,9 @@
 //! gives it alone on the same partition.
 //!
 //! Costs. The call starts R - 1 threads (the caller's thread walks request
-//! 0) and joins them before it returns; backends allocate their host
-//! buffers once, at construction. Every rank must call with the same number
+//! 0) and joins them before it returns, or takes them from a
+//! shard_batch_workers pool kept across calls; backends allocate their
+//! host buffers once, at construction. Every rank must call with the same number
 //! of requests (checked, with the partition, the backend's state and the
 //! threads' start, by one argument agreement before any walk starts).
 #pragma once
@@ -475,6 +476,20 @@ class request_threads {
     for (auto& t : threads_) t.join();
     threads_.clear();
   }
+  //! The runner interface of verify_trees_batched: start (may throw),
+  //! then after the agreement walk (f(0) on this thread) or send home.
+  template <class F>
+  bool prepare(std::int32_t R, const F& f) {
+    start(R, f);
+    return true;
+  }
+  //! Opens the gate (walking when `walk`), walks request 0, joins.
+  template <class F>
+  void run(bool walk, std::int32_t R, const F& f) {
+    open(walk);
+    if (walk && R > 0) f(0);
+    join();
+  }
 
  private:
   std::mutex m_;
@@ -482,6 +497,142 @@ class request_threads {
   int gate_ = 0;  // 0: wait, 1: walk, -1: return
   std::vector<std::thread> threads_;
 };
+
+}  // namespace detail
+
+//! Host threads kept across verify_trees_sharded calls, so that a call
+//! starts none: request r > 0 of a call walks on worker r - 1, request 0 on
+//! the calling thread. For engines that verify a batch every decode step
+//! (a thread started and joined per request and call costs tens of
+//! microseconds). One call at a time per pool.
+class shard_batch_workers {
+ public:
+  //! Starts max_requests - 1 workers (throws what std::thread throws).
+  explicit shard_batch_workers(std::int32_t max_requests) : max_(max_requests > 1 ? max_requests : 1) {
+    threads_.reserve(static_cast<std::size_t>(max_ - 1));
+    for (std::int32_t r = 1; r < max_; ++r) threads_.emplace_back([this, r] { serve(r); });
+  }
+  shard_batch_workers(const shard_batch_workers&) = delete;
+  shard_batch_workers& operator=(const shard_batch_workers&) = delete;
+  //! Stops and joins the workers.
+  ~shard_batch_workers() {
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      stop_ = true;
+    }
+    go_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  //! Largest batch a call on this pool takes.
+  std::int32_t max_requests() const noexcept { return max_; }
+
+  //! The runner interface of verify_trees_batched: nothing to start; false
+  //! when the pool is too small for R requests.
+  template <class F>
+  bool prepare(std::int32_t R, const F&) const noexcept {
+    return R <= max_;
+  }
+  //! When `walk`: f(r) for r in [1, R) on the workers and f(0) here;
+  //! returns once every f has returned.
+  template <class F>
+  void run(bool walk, std::int32_t R, const F& f) {
+    if (!walk || R <= 0) return;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      job_ = [](const void* g, std::int32_t r) { (*static_cast<const F*>(g))(r); };
+      arg_ = &f;
+      count_ = R;
+      pending_ = R - 1;
+      ++generation_;
+    }
+    go_.notify_all();
+    f(0);
+    std::unique_lock<std::mutex> lk(m_);
+    done_.wait(lk, [&] { return pending_ == 0; });
+  }
+
+ private:
+  // Worker r takes part in every call of more than r requests; one that
+  // sleeps through a call it has no part in wakes to the next one.
+  void serve(std::int32_t r) {
+    std::uint64_t seen = 0;
+    std::unique_lock<std::mutex> lk(m_);
+    for (;;) {
+      go_.wait(lk, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      if (r >= count_) continue;
+      void (*const job)(const void*, std::int32_t) = job_;
+      const void* const arg = arg_;
+      lk.unlock();
+      job(arg, r);
+      lk.lock();
+      if (--pending_ == 0) done_.notify_all();
+    }
+  }
+
+  std::int32_t max_;
+  std::mutex m_;
+  std::condition_variable go_, done_;
+  std::uint64_t generation_ = 0;
+  std::int32_t count_ = 0, pending_ = 0;
+  bool stop_ = false;
+  void (*job_)(const void*, std::int32_t) = nullptr;
+  const void* arg_ = nullptr;
+  std::vector<std::thread> threads_;
+};
+
+namespace detail {
+
+//! verify_trees_sharded's body; Runner (request_threads or
+//! shard_batch_workers) provides the request threads: prepare(R, walk)
+//! before the agreement (false or a throw fails the call on every rank),
+//! run(agreed, R, walk) after it.
+template <class Backend, class Runner>
+status verify_trees_batched(Backend& backend, Runner& runner, std::span<const std::int64_t> bounds,
+                            std::span<const sharded_tree_request> requests, std::span<verify_result> results,
+                            std::span<status> statuses) {
+  auto R = static_cast<std::int32_t>(requests.size() < static_cast<std::size_t>(INT32_MAX) ? requests.size() : 0);
+  status local = backend.error();
+  if (local.ok() && (requests.size() >= static_cast<std::size_t>(INT32_MAX) || R > backend.max_requests()))
+    local = make_status(status_code::buffer_too_small, "more requests than the batch backend has room for");
+  else if (local.ok() && (results.size() < requests.size() || statuses.size() < requests.size()))
+    local = make_status(status_code::buffer_too_small, "results and statuses need one entry per request");
+  if (!local.ok()) R = 0;  // no thread either
+  std::optional<::specdec::shard_batch<Backend>> batch;
+  auto walk = [&](std::int32_t r) {
+    const sharded_tree_request& q = requests[static_cast<std::size_t>(r)];
+    batched_shard_executor<Backend> ex(*batch, r);
+    verify_result res{};
+    const status s = with_shard_call(ex, bounds, q.tree.size, q.workspace, q.params, q.uniforms,
+                                     [&](auto& e, const auto& uni, std::span<std::byte> ew, std::span<std::byte> hw) {
+                                       return verify_tree_sharded_with(e, bounds, q.tree, q.p, q.q, q.params, uni,
+                                                                       q.uniforms, ew, hw, q.path, q.tokens, res);
+                                     });
+    results[static_cast<std::size_t>(r)] = s.ok() ? res : verify_result{0, 0, -1, s.code()};  // code: per request
+    statuses[static_cast<std::size_t>(r)] = s;
+    batch->leave(r);
+  };
+  // Every request's thread is started (or found in the pool) before the
+  // ranks agree, and waits: a rank that cannot allocate or start one fails
+  // the call on every rank before any step (the walks would otherwise make
+  // different steps on different ranks).
+  bool prepared = true;
+  if (!ran_without_throwing([&] {
+        batch.emplace(backend, R > 0 ? R : 1);
+        prepared = runner.prepare(R, walk);
+      })) {
+    local = make_status(status_code::internal_error, "could not allocate the batch or start a thread per request");
+    R = 0;
+  } else if (!prepared) {
+    local = make_status(status_code::buffer_too_small, "more requests than the shard_batch_workers");
+    R = 0;
+  }
+  status agreed = agree_status(backend.coll(), local, batch_fingerprint(requests.size(), bounds));
+  if (agreed.ok()) agreed = collective_error(backend.coll());
+  runner.run(agreed.ok(), R, walk);
+  return agreed.ok() ? batch->error() : agreed;
+}
 
 }  // namespace detail
 
@@ -497,52 +648,23 @@ class request_threads {
 //! (and writes no result) when the batch itself is bad on any rank: R over
 //! the backend's room, results or status shorter than R, a failed backend,
 //! a thread that could not start, or ranks passing different partitions or
-//! request counts.
+//! request counts. Starts R - 1 threads and joins them before it returns.
 template <class Backend>
 status verify_trees_sharded(Backend& backend, std::span<const std::int64_t> bounds,
                             std::span<const sharded_tree_request> requests, std::span<verify_result> results,
                             std::span<status> statuses) {
-  auto R = static_cast<std::int32_t>(requests.size() < static_cast<std::size_t>(INT32_MAX) ? requests.size() : 0);
-  status local = backend.error();
-  if (local.ok() && (requests.size() >= static_cast<std::size_t>(INT32_MAX) || R > backend.max_requests()))
-    local = make_status(status_code::buffer_too_small, "more requests than the batch backend has room for");
-  else if (local.ok() && (results.size() < requests.size() || statuses.size() < requests.size()))
-    local = make_status(status_code::buffer_too_small, "results and statuses need one entry per request");
-  if (!local.ok()) R = 0;  // no thread either
-  std::optional<shard_batch<Backend>> batch;
-  auto walk = [&](std::int32_t r) {
-    const sharded_tree_request& q = requests[static_cast<std::size_t>(r)];
-    batched_shard_executor<Backend> ex(*batch, r);
-    verify_result res{};
-    const status s =
-        detail::with_shard_call(ex, bounds, q.tree.size, q.workspace, q.params, q.uniforms,
-                                [&](auto& e, const auto& uni, std::span<std::byte> ew, std::span<std::byte> hw) {
-                                  return detail::verify_tree_sharded_with(e, bounds, q.tree, q.p, q.q, q.params, uni,
-                                                                          q.uniforms, ew, hw, q.path, q.tokens, res);
-                                });
-    results[static_cast<std::size_t>(r)] = s.ok() ? res : verify_result{0, 0, -1, s.code()};  // code: per request
-    statuses[static_cast<std::size_t>(r)] = s;
-    batch->leave(r);
-  };
-  // Every request's thread is started before the ranks agree, and waits: a
-  // rank that cannot allocate or start one fails the call on every rank
-  // before any step (the walks would otherwise make different steps on
-  // different ranks).
   detail::request_threads threads;
-  if (!detail::ran_without_throwing([&] {
-        batch.emplace(backend, R > 0 ? R : 1);
-        threads.start(R, walk);
-      })) {
-    local = make_status(status_code::internal_error, "could not allocate the batch or start a thread per request");
-    R = 0;
-  }
-  status agreed = agree_status(backend.coll(), local, detail::batch_fingerprint(requests.size(), bounds));
-  if (agreed.ok()) agreed = collective_error(backend.coll());
-  threads.open(agreed.ok());
-  if (!agreed.ok()) return agreed;
-  if (R > 0) walk(0);
-  threads.join();
-  return batch->error();
+  return detail::verify_trees_batched(backend, threads, bounds, requests, results, statuses);
+}
+
+//! verify_trees_sharded with the request threads of `workers`, started
+//! once for many calls. More requests than workers.max_requests() fail
+//! the call on every rank (buffer_too_small).
+template <class Backend>
+status verify_trees_sharded(Backend& backend, shard_batch_workers& workers, std::span<const std::int64_t> bounds,
+                            std::span<const sharded_tree_request> requests, std::span<verify_result> results,
+                            std::span<status> statuses) {
+  return detail::verify_trees_batched(backend, workers, bounds, requests, results, statuses);
 }
 
 //! verify_trees_sharded on host rows over a collective (a
