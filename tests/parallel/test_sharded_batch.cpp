@@ -6,10 +6,14 @@
 // bad batch fails on every rank.
 #include <catch2/catch.hpp>
 
+#include <array>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <thread>
 #include <vector>
 
 #include "sharded_cases.hpp"
@@ -373,10 +377,47 @@ TEST_CASE("a shard_batch_workers pool kept across calls gives every request what
     host_batch_backend<thread_collective> be(tc, 3);
     rank_batch rb(b, bounds, tc.rank(), 2);
     for (auto& r : rb.res) r = verify_result{9, 9, 9, status_code::ok};
+    for (auto& st : rb.st) st = make_status(status_code::cycle, "sentinel");
     const status s = verify_trees_sharded(be, pool, bounds, rb.req, rb.res, rb.st);
     bool untouched = true;
     for (const auto& r : rb.res) untouched &= r.accepted == 9 && r.last_node == 9 && r.next_token == 9;
+    for (const auto& st : rb.st) untouched &= st.code() == status_code::cycle;
     return std::vector<status_code>{s.code(), untouched ? status_code::ok : status_code::internal_error};
   });
   for (const auto& c : codes) CHECK((c[0] == status_code::buffer_too_small && c[1] == status_code::ok));
+}
+
+TEST_CASE("shard_batch_workers runs each request of every call once, on its own thread, whatever the sizes",
+          "[parallel]") {
+  // Calls of 1, 1 and 8 requests in turn: the workers a call leaves out
+  // sleep through it and must take part in the next larger one, once.
+  shard_batch_workers pool(8);
+  REQUIRE(pool.max_requests() == 8);
+  std::array<std::atomic<int>, 8> runs{};
+  std::array<std::atomic<std::size_t>, 8> thread_of{};
+  const auto f = [&](std::int32_t r) {
+    runs[static_cast<std::size_t>(r)].fetch_add(1);
+    thread_of[static_cast<std::size_t>(r)] = std::hash<std::thread::id>{}(std::this_thread::get_id());
+  };
+  const std::int32_t sizes[] = {1, 1, 8, 3, 0, 8, 2};
+  int bad = 0;
+  for (int call = 0; call < 3000; ++call) {
+    const std::int32_t R = sizes[call % 7];
+    for (auto& x : runs) x = 0;
+    REQUIRE(pool.prepare(R, f));
+    CHECK_FALSE(pool.prepare(1, f));  // one call at a time
+    pool.run(true, R, f);
+    for (std::int32_t r = 0; r < 8; ++r) bad += runs[static_cast<std::size_t>(r)] != (r < R ? 1 : 0) ? 1 : 0;
+    if (R == 8)
+      for (std::size_t r = 1; r < 8; ++r) bad += thread_of[r] == thread_of[r - 1] ? 1 : 0;
+  }
+  CHECK(bad == 0);
+  // An agreement that failed runs nothing and releases the pool.
+  for (auto& x : runs) x = 0;
+  REQUIRE(pool.prepare(8, f));
+  pool.run(false, 8, f);
+  for (const auto& x : runs) CHECK(x == 0);
+  CHECK(pool.prepare(9, f) == false);  // larger than the pool
+  CHECK(pool.prepare(8, f));
+  pool.run(false, 8, f);
 }

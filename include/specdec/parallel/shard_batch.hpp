@@ -483,9 +483,10 @@ class request_threads {
     start(R, f);
     return true;
   }
-  //! Opens the gate (walking when `walk`), walks request 0, joins.
+  //! Opens the gate (walking when `walk`), walks request 0, joins. A
+  //! throw ends the program (the threads would still be running f).
   template <class F>
-  void run(bool walk, std::int32_t R, const F& f) {
+  void run(bool walk, std::int32_t R, const F& f) noexcept {
     open(walk);
     if (walk && R > 0) f(0);
     join();
@@ -504,51 +505,62 @@ class request_threads {
 //! starts none: request r > 0 of a call walks on worker r - 1, request 0 on
 //! the calling thread. For engines that verify a batch every decode step
 //! (a thread started and joined per request and call costs tens of
-//! microseconds). One call at a time per pool.
+//! microseconds). One call at a time: a call on a pool that serves
+//! another fails on every rank.
 class shard_batch_workers {
  public:
-  //! Starts max_requests - 1 workers (throws what std::thread throws).
+  //! Starts max_requests - 1 workers. A pool whose threads could not all
+  //! start keeps none and takes no request (max_requests() == 0), so a
+  //! call on it fails on every rank.
   explicit shard_batch_workers(std::int32_t max_requests) : max_(max_requests > 1 ? max_requests : 1) {
-    threads_.reserve(static_cast<std::size_t>(max_ - 1));
-    for (std::int32_t r = 1; r < max_; ++r) threads_.emplace_back([this, r] { serve(r); });
+    if (!detail::ran_without_throwing([&] {
+          threads_.reserve(static_cast<std::size_t>(max_ - 1));
+          for (std::int32_t r = 1; r < max_; ++r) threads_.emplace_back([this, r] { serve(r); });
+        })) {
+      stop();
+      max_ = 0;
+    }
   }
   shard_batch_workers(const shard_batch_workers&) = delete;
   shard_batch_workers& operator=(const shard_batch_workers&) = delete;
   //! Stops and joins the workers.
-  ~shard_batch_workers() {
-    {
-      std::lock_guard<std::mutex> lk(m_);
-      stop_ = true;
-    }
-    go_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
+  ~shard_batch_workers() { stop(); }
   //! Largest batch a call on this pool takes.
   std::int32_t max_requests() const noexcept { return max_; }
 
-  //! The runner interface of verify_trees_batched: nothing to start; false
-  //! when the pool is too small for R requests.
+  //! The runner interface of verify_trees_batched: claims the pool for
+  //! one call; false when it is too small for R requests or serves
+  //! another call.
   template <class F>
-  bool prepare(std::int32_t R, const F&) const noexcept {
-    return R <= max_;
+  bool prepare(std::int32_t R, const F&) noexcept {
+    const std::lock_guard<std::mutex> lk(m_);
+    if (R > max_ || busy_) return false;
+    busy_ = true;
+    return true;
   }
-  //! When `walk`: f(r) for r in [1, R) on the workers and f(0) here;
-  //! returns once every f has returned.
+  //! After a prepare that returned true: when `walk`, f(r) for r in
+  //! [1, R) on the workers and f(0) here, returning once every f has
+  //! returned; then releases the pool. A throw ends the program (the
+  //! workers would still be running f).
   template <class F>
-  void run(bool walk, std::int32_t R, const F& f) {
-    if (!walk || R <= 0) return;
-    {
-      std::lock_guard<std::mutex> lk(m_);
-      job_ = [](const void* g, std::int32_t r) { (*static_cast<const F*>(g))(r); };
-      arg_ = &f;
-      count_ = R;
-      pending_ = R - 1;
-      ++generation_;
+  void run(bool walk, std::int32_t R, const F& f) noexcept {
+    if (walk && R == 1) f(0);
+    if (walk && R > 1) {
+      {
+        const std::lock_guard<std::mutex> lk(m_);
+        job_ = [](const void* g, std::int32_t r) { (*static_cast<const F*>(g))(r); };
+        arg_ = &f;
+        count_ = R;
+        pending_ = R - 1;
+        ++generation_;
+      }
+      go_.notify_all();
+      f(0);
+      std::unique_lock<std::mutex> lk(m_);
+      done_.wait(lk, [&] { return pending_ == 0; });
     }
-    go_.notify_all();
-    f(0);
-    std::unique_lock<std::mutex> lk(m_);
-    done_.wait(lk, [&] { return pending_ == 0; });
+    const std::lock_guard<std::mutex> lk(m_);
+    busy_ = false;
   }
 
  private:
@@ -570,13 +582,22 @@ class shard_batch_workers {
       if (--pending_ == 0) done_.notify_all();
     }
   }
+  void stop() {
+    {
+      const std::lock_guard<std::mutex> lk(m_);
+      stop_ = true;
+    }
+    go_.notify_all();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+  }
 
   std::int32_t max_;
   std::mutex m_;
   std::condition_variable go_, done_;
   std::uint64_t generation_ = 0;
   std::int32_t count_ = 0, pending_ = 0;
-  bool stop_ = false;
+  bool stop_ = false, busy_ = false;
   void (*job_)(const void*, std::int32_t) = nullptr;
   const void* arg_ = nullptr;
   std::vector<std::thread> threads_;
@@ -587,7 +608,7 @@ namespace detail {
 //! verify_trees_sharded's body; Runner (request_threads or
 //! shard_batch_workers) provides the request threads: prepare(R, walk)
 //! before the agreement (false or a throw fails the call on every rank),
-//! run(agreed, R, walk) after it.
+//! then, when it returned true, run(agreed, R, walk).
 template <class Backend, class Runner>
 status verify_trees_batched(Backend& backend, Runner& runner, std::span<const std::int64_t> bounds,
                             std::span<const sharded_tree_request> requests, std::span<verify_result> results,
@@ -617,7 +638,7 @@ status verify_trees_batched(Backend& backend, Runner& runner, std::span<const st
   // ranks agree, and waits: a rank that cannot allocate or start one fails
   // the call on every rank before any step (the walks would otherwise make
   // different steps on different ranks).
-  bool prepared = true;
+  bool prepared = false;
   if (!ran_without_throwing([&] {
         batch.emplace(backend, R > 0 ? R : 1);
         prepared = runner.prepare(R, walk);
@@ -625,12 +646,14 @@ status verify_trees_batched(Backend& backend, Runner& runner, std::span<const st
     local = make_status(status_code::internal_error, "could not allocate the batch or start a thread per request");
     R = 0;
   } else if (!prepared) {
-    local = make_status(status_code::buffer_too_small, "more requests than the shard_batch_workers");
+    local = make_status(status_code::buffer_too_small,
+                        "more requests than the shard_batch_workers take, or the pool serves another call");
     R = 0;
   }
   status agreed = agree_status(backend.coll(), local, batch_fingerprint(requests.size(), bounds));
   if (agreed.ok()) agreed = collective_error(backend.coll());
-  runner.run(agreed.ok(), R, walk);
+  // Threads started before a failure are sent home by ~request_threads.
+  if (prepared) runner.run(agreed.ok(), R, walk);
   return agreed.ok() ? batch->error() : agreed;
 }
 
@@ -658,8 +681,9 @@ status verify_trees_sharded(Backend& backend, std::span<const std::int64_t> boun
 }
 
 //! verify_trees_sharded with the request threads of `workers`, started
-//! once for many calls. More requests than workers.max_requests() fail
-//! the call on every rank (buffer_too_small).
+//! once for many calls. More requests than workers.max_requests(), or a
+//! pool that serves another call, fail the call on every rank
+//! (buffer_too_small).
 template <class Backend>
 status verify_trees_sharded(Backend& backend, shard_batch_workers& workers, std::span<const std::int64_t> bounds,
                             std::span<const sharded_tree_request> requests, std::span<verify_result> results,
