@@ -45,6 +45,16 @@
 #include "specdec/verify/verify_params.hpp"
 #include "specdec/verify/walk_state.hpp"
 
+namespace specdec::detail {
+//! Chunks a row is split into so that `rows` rows make about
+//! target_blocks blocks: ceil(target_blocks / rows), at most `most`.
+SPECDEC_HD constexpr std::int64_t chunks_per_row(std::int64_t rows, std::int64_t target_blocks,
+                                                 std::int64_t most) noexcept {
+  const std::int64_t want = (target_blocks + rows - 1) / rows;
+  return want < most ? want : most;
+}
+}  // namespace specdec::detail
+
 namespace specdec::kernels {
 
 //! Device pointers and sizes of one batched verification launch. All
@@ -184,8 +194,7 @@ SPECDEC_HD std::int32_t verify_argmax_splits(std::int32_t num_requests, std::int
   if (num_requests <= 0 || vocab <= 0 || max_nodes <= 0) return 0;
   const std::int64_t rows = static_cast<std::int64_t>(num_requests) * max_nodes;
   const std::int64_t most = (static_cast<std::int64_t>(vocab) + verify_argmax_min_chunk - 1) / verify_argmax_min_chunk;
-  const std::int64_t want = (verify_argmax_target_blocks + rows - 1) / rows;
-  return static_cast<std::int32_t>(want < most ? want : most);
+  return static_cast<std::int32_t>(specdec::detail::chunks_per_row(rows, verify_argmax_target_blocks, most));
 }
 
 //! One block's share of a row's argmax: the best entry of its chunk (value,
@@ -304,9 +313,8 @@ SPECDEC_HD std::int64_t verify_transform_chunk_tiles(std::int32_t num_requests, 
   const std::int64_t rows = static_cast<std::int64_t>(num_requests) * max_nodes;
   if (rows > verify_transform_split_max_rows) return 0;
   const std::int64_t nt = sum_tile_count(vocab);
-  const std::int64_t want = (verify_transform_split_target_blocks + rows - 1) / rows;
-  const std::int64_t most = nt / verify_transform_min_chunk_tiles;
-  const std::int64_t chunks = want < most ? want : most;
+  const std::int64_t chunks = specdec::detail::chunks_per_row(rows, verify_transform_split_target_blocks,
+                                                              nt / verify_transform_min_chunk_tiles);
   return chunks < 2 ? 0 : (nt + chunks - 1) / chunks;
 }
 
