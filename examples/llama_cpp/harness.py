@@ -1,11 +1,16 @@
 """The comparison harness: every prompt of a file or folder, every method,
 RUNS runs each; prints one markdown table with the median tokens/s of each
 method per prompt, its speedup over plain decoding, target calls per token
-and tree nodes per call, and the median over the prompts.
+and tree nodes per call, and the median over the prompts. A speedup is the
+median over runs of the method's tokens/s over plain decoding's in the same
+run (specdec_llama_compare decodes plainly first; llama.cpp's programs run
+right after it): the machine's speed drifts between runs (plain decoding
+ranged 93-129 tokens/s over three runs of one prompt on a 2-core VM), and a
+ratio of medians taken from different runs carried that drift.
 
   python3 harness.py --compare BIN --llama-build DIR --model GGUF --prompts PATH
                      [--runs 3] [-n 128] [--temp 0] [-t 1] [--depth 6] [--methods LIST] [--out DIR]
-                     [--format F32|F16|Q8_0|Q4_0]
+                     [--format F32|F16|Q8_0|Q4_0] [--from-logs]
 
 Methods: plain decoding and specdec's (from specdec_llama_compare --methods),
 llama.cpp's llama-lookup and llama-speculative (draft model = target), all
@@ -58,6 +63,7 @@ def main():
     ap.add_argument("--methods", default="lookup,suffix,planned-lookup,planned-suffix")
     ap.add_argument("--out", default="/tmp/specdec-harness")
     ap.add_argument("--format", help="F32, F16, Q8_0 or Q4_0: every program runs a copy of --model in that format")
+    ap.add_argument("--from-logs", action="store_true", help="run nothing: the table from the logs in --out")
     a = ap.parse_args()
     if a.format:  # the compare program makes the copy (llama.cpp's quantizer) and prints its path
         out = subprocess.run([a.compare, "-m", a.model, "--format", a.format, "-p", "x", "-n", "1", "--no-curve",
@@ -69,29 +75,32 @@ def main():
     sampled = float(a.temp) > 0
     common = ["-m", a.model, "-n", str(a.n), "--temp", a.temp, "-t", str(a.t), "-fa", "off", "-c", "4096", "-s", "1",
               "-nr", "--spec-draft-n-max", str(a.depth)] + (["--ignore-eos"] if sampled else [])
-    table = {}  # prompt -> method -> list of rows
+    table = {}  # prompt -> method -> run index -> row
     order = []
     for p in prompts:
         name = os.path.basename(p).removesuffix(".txt")
         for r in range(a.runs):
             runs = table.setdefault(name, {})
-            out = subprocess.run([a.compare, "-m", a.model, "-f", p, "-n", str(a.n), "--temp", a.temp, "-t", str(a.t), "--depth",
-                                  str(a.depth), "--methods", a.methods] + (["--ignore-eos"] if sampled else []),
-                                 capture_output=True, text=True)
-            open(os.path.join(a.out, f"{name}.{r}.specdec.txt"), "w").write(out.stdout + out.stderr)
-            for m, row in specdec_rows(out.stdout).items():
-                runs.setdefault(m, []).append(row)
+            log = os.path.join(a.out, f"{name}.{r}.specdec.txt")
+            if not a.from_logs:
+                out = subprocess.run([a.compare, "-m", a.model, "-f", p, "-n", str(a.n), "--temp", a.temp, "-t",
+                                      str(a.t), "--depth", str(a.depth), "--methods", a.methods] +
+                                     (["--ignore-eos"] if sampled else []), capture_output=True, text=True)
+                open(log, "w").write(out.stdout + out.stderr)
+            for m, row in specdec_rows(open(log).read()).items():
+                runs.setdefault(m, {})[r] = row
                 if m not in order:
                     order.append(m)
             for prog, extra in (("llama-lookup", []), ("llama-speculative", ["-md", a.model])):
                 log = os.path.join(a.out, f"{name}.{r}.{prog}.txt")
-                with open(log, "w") as f:
-                    subprocess.run([os.path.join(a.llama_build, "bin", prog), "-f", p] + common + extra,
-                                   stdout=f, stderr=subprocess.STDOUT)
+                if not a.from_logs:
+                    with open(log, "w") as f:
+                        subprocess.run([os.path.join(a.llama_build, "bin", prog), "-f", p] + common + extra,
+                                       stdout=f, stderr=subprocess.STDOUT)
                 row = llama_row(log)
                 m = "llama.cpp " + prog
                 if row:
-                    runs.setdefault(m, []).append(row)
+                    runs.setdefault(m, {})[r] = row
                 if m not in order:
                     order.append(m)
             print(f"done {name} run {r + 1}/{a.runs}", file=sys.stderr, flush=True)
@@ -100,19 +109,21 @@ def main():
     print("|---|" + "---|" * len(order))
     speedups = {m: [] for m in order}
     for name, runs in table.items():
-        plain = statistics.median(r["tps"] for r in runs.get("plain decoding", [{"tps": 0}]))
+        plain = runs.get("plain decoding", {})
         cells = []
         for m in order:
             rs = runs.get(m)
             if not rs:
                 cells.append("failed")
                 continue
-            tps = statistics.median(r["tps"] for r in rs)
-            sp = tps / plain if plain else 0
+            tps = statistics.median(row["tps"] for row in rs.values())
+            paired = [row["tps"] / plain[r]["tps"] for r, row in rs.items() if r in plain and plain[r]["tps"] > 0]
+            sp = statistics.median(paired) if paired else 0
             speedups[m].append(sp)
-            same = "" if rs[0]["same"] in ("yes", "-", "n/a (T>0)") else " (text differs)"
-            cells.append(f"{tps:.1f} ({sp:.2f}x; {rs[0]['calls_per_token']:.2f} calls/tok, "
-                         f"{rs[0]['nodes']:.1f} nodes/call){same}")
+            first = rs[min(rs)]
+            same = "" if first["same"] in ("yes", "-", "n/a (T>0)") else " (text differs)"
+            cells.append(f"{tps:.1f} ({sp:.2f}x; {first['calls_per_token']:.2f} calls/tok, "
+                         f"{first['nodes']:.1f} nodes/call){same}")
         print(f"| {name} | " + " | ".join(cells) + " |")
     print("| median speedup | " + " | ".join(
         f"{statistics.median(speedups[m]):.2f}x" if speedups[m] else "-" for m in order) + " |")
