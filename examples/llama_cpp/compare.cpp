@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -44,6 +45,7 @@ struct cli {
   std::string plain_out;    // file for the plain decoding text
   std::string format;       // non-empty: decode with a copy of the model in this weight format
   bool ignore_eos = false;  // generate n_predict tokens past end-of-generation tokens
+  std::string warm;         // --warm: a prompt the warm planned methods' planners decode first, untimed
 };
 
 [[noreturn]] void usage(int code) {
@@ -65,7 +67,10 @@ struct cli {
       "               by llama.cpp's quantizer on first use (<name>.<F>.gguf; its path is printed)\n"
       "  --probe-every  planner: one speculative round after this many plain steps (default 0: none)\n"
       "  --min-gain   planner: a speculative round must promise this much more than a plain step (default 0.1)\n"
-      "  --methods    comma list of lookup,suffix,planned-lookup,planned-suffix,chain,tree (default all)\n");
+      "  --warm FILE  also run the planned methods warm (planned-lookup-warm, planned-suffix-warm): their\n"
+      "               planner first decodes FILE's prompt, untimed, as an engine's planner after a request\n"
+      "  --methods    comma list of lookup,suffix,planned-lookup,planned-suffix,planned-lookup-warm,\n"
+      "               planned-suffix-warm,chain,tree (default all)\n");
   std::exit(code);
 }
 
@@ -87,12 +92,12 @@ cli parse(int argc, char** argv) {
       c.draft_model = val();
     else if (a == "-p")
       c.prompt = val();
-    else if (a == "-f") {
+    else if (a == "-f" || a == "--warm") {
       std::ifstream in(val());
       if (!in) usage(2);
       std::stringstream ss;
       ss << in.rdbuf();
-      c.prompt = ss.str();
+      (a == "-f" ? c.prompt : c.warm) = ss.str();
     } else if (a == "-n")
       c.n_predict = std::atoi(val().c_str());
     else if (a == "--temp")
@@ -159,14 +164,16 @@ int main(int argc, char** argv) {
       draft_model = owned_draft.get();
     }
     const std::vector<llama_token> prompt = target.tokenize(c.prompt);
+    const std::vector<llama_token> warm = c.warm.empty() ? std::vector<llama_token>{} : target.tokenize(c.warm);
+    const std::size_t longest = std::max(prompt.size(), warm.size());
     // Largest tree of any method: the model-free drafters' budget and the
     // self-draft tree 2x2 (2 + 4 (depth - 1) nodes + root).
     const std::int32_t kModelFreeNodes = 16;
     const std::int32_t max_tree = std::max(kModelFreeNodes, 3 + 4 * c.depth);
     context_options co;
     co.threads = c.threads;
-    co.n_ctx = context_cells(prompt.size(), c.n_predict, max_tree, c.depth);
-    co.n_batch = std::max<std::int32_t>({64, max_tree, static_cast<std::int32_t>(prompt.size())});
+    co.n_ctx = context_cells(longest, c.n_predict, max_tree, c.depth);
+    co.n_batch = std::max<std::int32_t>({64, max_tree, static_cast<std::int32_t>(longest)});
     tree_target tgt(target, co);
     const gen_options go{c.n_predict, c.temperature, c.seed, !c.ignore_eos};
 
@@ -226,22 +233,44 @@ int main(int argc, char** argv) {
     {
       lookup_drafter pl{
           specdec::prompt_lookup_builder({.max_ngram = 4, .max_depth = c.depth, .max_nodes = kModelFreeNodes})};
-      auto planner = planned(kModelFreeNodes);
-      if (wants(c, "planned-lookup"))
-        runs.push_back(speculate(
-            "specdec planned prompt lookup", target, tgt,
-            [&](std::span<const llama_token> ctx, draft_output& d) { pl.draft(ctx, d); }, nullptr, prompt, go,
-            planner.get()));
-      suffix_drafter ps{
-          specdec::suffix_index({.depth = 32, .capacity = 1 << 18}),
-          specdec::suffix_tree_builder({.max_pattern = 8, .max_depth = c.depth, .max_nodes = kModelFreeNodes})};
-      ps.start();
-      planner = planned(kModelFreeNodes);
-      if (wants(c, "planned-suffix"))
-        runs.push_back(speculate(
-            "specdec planned suffix tree", target, tgt,
-            [&](std::span<const llama_token> ctx, draft_output& d) { ps.draft(ctx, d); }, nullptr, prompt, go,
-            planner.get()));
+      std::optional<suffix_drafter> ps;
+      const auto fresh_suffix = [&] {
+        ps.emplace(
+            specdec::suffix_index({.depth = 32, .capacity = 1 << 18}),
+            specdec::suffix_tree_builder({.max_pattern = 8, .max_depth = c.depth, .max_nodes = kModelFreeNodes}));
+        ps->start();
+      };
+      const auto draft_lookup = [&](std::span<const llama_token> ctx, draft_output& d) { pl.draft(ctx, d); };
+      const auto draft_suffix = [&](std::span<const llama_token> ctx, draft_output& d) { ps->draft(ctx, d); };
+      // Cold: a fresh planner per method. Warm: the planner first decodes
+      // the --warm prompt (untimed), then begin_request(), as an engine's
+      // planner meets its next request: the pass times and the calibration
+      // of the drafts' confidences carry over, the text does not (the
+      // suffix index starts empty again).
+      for (const bool is_warm : {false, true}) {
+        if (is_warm && warm.empty()) break;
+        const std::string tail = is_warm ? ", warm" : "";
+        if (wants(c, is_warm ? "planned-lookup-warm" : "planned-lookup")) {
+          auto planner = planned(kModelFreeNodes);
+          if (is_warm) {
+            (void)speculate("warm-up", target, tgt, draft_lookup, nullptr, warm, go, planner.get());
+            planner->begin_request();
+          }
+          runs.push_back(speculate("specdec planned prompt lookup" + tail, target, tgt, draft_lookup, nullptr, prompt,
+                                   go, planner.get()));
+        }
+        if (wants(c, is_warm ? "planned-suffix-warm" : "planned-suffix")) {
+          auto planner = planned(kModelFreeNodes);
+          fresh_suffix();
+          if (is_warm) {
+            (void)speculate("warm-up", target, tgt, draft_suffix, nullptr, warm, go, planner.get());
+            planner->begin_request();
+            fresh_suffix();
+          }
+          runs.push_back(speculate("specdec planned suffix tree" + tail, target, tgt, draft_suffix, nullptr, prompt, go,
+                                   planner.get()));
+        }
+      }
     }
 
     const std::string who = owned_draft ? "draft model" : "self-draft";

@@ -10,14 +10,18 @@ ratio of medians taken from different runs carried that drift.
 
   python3 harness.py --compare BIN --llama-build DIR --model GGUF --prompts PATH
                      [--runs 3] [-n 128] [--temp 0] [-t 1] [--depth 6] [--methods LIST] [--out DIR]
-                     [--format F32|F16|Q8_0|Q4_0] [--from-logs]
+                     [--format F32|F16|Q8_0|Q4_0] [--warm FILE] [--from-logs]
 
 Methods: plain decoding and specdec's (from specdec_llama_compare --methods),
 llama.cpp's llama-lookup and llama-speculative (draft model = target), all
 on the same model file, threads, length, temperature, flash attention off and
 weight repacking off (-nr). At a temperature above 0 every program ignores
 end-of-generation tokens (--ignore-eos): the methods sample different texts,
-and one that stopped early would be timed on a shorter context."""
+and one that stopped early would be timed on a shorter context. The warm
+planned methods (planned-lookup-warm, planned-suffix-warm; not run unless
+listed) have their planner decode --warm first, untimed, as an engine's
+planner would after an earlier request. The default --warm is the shipped
+prompt.txt, which is not in prompts/."""
 import argparse
 import os
 import re
@@ -61,6 +65,8 @@ def main():
     ap.add_argument("-t", type=int, default=1)
     ap.add_argument("--depth", type=int, default=6)
     ap.add_argument("--methods", default="lookup,suffix,planned-lookup,planned-suffix")
+    ap.add_argument("--warm", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "prompt.txt"),
+                    help="the prompt the warm planned methods' planners decode first (untimed)")
     ap.add_argument("--out", default="/tmp/specdec-harness")
     ap.add_argument("--format", help="F32, F16, Q8_0 or Q4_0: every program runs a copy of --model in that format")
     ap.add_argument("--from-logs", action="store_true", help="run nothing: the table from the logs in --out")
@@ -73,6 +79,7 @@ def main():
                if os.path.isdir(a.prompts) else [a.prompts])
     os.makedirs(a.out, exist_ok=True)
     sampled = float(a.temp) > 0
+    warm = ["--warm", a.warm] if "-warm" in a.methods else []
     common = ["-m", a.model, "-n", str(a.n), "--temp", a.temp, "-t", str(a.t), "-fa", "off", "-c", "4096", "-s", "1",
               "-nr", "--spec-draft-n-max", str(a.depth)] + (["--ignore-eos"] if sampled else [])
     table = {}  # prompt -> method -> run index -> row
@@ -84,7 +91,7 @@ def main():
             log = os.path.join(a.out, f"{name}.{r}.specdec.txt")
             if not a.from_logs:
                 out = subprocess.run([a.compare, "-m", a.model, "-f", p, "-n", str(a.n), "--temp", a.temp, "-t",
-                                      str(a.t), "--depth", str(a.depth), "--methods", a.methods] +
+                                      str(a.t), "--depth", str(a.depth), "--methods", a.methods] + warm +
                                      (["--ignore-eos"] if sampled else []), capture_output=True, text=True)
                 open(log, "w").write(out.stdout + out.stderr)
             for m, row in specdec_rows(open(log).read()).items():
