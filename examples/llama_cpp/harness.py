@@ -94,7 +94,7 @@ def main():
                                       str(a.t), "--depth", str(a.depth), "--methods", a.methods] + warm +
                                      (["--ignore-eos"] if sampled else []), capture_output=True, text=True)
                 open(log, "w").write(out.stdout + out.stderr)
-            for m, row in specdec_rows(open(log).read()).items():
+            for m, row in (specdec_rows(open(log).read()) if os.path.exists(log) else {}).items():
                 runs.setdefault(m, {})[r] = row
                 if m not in order:
                     order.append(m)
@@ -104,7 +104,7 @@ def main():
                     with open(log, "w") as f:
                         subprocess.run([os.path.join(a.llama_build, "bin", prog), "-f", p] + common + extra,
                                        stdout=f, stderr=subprocess.STDOUT)
-                row = llama_row(log)
+                row = llama_row(log) if os.path.exists(log) else None
                 m = "llama.cpp " + prog
                 if row:
                     runs.setdefault(m, {})[r] = row
