@@ -48,6 +48,9 @@ def test_errors_and_fixed_plan():
         specdec.RoundPlanner(max_nodes=0)
     with pytest.raises(specdec.Error, match="invalid_argument"):
         specdec.RoundPlanner(min_gain=-0.1)
+    with pytest.raises(specdec.Error, match="invalid_argument"):
+        specdec.RoundPlanner(cost_quantile=1.5)
+    specdec.RoundPlanner(cost_quantile=0.25)  # the lower quartile
     p = specdec.RoundPlanner()
     with pytest.raises(specdec.Error):
         p.set_target_cost([2, 1], [1.0, 1.0])

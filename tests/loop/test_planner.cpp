@@ -140,6 +140,8 @@ TEST_CASE("planner: option, cost and feedback errors") {
   CHECK(p.reset(planner_options{.prior_accept = 1.5}) == status_code::invalid_argument);
   CHECK(p.reset(planner_options{.explore = 1.0}) == status_code::invalid_argument);
   CHECK(p.reset(planner_options{.plain_first = -1}) == status_code::invalid_argument);
+  CHECK(p.reset(planner_options{.cost_quantile = 1.5}) == status_code::invalid_argument);
+  CHECK(p.reset(planner_options{.cost_quantile = NAN}) == status_code::invalid_argument);
   REQUIRE(p.reset(planner_options{}).ok());
   const double n[] = {1, 2, 4}, t[] = {1.0, 1.1, 1.3}, bad_n[] = {1, 1, 4}, bad_t[] = {1.0, NAN, 1.3};
   CHECK(p.set_target_cost(std::span<const double>(n, 2), t) == status_code::size_mismatch);
@@ -1199,7 +1201,7 @@ TEST_CASE("planner estimators: drafter fit is the non-negative least-squares opt
 
 TEST_CASE("planner estimators: pass times of rarely seen sizes lean on the pooled line") {
   detail::pass_cost_table t;
-  t.reset(16, 8);
+  t.reset(16, 8, 0.5);
   // t(N) = 100 + 30 N us for N = 1..6, each seen 9 times (the first is dropped).
   for (int rep = 0; rep < 9; ++rep)
     for (int n = 1; n <= 6; ++n) t.add(n, (100 + 30 * n) * 1e-6);
@@ -1217,12 +1219,45 @@ TEST_CASE("planner estimators: pass times of rarely seen sizes lean on the poole
   CHECK(t.at(12) - t.at(8) > 4 * 25e-6);
   CHECK(t.at(12) - t.at(8) < 4 * 60e-6);
   for (int n = 1; n < 16; ++n) CHECK(t.at(n) <= t.at(n + 1));
-  // The lower quartile of a size's window, not its median: half the passes slow (median 200 us) do not move it.
-  detail::pass_cost_table q;
-  q.reset(4, 8);
-  for (int rep = 0; rep < 9; ++rep) q.add(1, rep % 2 == 0 ? 300e-6 : 100e-6);
-  q.refresh(0.25);
-  CHECK(q.at(1) == Approx(100e-6));  // the median would read 200 us
+}
+
+TEST_CASE("planner estimators: a size reads the chosen quantile of its window, one node its lower quartile") {
+  // A plain step of 100 us before each 2-node pass (so every ratio is
+  // stored); eight 2-node passes kept (the first is dropped), `slow` of them
+  // at 300 us, the rest at 200 us. The median (cost_quantile 0.5, the
+  // default) reads a cost that most passes pay (caches the drafter
+  // evicted), not one that a few pay; the lower quartile reads neither.
+  const auto two_nodes = [](int slow, double quantile) {
+    detail::pass_cost_table q;
+    q.reset(4, 8, quantile);
+    q.add(1, 1.0);  // dropped
+    q.add(2, 1.0);  // dropped
+    for (int k = 0; k < 8; ++k) {
+      q.add(1, 100e-6);
+      q.add(2, k < slow ? 300e-6 : 200e-6);
+    }
+    q.refresh(0.25);
+    CHECK(q.at(1) == Approx(100e-6));
+    return q.at(2);
+  };
+  CHECK(two_nodes(3, 0.5) == Approx(200e-6));
+  CHECK(two_nodes(5, 0.5) == Approx(300e-6));
+  CHECK(two_nodes(5, 0.25) == Approx(200e-6));
+  CHECK(two_nodes(7, 0.25) == Approx(300e-6));
+  CHECK(two_nodes(7, 0.0) == Approx(200e-6));
+  CHECK(two_nodes(1, 1.0) == Approx(300e-6));
+  // One node: the lower quartile whatever the quantile (five slow plain
+  // steps of eight, as a request's first steps on caches its prefill
+  // evicted, do not set the level).
+  for (const double quantile : {0.0, 0.5, 1.0}) {
+    detail::pass_cost_table q;
+    q.reset(4, 8, quantile);
+    q.add(1, 1.0);  // dropped
+    for (int k = 0; k < 8; ++k) q.add(1, k < 5 ? 300e-6 : 100e-6);
+    q.refresh(0.25);
+    CHECK(q.at(1) == Approx(100e-6));
+  }
+  CHECK(planner_options{}.cost_quantile == 0.5);
 }
 
 TEST_CASE("planner estimators: the one-node time stays as measured when the curve bends at small sizes") {
@@ -1231,7 +1266,7 @@ TEST_CASE("planner estimators: the one-node time stays as measured when the curv
   // crosses one node at 83 us. Pooled toward it, the plain step read 88.8
   // us, and every shape was priced against a plain step cheaper than it is.
   detail::pass_cost_table t;
-  t.reset(8, 8);
+  t.reset(8, 8, 0.5);
   for (int rep = 0; rep < 3; ++rep) t.add(1, 100e-6);
   const double curve[] = {0, 100e-6, 125e-6, 180e-6, 230e-6};
   for (int rep = 0; rep < 9; ++rep)
@@ -1250,7 +1285,7 @@ TEST_CASE("planner estimators: a size with a full window reads its own passes, a
   // Size 6, seen twice (one kept) at 400 us against the line's 280, still
   // leans on the line.
   detail::pass_cost_table t;
-  t.reset(8, 8);
+  t.reset(8, 8, 0.5);
   for (int rep = 0; rep < 9; ++rep)
     for (int n = 1; n <= 5; ++n) t.add(n, n == 3 ? 215e-6 : (100 + 30 * n) * 1e-6);
   t.add(6, 400e-6);
@@ -1266,7 +1301,7 @@ namespace {
 // at t(N) = 100 + 30 N us, a plain step before each round of the others.
 detail::pass_cost_table linear_table() {
   detail::pass_cost_table t;
-  t.reset(8, 8);
+  t.reset(8, 8, 0.5);
   for (int rep = 0; rep < 9; ++rep)
     for (int n = 1; n <= 6; ++n) t.add(n, (100 + 30 * n) * 1e-6);
   return t;

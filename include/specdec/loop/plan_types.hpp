@@ -26,9 +26,16 @@ struct planner_options {
   double prior_weight = 2.0;       //!< pseudo-observations behind the acceptance prior (> 0)
   double prior_accept = 0.5;       //!< prior acceptance of a rank-0 child (rank r: halved r times), in [0, 1]
   std::int32_t replan_every = 32;  //!< drafted rounds between valuations of the shapes, once past 1, 2, 4, ... (>= 1)
-  std::int32_t cost_window = 8;    //!< pass times kept per tree size; their lower quartile is the estimate (>= 1)
-  double explore = 0.05;           //!< optimism for rarely measured sizes: time x (1 - explore / sqrt(1 + seen))
-  double prior_node_cost = 0.25;   //!< before two sizes are measured, each further node costs this share of one
+  std::int32_t cost_window = 8;    //!< pass times kept per tree size (>= 1); see cost_quantile
+  //! Quantile of the window of a size of two nodes or more read as its pass time, in [0, 1] (0.5:
+  //! the lower median; one-node passes keep their lower quartile). The median, not the lower
+  //! quartile (until 0.4.0): a pass right after the drafter ran meets caches it evicted, and the
+  //! quartile priced such passes at their luckiest: on the demo models a cold planner read 2-node
+  //! passes at 1.00-1.10x a plain step (their mean: 1.2-1.6x) and speculated at T = 1 where plain
+  //! decoding won (benchmarks/results/planner-quantile_2026-11-28.md).
+  double cost_quantile = 0.5;
+  double explore = 0.05;          //!< optimism for rarely measured sizes: time x (1 - explore / sqrt(1 + seen))
+  double prior_node_cost = 0.25;  //!< before two sizes are measured, each further node costs this share of one
   //! After this many root-only rounds, a speculative probe of six rounds (0 = never); doubles per probe that
   //! loses, up to 8 x its value. Shorter while few speculative rounds were measured (as many as there
   //! were, at least an eighth of it; not once observe_skipped reports skipped drafts): a verdict from one
@@ -46,7 +53,7 @@ struct planner_options {
   //! not two: a request's first steps run on caches its prefill evicted (140-270 us against
   //! 80-115 steady on the example target, an AVX2 CPU), and the lower quartile of two of them
   //! priced every size for the whole request (benchmarks/results/planner-cold-level_2026-11-28.md;
-  //! the quartile is over min(plain_first, cost_window) of them).
+  //! the quantile is over min(plain_first, cost_window) of them).
   std::int32_t plain_first = 6;
   //! Share by which a speculative shape's predicted tokens per second must beat the plain
   //! step's to be chosen (>= 0): near break-even the prediction's error decides, and a
@@ -93,6 +100,8 @@ inline status validate_planner_options(const planner_options& o) noexcept {
     return make_status(status_code::invalid_argument, "prior_node_cost must be >= 0");
   if (o.probe_every < 0) return make_status(status_code::invalid_argument, "probe_every must be >= 0");
   if (o.rescore_every < 1) return make_status(status_code::invalid_argument, "rescore_every must be >= 1");
+  if (!(o.cost_quantile >= 0.0 && o.cost_quantile <= 1.0))
+    return make_status(status_code::invalid_argument, "cost_quantile in [0, 1]");
   if (o.plain_first < 0) return make_status(status_code::invalid_argument, "plain_first must be >= 0");
   return status::success();
 }

@@ -63,7 +63,7 @@ class round_planner {
     opt_ = o;
     const std::int32_t D = std::min(o.max_depth, o.max_nodes - 1);
     depth_cap_ = std::max(D, 0);
-    cost_.reset(o.max_nodes, o.cost_window);
+    cost_.reset(o.max_nodes, o.cost_window, o.cost_quantile);
     acc_.reset(std::max(depth_cap_, 1), o.max_children, o.prior_weight, o.prior_accept);
     conf_.reset(o.prior_weight, o.draft_bonus, o.forget);
     draft_ = {};

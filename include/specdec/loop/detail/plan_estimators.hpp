@@ -19,9 +19,10 @@
 namespace specdec::detail {
 
 //! Pass times per tree size 1..max_n: a ring of the last `window` times per
-//! size and its lower quartile (robust to a descheduled pass on a shared
-//! machine, and to caches evicted between passes); sizes of two nodes or
-//! more as ratios to a one-node time measured by plain steps and, during
+//! size and a quantile of it (robust to a descheduled pass on a shared
+//! machine): planner_options::cost_quantile for sizes of two nodes or more,
+//! the lower quartile for one node (see add()); sizes of two nodes or more
+//! as ratios to a one-node time measured by plain steps and, during
 //! long speculative stretches, implied by the larger passes (see add()).
 //! The sizes are pooled: each estimate is shrunk toward a line t = kN + C
 //! (STree's linear model) fitted through all of them, weighted by samples,
@@ -32,13 +33,14 @@ namespace specdec::detail {
 //! with the line's slope.
 class pass_cost_table {
  public:
-  void reset(std::int32_t max_n, std::int32_t window) {
+  void reset(std::int32_t max_n, std::int32_t window, double quantile) {
     max_n_ = std::max(max_n, 1);
     window_ = std::max(window, 1);
+    quantile_ = std::clamp(quantile, 0.0, 1.0);
     ring_.assign(static_cast<std::size_t>(max_n_) * static_cast<std::size_t>(window_), 0.0);
     count_.assign(static_cast<std::size_t>(max_n_), 0);
     seen_.assign(static_cast<std::size_t>(max_n_), 0.0);
-    quartile_.assign(static_cast<std::size_t>(max_n_), 0.0);
+    estimate_.assign(static_cast<std::size_t>(max_n_), 0.0);
     sorted_.assign(static_cast<std::size_t>(window_), 0.0);
     level_ = 1.0;
     level_count_ = plain_steps_ = 0;
@@ -75,39 +77,46 @@ class pass_cost_table {
       fresh_ = false;
       return;
     }
-    const bool relative = count_[0] > 0 && quartile_[0] > 0.0;
+    const bool relative = count_[0] > 0 && estimate_[0] > 0.0;
     // A size's ratio and the level cannot both be learned from that size's
     // passes alone (whichever ring turned over first would absorb the drift:
     // the ratio did, and the level stayed stale). So once a size has a few
     // ratios, it stores at most (window - 1) / 4 of them (at least one)
     // between two plain steps, and its further passes move the level
     // instead, its ratio held: too few ratios taken on a stale level to
-    // move its lower quartile either way (a faster machine as much as a
+    // move its quantile either way (a faster machine as much as a
     // slower one).
-    if (relative && count_[i] >= 3 && quartile_[i] > 0.0) {
+    if (relative && count_[i] >= 3 && estimate_[i] > 0.0) {
       if (stretch_[i] != plain_steps_) stretch_[i] = plain_steps_, stored_[i] = 0;
       if (stored_[i] >= std::max<std::int64_t>((window_ - 1) / 4, 1)) {
-        add_level(seconds / quartile_[i]);
+        add_level(seconds / estimate_[i]);
         fresh_ = false;
         return;
       }
       ++stored_[i];
     }
-    if (relative) seconds /= quartile_[0];
+    if (relative) seconds /= estimate_[0];
     const std::int64_t c = count_[i]++;
     ring_[i * static_cast<std::size_t>(window_) + static_cast<std::size_t>(c % window_)] = seconds;
-    // This size's lower quartile now (a window of a few entries), the curve
-    // on demand. Interference (a descheduled pass, caches another job or the
-    // drafter evicted) only ever adds time, so the steady cost of a size is
-    // nearer the low end of its window than its median; and sizes seen often
-    // (the plain step) and rarely (a probed chain) are compared on the same
-    // footing. With medians, a planner that two slow probes had shown a
-    // 2-node pass at 1.8x a one-node pass (steady: 1.3-1.5x) kept decoding
-    // plainly in half of the runs of the example models.
+    // This size's quantile now (a window of a few entries), the curve on
+    // demand. Not the mean: one descheduled pass would move it. The median
+    // by default, not the lower quartile (until 0.4.0): a pass right after
+    // the drafter ran meets caches it evicted, a cost of every speculative
+    // round that the quartile left out (a cold demo planner read 2-node
+    // passes at 1.00-1.10x a plain step, their mean 1.2-1.6x). The slow first
+    // passes after a switch, which once made medians keep a planner plain,
+    // stay out of the window (see round_planner::observe), and a size seen
+    // twice leans on the line. The level stays the lower quartile: plain
+    // steps run back to back on warm caches and are slowed only now and then
+    // (a request's first steps, a descheduled pass), and its median took the
+    // cold first steps of a request for the level, so that ratios taken
+    // against it read low, the level they then implied high, and plain steps
+    // dear: a cold demo planner held chains at T = 1 with the level at
+    // 155-187 us where plain steps took 105-120.
     const auto k = static_cast<std::size_t>(std::min<std::int64_t>(count_[i], window_));
     std::copy_n(ring_.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(window_)), k, sorted_.begin());
     std::sort(sorted_.begin(), sorted_.begin() + static_cast<std::ptrdiff_t>(k));
-    quartile_[i] = sorted_[(k - 1) / 4];
+    estimate_[i] = sorted_[pick(k)];
     fresh_ = false;
   }
 
@@ -135,7 +144,7 @@ class pass_cost_table {
     fresh_ = true;
     prior_ = prior_slope_fraction;
     // The one-node time scales every other size (see add()).
-    level_ = count_[0] > 0 ? quartile_[0] : 1.0;
+    level_ = count_[0] > 0 ? estimate_[0] : 1.0;
     xs_.clear();
     ys_.clear();
     ws_.clear();
@@ -144,7 +153,7 @@ class pass_cost_table {
       const auto k = static_cast<std::size_t>(std::min<std::int64_t>(count_[i], window_));
       if (k == 0) continue;
       xs_.push_back(n);
-      ys_.push_back(n == 1 ? 1.0 : quartile_[i]);
+      ys_.push_back(n == 1 ? 1.0 : estimate_[i]);
       ws_.push_back(static_cast<double>(k));
     }
     pool_toward_line();
@@ -176,14 +185,18 @@ class pass_cost_table {
 
  private:
   // The level ring (ring 0): one-node times, measured or implied by larger
-  // passes; its lower quartile is the level.
+  // passes; its lower quartile is the level (see add()).
   void add_level(double t1) {
     const auto slot = static_cast<std::size_t>(level_count_++ % window_);
     ring_[slot] = t1;
     const auto k = static_cast<std::size_t>(std::min<std::int64_t>(level_count_, window_));
     std::copy_n(ring_.begin(), k, sorted_.begin());
     std::sort(sorted_.begin(), sorted_.begin() + static_cast<std::ptrdiff_t>(k));
-    quartile_[0] = sorted_[(k - 1) / 4];
+    estimate_[0] = sorted_[(k - 1) / 4];
+  }
+
+  [[nodiscard]] std::size_t pick(std::size_t k) const noexcept {
+    return static_cast<std::size_t>(std::floor(static_cast<double>(k - 1) * quantile_));
   }
 
   // Sizes >= 2 measured before the first one-node time were stored in
@@ -191,7 +204,7 @@ class pass_cost_table {
   void rescale_ratios(double t1) {
     if (!(t1 > 0.0)) return;
     for (std::size_t k = static_cast<std::size_t>(window_); k < ring_.size(); ++k) ring_[k] /= t1;
-    for (std::size_t k = 1; k < quartile_.size(); ++k) quartile_[k] /= t1;
+    for (std::size_t k = 1; k < estimate_.size(); ++k) estimate_[k] /= t1;
   }
 
   [[nodiscard]] double relative(std::int32_t n) const noexcept {
@@ -207,7 +220,7 @@ class pass_cost_table {
 
   // An estimate from w samples weighs w against line_weight x (1 - w /
   // window) for the line: a size tried once reads mostly the line, a size
-  // with a full window its own quartile. On the example models (2-core CPU)
+  // with a full window its own quantile. On the example models (2-core CPU)
   // per-size medians of planned rounds were off up to 2x where a size was
   // tried once or twice, on caches another size or a pause had just
   // evicted, and that kept the planner off it; but the curve bends, and a
@@ -280,14 +293,14 @@ class pass_cost_table {
   }
 
   std::int32_t max_n_ = 1, window_ = 1;
-  std::vector<double> ring_, seen_, quartile_, sorted_, xs_, ys_, ws_, fw_, seconds_, blk_v_, blk_w_;
+  std::vector<double> ring_, seen_, estimate_, sorted_, xs_, ys_, ws_, fw_, seconds_, blk_v_, blk_w_;
   std::vector<std::size_t> blk_n_;
   std::vector<std::int64_t> count_;
   // Entries written to the level ring; plain steps measured (the stretch
   // number); per size, the stretch its stored_ ratios were counted in.
   std::int64_t level_count_ = 0, plain_steps_ = 0;
   std::vector<std::int64_t> stretch_, stored_;
-  double slope_ = 0.0, line_k_ = 0.0, level_ = 1.0, prior_ = 0.25;
+  double slope_ = 0.0, line_k_ = 0.0, level_ = 1.0, prior_ = 0.25, quantile_ = 0.5;
   bool fresh_ = false, has_line_ = false;
 };
 
