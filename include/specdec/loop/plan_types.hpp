@@ -29,7 +29,7 @@ struct planner_options {
   std::int32_t cost_window = 8;    //!< pass times kept per tree size (>= 1); see cost_quantile
   //! Quantile of the window of a size of two nodes or more read as its pass time, in [0, 1] (0.5:
   //! the lower median; one-node passes keep their lower quartile). The median, not the lower
-  //! quartile (until 0.4.0): a pass right after the drafter ran meets caches it evicted, and the
+  //! quartile (before 2026-11-28): a pass right after the drafter ran meets caches it evicted, and the
   //! quartile priced such passes at their luckiest: on the demo models a cold planner read 2-node
   //! passes at 1.00-1.10x a plain step (their mean: 1.2-1.6x) and speculated at T = 1 where plain
   //! decoding won (benchmarks/results/planner-quantile_2026-11-28.md).

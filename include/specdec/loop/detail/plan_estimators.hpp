@@ -100,7 +100,7 @@ class pass_cost_table {
     ring_[i * static_cast<std::size_t>(window_) + static_cast<std::size_t>(c % window_)] = seconds;
     // This size's quantile now (a window of a few entries), the curve on
     // demand. Not the mean: one descheduled pass would move it. The median
-    // by default, not the lower quartile (until 0.4.0): a pass right after
+    // by default, not the lower quartile (before 2026-11-28): a pass right after
     // the drafter ran meets caches it evicted, a cost of every speculative
     // round that the quartile left out (a cold demo planner read 2-node
     // passes at 1.00-1.10x a plain step, their mean 1.2-1.6x). The slow first
