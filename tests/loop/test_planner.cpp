@@ -1219,6 +1219,13 @@ TEST_CASE("planner estimators: pass times of rarely seen sizes lean on the poole
   CHECK(t.at(12) - t.at(8) > 4 * 25e-6);
   CHECK(t.at(12) - t.at(8) < 4 * 60e-6);
   for (int n = 1; n < 16; ++n) CHECK(t.at(n) <= t.at(n + 1));
+  // The one-node level is the lower quartile of its window, not its median: half the plain steps slow (median
+  // 200 us) do not move it, whatever cost_quantile the larger sizes use.
+  detail::pass_cost_table q;
+  q.reset(4, 8, 0.5);
+  for (int rep = 0; rep < 9; ++rep) q.add(1, rep % 2 == 0 ? 300e-6 : 100e-6);
+  q.refresh(0.25);
+  CHECK(q.at(1) == Approx(100e-6));  // the median would read 200 us
 }
 
 TEST_CASE("planner estimators: a size reads the chosen quantile of its window, one node its lower quartile") {
