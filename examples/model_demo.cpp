@@ -43,6 +43,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "models/speculate.hpp"
@@ -342,12 +344,32 @@ int main(int argc, char** argv) {
                 s.verify / t, s.commit / t, (s.mask + s.verify + s.commit) / t);
   }
   std::printf(
-      "\nPlanned rows: shapes the planner chose (rounds, all runs) and its estimates at the end of the last run:\n");
+      "\nPlanned rows: the shapes the planner chose most (rounds over all runs; tokens per round and microseconds\n"
+      "per token of those rounds, measured / as planned) and its estimates at the end of the last run:\n");
   for (const auto& r : rows) {
     if (r.st.plans.empty()) continue;
-    std::printf("%-11s T=%.0f:", r.model.c_str(), static_cast<double>(r.temperature));
-    for (const auto& [shape, n] : r.st.plans)
-      std::printf(" %s x%lld", models::shape_name(shape).c_str(), static_cast<long long>(n));
+    std::printf("%-11s T=%.0f %s:", r.model.c_str(), static_cast<double>(r.temperature), r.method.c_str());
+    // The five most chosen shapes, one line each; the rest summed.
+    std::vector<std::pair<std::tuple<int, int, int>, models::shape_tally>> by_rounds(r.st.plans.begin(),
+                                                                                     r.st.plans.end());
+    std::stable_sort(by_rounds.begin(), by_rounds.end(),
+                     [](const auto& a, const auto& b) { return a.second.rounds > b.second.rounds; });
+    models::shape_tally rest;
+    for (std::size_t i = 0; i < by_rounds.size(); ++i) {
+      const models::shape_tally& n = by_rounds[i].second;
+      if (i >= 5) {
+        rest += n;
+        continue;
+      }
+      const auto rounds = static_cast<double>(n.rounds),
+                 tokens = static_cast<double>(std::max<std::int64_t>(n.tokens, 1));
+      std::printf("\n    %-9s x%-5lld %5.2f / %5.2f tokens per round, %4.0f / %4.0f us per token",
+                  models::shape_name(by_rounds[i].first).c_str(), static_cast<long long>(n.rounds), tokens / rounds,
+                  n.planned_tokens / rounds, 1e6 * n.seconds / tokens,
+                  1e6 * n.planned_seconds / std::max(n.timed_planned_tokens, 1.0));
+    }
+    if (rest.rounds > 0)
+      std::printf("\n    %lld rounds of %zu other shapes", static_cast<long long>(rest.rounds), by_rounds.size() - 5);
     std::printf("\n    %s\n", r.st.planner_estimates.c_str());
   }
   std::printf("\nGreedy continuation (transformer): %s%s\n", prompt_texts[0].c_str(), text(rows[0].first_out).c_str());

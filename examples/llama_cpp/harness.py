@@ -14,12 +14,12 @@ drift within the run.
 
   python3 harness.py --compare BIN --llama-build DIR --model GGUF --prompts PATH
                      [--runs 3] [-n 128] [--temp 0] [-t 1] [--depth 6] [--methods LIST] [--out DIR]
-                     [--format F32|F16|Q8_0|Q4_0] [--warm FILE] [--from-logs]
+                     [--format F32|F16|Q8_0|Q4_0] [--repack 0|1] [--warm FILE] [--from-logs]
 
 Methods: plain decoding and specdec's (from specdec_llama_compare --methods),
 llama.cpp's llama-lookup and llama-speculative (draft model = target), all
 on the same model file, threads, length, temperature, flash attention off and
-weight repacking off (-nr). At a temperature above 0 every program ignores
+weight repacking off (-nr; --repack 1 turns it on for every program). At a temperature above 0 every program ignores
 end-of-generation tokens (--ignore-eos): the methods sample different texts,
 and one that stopped early would be timed on a shorter context. The warm
 planned methods (planned-lookup-warm, planned-suffix-warm; not run unless
@@ -73,6 +73,8 @@ def main():
                     help="the prompt the warm planned methods' planners decode first (untimed)")
     ap.add_argument("--out", default="/tmp/specdec-harness")
     ap.add_argument("--format", help="F32, F16, Q8_0 or Q4_0: every program runs a copy of --model in that format")
+    ap.add_argument("--repack", type=int, choices=(0, 1), default=0,
+                    help="llama.cpp's weight repacking (extra buffer types) for every program; 0: off (-nr)")
     ap.add_argument("--from-logs", action="store_true", help="run nothing: the table from the logs in --out")
     a = ap.parse_args()
     if a.format:  # the compare program makes the copy (llama.cpp's quantizer) and prints its path
@@ -85,7 +87,7 @@ def main():
     sampled = float(a.temp) > 0
     warm = ["--warm", a.warm] if "-warm" in a.methods else []
     common = ["-m", a.model, "-n", str(a.n), "--temp", a.temp, "-t", str(a.t), "-fa", "off", "-c", "4096", "-s", "1",
-              "-nr", "--spec-draft-n-max", str(a.depth)] + (["--ignore-eos"] if sampled else [])
+              "--spec-draft-n-max", str(a.depth)] + (["-nr"] if a.repack == 0 else []) + (["--ignore-eos"] if sampled else [])
     table = {}  # prompt -> method -> run index -> row
     order = []
     for p in prompts:
@@ -95,7 +97,7 @@ def main():
             log = os.path.join(a.out, f"{name}.{r}.specdec.txt")
             if not a.from_logs:
                 out = subprocess.run([a.compare, "-m", a.model, "-f", p, "-n", str(a.n), "--temp", a.temp, "-t",
-                                      str(a.t), "--depth", str(a.depth), "--methods", a.methods] + warm +
+                                      str(a.t), "--depth", str(a.depth), "--methods", a.methods, "--repack", str(a.repack)] + warm +
                                      (["--ignore-eos"] if sampled else []), capture_output=True, text=True)
                 open(log, "w").write(out.stdout + out.stderr)
             for m, row in (specdec_rows(open(log).read()) if os.path.exists(log) else {}).items():
@@ -115,7 +117,7 @@ def main():
                 if m not in order:
                     order.append(m)
             print(f"done {name} run {r + 1}/{a.runs}", file=sys.stderr, flush=True)
-    print(f"\nmedian of {a.runs} runs, n {a.n}, temperature {a.temp}, threads {a.t}, depth {a.depth}, repacking off\n")
+    print(f"\nmedian of {a.runs} runs, n {a.n}, temperature {a.temp}, threads {a.t}, depth {a.depth}, repacking {'on' if a.repack else 'off'}\n")
     print("| prompt | " + " | ".join(order) + " |")
     print("|---|" + "---|" * len(order))
     speedups = {m: [] for m in order}

@@ -12,6 +12,10 @@
 #   FORMAT=F16 bash examples/llama_cpp/run.sh  # every program on a copy of the model in another weight
 #                                               format (F32, F16, Q8_0, Q4_0; made once by llama.cpp's
 #                                               quantizer; docs/llama_cpp.md compares them)
+#   REPACK=1 FORMAT=Q4_0 bash examples/llama_cpp/run.sh --harness  # llama.cpp's weight repacking on for
+#                                               every program (llama.cpp's default; off here because it
+#                                               crashed on AMX Xeons; on AVX2 it speeds up Q4_0 most;
+#                                               docs/llama_cpp.md "Weight format")
 #
 # Environment: SPECDEC_LLAMA_CACHE (cache folder), SPECDEC_LLAMA_CUDA=1 (CUDA
 # build of llama.cpp for sm_90; untested here), SPECDEC_JOBS (build jobs).
@@ -25,6 +29,7 @@ N="${N:-128}"
 TEMP="${TEMP:-0}"
 THREADS="${THREADS:-2}"
 DEPTH="${DEPTH:-6}"
+REPACK="${REPACK:-0}"
 PROMPT_FILE="${PROMPT_FILE:-$HERE/prompt.txt}"
 MODE="${1:-compare}"
 
@@ -56,7 +61,7 @@ fi
 if [[ "$MODE" == "--harness" ]]; then
   exec python3 "$HERE/harness.py" --compare "$EX_BUILD/specdec_llama_compare" --llama-build "$LLAMA_BUILD" \
     --model "$MODEL" --prompts "${PROMPTS:-$HERE/prompts}" --runs "${RUNS:-3}" -n "$N" --temp "$TEMP" \
-    -t "$THREADS" --depth "$DEPTH" --out "$CACHE/last-harness"
+    -t "$THREADS" --depth "$DEPTH" --repack "$REPACK" --out "$CACHE/last-harness"
 fi
 
 OUT="$CACHE/last-run"
@@ -68,7 +73,8 @@ mkdir -p "$OUT"
 # drafts with the same model (the only GGUF at hand whose vocabulary
 # matches); llama-lookup is its prompt lookup.
 COMMON=(-m "$MODEL" -f "$PROMPT_FILE" -n "$N" --temp "$TEMP" -t "$THREADS" -fa off -c 4096 -s 1
-  -nr --spec-draft-n-max "$DEPTH")
+  --spec-draft-n-max "$DEPTH")
+[[ "$REPACK" == 1 ]] || COMMON+=(-nr)
 echo "== llama.cpp llama-speculative (draft model = target)"
 "$LLAMA_BUILD/bin/llama-speculative" "${COMMON[@]}" -md "$MODEL" >"$OUT/llama-speculative.txt" 2>&1 ||
   echo "llama-speculative failed (see $OUT/llama-speculative.txt)"
@@ -79,7 +85,7 @@ echo "== llama.cpp llama-lookup"
 echo "== specdec inside llama.cpp (plain, prompt lookup chain/tree, self-draft chain/tree)"
 set +e
 "$EX_BUILD/specdec_llama_compare" -m "$MODEL" -f "$PROMPT_FILE" -n "$N" --temp "$TEMP" -t "$THREADS" --depth "$DEPTH" \
-  --plain-out "$OUT/plain.txt" | tee "$OUT/specdec.txt"
+  --repack "$REPACK" --plain-out "$OUT/plain.txt" | tee "$OUT/specdec.txt"
 SPECDEC_RC=${PIPESTATUS[0]}
 set -e
 

@@ -254,6 +254,21 @@ struct stage_times {
   double total() const { return draft + mask + forward + verify + commit; }
 };
 
+//! Planned runs: the rounds of one chosen shape, their emitted tokens, their
+//! time (the session's stage timers, wall clock) and what the planner
+//! predicted for them (plan_summary: tokens and seconds, summed over the
+//! rounds it predicted a time for).
+struct shape_tally {
+  std::int64_t rounds = 0, tokens = 0;
+  double seconds = 0, planned_tokens = 0;
+  double timed_planned_tokens = 0, planned_seconds = 0;  // rounds with a predicted time only
+  shape_tally& operator+=(const shape_tally& o) {
+    rounds += o.rounds, tokens += o.tokens, seconds += o.seconds, planned_tokens += o.planned_tokens;
+    timed_planned_tokens += o.timed_planned_tokens, planned_seconds += o.planned_seconds;
+    return *this;
+  }
+};
+
 struct decode_stats {
   std::int64_t tokens = 0, target_calls = 0, drafter_calls = 0, rounds = 0;
   double seconds = 0;  //!< CPU seconds
@@ -261,7 +276,7 @@ struct decode_stats {
   //! Planned runs: rounds per chosen shape, keyed (0 AR / 1 chain / 2 tree,
   //! nodes, depth) so that counting inside the timed run costs no string
   //! (shape_name prints them), and the planner's estimates at the end of the run.
-  std::map<std::tuple<int, int, int>, std::int64_t> plans;
+  std::map<std::tuple<int, int, int>, shape_tally> plans;
   std::string planner_estimates;
 };
 
@@ -354,8 +369,18 @@ inline std::vector<token_id> generate_autoregressive(const weights& target, std:
 }
 
 namespace detail {
-inline void tally_plan(const specdec::plan_summary& p, decode_stats& st) {
-  ++st.plans[{p.nodes <= 1 ? 0 : p.nodes == p.depth + 1 ? 1 : 2, p.nodes, p.depth}];
+inline void tally_plan(const specdec::round_stats& r, decode_stats& st) {
+  const specdec::plan_summary& p = r.plan;
+  st.plans[{p.nodes <= 1             ? 0
+            : p.nodes == p.depth + 1 ? 1
+                                     : 2,
+            p.nodes, p.depth}] +=
+      {1,
+       r.emitted,
+       r.time.draft + r.time.flatten + r.time.forward + r.time.probs + r.time.verify + r.time.commit,
+       p.expected_tokens,
+       p.predicted_seconds > 0 ? p.expected_tokens : 0.0,
+       p.predicted_seconds};
 }
 
 // The planner's view at the end of a run: pass time per size relative to
@@ -406,7 +431,7 @@ std::vector<token_id> run_session(Builder builder, const weights& target, const 
     so.rule = o.sampled_rule;
   specdec::speculative_session<Builder> s(std::move(builder), so);
   const auto out = s.generate(drafter, tgt, prompt, [&](std::span<const token_id>) {
-    if constexpr (specdec::round_observing_builder<Builder>) tally_plan(s.last_round().plan, st);
+    if constexpr (specdec::round_observing_builder<Builder>) tally_plan(s.last_round(), st);
     if (on_round) on_round(static_cast<std::int64_t>(s.generated_tokens().size()));
   });
   if constexpr (specdec::batch_plannable_builder<Builder>) {

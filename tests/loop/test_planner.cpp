@@ -788,6 +788,34 @@ TEST_CASE("batched planned sessions: one plan per request under the node budget,
   CHECK(rounds < 50);  // speculation paid: fewer rounds than tokens
 }
 
+TEST_CASE("planner: no predicted time before a pass time is known") {
+  // round_stats::plan reports predicted_seconds; before the first kept pass
+  // (the first at a size is dropped) the planner's times are placeholders.
+  round_planner p(planner_options{.max_nodes = 8, .max_depth = 2});
+  const node_id root[1] = {-1};
+  const node_id path[1] = {0};
+  for (int i = 0; i < 3; ++i) {
+    const round_plan plan = p.next();
+    REQUIRE(plan.summary.nodes == 1);
+    if (i < 2)
+      CHECK(plan.summary.predicted_seconds == 0.0);
+    else
+      CHECK(plan.summary.predicted_seconds >= 1e-3);  // the kept 1 ms pass, plus the loop's fit
+    round_feedback f;
+    const token_id tok[1] = {0};
+    f.tree = tree_view{tok, root, nullptr, nullptr, 1};
+    f.path = path;
+    f.forward_nodes = 1;
+    f.forward_seconds = 1e-3;
+    REQUIRE(p.observe(f).ok());
+  }
+  // An injected curve is a pass time from the start.
+  round_planner q(planner_options{.max_nodes = 8, .max_depth = 2, .plain_first = 0});
+  const double n[2] = {1, 8}, t[2] = {2e-3, 4e-3};
+  REQUIRE(q.set_target_cost(n, t).ok());
+  CHECK(q.next().summary.predicted_seconds >= 2e-3);
+}
+
 TEST_CASE("planner: the plain step is timed first, probes run two rounds, plain streaks hold") {
   // Measured (not injected) costs where speculation loses: every node costs
   // a full step and each drafter level half of one.

@@ -132,7 +132,7 @@ struct plan_summary {
   std::int32_t nodes = 0;            //!< planned nodes, root included (pruning may draft fewer)
   std::int32_t depth = 0;            //!< planned depth
   double expected_tokens = 0;        //!< predicted tokens of the round (accepted drafts + 1)
-  double predicted_seconds = 0;      //!< predicted round time (target + drafter + loop)
+  double predicted_seconds = 0;      //!< predicted round time (target + drafter + loop); 0 before any pass time
 };
 
 //! One round's plan: the shape to draft and per-depth early-stop thresholds.

@@ -544,6 +544,9 @@ class round_planner {
   }
 
   void set_plan(const candidate& c, double seconds) {
+    // Before any pass time (measured or injected) the times are placeholders
+    // in units of one pass: no prediction to report.
+    if (curve_.empty() && cost_.empty()) seconds = 0.0;
     summary_ = {c.kind, c.nodes, c.depth, 1.0 + c.value, seconds};
     has_plan_ = true;
   }
