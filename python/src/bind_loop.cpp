@@ -74,7 +74,7 @@ void bind_loop(nb::module_& m) {
           },
           arg("max_nodes") = 32, arg("max_depth") = 8, arg("max_children") = 4, arg("forget") = 0.97,
           arg("prior_weight") = 2.0, arg("prior_accept") = 0.5, arg("replan_every") = 32, arg("cost_window") = 8,
-          arg("cost_quantile") = 0.5, arg("explore") = 0.0, arg("prior_node_cost") = 0.25, arg("probe_every") = 64,
+          arg("cost_quantile") = 0.5, arg("explore") = 0.05, arg("prior_node_cost") = 0.25, arg("probe_every") = 64,
           arg("rescore_every") = 4, arg("prune") = false, arg("plain_first") = 6, arg("min_gain") = 0.0,
           arg("draft_bonus") = 0.5)
       .def("next", [](round_planner& p) { return plan_tuple(p.next()); })

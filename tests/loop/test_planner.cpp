@@ -587,10 +587,7 @@ TEST_CASE("planner: min_gain keeps the plain step unless speculation beats it by
   const int plain_below = run(g0 / 2, 3, g);
   CHECK(plain_below <= 60);
   const int plain_above = run(g0 + 0.1, 3, g);
-  // Every counted round (the last 200) but the probes is a plain step: at
-  // most two probes of six rounds there, since the gap between probes
-  // starts at probe_every = 64 and doubles while they lose.
-  CHECK(plain_above >= 200 - 2 * 6);
+  CHECK(plain_above >= 190);  // every simulated round but the probes is a plain step
 }
 
 TEST_CASE("planner: a request's first drafted round (the drafter's prompt prefill) stays out of the drafter fit") {
@@ -1045,13 +1042,9 @@ TEST_CASE("planner: observe_skipped learns acceptance from plain steps") {
   CHECK(skipped.tokens / skipped.seconds > 1.03);
   // Negative control: without reports and without optimism, the prior q = 0.5 never pays.
   CHECK(blind.copied_speculated == 0);
-  // Optimism finds the copied phases too, and speculates in the novel ones
-  // at least as often. Which of the two is faster here is a matter of about
-  // 1%: reporting led (1.052 against 1.044) while planner_options::explore
-  // was 0.05 by default; with 0 the optimist leads (1.060 against 1.051).
-  CHECK(optimist.copied_speculated >= 0.6 * optimist.copied);
-  CHECK(optimist.novel_speculated >= skipped.novel_speculated);
-  CHECK(optimist.tokens / optimist.seconds > 1.03);
+  // Optimism finds the copied phases too, but pays for it in the novel ones.
+  CHECK(optimist.novel_speculated > skipped.novel_speculated);
+  CHECK(skipped.tokens / skipped.seconds > optimist.tokens / optimist.seconds);
 
   round_planner p;
   drafted_tree bad;

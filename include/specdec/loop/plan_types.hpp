@@ -34,11 +34,7 @@ struct planner_options {
   //! passes at 1.00-1.10x a plain step (their mean: 1.2-1.6x) and speculated at T = 1 where plain
   //! decoding won (benchmarks/results/planner-quantile_2026-11-28.md).
   double cost_quantile = 0.5;
-  //! Optimism for sizes measured rarely, in [0, 1): time x (1 - explore / sqrt(1 + passes seen));
-  //! none with an injected curve. 0 by default (0.05 before 2026-11-29): at T = 1 it drew cold demo
-  //! planners to deeper chains that lost (transformer: 0.89x autoregressive against 0.99x with 0;
-  //! benchmarks/results/planner-shapes_2026-11-29.md).
-  double explore = 0.0;
+  double explore = 0.05;          //!< optimism for rarely measured sizes: time x (1 - explore / sqrt(1 + seen))
   double prior_node_cost = 0.25;  //!< before two sizes are measured, each further node costs this share of one
   //! After this many root-only rounds, a speculative probe of six rounds (0 = never); doubles per probe that
   //! loses, up to 8 x its value. Shorter while few speculative rounds were measured (as many as there

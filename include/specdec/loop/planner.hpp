@@ -223,7 +223,7 @@ class round_planner {
     for (std::size_t i = 0; i < cands_.size(); ++i) {
       if (cands_[i].nodes > grow_to || (probe && cands_[i].nodes == 1)) continue;
       const double t = predict_seconds(cands_[i]);
-      const double optimistic = t * (1.0 - explore_bonus(cands_[i].nodes));
+      const double optimistic = t * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(cands_[i].nodes)));
       const double gain = cands_[i].nodes == 1 ? 1.0 + opt_.min_gain : 1.0;
       const double rate = gain * (1.0 + cands_[i].value) / optimistic;
       if (rate > best_rate) best_rate = rate, best = i, best_t = t;
@@ -292,7 +292,7 @@ class round_planner {
       }
       const double tm = target_at(m) + loop_seconds(m);
       const double gain = m == 1 ? 1.0 + opt_.min_gain : 1.0;
-      const double rate = gain * (1.0 + value) / (tm * (1.0 - explore_bonus(m)));
+      const double rate = gain * (1.0 + value) / (tm * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(m))));
       if (rate > best_rate) best_rate = rate, best = m, best_value = value, best_depth = depth, best_t = tm;
     }
     if (probe) {
@@ -775,12 +775,6 @@ class round_planner {
   // The shortest gap: probe_every / 8, at least one round.
   [[nodiscard]] std::int64_t short_probe_gap() const noexcept {
     return std::max<std::int64_t>(opt_.probe_every / 8, 1);
-  }
-
-  // planner_options::explore: the share by which a size measured rarely
-  // looks cheaper. None with an injected curve: its times are not measured.
-  [[nodiscard]] double explore_bonus(std::int32_t n) const noexcept {
-    return curve_.empty() ? opt_.explore / std::sqrt(1.0 + cost_.seen(n)) : 0.0;
   }
 
   // Measured costs are extrapolated to larger sizes, but a size far above
