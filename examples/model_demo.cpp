@@ -40,6 +40,7 @@
 // Usage: model_demo [models_dir] [tokens=160] [repeats=3] [auto|f32|bf16]
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -227,10 +228,22 @@ int main(int argc, char** argv) {
   // On each prompt the autoregressive row of a (target, T) group runs first
   // and its speculative rows right after: the speedups are ratios of nearby
   // runs, so a slower spell of a shared machine cancels out of them. The
-  // speculative rows' order rotates from prompt to prompt and repeat, so no
-  // row always follows the same one: on a 2-core VM the row that always ran
-  // right after the 32-node beam row read 2-4% slower than the same row run
-  // one place later (8 sittings).
+  // speculative rows run in a fresh order for every prompt and repeat (a
+  // shuffle, so that no row always follows the same one): what ran just
+  // before shows. A rotation of one order, used before, kept every row behind
+  // the same row; the cold planner, always right after the 32-node beam row,
+  // read 0.93-0.95x autoregressive at T = 1 where the same planner placed
+  // after lighter rows read 0.98-1.01x (2 sittings).
+  const auto shuffled = [](std::size_t first, std::size_t n, std::uint64_t key) {
+    std::vector<std::size_t> order(n);
+    for (std::size_t i = 0; i < n; ++i) order[i] = first + i;
+    std::uint64_t x = 0x9E3779B97F4A7C15ull * (key + 1);
+    for (std::size_t i = n; i > 1; --i) {  // Fisher-Yates, a 64-bit LCG (the same order on every platform)
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      std::swap(order[i - 1], order[(x >> 33) % i]);
+    }
+    return order;
+  };
   for (int rep = 0; rep < repeats; ++rep) {
     std::fprintf(stderr, "repeat %d/%d:", rep + 1, repeats);
     // "warm": the planner first serves an earlier request on another prompt
@@ -251,9 +264,11 @@ int main(int argc, char** argv) {
       for (std::size_t p = 0; p < prompts.size(); ++p) {
         std::vector<models::token_id> reference;
         double ar_rate = 0;
-        const std::size_t n_spec = end - g - 1, shift = static_cast<std::size_t>(rep) * prompts.size() + p;
+        const std::size_t n_spec = end - g - 1;
+        const std::vector<std::size_t> order =
+            shuffled(g + 1, n_spec, (static_cast<std::uint64_t>(rep) * prompts.size() + p) * jobs.size() + g);
         for (std::size_t k = 0; k <= n_spec; ++k) {
-          const std::size_t j = k == 0 ? g : g + 1 + (k - 1 + shift) % n_spec;
+          const std::size_t j = k == 0 ? g : order[k - 1];
           const job& jb = jobs[j];
           row& r = rows[j];
           models::spec_options o = options_of(jb);
@@ -303,7 +318,7 @@ int main(int argc, char** argv) {
   std::printf(
       "\nTokens per CPU second: the median over repeats of each repeat's total over the prompts. Speedup: the\n"
       "median over prompts and repeats of the run's tokens/s over the autoregressive run on the same prompt, run\n"
-      "just before the group's speculative rows (in an order rotated per prompt and repeat); per prompt: the\n"
+      "just before the group's speculative rows (in an order shuffled per prompt and repeat); per prompt: the\n"
       "lowest and the highest prompt's median of those ratios.\n");
   std::printf("%-11s %3s %-28s %9s %10s %11s %12s %8s %15s %9s\n", "target", "T", "decoding", "tok/CPU-s",
               "tokens/pass", "target/tok", "drafter/tok", "speedup", "per prompt", "T=0 == AR");
