@@ -19,8 +19,9 @@ drift within the run.
 Methods: plain decoding and specdec's (from specdec_llama_compare --methods),
 llama.cpp's llama-lookup and llama-speculative (draft model = target), all
 on the same model file, threads, length, temperature, flash attention off and
-weight repacking off (-nr; --repack 1 turns it on for every program). At a temperature above 0 every program ignores
-end-of-generation tokens (--ignore-eos): the methods sample different texts,
+weight repacking off (-nr; --repack 1 turns it on for every program). At a
+temperature above 0 every program ignores end-of-generation tokens
+(--ignore-eos): the methods sample different texts,
 and one that stopped early would be timed on a shorter context. The warm
 planned methods (planned-lookup-warm, planned-suffix-warm; not run unless
 listed) have their planner decode --warm first, untimed, as an engine's
@@ -87,7 +88,8 @@ def main():
     sampled = float(a.temp) > 0
     warm = ["--warm", a.warm] if "-warm" in a.methods else []
     common = ["-m", a.model, "-n", str(a.n), "--temp", a.temp, "-t", str(a.t), "-fa", "off", "-c", "4096", "-s", "1",
-              "--spec-draft-n-max", str(a.depth)] + (["-nr"] if a.repack == 0 else []) + (["--ignore-eos"] if sampled else [])
+              "--spec-draft-n-max", str(a.depth)]
+    common += (["-nr"] if a.repack == 0 else []) + (["--ignore-eos"] if sampled else [])
     table = {}  # prompt -> method -> run index -> row
     order = []
     for p in prompts:
@@ -97,8 +99,9 @@ def main():
             log = os.path.join(a.out, f"{name}.{r}.specdec.txt")
             if not a.from_logs:
                 out = subprocess.run([a.compare, "-m", a.model, "-f", p, "-n", str(a.n), "--temp", a.temp, "-t",
-                                      str(a.t), "--depth", str(a.depth), "--methods", a.methods, "--repack", str(a.repack)] + warm +
-                                     (["--ignore-eos"] if sampled else []), capture_output=True, text=True)
+                                      str(a.t), "--depth", str(a.depth), "--methods", a.methods,
+                                      "--repack", str(a.repack)] + warm + (["--ignore-eos"] if sampled else []),
+                                     capture_output=True, text=True)
                 open(log, "w").write(out.stdout + out.stderr)
             for m, row in (specdec_rows(open(log).read()) if os.path.exists(log) else {}).items():
                 runs.setdefault(m, {})[r] = row
@@ -117,7 +120,8 @@ def main():
                 if m not in order:
                     order.append(m)
             print(f"done {name} run {r + 1}/{a.runs}", file=sys.stderr, flush=True)
-    print(f"\nmedian of {a.runs} runs, n {a.n}, temperature {a.temp}, threads {a.t}, depth {a.depth}, repacking {'on' if a.repack else 'off'}\n")
+    print(f"\nmedian of {a.runs} runs, n {a.n}, temperature {a.temp}, threads {a.t}, depth {a.depth}, "
+          f"repacking {'on' if a.repack else 'off'}\n")
     print("| prompt | " + " | ".join(order) + " |")
     print("|---|" + "---|" * len(order))
     speedups = {m: [] for m in order}

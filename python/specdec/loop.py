@@ -17,7 +17,7 @@ class Plan(NamedTuple):
     nodes: int  #: planned nodes, root included
     depth: int  #: planned depth
     expected_tokens: float  #: predicted tokens of the round (accepted drafts + 1)
-    predicted_seconds: float  #: predicted round time
+    predicted_seconds: float  #: predicted round time (0 before the planner has any pass time)
 
 
 def _plan(t: tuple) -> Plan:
