@@ -71,13 +71,14 @@ struct cli {
       "               planner first decodes FILE's prompt, untimed, as an engine's planner after a request\n"
       "  --methods    comma list of lookup,suffix,planned-lookup,planned-suffix,planned-lookup-warm,\n"
       "               planned-suffix-warm,plain-again (plain decoding once more, after them),chain,tree\n"
-      "               (default all)\n");
+      "               (default all); only when listed, at temperature 0: oracle-lookup, oracle-suffix (the\n"
+      "               planned methods' drafts cut each round to the path the target accepts, found by a\n"
+      "               pass that is not counted: a bound on what planning these drafts can reach)\n");
   std::exit(code);
 }
 
-bool wants(const cli& c, const char* m) {
-  return c.methods == "all" || c.methods.find("," + std::string(m) + ",") != std::string::npos;
-}
+bool listed(const cli& c, const char* m) { return c.methods.find("," + std::string(m) + ",") != std::string::npos; }
+bool wants(const cli& c, const char* m) { return c.methods == "all" || listed(c, m); }
 
 cli parse(int argc, char** argv) {
   cli c;
@@ -270,6 +271,18 @@ int main(int argc, char** argv) {
           }
           runs.push_back(speculate("specdec planned suffix tree" + tail, target, tgt, draft_suffix, nullptr, prompt, go,
                                    planner.get()));
+        }
+      }
+      // The bound of the planned methods: the same drafts, each round cut
+      // to the path the target accepts (speculate's oracle_cut).
+      if (c.temperature == 0.0f) {
+        if (listed(c, "oracle-lookup"))
+          runs.push_back(speculate("oracle-cut prompt lookup (bound)", target, tgt, draft_lookup, nullptr, prompt, go,
+                                   nullptr, true));
+        if (listed(c, "oracle-suffix")) {
+          fresh_suffix();
+          runs.push_back(speculate("oracle-cut suffix tree (bound)", target, tgt, draft_suffix, nullptr, prompt, go,
+                                   nullptr, true));
         }
       }
     }

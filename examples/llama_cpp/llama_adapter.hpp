@@ -427,6 +427,14 @@ class tree_target {
     return kept;
   }
 
+  //! Drops the tree last scored without committing anything: the cache
+  //! and the committed text are as before score_tree.
+  void discard() {
+    for (std::size_t j = 0; j < leaves_.size(); ++j)
+      llama_memory_seq_rm(ctx_.memory(), static_cast<llama_seq_id>(1 + j), -1, -1);
+    tree_n_ = 0;
+  }
+
   //! Plain decoding: the newest committed token alone in sequence 0;
   //! returns its logits (the next-token distribution of the committed text).
   const float* plain_step() {

@@ -163,10 +163,21 @@ inline run_stats plain_decode(const model& m, tree_target& tgt, std::span<const 
 //! skipped with the token the step emitted (observe_skipped).
 //! Plans depend on earlier rounds and this round's drafts only, never on
 //! this round's target rows, so verification stays exact.
+//!
+//! `oracle_cut` (temperature 0 only) makes the run a bound rather than a
+//! method: each round first scores and verifies the whole draft in a pass
+//! that is neither timed nor counted, drops it, and then runs only the path
+//! that pass accepted (a plain step when it accepted nothing). That is what
+//! a planner that knew this round's target rows would run with this
+//! drafter, so no planner of its drafts does better (less the untimed
+//! pass's effect on the caches, and batched numerics that may accept a
+//! little less in the shorter pass).
 template <class Draft>
 run_stats speculate(const std::string& name, const model& m, tree_target& tgt, Draft&& draft, context* draft_ctx,
                     std::span<const llama_token> prompt, const gen_options& o,
-                    specdec::round_planner* planner = nullptr) {
+                    specdec::round_planner* planner = nullptr, bool oracle_cut = false) {
+  if (oracle_cut && (planner != nullptr || o.temperature != 0.0f))
+    throw llama_error("oracle_cut: temperature 0 and no planner only");
   run_stats s;
   s.name = name;
   tgt.start(prompt);
@@ -177,6 +188,20 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
   std::vector<specdec::node_id> path;
   std::vector<specdec::token_id> emitted;
   specdec::drafted_tree skipped;  // a draft the planner chose not to verify this round
+  specdec::drafted_tree cut;      // oracle_cut: the accepted path of the uncounted pass
+  std::chrono::steady_clock::duration uncounted{};
+  double uncounted_decode = 0.0;
+  std::int64_t uncounted_calls = 0, uncounted_tokens = 0;
+  const auto verify_greedy = [&](specdec::view2d<const float> rows, const specdec::tree_view& tree,
+                                 specdec::verify_result& r) {
+    specdec::verify_params vp;
+    vp.mode = specdec::verify_mode::greedy;
+    ws.resize((specdec::verify_workspace_size(V, tree.size) + 7) / 8);
+    path.resize(static_cast<std::size_t>(tree.size));
+    emitted.resize(static_cast<std::size_t>(tree.size));
+    check(specdec::verify_tree(tree, rows, {}, vp, std::as_writable_bytes(std::span(ws)), path, emitted, r),
+          "verify_tree");
+  };
   const double d0 = tgt.ctx().decode_seconds();
   const auto t0 = std::chrono::steady_clock::now();
   for (std::uint32_t round = 0; !detail::done(m, tgt.committed(), prompt.size(), o); ++round) {
@@ -199,13 +224,34 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
         detail::cut_draft(d.tree, plan.summary.nodes, plan.summary.depth, plan.min_path_probability);
       }
     }
-    if (planner != nullptr && d.tree.size() == 1) ++s.plain_rounds;
+    if (oracle_cut && d.tree.size() > 1) {
+      const auto u0 = std::chrono::steady_clock::now();
+      const double ud0 = tgt.ctx().decode_seconds();
+      const specdec::tree_view full = d.tree.tree.view();
+      specdec::verify_result r;
+      verify_greedy(tgt.score_tree(full), full, r);
+      tgt.discard();
+      cut.reset(full.token[0]);
+      for (std::int32_t k = 1; k <= r.accepted; ++k) {
+        const specdec::node_id u = path[static_cast<std::size_t>(k)];
+        cut.add(k - 1, full.token[u], d.tree.prob[static_cast<std::size_t>(u)], 0.0f,
+                specdec::draft_mode::deterministic);
+      }
+      std::swap(d.tree, cut);
+      d.q.clear();
+      uncounted += std::chrono::steady_clock::now() - u0;
+      uncounted_decode += tgt.ctx().decode_seconds() - ud0;
+      ++uncounted_calls;
+      uncounted_tokens += full.size;
+    }
+    const bool planned = planner != nullptr || oracle_cut;
+    if (planned && d.tree.size() == 1) ++s.plain_rounds;
     const double drafter_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
     const double f0 = tgt.ctx().decode_seconds();
     specdec::view2d<const float> p;
     // A planned plain step decodes the root in sequence 0 directly (no leaf
     // sequence to copy and remove): the cost of plain decoding.
-    const bool plain_step = planner != nullptr && d.tree.size() == 1;
+    const bool plain_step = planned && d.tree.size() == 1;
     if (plain_step) p = specdec::make_view(tgt.plain_step(), std::int64_t{1}, V);
     for (; !plain_step;) {  // a round that finds no KV cells is cut in half until it fits
       try {
@@ -269,11 +315,11 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
     s.drafted += n - 1;
     s.accepted += r.accepted;
   }
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  s.decode_seconds = tgt.ctx().decode_seconds() - d0;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0 - uncounted).count();
+  s.decode_seconds = tgt.ctx().decode_seconds() - d0 - uncounted_decode;
   s.tokens = detail::generated(m, tgt.committed(), prompt.size(), o);
-  s.target_calls = tgt.ctx().calls();
-  s.target_tokens = tgt.ctx().decoded_tokens();
+  s.target_calls = tgt.ctx().calls() - uncounted_calls;
+  s.target_tokens = tgt.ctx().decoded_tokens() - uncounted_tokens;
   if (draft_ctx != nullptr) s.draft_calls = draft_ctx->calls();
   return s;
 }

@@ -244,6 +244,29 @@ TEST_CASE("F32 model: every tree node's row equals its path decoded alone to rou
               static_cast<long long>(sp.accepted), sp.tokens == plain.tokens ? "==" : "!=");
   CHECK(sp.tokens == plain.tokens);
   CHECK(planner.rounds() == sp.rounds);
+
+  // The oracle cut (a bound for the harness): each round decodes only the
+  // path an uncounted pass over the whole draft accepted, so every counted
+  // pass accepts all it drafted, the text is plain greedy's, and the
+  // uncounted passes leave neither cache cells nor counts behind.
+  const run_stats so = speculate(
+      "F32 oracle-cut lookup", m32, tgt, [&](std::span<const llama_token> c, draft_output& dd) { tree.draft(c, dd); },
+      nullptr, prompt, go, nullptr, true);
+  std::printf("F32 oracle-cut lookup: %lld rounds (%lld plain), %lld accepted of %lld drafted\n",
+              static_cast<long long>(so.rounds), static_cast<long long>(so.plain_rounds),
+              static_cast<long long>(so.accepted), static_cast<long long>(so.drafted));
+  CHECK(so.tokens == plain.tokens);
+  CHECK(so.accepted == so.drafted);
+  // The same rounds as the whole tree's (same drafts, same accepted paths), each in a smaller pass.
+  CHECK(so.rounds == s.rounds);
+  CHECK(so.accepted == s.accepted);
+  CHECK(so.target_tokens < s.target_tokens);
+  CHECK(so.target_calls == so.rounds);
+  CHECK(so.target_tokens == so.rounds + so.drafted);
+  for (llama_seq_id sq = 1; sq < 64; ++sq) CHECK(llama_memory_seq_pos_max(tgt.ctx().memory(), sq) == -1);
+  CHECK_THROWS(speculate(
+      "planner and oracle", m32, tgt, [&](std::span<const llama_token> c, draft_output& dd) { tree.draft(c, dd); },
+      nullptr, prompt, go, &planner, true));
 }
 
 TEST_CASE("greedy tree speculation with the self-drafter accepts every draft and reproduces plain greedy text") {
