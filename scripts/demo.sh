@@ -7,8 +7,9 @@
 #   ./build/demo/examples/speculative_demo
 # Usage: bash scripts/demo.sh [tokens per run, default 160] [repeats, default 3]
 #        [matrix products: auto (bf16 where the CPU has AVX512-BF16), f32 or bf16]
+#        [seed of the rows' order, default a new one every run (printed)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake --workflow --preset demo
-./build/demo/examples/model_demo examples/models "${1:-160}" "${2:-3}" "${3:-auto}"
+./build/demo/examples/model_demo examples/models "${1:-160}" "${2:-3}" "${3:-auto}" ${4:+"$4"}
