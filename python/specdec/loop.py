@@ -69,14 +69,17 @@ class RoundPlanner:
 
     def observe(self, parent: Any, path: Any, forward_nodes: int, forward_seconds: float, *, drafter_calls: int = 0,
                 drafted_nodes: int = 0, drafter_seconds: float = 0.0, other_seconds: float = 0.0,
-                draft_prob: Any = None) -> None:
+                draft_prob: Any = None, tokens_left: int = -1) -> None:
         """Records one round: the drafted tree's parents, the accepted path
         from the root (accepted drafts + 1 node ids), the target pass size and
         time, the drafter's calls, nodes and time, the rest of the round's
-        time, and optionally each node's draft probability."""
+        time, optionally each node's draft probability, and the tokens the
+        request may still emit (-1: unknown; the planner then drafts no
+        deeper than can be emitted and skips probes that cannot pay)."""
         self._p.observe(np.ascontiguousarray(parent, dtype=np.int32), np.ascontiguousarray(path, dtype=np.int32),
                         forward_nodes, forward_seconds, drafter_calls, drafted_nodes, drafter_seconds, other_seconds,
-                        None if draft_prob is None else np.ascontiguousarray(draft_prob, dtype=np.float32))
+                        None if draft_prob is None else np.ascontiguousarray(draft_prob, dtype=np.float32),
+                        tokens_left)
 
     def set_target_cost(self, n: Any, seconds: Any) -> None:
         """Uses the caller's pass-time curve (e.g. measured offline) instead of measured times."""

@@ -99,7 +99,7 @@ void bind_loop(nb::module_& m) {
           "observe",
           [](round_planner& p, const in1<node_id>& parent, const in1<node_id>& path, std::int32_t forward_nodes,
              double forward_seconds, std::int32_t drafter_calls, std::int32_t drafted_nodes, double drafter_seconds,
-             double other_seconds, const std::optional<in1<float>>& draft_prob) {
+             double other_seconds, const std::optional<in1<float>>& draft_prob, std::int64_t tokens_left) {
             round_feedback f;
             f.tree = tree_view{nullptr, parent.data(), nullptr, nullptr, static_cast<std::int32_t>(parent.size())};
             f.path = span_of(path);
@@ -114,11 +114,12 @@ void bind_loop(nb::module_& m) {
             f.drafted_nodes = drafted_nodes;
             f.drafter_seconds = drafter_seconds;
             f.other_seconds = other_seconds;
+            f.tokens_left = tokens_left;
             check(p.observe(f));
           },
           arg("parent"), arg("path"), arg("forward_nodes"), arg("forward_seconds"), arg("drafter_calls") = 0,
           arg("drafted_nodes") = 0, arg("drafter_seconds") = 0.0, arg("other_seconds") = 0.0,
-          arg("draft_prob") = nb::none())
+          arg("draft_prob") = nb::none(), arg("tokens_left") = -1)
       .def(
           "set_target_cost",
           [](round_planner& p, const in1<double>& n, const in1<double>& seconds) {

@@ -73,6 +73,23 @@ def test_measured_times_drive_the_plan():
     assert p.next().nodes > 1  # 90% acceptance pays for a chain at this cost
 
 
+def test_tokens_left_bounds_the_depth():
+    # Every draft accepted, nearly flat passes: deep chains pay, but not
+    # deeper than the tokens the request may still emit.
+    p = specdec.RoundPlanner(max_nodes=16, max_depth=8)
+    p.set_target_cost([1.0, 16.0], [1.0, 1.5])
+    p.set_drafter_cost(0.0, 0.01, 0.0)
+    p.set_loop_cost(0.0, 0.0)
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        plan = p.next()
+        p.observe(plan.shape, simulate_path(plan.shape, rng, p0=1.0), plan.nodes, 1.0)
+    assert p.next().depth >= 6
+    plan = p.next()
+    p.observe(plan.shape, simulate_path(plan.shape, rng, p0=1.0), plan.nodes, 1.0, tokens_left=3)
+    assert p.next().depth <= 2
+
+
 def test_observe_skipped_learns_while_decoding_plainly():
     # Each round drafts the next 6 tokens of a text that follows the drafts
     # (95% per token) at q = 0.5: plain steps that report the skipped draft

@@ -512,6 +512,63 @@ TEST_CASE("planner: speculation turned off by a few rejected rounds is tried aga
   CHECK(back - first_plain < 64);
 }
 
+TEST_CASE("planner: near a request's token limit, no drafts past it and no probe that cannot pay") {
+  // round_feedback::tokens_left: drafts deeper than the tokens left cannot
+  // all be emitted, and a probe needs its gap of tokens left to pay.
+  const true_acceptance reject = always(0.0), accept = always(1.0);
+  std::mt19937_64 rng(20261129);
+  SECTION("depth") {
+    round_planner p(planner_options{.max_nodes = 16, .max_depth = 8});
+    const double n[] = {1, 16}, t[] = {1.0, 1.5};  // nearly flat: deep chains pay
+    REQUIRE(p.set_target_cost(n, t).ok());
+    REQUIRE(p.set_drafter_cost(0.0, 0.01, 0.0).ok());
+    REQUIRE(p.set_loop_cost(0.0, 0.0).ok());
+    std::int64_t left = -1;
+    const auto with_left = [&](round_feedback& f, const plan_summary&) { f.tokens_left = left; };
+    for (int i = 0; i < 60; ++i) (void)simulate_round(p, accept, rng, with_left);
+    CHECK(p.plan().summary.depth >= 6);  // unknown limit: as deep as pays
+    for (const std::int64_t l : {5, 3, 2, 1}) {
+      left = l;
+      (void)simulate_round(p, accept, rng, with_left);  // reports l tokens left
+      INFO(l << " tokens left");
+      CHECK(p.next().summary.depth <= l - 1);
+      (void)simulate_round(p, accept, rng, with_left);
+    }
+    left = -1;
+    (void)simulate_round(p, accept, rng, with_left);
+    CHECK(p.next().summary.depth >= 6);
+  }
+  SECTION("probes") {
+    // As in the test above, every draft rejected until the planner decodes
+    // plainly, then every draft accepted: with fewer tokens left than the
+    // probe gap, no probe; with enough left, the probe comes.
+    round_planner p(planner_options{.max_nodes = 16, .max_depth = 4, .probe_every = 64});
+    std::int64_t left = -1;
+    int first_plain = -1, back = -1, drafted = 0;
+    for (int i = 0; i < 400 && back < 0; ++i) {
+      const bool plain_seen = first_plain >= 0;
+      if (plain_seen && i == first_plain + 150) left = 1000;
+      const simulated_round r =
+          simulate_round(p, plain_seen ? accept : reject, rng, [&](round_feedback& f, const plan_summary& s) {
+            chains_pay_when_accepted(f, s);
+            f.tokens_left = left;
+          });
+      if (r.summary.nodes > 1) {
+        if (plain_seen) back = i;
+        ++drafted;
+      } else if (drafted > 0 && !plain_seen) {
+        first_plain = i;
+        left = 7;  // below the shortest gap, probe_every / 8
+      }
+    }
+    INFO("plain from round " << first_plain << ", speculating again at round " << back);
+    REQUIRE(first_plain >= 0);
+    REQUIRE(back >= 0);
+    CHECK(back >= first_plain + 150);
+    CHECK(back <= first_plain + 152);
+  }
+}
+
 TEST_CASE("planner: where plain steps report skipped drafts, probes keep the full probe_every gap") {
   // As above, but every plain step reports its (root-only) skipped draft
   // through observe_skipped: the planner learns acceptance from plain steps,
@@ -719,6 +776,34 @@ TEST_CASE("planned greedy sessions equal plain greedy decoding; same seed and in
     std::printf("planned greedy (%s drafter): %lld rounds for 120 tokens\n", d == &close ? "exact" : "unrelated",
                 static_cast<long long>(s.stats().rounds));
     if (d == &close) CHECK(s.stats().rounds < 60);
+  }
+  {
+    // The session reports the tokens left under max_tokens: every round
+    // after the first drafts no deeper than can be emitted.
+    session_options o;
+    o.vocab_size = 50;
+    o.max_tokens = 23;
+    o.sampling.temperature = 0.0f;
+    looptest::target tgt{tm};
+    planned_tree_builder b({.planner = {.max_nodes = 16}, .vocab_size = 50});
+    const double n[] = {1, 16}, t[] = {1.0, 1.2};
+    REQUIRE(b.planner().set_target_cost(n, t).ok());
+    REQUIRE(b.planner().set_drafter_cost(0.0, 0.05, 0.0).ok());
+    REQUIRE(b.planner().set_loop_cost(0.0, 0.0).ok());
+    speculative_session s(std::move(b), o);
+    REQUIRE(s.start(prompt).ok());
+    std::int32_t deepest = 0;
+    for (int r = 0; !s.done(); ++r) {
+      const auto left =
+          static_cast<std::int32_t>(o.max_tokens) - static_cast<std::int32_t>(s.generated_tokens().size());
+      REQUIRE(s.round(close, tgt).ok());
+      deepest = std::max(deepest, s.last_round().tree_depth);
+      INFO("round " << r << ", " << left << " tokens left");
+      if (r > 0) CHECK(s.last_round().tree_depth <= left - 1);
+    }
+    CHECK(deepest >= 4);  // the limit, not the plan, was what bound the last rounds
+    CHECK(std::vector<token_id>(s.generated_tokens().begin(), s.generated_tokens().end()) ==
+          std::vector<token_id>(ref.begin(), ref.begin() + 23));
   }
   // Injected costs: the plans depend only on what verification accepted.
   session_options o;

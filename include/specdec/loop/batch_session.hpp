@@ -372,6 +372,10 @@ class batched_session {
         f.drafted_nodes = drafted_[b].drafted_nodes;
         f.drafter_seconds = drafted_[b].time.drafter;
         f.other_seconds = other;
+        const sequence& rs = seq_[static_cast<std::size_t>(active_[b])];
+        f.tokens_left = rs.stopped ? 0
+                                   : static_cast<std::int64_t>(opt_[static_cast<std::size_t>(active_[b])].max_tokens) -
+                                         static_cast<std::int64_t>(rs.history.size() - rs.prompt_len);
         last_plans_.resize(B);
         last_plans_[b] = bl.last_plan();
         SPECDEC_TRY(indexed(bl.observe(f), static_cast<std::size_t>(active_[b])));

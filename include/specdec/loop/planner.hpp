@@ -98,6 +98,7 @@ class round_planner {
     skipped_.reset();
     drafts_hit_ = false;
     skips_reported_ = false;
+    tokens_left_ = -1;
     return status::success();
   }
 
@@ -166,6 +167,7 @@ class round_planner {
   //! repeating text whose drafts alternated between all and none accepted,
   //! and decoded the next request, where drafts paid, plainly for 54 rounds).
   void begin_request() noexcept {
+    tokens_left_ = -1;
     skipped_.reset();
     drafts_hit_ = false;
     drafted_rounds_ = 0;
@@ -199,12 +201,13 @@ class round_planner {
     // the best small speculative shape: costs and acceptance stay measured
     // where speculation was switched off.
     const bool unmeasured = curve_.empty() && cost_.empty();
-    const bool probe = probe_gap_ > 0 && since_draft_ >= probe_gap_;
+    const bool probe = probe_due();
     // Estimates move little from one round to the next: between full
     // scorings the last choice is kept (its prediction refreshed). Plain
     // steps bring no news of speculation: a plain streak is kept as it is
     // until a probe (so a plain round costs the planner next to nothing).
-    if (!unmeasured && !probe && !rescored_now_ && last_best_ < cands_.size()) {
+    if (!unmeasured && !probe && !rescored_now_ && last_best_ < cands_.size() &&
+        !past_horizon(cands_[last_best_].depth)) {
       if (cands_[last_best_].nodes == 1) {
         has_plan_ = true;
         return plan();
@@ -220,7 +223,12 @@ class round_planner {
     (void)extend_candidates(grow_to);  // the list is scored in full below
     std::size_t best = 0;
     double best_rate = -1.0, best_t = 0.0;
+    bool cut = false;  // a shape left out for the token limit: the choice holds for this round only
     for (std::size_t i = 0; i < cands_.size(); ++i) {
+      if (past_horizon(cands_[i].depth)) {
+        cut = true;
+        continue;
+      }
       if (cands_[i].nodes > grow_to || (probe && cands_[i].nodes == 1)) continue;
       const double t = predict_seconds(cands_[i]);
       const double optimistic = t * (1.0 - opt_.explore / std::sqrt(1.0 + cost_.seen(cands_[i].nodes)));
@@ -244,7 +252,7 @@ class round_planner {
       probes_losing_ = false;
     }
     // A size not measured yet holds for one round only (a probe for two).
-    if (unmeasured || probe || (curve_.empty() && cost_.kept(cands_[best].nodes) == 0)) rescored_now_ = true;
+    if (unmeasured || probe || cut || (curve_.empty() && cost_.kept(cands_[best].nodes) == 0)) rescored_now_ = true;
     choose(best, best_t);
     return plan();
   }
@@ -277,14 +285,14 @@ class round_planner {
     const auto n = static_cast<std::size_t>(std::min(t.size, opt_.max_nodes));
     conf_.set_state(drafts_hit_);
     conf_.reach(t, d.prob, n, reach_, node_depth_, kid_sum_);
-    const bool probe = probe_gap_ > 0 && since_draft_ >= probe_gap_;
+    const bool probe = probe_due();
     const std::int32_t grow_to = grow_limit();
     std::int32_t best = 1, depth = 0, best_depth = 0;
     double value = 0.0, best_value = 0.0, best_rate = -1.0, best_t = target_at(1) + loop_seconds(1);
     for (std::int32_t m = 1; m <= static_cast<std::int32_t>(n) && m <= grow_to; ++m) {
       if (m > 1) {
         const auto i = static_cast<std::size_t>(m - 1);
-        if (node_depth_[i] > depth_cap_) break;
+        if (node_depth_[i] > depth_cap_ || past_horizon(node_depth_[i])) break;
         value += reach_[i];
         depth = std::max(depth, node_depth_[i]);
       } else if (probe) {
@@ -329,6 +337,7 @@ class round_planner {
     if (f.forward_nodes < 1) return make_status(status_code::invalid_argument, "forward_nodes must be >= 1");
     has_plan_ = false;
     ++rounds_;
+    tokens_left_ = f.tokens_left;
     skipped_.round(f.tree.size > 1);
     // Only rounds that drafted bring acceptance news: plain streaks do not
     // re-solve the candidates; a probe's rounds do (else never read).
@@ -772,6 +781,21 @@ class round_planner {
     if (full == 0 || skips_reported_) return full;
     return std::clamp<std::int64_t>(speculated_, short_probe_gap(), full);
   }
+  // A probe is due after probe_gap_ plain rounds, unless the request has
+  // fewer tokens left than that gap: it pays (a catch-up of the drafter,
+  // rounds that may lose) for what the rest of the request would gain, and
+  // the gap is how long its last verdict is trusted. On the demo's hybrid at
+  // T = 1, where plain decoding wins on two prompts in four, a cold planner
+  // spent 3-4% of such a request on a probe started with 14-41 tokens left.
+  [[nodiscard]] bool probe_due() const noexcept {
+    return probe_gap_ > 0 && since_draft_ >= probe_gap_ &&
+           (tokens_left_ < 0 || tokens_left_ >= std::max<std::int64_t>(probe_gap_, 2));
+  }
+  // Drafts at depth d or deeper cannot all be emitted with fewer than d + 1
+  // tokens left (a known limit only).
+  [[nodiscard]] bool past_horizon(std::int32_t depth) const noexcept {
+    return tokens_left_ >= 0 && depth > 0 && depth >= tokens_left_;
+  }
   // The shortest gap: probe_every / 8, at least one round.
   [[nodiscard]] std::int64_t short_probe_gap() const noexcept {
     return std::max<std::int64_t>(opt_.probe_every / 8, 1);
@@ -827,6 +851,7 @@ class round_planner {
   // step emitted a drafted token): the state acceptance by confidence keys on.
   bool drafts_hit_ = false;
   bool skips_reported_ = false;                      // observe_skipped was called since reset()
+  std::int64_t tokens_left_ = -1;                    // the last feedback's tokens_left (-1: unknown)
   std::int32_t probe_hold_ = 0, after_switch_ = 0;   // probe rounds still to run; drafted rounds since a switch
   static constexpr std::int32_t switch_streak = 16;  // plain rounds after which a speculative pass is a switch
   static constexpr std::int32_t switch_rounds = 2;   // drafted rounds after a switch left out of the time fits

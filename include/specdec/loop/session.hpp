@@ -474,9 +474,12 @@ class speculative_session {
     st.emitted = static_cast<std::int32_t>(m);
     if constexpr (round_observing_builder<Builder>) {
       st.plan = builder_.last_plan();
-      SPECDEC_TRY(builder_.observe(
+      round_feedback f =
           detail::feedback_of(tree_, std::span<const node_id>(path_).first(static_cast<std::size_t>(res.accepted) + 1),
-                              n, st.time.forward, st)));
+                              n, st.time.forward, st);
+      f.tokens_left =
+          stopped_ ? 0 : static_cast<std::int64_t>(opt_.max_tokens) - static_cast<std::int64_t>(generated());
+      SPECDEC_TRY(builder_.observe(f));
     }
     account(st);
     return status::success();
