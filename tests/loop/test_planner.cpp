@@ -860,9 +860,14 @@ TEST_CASE("batched planned sessions: one plan per request under the node budget,
   looptest::level_drafter ld{{.V = 40, .seed = 3, .zero_frac = 0.0}};
   int rounds = 0;
   while (!s.done()) {
+    std::vector<std::int64_t> left;  // per active request, in order: tokens it may still emit
+    for (std::size_t r = 0; r < prompts.size(); ++r)
+      if (!s.done(r)) left.push_back(50 - static_cast<std::int64_t>(s.generated_tokens(r).size()));
     REQUIRE(s.round(ld, tgt).ok());
     CHECK(s.last_round().tree_nodes <= 10);
     CHECK(s.last_plans().size() <= prompts.size());
+    // After each request's first round, no plan drafts deeper than can be emitted.
+    for (std::size_t b = 0; b < s.last_plans().size() && rounds > 0; ++b) CHECK(s.last_plans()[b].depth <= left[b] - 1);
     ++rounds;
   }
   for (std::size_t r = 0; r < prompts.size(); ++r) {

@@ -98,7 +98,9 @@ inline double cur_draft_of(round_planner& p, const round_planner::candidate& c) 
 //! loop times come from planners[0] (every planner is fed the same pass
 //! times); acceptance and drafter times are each request's. Hands each
 //! planner its plan (pending until observe()). Requests keep their own
-//! depth. O(R x C x budget) for R requests with C candidates each.
+//! depth, at most the tokens each may still emit less one
+//! (round_feedback::tokens_left). O(R x C x budget) for R requests with C
+//! candidates each.
 //! Errors: invalid_argument (null planner, budget below one node per request).
 
 inline status plan_batch(std::span<round_planner* const> planners, std::int32_t node_budget) {
@@ -137,7 +139,7 @@ inline status plan_batch(std::span<round_planner* const> planners, std::int32_t 
       const double cur_draft = p.drafter_seconds(cur.depth, cur.expanded, 1.0 + cur.value);
       for (std::size_t c = 0; c < cands.size(); ++c) {
         const auto& x = cands[c];
-        if (x.nodes <= cur.nodes || nodes - cur.nodes + x.nodes > node_budget) continue;
+        if (x.nodes <= cur.nodes || nodes - cur.nodes + x.nodes > node_budget || p.past_horizon(x.depth)) continue;
         const double v = rate(tokens - cur.value + x.value,
                               draft - cur_draft + p.drafter_seconds(x.depth, x.expanded, 1.0 + x.value),
                               nodes - cur.nodes + x.nodes);

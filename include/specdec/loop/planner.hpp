@@ -472,6 +472,11 @@ class round_planner {
   }
   //! Rounds observed since reset().
   [[nodiscard]] std::int64_t rounds() const noexcept { return rounds_; }
+  //! Whether drafts at `depth` are past the tokens the request may still
+  //! emit (the last feedback's tokens_left; never when that is unknown).
+  [[nodiscard]] bool past_horizon(std::int32_t depth) const noexcept {
+    return tokens_left_ >= 0 && depth > 0 && depth >= tokens_left_;
+  }
 
   //! Candidates of the last solve, for plan_batch: expected accepted drafts,
   //! nodes, depth and expanded nodes of each (read-only use).
@@ -790,11 +795,6 @@ class round_planner {
   [[nodiscard]] bool probe_due() const noexcept {
     return probe_gap_ > 0 && since_draft_ >= probe_gap_ &&
            (tokens_left_ < 0 || tokens_left_ >= std::max<std::int64_t>(probe_gap_, 2));
-  }
-  // Drafts at depth d or deeper cannot all be emitted with fewer than d + 1
-  // tokens left (a known limit only).
-  [[nodiscard]] bool past_horizon(std::int32_t depth) const noexcept {
-    return tokens_left_ >= 0 && depth > 0 && depth >= tokens_left_;
   }
   // The shortest gap: probe_every / 8, at least one round.
   [[nodiscard]] std::int64_t short_probe_gap() const noexcept {
