@@ -305,6 +305,9 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
       f.other_seconds = std::max(std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count() -
                                      drafter_seconds - forward_seconds,
                                  0.0);
+      f.tokens_left = detail::done(m, tgt.committed(), prompt.size(), o)
+                          ? 0
+                          : o.n_predict - static_cast<std::int64_t>(tgt.committed().size() - prompt.size());
       check(planner->observe(f), "round_planner::observe");
       // A plain step checks for free the draft it skipped (and the next
       // level of one skipped earlier): the planner keeps learning.
