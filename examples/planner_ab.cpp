@@ -1,0 +1,210 @@
+// Paired A/B runs of round-planner options on the demo's models: a sharper
+// instrument than the demo's table for differences of a few percent.
+//
+// For each target (transformer, hybrid) and temperature (0, 1), every repeat
+// decodes six prompts (the demo's four and two it does not use), each first
+// autoregressively, then every row in a fresh random order: the fixed
+// chains of 1 and 4 drafts, and for each option set the planner cold (a new
+// planner per prompt), warm (carried from prompt to prompt after an untimed
+// request) and cutting prompt-lookup drafts. Option set 0 is the defaults,
+// set 1 the defaults again (a null control: its ratios to set 0 show what
+// noise alone reads), then the sets given on the command line, each a comma
+// list of planner_options fields: "explore=0,plain_first=2".
+//
+// Prints each row's median speedup over the autoregressive run before it
+// (as the demo does), and for every set the median over runs of the ratio of
+// its tokens per CPU second to set 0's in the same prompt and repeat, with
+// how many of those ratios are above 1. Exits non-zero if a temperature-0 run
+// is not token-identical to autoregressive greedy decoding.
+// Usage: planner_ab [repeats=10] [seed=1] [option set ...]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "models/speculate.hpp"
+
+namespace {
+
+using options = specdec::planner_options;
+auto as_int(double x) { return static_cast<std::int32_t>(x); }
+
+// The planner_options fields an option set may name.
+struct field {
+  const char* name;
+  void (*set)(options&, double);
+};
+const field fields[] = {
+    {"max_nodes", [](options& p, double x) { p.max_nodes = as_int(x); }},
+    {"max_depth", [](options& p, double x) { p.max_depth = as_int(x); }},
+    {"max_children", [](options& p, double x) { p.max_children = as_int(x); }},
+    {"forget", [](options& p, double x) { p.forget = x; }},
+    {"prior_weight", [](options& p, double x) { p.prior_weight = x; }},
+    {"prior_accept", [](options& p, double x) { p.prior_accept = x; }},
+    {"replan_every", [](options& p, double x) { p.replan_every = as_int(x); }},
+    {"cost_window", [](options& p, double x) { p.cost_window = as_int(x); }},
+    {"cost_quantile", [](options& p, double x) { p.cost_quantile = x; }},
+    {"explore", [](options& p, double x) { p.explore = x; }},
+    {"prior_node_cost", [](options& p, double x) { p.prior_node_cost = x; }},
+    {"probe_every", [](options& p, double x) { p.probe_every = as_int(x); }},
+    {"rescore_every", [](options& p, double x) { p.rescore_every = as_int(x); }},
+    {"prune", [](options& p, double x) { p.prune = x != 0.0; }},
+    {"plain_first", [](options& p, double x) { p.plain_first = as_int(x); }},
+    {"min_gain", [](options& p, double x) { p.min_gain = x; }},
+    {"draft_bonus", [](options& p, double x) { p.draft_bonus = x; }},
+};
+
+bool set_option(options& p, const std::string& key, double x) {
+  for (const field& f : fields)
+    if (key == f.name) {
+      f.set(p, x);
+      return true;
+    }
+  return false;
+}
+
+// "key=value,key=value" over the demo's planner options.
+options parse(const std::string& spec) {
+  options p = models::spec_options{}.planner;
+  for (std::size_t i = 0; i < spec.size();) {
+    std::size_t j = spec.find(',', i);
+    if (j == std::string::npos) j = spec.size();
+    const std::string kv = spec.substr(i, j - i);
+    const std::size_t eq = kv.find('=');
+    if (eq == std::string::npos || !set_option(p, kv.substr(0, eq), std::atof(kv.c_str() + eq + 1))) {
+      std::fprintf(stderr, "planner_ab: not an option: %s\n", kv.c_str());
+      std::exit(2);
+    }
+    i = j + 1;
+  }
+  specdec::throw_if_error(specdec::validate_planner_options(p));
+  return p;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return 0.5 * (v[(v.size() - 1) / 2] + v[v.size() / 2]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int repeats = argc > 1 ? std::atoi(argv[1]) : 10;
+  const unsigned seed = argc > 2 ? static_cast<unsigned>(std::atoi(argv[2])) : 1u;
+  std::vector<std::string> sets = {"", ""};
+  for (int a = 3; a < argc; ++a) sets.emplace_back(argv[a]);
+  std::vector<options> option_sets;
+  for (const auto& s : sets) option_sets.push_back(parse(s));
+
+  const std::string dir = SPECDEC_MODELS_DIR;
+  const models::weights target = models::load(dir + "/target.gguf"), draft = models::load(dir + "/drafter.gguf");
+  const models::weights hybrid = models::load(dir + "/hybrid.gguf");
+  const models::weights hybrid_draft = models::load(dir + "/hybrid_drafter.gguf");
+  const std::string texts[] = {
+      "def read_config(path):\n    \"\"\"Read the configuration file at path.\"\"\"\n    with open(",
+      "import os\nimport sys\n\n\ndef main(argv=None):\n    if argv is None:\n        argv = sys.argv[1:]\n",
+      "class Stack:\n    \"\"\"A last-in, first-out container.\"\"\"\n\n    def __init__(self):\n        self.",
+      "    def __repr__(self):\n        return '%s(%r)' % (self.__class__.__name__, ",
+      "def parse_args():\n    parser = argparse.ArgumentParser(description=",  // not in the demo
+      "for i in range(len(items)):\n    if items[i] is None:\n        ",       // not in the demo
+  };
+  const std::string warm_text = "class Config:\n    def __init__(self, path):\n        self.path = path\n";
+  const std::vector<models::token_id> warm_prompt(warm_text.begin(), warm_text.end());
+  constexpr std::int64_t n_tokens = 160;
+
+  struct row {
+    std::string name;
+    models::tree_kind kind;
+    std::int32_t chain = 4;
+    int set = -1;  // option set (planned rows)
+    bool warm = false;
+  };
+  std::vector<row> rows = {{"chain 1", models::tree_kind::chain, 1}, {"chain 4", models::tree_kind::chain, 4}};
+  for (int s = 0; s < static_cast<int>(sets.size()); ++s) {
+    const std::string tag = " #" + std::to_string(s);
+    rows.push_back({"cold" + tag, models::tree_kind::planned, 4, s, false});
+    rows.push_back({"warm" + tag, models::tree_kind::planned, 4, s, true});
+    rows.push_back({"lookup" + tag, models::tree_kind::planned_lookup, 4, s, true});
+  }
+  struct config {
+    const char* name;
+    const models::weights* t;
+    const models::weights* d;
+    float temperature;
+  };
+  const config configs[] = {{"transformer T=0", &target, &draft, 0.0f},
+                            {"transformer T=1", &target, &draft, 1.0f},
+                            {"hybrid T=0", &hybrid, &hybrid_draft, 0.0f},
+                            {"hybrid T=1", &hybrid, &hybrid_draft, 1.0f}};
+  std::printf("planner_ab: %d repeats, order seed %u; option sets: #0 defaults, #1 defaults again (null control)",
+              repeats, seed);
+  for (std::size_t s = 2; s < sets.size(); ++s) std::printf(", #%zu %s", s, sets[s].c_str());
+  std::printf("\n");
+
+  std::mt19937 rng(seed);
+  std::map<std::pair<int, std::size_t>, std::vector<double>> speedup, paired;  // (config, row)
+  bool identical = true;
+  for (int rep = 0; rep < repeats; ++rep) {
+    for (int c = 0; c < 4; ++c) {
+      const config& cf = configs[c];
+      const auto options_of = [&](const row& r) {
+        models::spec_options o;
+        o.kind = r.kind;
+        o.chain_length = r.chain;
+        o.temperature = cf.temperature;
+        o.seed = 7 + static_cast<std::uint64_t>(rep);
+        if (r.set >= 0) o.planner = option_sets[static_cast<std::size_t>(r.set)];
+        return o;
+      };
+      std::vector<specdec::round_planner> carried(rows.size());
+      for (std::size_t j = 0; j < rows.size(); ++j) {
+        if (!rows[j].warm) continue;
+        models::spec_options o = options_of(rows[j]);
+        o.carry = &carried[j];
+        models::decode_stats untimed;
+        (void)models::generate_speculative(*cf.t, *cf.d, warm_prompt, n_tokens, o, untimed);
+      }
+      for (const std::string& text : texts) {
+        const std::vector<models::token_id> prompt(text.begin(), text.end());
+        models::decode_stats ar;
+        const auto reference = models::generate_autoregressive(*cf.t, prompt, n_tokens, options_of(rows[0]), ar);
+        const double ar_rate = static_cast<double>(ar.tokens) / ar.seconds;
+        std::vector<std::size_t> order(rows.size());
+        for (std::size_t j = 0; j < order.size(); ++j) order[j] = j;
+        std::shuffle(order.begin(), order.end(), rng);
+        std::vector<double> rate(rows.size());
+        for (const std::size_t j : order) {
+          models::spec_options o = options_of(rows[j]);
+          if (rows[j].warm) o.carry = &carried[j];
+          models::decode_stats st;
+          const auto out = models::generate_speculative(*cf.t, *cf.d, prompt, n_tokens, o, st);
+          if (cf.temperature == 0.0f && out != reference) identical = false;
+          rate[j] = static_cast<double>(st.tokens) / st.seconds;
+          speedup[{c, j}].push_back(rate[j] / ar_rate);
+        }
+        // Set s's row against set 0's row of the same kind (rows 2 + 3 s + k).
+        for (std::size_t j = 5; j < rows.size(); ++j) paired[{c, j}].push_back(rate[j] / rate[2 + (j - 2) % 3]);
+      }
+    }
+    std::fprintf(stderr, "repeat %d/%d\n", rep + 1, repeats);
+  }
+  for (int c = 0; c < 4; ++c) {
+    std::printf("\n%s, speedup over autoregressive:", configs[c].name);
+    for (std::size_t j = 0; j < rows.size(); ++j)
+      std::printf("  %s %.3f", rows[j].name.c_str(), median(speedup[{c, j}]));
+    std::printf("\n");
+    for (std::size_t j = 5; j < rows.size(); ++j) {
+      const std::vector<double>& v = paired[{c, j}];
+      const auto above = std::count_if(v.begin(), v.end(), [](double x) { return x > 1.0; });
+      std::printf("  %-10s / %s #0: median %.3f (%lld of %zu above 1)\n", rows[j].name.c_str(),
+                  rows[j].name.substr(0, rows[j].name.find(' ')).c_str(), median(v), static_cast<long long>(above),
+                  v.size());
+    }
+  }
+  std::printf("\nAll temperature-0 runs token-identical to autoregressive: %s\n", identical ? "yes" : "NO");
+  return identical ? 0 : 1;
+}
