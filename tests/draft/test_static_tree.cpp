@@ -1,14 +1,17 @@
 // static_tree_builder: any parent array with per-node child counts, in each
 // draft mode; equals the top-k and sampled builders on their shapes and a
-// brute-force top-k on irregular (Medusa choice list) shapes.
+// brute-force top-k on irregular (Medusa choice list) shapes and on rows of
+// many blocks with ties, zeros and a stride.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstddef>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "draft_test_util.hpp"
+#include "specdec/draft/detail/children.hpp"
 #include "specdec/draft/sampled_tree.hpp"
 #include "specdec/draft/static_tree.hpp"
 #include "specdec/draft/topk_tree.hpp"
@@ -110,4 +113,48 @@ TEST_CASE("static shape from a Medusa choice list: children are the brute-force 
             .build(td, {}, t)
             .ok());
   CHECK(t.size() == 3);
+}
+
+TEST_CASE("deterministic children: the brute-force top-w over many blocks, ties and zeros, any row stride") {
+  // draw_children skips blocks of 16 entries whose largest cannot enter the
+  // w best so far; the result must stay the w largest, ties to the lower id.
+  std::mt19937_64 rng(20261129);
+  const float levels[] = {0.0f, 0.0f, 0.1f, 0.2f, 0.2f, 0.5f, 0.7f};  // many ties and zeros
+  for (const std::int64_t V : {1, 15, 16, 17, 100, 1000}) {
+    for (const std::int64_t stride : {1, 3}) {
+      for (const std::int32_t w : {1, 2, 3, 5, 40}) {
+        std::vector<float> buf(static_cast<std::size_t>(V * stride), -1.0f);  // -1 between entries: never read
+        std::vector<float> q(static_cast<std::size_t>(V));
+        double total = 0.0;
+        for (std::int64_t t = 0; t < V; ++t) {
+          q[static_cast<std::size_t>(t)] = levels[rng() % 7] * (t == V / 2 ? 2.0f : 1.0f);
+          total += q[static_cast<std::size_t>(t)];
+        }
+        if (total == 0.0) q[0] = 1.0f, total = 1.0;
+        for (std::int64_t t = 0; t < V; ++t) buf[static_cast<std::size_t>(t * stride)] = q[static_cast<std::size_t>(t)];
+        view1d<const float> row{buf.data(), {V}, {stride}};
+        std::vector<token_id> tok(static_cast<std::size_t>(w));
+        std::vector<float> val(static_cast<std::size_t>(w));
+        std::vector<double> key(static_cast<std::size_t>(w));
+        std::int32_t n = -1;
+        REQUIRE(detail::draw_children(draft_mode::deterministic, row, total, detail::draft_uniforms{}, 0, w, tok.data(),
+                                      val.data(), key.data(), n)
+                    .ok());
+        std::vector<token_id> want;
+        for (std::int64_t t = 0; t < V; ++t)
+          if (q[static_cast<std::size_t>(t)] > 0.0f) want.push_back(static_cast<token_id>(t));
+        std::stable_sort(want.begin(), want.end(), [&](token_id a, token_id b) {
+          return q[static_cast<std::size_t>(a)] > q[static_cast<std::size_t>(b)];
+        });
+        want.resize(std::min<std::size_t>(want.size(), static_cast<std::size_t>(w)));
+        INFO("V " << V << ", stride " << stride << ", w " << w);
+        REQUIRE(n == static_cast<std::int32_t>(want.size()));
+        for (std::int32_t j = 0; j < n; ++j) {
+          CHECK(tok[static_cast<std::size_t>(j)] == want[static_cast<std::size_t>(j)]);
+          CHECK(val[static_cast<std::size_t>(j)] ==
+                static_cast<float>(q[static_cast<std::size_t>(tok[static_cast<std::size_t>(j)])] / total));
+        }
+      }
+    }
+  }
 }

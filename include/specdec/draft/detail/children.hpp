@@ -61,17 +61,35 @@ inline status draw_children(draft_mode mode, view1d<const float> row, double tot
     n = w;
     return status::success();
   }
-  for (std::int64_t t = 0; t < V; ++t) {
-    const float q = row(t);
-    if (!(q > 0.0f)) continue;
-    double k = q;
-    if (mode == draft_mode::without_replacement) {
+  if (mode == draft_mode::deterministic) {
+    // The row is validated (no NaN): a block whose largest entry cannot
+    // enter the w best so far is skipped after a branch-free max. An
+    // insertion test per entry took 2.4 ns of the 5.8 per entry that a
+    // 41-node static tree cost at V = 32000 (bench_draft, BM_static_tree_41).
+    constexpr std::int64_t block = 16;
+    const float* r = row.data;
+    const std::int64_t s = row.stride[0];
+    for (std::int64_t b = 0; b < V; b += block) {
+      const std::int64_t e = b + block < V ? b + block : V;
+      float m = 0.0f;
+      if (s == 1) {  // contiguous (the usual row): vectorized
+        for (std::int64_t t = b; t < e; ++t) m = r[t] > m ? r[t] : m;
+      } else {
+        for (std::int64_t t = b; t < e; ++t) m = r[t * s] > m ? r[t * s] : m;
+      }
+      if (!(m > 0.0f) || (n == w && !(static_cast<double>(m) > key[n - 1]))) continue;
+      for (std::int64_t t = b; t < e; ++t)
+        if (r[t * s] > 0.0f) topk_offer(static_cast<double>(r[t * s]), static_cast<token_id>(t), tok, key, n, w);
+    }
+  } else {
+    for (std::int64_t t = 0; t < V; ++t) {
+      const float q = row(t);
+      if (!(q > 0.0f)) continue;
       double uu = 0.0;
       SPECDEC_TRY(uni.take(u, t, uu));
       const double e = -std::log1p(-uu);  // Exp(1); 0 only when uu == 0
-      k = std::log(static_cast<double>(q)) - std::log(e);
+      topk_offer(std::log(static_cast<double>(q)) - std::log(e), static_cast<token_id>(t), tok, key, n, w);
     }
-    topk_offer(k, static_cast<token_id>(t), tok, key, n, w);
   }
   for (std::int32_t j = 0; j < n; ++j) val[j] = static_cast<float>(row(tok[j]) / total);
   return status::success();
