@@ -791,7 +791,7 @@ class round_planner {
   // rounds that may lose) for what the rest of the request would gain, and
   // the gap is how long its last verdict is trusted. On the demo's hybrid at
   // T = 1, where plain decoding wins on two prompts in four, a cold planner
-  // spent 3-4% of such a request on a probe started with 14-41 tokens left.
+  // spent 2-4% of such a request on a probe started with 14-41 tokens left.
   [[nodiscard]] bool probe_due() const noexcept {
     return probe_gap_ > 0 && since_draft_ >= probe_gap_ &&
            (tokens_left_ < 0 || tokens_left_ >= std::max<std::int64_t>(probe_gap_, 2));
