@@ -49,6 +49,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/prompts.hpp"
 #include "models/speculate.hpp"
 
 #ifndef SPECDEC_MODELS_DIR
@@ -149,19 +150,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot load the models: %s\n", e.what());
     return 2;
   }
-  // Four prompts in the models' domain (Python source; none is in the
-  // training corpus): speed is reported over all four, and per prompt.
-  const std::string prompt_texts[] = {
-      "def read_config(path):\n    \"\"\"Read the configuration file at path.\"\"\"\n    with open(",
-      "import os\nimport sys\n\n\ndef main(argv=None):\n    if argv is None:\n        argv = sys.argv[1:]\n",
-      "class Stack:\n    \"\"\"A last-in, first-out container.\"\"\"\n\n    def __init__(self):\n        self.",
-      "    def __repr__(self):\n        return '%s(%r)' % (self.__class__.__name__, ",
-  };
+  // Four prompts in the models' domain (models/prompts.hpp): speed is
+  // reported over all four, and per prompt.
   std::vector<std::vector<models::token_id>> prompts;
-  for (const auto& t : prompt_texts) prompts.emplace_back(t.begin(), t.end());
+  for (const auto t : models::demo_prompts) prompts.emplace_back(t.begin(), t.end());
   const std::vector<models::token_id>& prompt = prompts[0];
-  const std::string warm_text = "class Config:\n    def __init__(self, path):\n        self.path = path\n";
-  const std::vector<models::token_id> warm_prompt(warm_text.begin(), warm_text.end());
+  const std::vector<models::token_id> warm_prompt(models::warm_prompt_text.begin(), models::warm_prompt_text.end());
   std::printf(
       "specdec model demo: target %s (%lld layers, d=%lld), hybrid (%s), drafters (%lld layers, d=%lld, one "
       "distilled from each target); %lld tokens per run after each of %zu prompts, %d repeats; matrix products "
@@ -402,11 +396,12 @@ int main(int argc, char** argv) {
       std::printf("\n    %lld rounds of %zu other shapes", static_cast<long long>(rest.rounds), by_rounds.size() - 5);
     std::printf("\n    %s\n", r.st.planner_estimates.c_str());
   }
-  std::printf("\nGreedy continuation (transformer): %s%s\n", prompt_texts[0].c_str(), text(rows[0].first_out).c_str());
+  std::printf("\nGreedy continuation (transformer): %s%s\n", std::string(models::demo_prompts[0]).c_str(),
+              text(rows[0].first_out).c_str());
   for (const auto& r : rows)
     if (r.model == "transformer" && r.temperature == 1.0f && r.method == "iid tree 3,2,2,1 (MSS)")
-      std::printf("Sampled continuation (transformer, iid tree, T=1): %s%s\n", prompt_texts[0].c_str(),
-                  text(r.first_out).c_str());
+      std::printf("Sampled continuation (transformer, iid tree, T=1): %s%s\n",
+                  std::string(models::demo_prompts[0]).c_str(), text(r.first_out).c_str());
   std::printf("\nAll temperature-0 speculative outputs token-identical to autoregressive: %s\n",
               all_identical ? "yes" : "NO");
   return all_identical ? 0 : 1;

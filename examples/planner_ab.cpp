@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "models/prompts.hpp"
 #include "models/speculate.hpp"
 
 namespace {
@@ -104,16 +105,10 @@ int main(int argc, char** argv) {
   const models::weights target = models::load(dir + "/target.gguf"), draft = models::load(dir + "/drafter.gguf");
   const models::weights hybrid = models::load(dir + "/hybrid.gguf");
   const models::weights hybrid_draft = models::load(dir + "/hybrid_drafter.gguf");
-  const std::string texts[] = {
-      "def read_config(path):\n    \"\"\"Read the configuration file at path.\"\"\"\n    with open(",
-      "import os\nimport sys\n\n\ndef main(argv=None):\n    if argv is None:\n        argv = sys.argv[1:]\n",
-      "class Stack:\n    \"\"\"A last-in, first-out container.\"\"\"\n\n    def __init__(self):\n        self.",
-      "    def __repr__(self):\n        return '%s(%r)' % (self.__class__.__name__, ",
-      "def parse_args():\n    parser = argparse.ArgumentParser(description=",  // not in the demo
-      "for i in range(len(items)):\n    if items[i] is None:\n        ",       // not in the demo
-  };
-  const std::string warm_text = "class Config:\n    def __init__(self, path):\n        self.path = path\n";
-  const std::vector<models::token_id> warm_prompt(warm_text.begin(), warm_text.end());
+  std::vector<std::string> texts(models::demo_prompts.begin(), models::demo_prompts.end());
+  texts.emplace_back("def parse_args():\n    parser = argparse.ArgumentParser(description=");  // not in the demo
+  texts.emplace_back("for i in range(len(items)):\n    if items[i] is None:\n        ");       // not in the demo
+  const std::vector<models::token_id> warm_prompt(models::warm_prompt_text.begin(), models::warm_prompt_text.end());
   constexpr std::int64_t n_tokens = 160;
 
   struct row {

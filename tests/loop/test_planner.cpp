@@ -537,6 +537,11 @@ TEST_CASE("planner: near a request's token limit, no drafts past it and no probe
     left = -1;
     (void)simulate_round(p, accept, rng, with_left);
     CHECK(p.next().summary.depth >= 6);
+    left = 2;
+    (void)simulate_round(p, accept, rng, with_left);
+    left = -7;  // any negative value: unknown
+    (void)simulate_round(p, accept, rng, with_left);
+    CHECK(p.next().summary.depth >= 6);
   }
   SECTION("probes") {
     // As in the test above, every draft rejected until the planner decodes
@@ -757,19 +762,23 @@ TEST_CASE("planned greedy sessions equal plain greedy decoding; same seed and in
   const auto ref = looptest::greedy_decode(tm, prompt, 120);
   looptest::level_drafter close{{.V = 50, .seed = 3, .zero_frac = 0.0}};  // the target itself: accepts all
   looptest::level_drafter far{{.V = 50, .seed = 9, .zero_frac = 0.0}};
-  for (auto* d : {&close, &far}) {
+  // A greedy planned session of max_tokens; flat injected pass cost: the
+  // plans do not depend on this machine's timing.
+  const auto greedy_session = [](std::int32_t max_tokens) {
     session_options o;
     o.vocab_size = 50;
-    o.max_tokens = 120;
+    o.max_tokens = max_tokens;
     o.sampling.temperature = 0.0f;
-    looptest::target tgt{tm};
-    // Flat injected pass cost: the plans do not depend on this machine's timing.
     planned_tree_builder b({.planner = {.max_nodes = 16}, .vocab_size = 50});
     const double n[] = {1, 16}, t[] = {1.0, 1.2};
     REQUIRE(b.planner().set_target_cost(n, t).ok());
     REQUIRE(b.planner().set_drafter_cost(0.0, 0.05, 0.0).ok());
     REQUIRE(b.planner().set_loop_cost(0.0, 0.0).ok());
-    speculative_session s(std::move(b), o);
+    return speculative_session(std::move(b), o);
+  };
+  for (auto* d : {&close, &far}) {
+    looptest::target tgt{tm};
+    auto s = greedy_session(120);
     const auto out = s.generate(*d, tgt, prompt);
     CHECK(std::vector<token_id>(out.begin(), out.end()) == ref);
     CHECK(s.last_round().plan.kind != plan_kind::none);
@@ -780,22 +789,13 @@ TEST_CASE("planned greedy sessions equal plain greedy decoding; same seed and in
   {
     // The session reports the tokens left under max_tokens: every round
     // after the first drafts no deeper than can be emitted.
-    session_options o;
-    o.vocab_size = 50;
-    o.max_tokens = 23;
-    o.sampling.temperature = 0.0f;
+    constexpr std::int32_t limit = 23;
     looptest::target tgt{tm};
-    planned_tree_builder b({.planner = {.max_nodes = 16}, .vocab_size = 50});
-    const double n[] = {1, 16}, t[] = {1.0, 1.2};
-    REQUIRE(b.planner().set_target_cost(n, t).ok());
-    REQUIRE(b.planner().set_drafter_cost(0.0, 0.05, 0.0).ok());
-    REQUIRE(b.planner().set_loop_cost(0.0, 0.0).ok());
-    speculative_session s(std::move(b), o);
+    auto s = greedy_session(limit);
     REQUIRE(s.start(prompt).ok());
     std::int32_t deepest = 0;
     for (int r = 0; !s.done(); ++r) {
-      const auto left =
-          static_cast<std::int32_t>(o.max_tokens) - static_cast<std::int32_t>(s.generated_tokens().size());
+      const auto left = limit - static_cast<std::int32_t>(s.generated_tokens().size());
       REQUIRE(s.round(close, tgt).ok());
       deepest = std::max(deepest, s.last_round().tree_depth);
       INFO("round " << r << ", " << left << " tokens left");
@@ -803,7 +803,7 @@ TEST_CASE("planned greedy sessions equal plain greedy decoding; same seed and in
     }
     CHECK(deepest >= 4);  // the limit, not the plan, was what bound the last rounds
     CHECK(std::vector<token_id>(s.generated_tokens().begin(), s.generated_tokens().end()) ==
-          std::vector<token_id>(ref.begin(), ref.begin() + 23));
+          std::vector<token_id>(ref.begin(), ref.begin() + limit));
   }
   // Injected costs: the plans depend only on what verification accepted.
   session_options o;

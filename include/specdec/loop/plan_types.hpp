@@ -154,9 +154,9 @@ struct round_feedback {
   std::int32_t drafted_nodes = 0;       //!< nodes the drafter expanded
   double drafter_seconds = 0;           //!< time inside the drafter
   double other_seconds = 0;             //!< the rest of the round (masks, verification, commit)
-  //! Tokens the request may still emit after this round (its token limit less those emitted; -1:
-  //! unknown). The planner then drafts no deeper than can be emitted, and runs a probe only while
-  //! at least its probe gap of tokens is left to use what the probe finds.
+  //! Tokens the request may still emit after this round (its token limit less those emitted; -1,
+  //! or any negative value: unknown). The planner then drafts no deeper than can be emitted, and runs a probe only
+  //! while at least its probe gap of tokens is left to use what the probe finds.
   std::int64_t tokens_left = -1;
 };
 
