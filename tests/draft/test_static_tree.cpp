@@ -1,16 +1,20 @@
 // static_tree_builder: any parent array with per-node child counts, in each
 // draft mode; equals the top-k and sampled builders on their shapes and a
 // brute-force top-k on irregular (Medusa choice list) shapes and on rows of
-// many blocks with ties, zeros and a stride.
+// many blocks with ties, zeros and a stride; a drafter row's mass and q row
+// against validate_probability_row and the division, bad rows included.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "draft_test_util.hpp"
+#include "specdec/draft/detail/candidates.hpp"
 #include "specdec/draft/detail/children.hpp"
 #include "specdec/draft/sampled_tree.hpp"
 #include "specdec/draft/static_tree.hpp"
@@ -113,6 +117,56 @@ TEST_CASE("static shape from a Medusa choice list: children are the brute-force 
             .build(td, {}, t)
             .ok());
   CHECK(t.size() == 3);
+}
+
+TEST_CASE("drafter rows: the vector mass is validate_probability_row's bit for bit, q rows the exact quotients") {
+  // take_level_row sums contiguous rows with the vector tile sums and sends
+  // only bad rows through validate_probability_row: same mass, same codes.
+  const std::uint64_t seed = 20261130;
+  std::printf("drafter rows seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+  for (const std::int64_t V : {1, 2, 5, 1023, 1024, 1025, 3000, 4113}) {
+    for (int rep = 0; rep < 4; ++rep) {
+      std::vector<float> row(static_cast<std::size_t>(V)), q(static_cast<std::size_t>(2 * V), -1.0f);
+      for (auto& x : row) {
+        const auto k = rng() % 8;
+        x = k == 0 ? 0.0f : k == 1 ? -0.0f : uni(rng) * (k == 2 ? 1e-30f : 1.0f);
+      }
+      row[static_cast<std::size_t>(rng() % static_cast<std::uint64_t>(V))] = 0.5f;  // some mass
+      const auto rows = make_view<const float>(row.data(), 1, V);
+      double want = 0.0;
+      REQUIRE(validate_probability_row(rows.slice(0), &want).ok());
+      view1d<const float> rv{};
+      double total = -1.0;
+      REQUIRE(detail::take_level_row(rows, 0, 1, make_view(q.data(), 2, V), rv, total).ok());
+      CHECK(total == want);  // exact, not approximate
+      for (std::int64_t t = 0; t < V; ++t) {
+        CHECK(q[static_cast<std::size_t>(V + t)] ==
+              static_cast<float>(static_cast<double>(row[static_cast<std::size_t>(t)]) / want));
+        CHECK(q[static_cast<std::size_t>(t)] == -1.0f);  // row 0 (another node's) untouched
+      }
+      // One bad entry (or a negative before a NaN, and the reverse): the
+      // code is the scalar pass's, the index the node.
+      const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+      for (const int bad : {0, 1, 2, 3, 4}) {
+        std::vector<float> b = row;
+        const auto at = static_cast<std::size_t>(rng() % static_cast<std::uint64_t>(V));
+        const auto at2 = static_cast<std::size_t>(rng() % static_cast<std::uint64_t>(V));
+        if (bad == 0) b[at] = nan;
+        if (bad == 1) b[at] = inf;
+        if (bad == 2) b[at] = -1e-20f;
+        if (bad == 3) b[at] = -0.5f, b[at2] = nan;
+        if (bad == 4) std::fill(b.begin(), b.end(), 0.0f);
+        const auto brows = make_view<const float>(b.data(), 1, V);
+        const status ref = validate_probability_row(brows.slice(0));
+        REQUIRE(!ref.ok());
+        const status got = detail::take_level_row(brows, 0, 7, make_view(q.data(), 2, V), rv, total);
+        CHECK(got.code() == ref.code());
+        CHECK(got.index() == 7);
+      }
+    }
+  }
 }
 
 TEST_CASE("deterministic children: the brute-force top-w over many blocks, ties and zeros, any row stride") {
