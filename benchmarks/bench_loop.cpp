@@ -4,7 +4,9 @@
 // verification walk, keep indices). Trees of 15 to 255 nodes (top-k: k=2
 // depth 3, k=4 depth 3, k=2 depth 7) at V = 32000 and 128256, sampled
 // (temperature 1: the rows the walk reads go through logits_to_probs) and
-// greedy (the walk reads logits; no conversion). The drafter returns
+// greedy (the walk reads logits; no conversion); BM_loop_round_static: the
+// same tree drafted by static_tree_builder (i.i.d. children at temperature
+// 1, deterministic when greedy, as the planner drafts). The drafter returns
 // precomputed rows and the target fills its logits once (the session reuses
 // the buffer), so the wall time per round is the loop's work plus two
 // near-free calls. agree = 0: unrelated random rows (nothing is accepted);
@@ -22,6 +24,7 @@
 #include <random>
 #include <vector>
 
+#include "specdec/draft/static_tree.hpp"
 #include "specdec/draft/topk_tree.hpp"
 #include "specdec/loop/session.hpp"
 
@@ -88,18 +91,18 @@ struct fill_once_target {
   }
 };
 
-void BM_loop_round(benchmark::State& state) {
+// The session over `builder`; counters as described at the top.
+template <class Builder>
+void loop_rounds(benchmark::State& state, Builder builder) {
   const std::int64_t V = state.range(0);
-  const int shape = static_cast<int>(state.range(1));
   const bool greedy = state.range(2) != 0, agree = state.range(3) != 0;
-  const std::int32_t k = shape == 1 ? 4 : 2, depth = shape == 2 ? 7 : 3;
   const pooled_level_drafter d(V, 128, agree);
   fill_once_target tgt{agree ? &d : nullptr};
   specdec::session_options o;
   o.vocab_size = V;
   o.max_tokens = 1 << 16;
   o.sampling.temperature = greedy ? 0.0f : 1.0f;
-  specdec::speculative_session s(specdec::topk_tree_builder({.k = k, .depth = depth, .vocab_size = V}), o);
+  specdec::speculative_session s(std::move(builder), o);
   const std::vector<token_id> prompt = {1, 2, 3};
   if (!s.start(prompt).ok() || !s.round(d, tgt).ok()) {  // warm-up: buffers, logits
     state.SkipWithError("warm-up failed");
@@ -132,6 +135,21 @@ void BM_loop_round(benchmark::State& state) {
   state.SetBytesProcessed(rounds * nodes * V * static_cast<std::int64_t>(sizeof(float)));
 }
 
+void BM_loop_round(benchmark::State& state) {
+  const int shape = static_cast<int>(state.range(1));
+  const std::int32_t k = shape == 1 ? 4 : 2, depth = shape == 2 ? 7 : 3;
+  loop_rounds(state, specdec::topk_tree_builder({.k = k, .depth = depth, .vocab_size = state.range(0)}));
+}
+
+// The static builder over the shape of top-k shape 0 (k = 2, depth 3): it
+// reads every expanded node's full row and writes its q row where the
+// verification may read it (not when greedy).
+void BM_loop_round_static(benchmark::State& state) {
+  const std::vector<specdec::node_id> shape = {-1, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6};
+  const auto mode = state.range(2) != 0 ? specdec::draft_mode::deterministic : specdec::draft_mode::iid;
+  loop_rounds(state, specdec::static_tree_builder({.shape = shape, .mode = mode, .vocab_size = state.range(0)}));
+}
+
 void shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"V", "shape", "greedy", "agree"});
   for (std::int64_t V : {32000, 128256})
@@ -141,5 +159,11 @@ void shapes(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMicrosecond);
 }
 BENCHMARK(BM_loop_round)->Apply(shapes);
+BENCHMARK(BM_loop_round_static)->Apply([](benchmark::internal::Benchmark* b) {
+  b->ArgNames({"V", "shape", "greedy", "agree"});
+  for (std::int64_t V : {32000, 128256})
+    for (int greedy : {0, 1}) b->Args({V, 0, greedy, 0});
+  b->Unit(benchmark::kMicrosecond);
+});
 
 }  // namespace

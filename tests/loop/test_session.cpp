@@ -433,6 +433,45 @@ TEST_CASE("greedy session equals plain greedy decoding token for token") {
   }
 }
 
+TEST_CASE("q rows are asked for only where verification may read them") {
+  // Greedy sampling with no named rule verifies greedily, which never reads
+  // q rows: the builder gets none. Sampling, or a named rule, gets them.
+  struct recording_builder {
+    topk_q_builder b;
+    std::vector<bool>* given;
+    status build(looptest::drafter& d, const draft_round& r, drafted_tree& out) {
+      given->push_back(r.q_rows.data != nullptr);
+      if (r.q_rows.data == nullptr) return b.b.build(d, r, out);
+      return b.build(d, r, out);
+    }
+    [[nodiscard]] std::int32_t node_bound() const noexcept { return b.node_bound(); }
+  };
+  const table tm{.V = 20, .seed = 3, .zero_frac = 0.0};
+  const std::vector<token_id> prompt = {4, 8, 15};
+  for (const float temperature : {0.0f, 1.0f}) {
+    for (const bool named : {false, true}) {
+      looptest::target tgt{tm};
+      looptest::drafter d{{.V = 20, .seed = 5, .zero_frac = 0.0}};
+      session_options o = options(20, 1, 30);
+      o.sampling.temperature = temperature;
+      if (named) {  // a rule that reads q rows (mismatched for a top-k tree, so opted in)
+        o.rule = verify_mode::sampled_iid;
+        o.lossy = lossy_opt_in::mismatched_rule;
+      }
+      std::vector<bool> given;
+      speculative_session s(
+          recording_builder{topk_q_builder{topk_tree_builder({.k = 2, .depth = 2, .vocab_size = 20})}, &given}, o);
+      const auto out = s.generate(d, tgt, prompt);
+      CHECK(out.size() == 30);
+      REQUIRE(!given.empty());
+      const bool want = temperature != 0.0f || named;
+      CHECK(std::count(given.begin(), given.end(), want) == static_cast<std::ptrdiff_t>(given.size()));
+      if (temperature == 0.0f && !named)
+        CHECK(std::equal(out.begin(), out.end(), looptest::greedy_decode(tm, prompt, 30).begin()));
+    }
+  }
+}
+
 TEST_CASE("greedy session with a drafter equal to the target accepts every draft") {
   const table tm{.V = 50, .seed = 3, .zero_frac = 0.0};
   looptest::target tgt{tm};

@@ -184,8 +184,11 @@ class batched_session {
       dr.rng = rng_stream{opt_[r].seed, opt_[r].request, s.rounds};
       dr.uniforms = uniforms_of(r).draft;
       dr.history = std::span<const token_id>(s.history.data(), s.history.size() - 1);
-      dr.q_rows = make_view(q + off * V, static_cast<std::int64_t>(bound), V);
-      q[off * V] = std::numeric_limits<float>::quiet_NaN();  // see speculative_session
+      const bool wants_q = !detail::verifies_greedily(opt_[r]);
+      if (wants_q) {
+        dr.q_rows = make_view(q + off * V, static_cast<std::int64_t>(bound), V);
+        q[off * V] = std::numeric_limits<float>::quiet_NaN();  // see speculative_session
+      }
       round_stats st{};
       if constexpr (detail::countable<Builder, Source>) {
         detail::counting_drafter<Source> cd(source, adapter_, st);
@@ -209,7 +212,7 @@ class batched_session {
                            static_cast<std::int64_t>(r));
       verify_mode m{};
       SPECDEC_TRY(indexed(choose_verify_mode(tree_, opt_[r], m), r));
-      if (uses_draft_probs(m) && n > 1 && q[off * V] != q[off * V])
+      if (uses_draft_probs(m) && n > 1 && (!wants_q || q[off * V] != q[off * V]))
         return make_status(status_code::invalid_argument, "the sampled rules need q rows and the builder wrote none",
                            static_cast<std::int64_t>(r));
       modes_.push_back(m);

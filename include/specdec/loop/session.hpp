@@ -230,6 +230,12 @@ inline round_feedback feedback_of(const drafted_tree& t, std::span<const node_id
   return f;
 }
 
+//! Whether every round of a session with options `o` verifies greedily
+//! (choose_verify_mode): greedy sampling and no named rule. Such rounds
+//! never read q rows, so the builders are not asked to write them (V floats
+//! per expanded node: at large V a third of a static tree's drafting).
+inline bool verifies_greedily(const session_options& o) noexcept { return o.sampling.is_greedy() && !o.rule; }
+
 //! Presents any drafter as a level drafter and counts and times its calls.
 template <any_drafter D>
 class counting_drafter {
@@ -289,7 +295,8 @@ concept countable = any_drafter<Source> && tree_builder<Builder, counting_drafte
 //! temperature 0. Same options, prompt and models: same tokens.
 //!
 //! Memory: buffers grow to the largest round seen (node_bound() x V floats
-//! for logits, probabilities and q rows) and are reused; after the first
+//! for logits, probabilities and q rows; no q rows where every round
+//! verifies greedily) and are reused; after the first
 //! round at a given size nothing is allocated (provided the builder, the
 //! drafter and the target allocate nothing either). Throwing convenience
 //! (generate) and status-returning core (round).
@@ -360,16 +367,19 @@ class speculative_session {
 
     // 1. Draft.
     auto t0 = clock::now();
-    float* q = q_.get(bound * static_cast<std::size_t>(V));
     draft_round dr;
     dr.root_token = history_.back();
     dr.rng = rng_stream{opt_.seed, opt_.request, round_key};
     dr.uniforms = uniforms.draft;
     dr.history = before_root;
-    dr.q_rows = make_view(q, static_cast<std::int64_t>(bound), V);
-    // Sentinel: a builder that writes q rows overwrites row 0 whenever the
-    // root has children (valid rows never hold NaN).
-    q[0] = std::numeric_limits<float>::quiet_NaN();
+    float* q = nullptr;
+    if (!detail::verifies_greedily(opt_)) {
+      q = q_.get(bound * static_cast<std::size_t>(V));
+      dr.q_rows = make_view(q, static_cast<std::int64_t>(bound), V);
+      // Sentinel: a builder that writes q rows overwrites row 0 whenever the
+      // root has children (valid rows never hold NaN).
+      q[0] = std::numeric_limits<float>::quiet_NaN();
+    }
     if constexpr (detail::countable<Builder, Source>) {
       detail::counting_drafter<Source> cd(source, adapter_, st);
       SPECDEC_TRY(builder_.build(cd, dr, tree_));
@@ -381,7 +391,7 @@ class speculative_session {
     if (static_cast<std::size_t>(n) > bound)
       return make_status(status_code::invalid_argument, "builder produced more nodes than its node_bound()");
     SPECDEC_TRY(choose_verify_mode(tree_, opt_, st.mode));
-    if (uses_draft_probs(st.mode) && n > 1 && q[0] != q[0])
+    if (uses_draft_probs(st.mode) && n > 1 && (q == nullptr || q[0] != q[0]))
       return make_status(status_code::invalid_argument, "the sampled rules need q rows and the builder wrote none");
 
     // 2. Flatten: positions and the packed ancestor mask, slot i = node i.
