@@ -119,9 +119,10 @@ TEST_CASE("static shape from a Medusa choice list: children are the brute-force 
   CHECK(t.size() == 3);
 }
 
-TEST_CASE("drafter rows: the vector mass is validate_probability_row's bit for bit, q rows the exact quotients") {
-  // take_level_row sums contiguous rows with the vector tile sums and sends
-  // only bad rows through validate_probability_row: same mass, same codes.
+TEST_CASE("drafter rows: the vector tile sums and mass are the scalar ones bit for bit, i.i.d. draws the same") {
+  // take_level_row sums rows with the vector tile sums and sends only bad
+  // rows through validate_probability_row: same mass, same codes; i.i.d.
+  // children walk those tile sums to sample_row's tokens.
   const std::uint64_t seed = 20261130;
   std::printf("drafter rows seed %llu\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
@@ -139,8 +140,32 @@ TEST_CASE("drafter rows: the vector mass is validate_probability_row's bit for b
       REQUIRE(validate_probability_row(rows.slice(0), &want).ok());
       view1d<const float> rv{};
       double total = -1.0;
-      REQUIRE(detail::take_level_row(rows, 0, 1, make_view(q.data(), 2, V), rv, total).ok());
+      std::vector<double> tiles(static_cast<std::size_t>(sum_tile_count(V)));
+      REQUIRE(detail::take_level_row(rows, 0, 1, make_view(q.data(), 2, V), rv, total, tiles.data()).ok());
       CHECK(total == want);  // exact, not approximate
+      for (std::int64_t t = 0; t < sum_tile_count(V); ++t) {
+        const std::int64_t b = t * sum_tile, n = std::min<std::int64_t>(sum_tile, V - b);
+        CHECK(tiles[static_cast<std::size_t>(t)] ==
+              detail::tile_tree_sum([&](std::int64_t i) { return row[static_cast<std::size_t>(b + i)]; }, n));
+      }
+      // i.i.d. children from the tile sums: the tokens of sample_row's walk
+      // (uniforms near tile edges included), probabilities as well.
+      std::vector<double> xs = {0.0, 0.25, 0.5, 0.75, std::nextafter(1.0, 0.0)};
+      double before = 0.0;  // a uniform whose target is the mass before a tile
+      for (std::int64_t t = 1; t < sum_tile_count(V); ++t)
+        xs.push_back(std::min((before += tiles[static_cast<std::size_t>(t - 1)]) / total, xs[4]));
+      for (int j = 0; j < 48; ++j) xs.push_back(std::uniform_real_distribution<double>(0.0, 1.0)(rng));
+      for (const double x : xs) {
+        const detail::draft_uniforms draws{rng_stream{seed, 0, 0}, caller_uniforms{&x, 1, 1}};
+        token_id a[1], b[1];
+        float va[1], vb[1];
+        double key[1];
+        std::int32_t na = 0, nb = 0;
+        REQUIRE(detail::draw_children(draft_mode::iid, rv, total, draws, 0, 1, a, va, key, na, tiles.data()).ok());
+        REQUIRE(detail::draw_children(draft_mode::iid, rv, total, draws, 0, 1, b, vb, key, nb).ok());
+        CHECK(a[0] == b[0]);
+        CHECK(va[0] == vb[0]);
+      }
       for (std::int64_t t = 0; t < V; ++t) {
         CHECK(q[static_cast<std::size_t>(V + t)] ==
               static_cast<float>(static_cast<double>(row[static_cast<std::size_t>(t)]) / want));
@@ -161,7 +186,7 @@ TEST_CASE("drafter rows: the vector mass is validate_probability_row's bit for b
         const auto brows = make_view<const float>(b.data(), 1, V);
         const status ref = validate_probability_row(brows.slice(0));
         REQUIRE(!ref.ok());
-        const status got = detail::take_level_row(brows, 0, 7, make_view(q.data(), 2, V), rv, total);
+        const status got = detail::take_level_row(brows, 0, 7, make_view(q.data(), 2, V), rv, total, tiles.data());
         CHECK(got.code() == ref.code());
         CHECK(got.index() == 7);
       }

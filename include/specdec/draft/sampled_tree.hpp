@@ -99,13 +99,15 @@ class sampled_tree_builder : public owning_build<sampled_tree_builder> {
             draft_level{static_cast<std::int32_t>(lvl), std::span<const node_id>(lv_.nodes), &out.tree, round.history},
             rows));
         SPECDEC_TRY(detail::check_level_rows(rows, lv_.nodes.size(), opt_.vocab_size));
+        tiles_.resize(static_cast<std::size_t>(sum_tile_count(rows.extent[1])));
         for (std::size_t i = 0; i < lv_.nodes.size(); ++i) {
           const node_id u = lv_.nodes[i];
           view1d<const float> rv{};
           double total = 0.0;
-          SPECDEC_TRY(detail::take_level_row(rows, i, u, q_rows, rv, total));
+          SPECDEC_TRY(detail::take_level_row(rows, i, u, q_rows, rv, total, tiles_.data()));
           std::int32_t n = 0;
-          SPECDEC_TRY(detail::draw_children(opt_.mode, rv, total, uni, u, w, tok_.data(), val_.data(), key_.data(), n));
+          SPECDEC_TRY(detail::draw_children(opt_.mode, rv, total, uni, u, w, tok_.data(), val_.data(), key_.data(), n,
+                                            tiles_.data()));
           const float base = out.tree.score(u);
           for (std::int32_t j = 0; j < n; ++j)
             out.add(u, tok_[static_cast<std::size_t>(j)], val_[static_cast<std::size_t>(j)],
@@ -137,7 +139,7 @@ class sampled_tree_builder : public owning_build<sampled_tree_builder> {
   sampled_tree_options opt_;
   std::vector<token_id> tok_;
   std::vector<float> val_;
-  std::vector<double> key_;
+  std::vector<double> key_, tiles_;  // tiles_: the tile sums of the row being drawn from
   detail::level_scratch lv_;
 };
 

@@ -104,17 +104,18 @@ class static_tree_builder : public owning_build<static_tree_builder> {
           view2d<const float> rows{};
           SPECDEC_TRY(ld.level_probabilities(level, rows));
           SPECDEC_TRY(detail::check_level_rows(rows, lv_.nodes.size(), opt_.vocab_size));
+          tiles_.resize(static_cast<std::size_t>(sum_tile_count(rows.extent[1])));
           for (std::size_t i = 0; i < lv_.nodes.size(); ++i) {
             const node_id u = lv_.nodes[i];
             view1d<const float> rv{};
             double total = 0.0;
-            SPECDEC_TRY(detail::take_level_row(rows, i, u, round.q_rows, rv, total));
+            SPECDEC_TRY(detail::take_level_row(rows, i, u, round.q_rows, rv, total, tiles_.data()));
             const node_id s = shape_of_[i];
             const std::int32_t k =
                 first_child_[static_cast<std::size_t>(s) + 1] - first_child_[static_cast<std::size_t>(s)];
             std::int32_t got = 0;
-            SPECDEC_TRY(
-                detail::draw_children(opt_.mode, rv, total, uni, u, k, tok_.data(), val_.data(), key_.data(), got));
+            SPECDEC_TRY(detail::draw_children(opt_.mode, rv, total, uni, u, k, tok_.data(), val_.data(), key_.data(),
+                                              got, tiles_.data()));
             add_children(out, u, s, got);
           }
         } else {
@@ -192,7 +193,7 @@ class static_tree_builder : public owning_build<static_tree_builder> {
   std::vector<node_id> frontier_, next_, shape_of_;
   std::vector<token_id> tok_;
   std::vector<float> val_;
-  std::vector<double> key_;
+  std::vector<double> key_, tiles_;  // tiles_: the tile sums of the row being drawn from
   detail::level_scratch lv_;
 };
 

@@ -74,21 +74,22 @@ inline status check_level_rows(const view2d<const float>& rows, std::size_t node
 }
 
 //! Row i of a level's rows, for node u: validates it (the status carries
-//! u as index), returns its mass in `total` and, when q_rows is set, writes
-//! the normalized row to q_rows row u (what sampled and static trees hand
-//! the verifier as q_u).
+//! u as index), returns its mass in `total` and its tile sums in `tiles`
+//! (sum_tile_count(V) entries, sample/order.hpp: what draw_children's
+//! i.i.d. draws walk) and, when q_rows is set, writes the normalized row to
+//! q_rows row u (what sampled and static trees hand the verifier as q_u).
 inline status take_level_row(const view2d<const float>& rows, std::size_t i, node_id u, const view2d<float>& q_rows,
-                             view1d<const float>& rv, double& total) noexcept {
+                             view1d<const float>& rv, double& total, double* tiles) noexcept {
   rv = rows.slice(static_cast<std::int64_t>(i));
   total = 0.0;
+  const std::int64_t V = rv.extent[0];
   // The vector tile sums give validate_probability_row's mass bit for bit;
   // a bad row goes through it for the status naming the first bad entry.
-  if (rv.stride[0] != 1 || !row_mass(row_ref{rv.data, 1}, rv.extent[0], total) || !(total > 0.0)) {
+  if (!row_tiles(row_ref{rv.data, rv.stride[0]}, V, tiles, total) || !(total > 0.0)) {
     const status st = validate_probability_row(rv, &total);
     if (!st.ok()) return make_status(st.code(), st.message(), u);
   }
   if (q_rows.data != nullptr) {
-    const std::int64_t V = rv.extent[0];
     if (q_rows.extent[1] != V)
       return make_status(status_code::size_mismatch, "q_rows width differs from the drafter row", u);
     if (q_rows.stride[1] == 1 && rv.stride[0] == 1) {

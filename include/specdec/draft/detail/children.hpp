@@ -11,6 +11,7 @@
 #include "specdec/core/view.hpp"
 #include "specdec/draft/detail/topk.hpp"
 #include "specdec/draft/drafter.hpp"
+#include "specdec/sample/detail/host_rows.hpp"
 #include "specdec/sample/row.hpp"
 #include "specdec/sample/uniforms.hpp"
 
@@ -44,18 +45,21 @@ struct draft_uniforms {
 //!   log q(t) - log(-log(1 - U_t)) (U_t = 0 gives +inf: ranked first, ties
 //!   lower id), descending key (ties: lower id);
 //! - deterministic: the w most probable tokens (ties: lower id).
-//! Tokens of probability 0 are never drawn (fewer children then). Errors:
+//! Tokens of probability 0 are never drawn (fewer children then). `tiles`,
+//! when given, holds the row's tile sums (take_level_row). Errors:
 //! invalid_argument for a caller's uniform outside [0, 1).
 inline status draw_children(draft_mode mode, view1d<const float> row, double total, const draft_uniforms& uni,
-                            node_id u, std::int32_t w, token_id* tok, float* val, double* key,
-                            std::int32_t& n) noexcept {
+                            node_id u, std::int32_t w, token_id* tok, float* val, double* key, std::int32_t& n,
+                            const double* tiles = nullptr) noexcept {
   const std::int64_t V = row.extent[0];
   n = 0;
   if (mode == draft_mode::iid) {
     for (std::int32_t j = 0; j < w; ++j) {
       double x = 0.0;
       SPECDEC_TRY(uni.take(u, j, x));
-      tok[j] = sample_row(row, x, total);
+      // With the tile sums a draw reads one tile, not the row up to the sample (the same token).
+      tok[j] = tiles != nullptr ? sample_from_tiles(row_ref{row.data, row.stride[0]}, V, tiles, x * total)
+                                : sample_row(row, x, total);
       val[j] = static_cast<float>(row(tok[j]) / total);
     }
     n = w;

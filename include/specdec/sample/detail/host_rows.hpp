@@ -149,20 +149,9 @@ inline bool has_negative(row_ref r, std::int64_t V) noexcept {
   return neg;
 }
 
-//! Mass of a row, its tile sums added left to right from 0 (bit for bit
-//! validate_probability_row's); false when an entry is NaN, infinite or
-//! negative. One streaming read.
-inline bool row_mass(row_ref r, std::int64_t V, double& mass) noexcept {
-  std::uint32_t signs = 0;
-  mass = 0.0;
-  const std::int64_t nt = sum_tile_count(V);
-  for (std::int64_t t = 0; t < nt; ++t) mass += tile_sum(r, V, t, signs);
-  // As in row_tiles: the double sum of finite floats is finite.
-  return mass - mass == 0.0 && ((signs >> 31) == 0 || !has_negative(r, V));
-}
-
-//! Tile sums of a row into `tiles` and its mass; false when an entry is
-//! NaN, infinite or negative. One streaming read.
+//! Tile sums of a row into `tiles` and its mass (left to right from 0: bit
+//! for bit validate_probability_row's); false when an entry is NaN,
+//! infinite or negative. One streaming read.
 inline bool row_tiles(row_ref r, std::int64_t V, double* tiles, double& mass) noexcept {
   std::uint32_t signs = 0;
   const std::int64_t nt = sum_tile_count(V);
