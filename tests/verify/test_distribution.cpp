@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -138,6 +139,48 @@ TEST_CASE("logits_to_probs rejects bad input and leaves the output untouched") {
   CHECK(logits_to_probs_row(make_view(ok.data(), 3), make_view(probs.data(), 3), sampling_params{1.0f, 2, 1.0f, 0.0f},
                             {}) == status_code::buffer_too_small);
   CHECK(probs == std::vector<float>(3, 7.0f));
+}
+
+TEST_CASE("logits_to_probs: contiguous rows (vector max and normalisation) equal strided rows bit for bit") {
+  // A contiguous float row takes the integer-key max and a vectorised last
+  // pass; a strided copy of it takes the scalar passes. Same probabilities,
+  // same status and index, on rows with -inf, ties, +-0 maxima and bad entries.
+  const std::uint64_t seed = 20261131;
+  std::printf("contiguous logits seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (const std::int64_t V : {1, 2, 7, 64, 1000, 4099}) {
+    for (int kind = 0; kind < 9; ++kind) {
+      std::vector<float> row(static_cast<std::size_t>(V));
+      for (auto& x : row) {
+        const auto r = rng() % 10;
+        x = r == 0 ? -inf : kind == 1 ? static_cast<float>(rng() % 3) : nd(rng);  // kind 1: many ties
+      }
+      const auto at = static_cast<std::size_t>(rng() % static_cast<std::uint64_t>(V));
+      const auto at2 = static_cast<std::size_t>(rng() % static_cast<std::uint64_t>(V));
+      if (kind == 2) std::fill(row.begin(), row.end(), -inf), row[at] = -0.0f, row[at2] = 0.0f;  // +-0 maxima
+      if (kind == 3) row[at] = nan;
+      if (kind == 4) row[at] = inf;
+      if (kind == 5) row[at] = -nan;
+      if (kind == 6) std::fill(row.begin(), row.end(), -inf);
+      if (kind == 7) row[at] = std::numeric_limits<float>::max(), row[at2] = -std::numeric_limits<float>::max();
+      if (kind == 8) row[at] = std::numeric_limits<float>::denorm_min();
+      std::vector<float> strided(static_cast<std::size_t>(2 * V), 123.0f), pa(static_cast<std::size_t>(V), 7.0f);
+      std::vector<float> pb(static_cast<std::size_t>(2 * V), 7.0f);
+      for (std::int64_t i = 0; i < V; ++i) strided[static_cast<std::size_t>(2 * i)] = row[static_cast<std::size_t>(i)];
+      for (const float t : {1.0f, 0.7f, 0.0f}) {
+        const sampling_params sp{t, 0, 1.0f, 0.0f};
+        const status a = logits_to_probs_row(make_view<const float>(row.data(), V), make_view(pa.data(), V), sp, {});
+        const status b = logits_to_probs_row(view1d<const float>{strided.data(), {V}, {2}},
+                                             view1d<float>{pb.data(), {V}, {2}}, sp, {});
+        CHECK(a.code() == b.code());
+        CHECK(a.index() == b.index());
+        for (std::int64_t i = 0; i < V; ++i)
+          CHECK(pa[static_cast<std::size_t>(i)] == pb[static_cast<std::size_t>(2 * i)]);
+      }
+    }
+  }
 }
 
 TEST_CASE("batched logits_to_probs with per-row params and strided rows") {

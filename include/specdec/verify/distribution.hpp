@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <type_traits>
 
@@ -97,6 +98,45 @@ inline double softmax_weights(const float* x, float* e, std::int64_t n, float m,
   return sum.total();
 }
 
+//! Pass 1 of logits_to_probs_row on a contiguous float row: the largest
+//! logit `m` and its lowest index `arg`; false when an entry is NaN or +inf
+//! or every entry is -inf (the scalar pass then gives the status). The max
+//! is taken over integer keys in the float order (-0 below +0), which
+//! vectorise where a float max does not (its NaN rules); `arg` is the first
+//! entry equal to it as a float, the scalar pass's rule (-0 == +0).
+inline bool row_max(const float* x, std::int64_t n, float& m, token_id& arg) noexcept {
+  std::int32_t best = INT32_MIN;
+  std::uint32_t bad = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t b = 0;
+    std::memcpy(&b, x + i, sizeof b);
+    bad |= static_cast<std::uint32_t>((b & 0x7fffffffu) > 0x7f800000u) | static_cast<std::uint32_t>(b == 0x7f800000u);
+    const std::uint32_t flip = static_cast<std::uint32_t>(static_cast<std::int32_t>(b) >> 31) & 0x7fffffffu;
+    const auto k = static_cast<std::int32_t>(b ^ flip);
+    best = k > best ? k : best;
+  }
+  if (bad != 0) return false;
+  const auto bits = static_cast<std::uint32_t>(best < 0 ? best ^ 0x7fffffff : best);
+  float mv = 0.0f;
+  std::memcpy(&mv, &bits, sizeof mv);
+  if (mv == -INFINITY) return false;
+  // The first entry equal to it: a branch-free test per block of 64, then the block in order.
+  constexpr std::int64_t block = 64;
+  for (std::int64_t b = 0; b < n; b += block) {
+    const std::int64_t e = b + block < n ? b + block : n;
+    int hit = 0;
+    for (std::int64_t i = b; i < e; ++i) hit |= static_cast<int>(x[i] == mv);
+    if (hit == 0) continue;
+    for (std::int64_t i = b; i < e; ++i)
+      if (x[i] == mv) {
+        m = x[i];
+        arg = static_cast<token_id>(i);
+        return true;
+      }
+  }
+  return false;  // not reached: the max is an entry
+}
+
 }  // namespace detail
 
 //! Converts one row of logits to probabilities under `params`, writing
@@ -133,15 +173,22 @@ status logits_to_probs_row(view1d<const T> logits, view1d<float> probs, const sa
     return make_status(status_code::invalid_argument, "temperature too small (1/T overflows); use 0 for greedy");
   float m = -INFINITY;
   token_id arg = -1;
-  for (std::int64_t i = 0; i < V; ++i) {
-    const float x = detail::to_float(logits(i));
-    if (x != x || x == INFINITY) return make_status(status_code::non_finite, "logit is NaN or +inf", i);
-    if (x > m) {
-      m = x;
-      arg = static_cast<token_id>(i);
+  bool found = false;
+  if constexpr (std::is_same_v<T, float>)
+    if (logits.stride[0] == 1) found = detail::row_max(logits.data, V, m, arg);
+  if (!found) {
+    m = -INFINITY;
+    arg = -1;
+    for (std::int64_t i = 0; i < V; ++i) {
+      const float x = detail::to_float(logits(i));
+      if (x != x || x == INFINITY) return make_status(status_code::non_finite, "logit is NaN or +inf", i);
+      if (x > m) {
+        m = x;
+        arg = static_cast<token_id>(i);
+      }
     }
+    if (arg < 0) return make_status(status_code::zero_mass, "every logit is -inf");
   }
-  if (arg < 0) return make_status(status_code::zero_mass, "every logit is -inf");
 
   if (greedy) {
     for (std::int64_t i = 0; i < V; ++i) probs(i) = 0.0f;
@@ -171,7 +218,12 @@ status logits_to_probs_row(view1d<const T> logits, view1d<float> probs, const sa
       s = sum.total();
     }
     const double inv_s = 1.0 / s;
-    for (std::int64_t i = 0; i < V; ++i) probs(i) = static_cast<float>(static_cast<double>(probs(i)) * inv_s);
+    if (probs.stride[0] == 1) {  // contiguous: a loop the compiler vectorises (the same products)
+      float* p = probs.data;
+      for (std::int64_t i = 0; i < V; ++i) p[i] = static_cast<float>(static_cast<double>(p[i]) * inv_s);
+    } else {
+      for (std::int64_t i = 0; i < V; ++i) probs(i) = static_cast<float>(static_cast<double>(probs(i)) * inv_s);
+    }
     return status::success();
   }
 
