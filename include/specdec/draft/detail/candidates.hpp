@@ -84,7 +84,7 @@ inline status take_level_row(const view2d<const float>& rows, std::size_t i, nod
   total = 0.0;
   const std::int64_t V = rv.extent[0];
   // The vector tile sums give validate_probability_row's mass bit for bit;
-  // a bad row goes through it for the status naming the first bad entry.
+  // a bad row goes through it for its status (the code of its first bad entry).
   if (!row_tiles(row_ref{rv.data, rv.stride[0]}, V, tiles, total) || !(total > 0.0)) {
     const status st = validate_probability_row(rv, &total);
     if (!st.ok()) return make_status(st.code(), st.message(), u);
