@@ -4,7 +4,9 @@
 // For each target (transformer, hybrid) and temperature (0, 1), every repeat
 // decodes six prompts (the demo's four and two it does not use), each first
 // autoregressively, then every row in a fresh random order: the fixed
-// chains of 1 and 4 drafts, and for each option set the planner cold (a new
+// chains of 1 and 4 drafts, plain steps through the session (the planner
+// fixed to root-only rounds: what the session and planner cost a request
+// decoded plainly), and for each option set the planner cold (a new
 // planner per prompt), warm (carried from prompt to prompt after an untimed
 // request) and cutting prompt-lookup drafts. Option set 0 is the defaults,
 // set 1 the defaults again (a null control: its ratios to set 0 show what
@@ -12,7 +14,7 @@
 // list of planner_options fields: "explore=0,plain_first=2".
 //
 // Prints each row's median speedup over the autoregressive run before it
-// (as the demo does), and for every set the median over runs of the ratio of
+// (as the demo does), over all runs and per prompt, and for every set the median over runs of the ratio of
 // its tokens per CPU second to set 0's in the same prompt and repeat, with
 // how many of those ratios are above 1. Exits non-zero if a temperature-0 run
 // is not token-identical to autoregressive greedy decoding.
@@ -23,6 +25,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "models/prompts.hpp"
@@ -117,8 +120,15 @@ int main(int argc, char** argv) {
     std::int32_t chain = 4;
     int set = -1;  // option set (planned rows)
     bool warm = false;
+    bool plain = false;  // the planner fixed to root-only rounds
   };
-  std::vector<row> rows = {{"chain 1", models::tree_kind::chain, 1}, {"chain 4", models::tree_kind::chain, 4}};
+  // "plain": the planner fixed to root-only rounds, so every token is a plain
+  // step through the session: its ratio to autoregressive decoding is what
+  // the session and the planner cost a request they decode plainly.
+  std::vector<row> rows = {{"chain 1", models::tree_kind::chain, 1},
+                           {"chain 4", models::tree_kind::chain, 4},
+                           {"plain", models::tree_kind::planned, 4, -1, false, true}};
+  const std::size_t first_set_row = rows.size();
   for (int s = 0; s < static_cast<int>(sets.size()); ++s) {
     const std::string tag = " #" + std::to_string(s);
     rows.push_back({"cold" + tag, models::tree_kind::planned, 4, s, false});
@@ -141,7 +151,8 @@ int main(int argc, char** argv) {
   std::printf("\n");
 
   std::mt19937 rng(seed);
-  std::map<std::pair<int, std::size_t>, std::vector<double>> speedup, paired;  // (config, row)
+  std::map<std::pair<int, std::size_t>, std::vector<double>> speedup, paired;          // (config, row)
+  std::map<std::tuple<int, std::size_t, std::size_t>, std::vector<double>> by_prompt;  // (config, row, prompt)
   bool identical = true;
   for (int rep = 0; rep < repeats; ++rep) {
     for (int c = 0; c < 4; ++c) {
@@ -150,6 +161,7 @@ int main(int argc, char** argv) {
         models::spec_options o;
         o.kind = r.kind;
         o.chain_length = r.chain;
+        if (r.plain) o.fixed_plan = {-1};
         o.temperature = cf.temperature;
         o.seed = 7 + static_cast<std::uint64_t>(rep);
         if (r.set >= 0) o.planner = option_sets[static_cast<std::size_t>(r.set)];
@@ -163,8 +175,8 @@ int main(int argc, char** argv) {
         models::decode_stats untimed;
         (void)models::generate_speculative(*cf.t, *cf.d, warm_prompt, n_tokens, o, untimed);
       }
-      for (const std::string& text : texts) {
-        const std::vector<models::token_id> prompt(text.begin(), text.end());
+      for (std::size_t k = 0; k < texts.size(); ++k) {
+        const std::vector<models::token_id> prompt(texts[k].begin(), texts[k].end());
         models::decode_stats ar;
         const auto reference = models::generate_autoregressive(*cf.t, prompt, n_tokens, options_of(rows[0]), ar);
         const double ar_rate = static_cast<double>(ar.tokens) / ar.seconds;
@@ -180,19 +192,25 @@ int main(int argc, char** argv) {
           if (cf.temperature == 0.0f && out != reference) identical = false;
           rate[j] = static_cast<double>(st.tokens) / st.seconds;
           speedup[{c, j}].push_back(rate[j] / ar_rate);
+          by_prompt[{c, j, k}].push_back(rate[j] / ar_rate);
         }
-        // Set s's row against set 0's row of the same kind (rows 2 + 3 s + k).
-        for (std::size_t j = 5; j < rows.size(); ++j) paired[{c, j}].push_back(rate[j] / rate[2 + (j - 2) % 3]);
+        // Set s's row against set 0's row of the same kind (rows first_set_row + 3 s + k).
+        for (std::size_t j = first_set_row + 3; j < rows.size(); ++j)
+          paired[{c, j}].push_back(rate[j] / rate[first_set_row + (j - first_set_row) % 3]);
       }
     }
     std::fprintf(stderr, "repeat %d/%d\n", rep + 1, repeats);
   }
   for (int c = 0; c < 4; ++c) {
-    std::printf("\n%s, speedup over autoregressive:", configs[c].name);
-    for (std::size_t j = 0; j < rows.size(); ++j)
-      std::printf("  %s %.3f", rows[j].name.c_str(), median(speedup[{c, j}]));
+    std::printf("\n%s, speedup over autoregressive (median; then per prompt):\n  %-10s %6s", configs[c].name, "row",
+                "all");
+    for (std::size_t k = 0; k < texts.size(); ++k) std::printf(" %5s%zu", "p", k + 1);
+    for (std::size_t j = 0; j < rows.size(); ++j) {
+      std::printf("\n  %-10s %6.3f", rows[j].name.c_str(), median(speedup[{c, j}]));
+      for (std::size_t k = 0; k < texts.size(); ++k) std::printf(" %6.3f", median(by_prompt[{c, j, k}]));
+    }
     std::printf("\n");
-    for (std::size_t j = 5; j < rows.size(); ++j) {
+    for (std::size_t j = first_set_row + 3; j < rows.size(); ++j) {
       const std::vector<double>& v = paired[{c, j}];
       const auto above = std::count_if(v.begin(), v.end(), [](double x) { return x > 1.0; });
       std::printf("  %-10s / %s #0: median %.3f (%lld of %zu above 1)\n", rows[j].name.c_str(),

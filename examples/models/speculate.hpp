@@ -306,6 +306,9 @@ struct spec_options {
   //! planned_lookup drafts with lookup_planned_nodes and lets the planner cut.
   std::int32_t lookup_depth = 4, lookup_nodes = 5, lookup_planned_nodes = 16;
   specdec::planner_options planner{.max_nodes = 32, .max_depth = 8};  //!< planned runs
+  //! Planned runs: every round drafts this shape (round_planner::fix_plan;
+  //! {-1}: plain steps through the session); empty: the planner chooses.
+  std::vector<specdec::node_id> fixed_plan;
   //! Planned runs: a planner state carried between requests (read at the
   //! start when it has seen rounds, written back at the end); null = cold.
   specdec::round_planner* carry = nullptr;
@@ -480,6 +483,7 @@ inline std::vector<token_id> generate_speculative(const weights& target, const w
          .mode = o.temperature == 0.0f ? specdec::draft_mode::deterministic : specdec::draft_mode::iid,
          .vocab_size = V});
     if (o.carry != nullptr && o.carry->rounds() > 0) b.planner() = *o.carry;  // what earlier requests measured
+    specdec::throw_if_error(b.planner().fix_plan(o.fixed_plan));
     return detail::run_session(std::move(b), target, draft, prompt, n_tokens, o, st, on_round);
   }
   if (o.kind == tree_kind::lookup || o.kind == tree_kind::planned_lookup) {
