@@ -357,6 +357,48 @@ void BM_ssm_conv1d(benchmark::State& st) {
       benchmark::Counter(static_cast<double>(pb.n * ch), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The conv-state commit after a round: [channels, W - 1] shifted by the
+// accepted path (`path` nodes of a chain), in place. Channels: the demo
+// hybrid's xBC (288) and a Mamba2-2.7B-sized layer's (5120 + 2 x 128).
+// Bytes/s counts the state read and written once, against
+// BM_ssm_conv_commit_copy, a plain copy of as many bytes in the same run.
+void BM_ssm_conv_commit(benchmark::State& st) {
+  const std::int64_t ch = st.range(0), len = kConvWidth - 1;
+  const auto m = static_cast<std::size_t>(st.range(1));
+  const std::int64_t n = 5;
+  std::vector<float> x(static_cast<std::size_t>(n * ch), 0.5f), state(static_cast<std::size_t>(ch * len), 1.0f);
+  std::vector<node_id> parent(static_cast<std::size_t>(n)), path(m);
+  for (std::size_t i = 0; i < parent.size(); ++i) parent[i] = static_cast<node_id>(i) - 1;
+  for (std::size_t i = 0; i < m; ++i) path[i] = static_cast<node_id>(i);
+  for (auto _ : st) {
+    const auto s = specdec::tree_conv1d_commit_state<float>(parent, specdec::make_view<const float>(x.data(), n, ch),
+                                                            path, specdec::make_view(state.data(), ch, len));
+    if (!s.ok()) st.SkipWithError(s.message());
+    benchmark::DoNotOptimize(state.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["state bytes/s"] = benchmark::Counter(2.0 * static_cast<double>(sizeof(float) * state.size()),
+                                                    benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_ssm_conv_commit_copy(benchmark::State& st) {
+  const std::int64_t ch = st.range(0), len = kConvWidth - 1;
+  std::vector<float> a(static_cast<std::size_t>(ch * len), 1.0f), b(a.size());
+  for (auto _ : st) {
+    std::copy(a.begin(), a.end(), b.begin());
+    benchmark::DoNotOptimize(b.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["state bytes/s"] = benchmark::Counter(2.0 * static_cast<double>(sizeof(float) * a.size()),
+                                                    benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void commit_args(benchmark::internal::Benchmark* b) {
+  for (std::int64_t ch : {288, 5376})
+    for (std::int64_t path : {1, 4}) b->Args({ch, path});
+  b->ArgNames({"channels", "path"})->Unit(benchmark::kNanosecond)->MinTime(0.05);
+}
+
 // The same-run reference of conv1d: SiLU alone (the library's vector SiLU)
 // over as many values as conv1d outputs. conv1d's 2 W flops per output are
 // cheap next to the SiLU's exp and divide, so this, not a GEMM, bounds it.
@@ -491,6 +533,8 @@ BENCHMARK(BM_ssm_commit)->Apply(form_args);
 BENCHMARK(BM_ssm_check)->Apply(form_args);
 BENCHMARK(BM_ssm_conv1d)->Apply(form_args);
 BENCHMARK(BM_ssm_silu)->Apply(roofline_args);
+BENCHMARK(BM_ssm_conv_commit)->Apply(commit_args);
+BENCHMARK(BM_ssm_conv_commit_copy)->Apply(commit_args);
 BENCHMARK(BM_ssm_states_store)->Apply(roofline_args);
 BENCHMARK(BM_ssm_states_pass)->Apply(roofline_args);
 BENCHMARK(BM_ssm_scan_batch)->Apply(batch_args);

@@ -156,6 +156,44 @@ TEST_CASE("tree conv1d: committed conv state continues the sequence exactly") {
   }
 }
 
+TEST_CASE("tree conv1d: the state commit equals its definition for packed and strided layouts") {
+  // The packed [channels, L] block takes a block move; other layouts the
+  // channel loop. Both must give exactly the newest L columns of
+  // [state..., x[path]...], for paths shorter than, as long as and longer
+  // than L, and leave padding entries alone.
+  std::uint64_t seed = 5100;
+  for (std::int64_t len : {1, 2, 3, 5})
+    for (std::int64_t ch : {1, 4, 13})
+      for (int layout = 0; layout < 3; ++layout) {  // packed, padded rows, column-major
+        ++seed;
+        INFO("seed " << seed << " L " << len << " channels " << ch << " layout " << layout);
+        const auto c = make_conv(9, ch, 4, len, seed);
+        const auto parent = random_tree(c.n, seed);
+        for (node_id v = 0; v < c.n; ++v) {
+          const auto path = root_path(parent, v);
+          INFO("path to node " << v << ", " << path.size() << " nodes");
+          const std::int64_t s0 = layout == 0 ? len : layout == 1 ? len + 2 : 1;
+          const std::int64_t s1 = layout == 2 ? ch : 1;
+          std::vector<double> mem(static_cast<std::size_t>(ch * len + 2 * ch + 2), -7.0);  // -7: padding
+          for (std::int64_t k = 0; k < ch; ++k)
+            for (std::int64_t j = 0; j < len; ++j)
+              mem[static_cast<std::size_t>(k * s0 + j * s1)] = c.state[static_cast<std::size_t>(k * len + j)];
+          std::vector<double> expect = mem;
+          for (std::int64_t k = 0; k < ch; ++k) {
+            std::vector<double> full(c.state.begin() + k * len, c.state.begin() + (k + 1) * len);
+            for (const node_id u : path) full.push_back(c.x[static_cast<std::size_t>(u * ch + k)]);
+            for (std::int64_t j = 0; j < len; ++j)
+              expect[static_cast<std::size_t>(k * s0 + j * s1)] = full[full.size() - static_cast<std::size_t>(len - j)];
+          }
+          specdec::view2d<double> state{mem.data(), {ch, len}, {s0, s1}};
+          REQUIRE(specdec::tree_conv1d_commit_state<double>(
+                      parent, specdec::make_view<const double>(c.x.data(), c.n, ch), path, state)
+                      .ok());
+          CHECK(mem == expect);
+        }
+      }
+}
+
 TEST_CASE("tree conv1d: bad inputs return a status and leave the output untouched") {
   auto c = make_conv(7, 3, 4, 3, 1234);
   const auto parent = binary_tree(c.n);
