@@ -11,7 +11,8 @@
 // request) and cutting prompt-lookup drafts. Option set 0 is the defaults,
 // set 1 the defaults again (a null control: its ratios to set 0 show what
 // noise alone reads), then the sets given on the command line, each a comma
-// list of planner_options fields: "explore=0,plain_first=2".
+// list of planner_options fields: "explore=0,plain_first=2" (and
+// drafter_window, the example drafter's catch-up bound).
 //
 // Prints each row's median speedup over the autoregressive run before it
 // (as the demo does), over all runs and per prompt, and for every set the median over runs of the ratio of
@@ -33,7 +34,7 @@
 
 namespace {
 
-using options = specdec::planner_options;
+using options = models::spec_options;  // an option set: planner fields and the drafter's window
 auto as_int(double x) { return static_cast<std::int32_t>(x); }
 
 // The planner_options fields an option set may name.
@@ -42,23 +43,24 @@ struct field {
   void (*set)(options&, double);
 };
 const field fields[] = {
-    {"max_nodes", [](options& p, double x) { p.max_nodes = as_int(x); }},
-    {"max_depth", [](options& p, double x) { p.max_depth = as_int(x); }},
-    {"max_children", [](options& p, double x) { p.max_children = as_int(x); }},
-    {"forget", [](options& p, double x) { p.forget = x; }},
-    {"prior_weight", [](options& p, double x) { p.prior_weight = x; }},
-    {"prior_accept", [](options& p, double x) { p.prior_accept = x; }},
-    {"replan_every", [](options& p, double x) { p.replan_every = as_int(x); }},
-    {"cost_window", [](options& p, double x) { p.cost_window = as_int(x); }},
-    {"cost_quantile", [](options& p, double x) { p.cost_quantile = x; }},
-    {"explore", [](options& p, double x) { p.explore = x; }},
-    {"prior_node_cost", [](options& p, double x) { p.prior_node_cost = x; }},
-    {"probe_every", [](options& p, double x) { p.probe_every = as_int(x); }},
-    {"rescore_every", [](options& p, double x) { p.rescore_every = as_int(x); }},
-    {"prune", [](options& p, double x) { p.prune = x != 0.0; }},
-    {"plain_first", [](options& p, double x) { p.plain_first = as_int(x); }},
-    {"min_gain", [](options& p, double x) { p.min_gain = x; }},
-    {"draft_bonus", [](options& p, double x) { p.draft_bonus = x; }},
+    {"max_nodes", [](options& p, double x) { p.planner.max_nodes = as_int(x); }},
+    {"max_depth", [](options& p, double x) { p.planner.max_depth = as_int(x); }},
+    {"max_children", [](options& p, double x) { p.planner.max_children = as_int(x); }},
+    {"forget", [](options& p, double x) { p.planner.forget = x; }},
+    {"prior_weight", [](options& p, double x) { p.planner.prior_weight = x; }},
+    {"prior_accept", [](options& p, double x) { p.planner.prior_accept = x; }},
+    {"replan_every", [](options& p, double x) { p.planner.replan_every = as_int(x); }},
+    {"cost_window", [](options& p, double x) { p.planner.cost_window = as_int(x); }},
+    {"cost_quantile", [](options& p, double x) { p.planner.cost_quantile = x; }},
+    {"explore", [](options& p, double x) { p.planner.explore = x; }},
+    {"prior_node_cost", [](options& p, double x) { p.planner.prior_node_cost = x; }},
+    {"probe_every", [](options& p, double x) { p.planner.probe_every = as_int(x); }},
+    {"rescore_every", [](options& p, double x) { p.planner.rescore_every = as_int(x); }},
+    {"prune", [](options& p, double x) { p.planner.prune = x != 0.0; }},
+    {"plain_first", [](options& p, double x) { p.planner.plain_first = as_int(x); }},
+    {"min_gain", [](options& p, double x) { p.planner.min_gain = x; }},
+    {"draft_bonus", [](options& p, double x) { p.planner.draft_bonus = x; }},
+    {"drafter_window", [](options& p, double x) { p.drafter_window = static_cast<std::int64_t>(x); }},
 };
 
 bool set_option(options& p, const std::string& key, double x) {
@@ -70,9 +72,10 @@ bool set_option(options& p, const std::string& key, double x) {
   return false;
 }
 
-// "key=value,key=value" over the demo's planner options.
+// "key=value,key=value" over the demo's planner options (and the drafter's
+// catch-up window, drafter_window).
 options parse(const std::string& spec) {
-  options p = models::spec_options{}.planner;
+  options p;
   for (std::size_t i = 0; i < spec.size();) {
     std::size_t j = spec.find(',', i);
     if (j == std::string::npos) j = spec.size();
@@ -84,7 +87,7 @@ options parse(const std::string& spec) {
     }
     i = j + 1;
   }
-  specdec::throw_if_error(specdec::validate_planner_options(p));
+  specdec::throw_if_error(specdec::validate_planner_options(p.planner));
   return p;
 }
 
@@ -158,13 +161,12 @@ int main(int argc, char** argv) {
     for (int c = 0; c < 4; ++c) {
       const config& cf = configs[c];
       const auto options_of = [&](const row& r) {
-        models::spec_options o;
+        models::spec_options o = r.set >= 0 ? option_sets[static_cast<std::size_t>(r.set)] : options{};
         o.kind = r.kind;
         o.chain_length = r.chain;
         if (r.plain) o.fixed_plan = {-1};
         o.temperature = cf.temperature;
         o.seed = 7 + static_cast<std::uint64_t>(rep);
-        if (r.set >= 0) o.planner = option_sets[static_cast<std::size_t>(r.set)];
         return o;
       };
       std::vector<specdec::round_planner> carried(rows.size());

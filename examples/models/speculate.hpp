@@ -299,7 +299,11 @@ struct spec_options {
   std::vector<std::int32_t> widths = {3, 2, 2, 1};  //!< iid tree
   std::int32_t chain_length = 4;
   //! The drafter's catch-up bound (level_model_drafter::window; 0 = none).
-  std::int64_t drafter_window = 32;
+  //! 8: a drafter that restarts from the last 8 committed tokens drafts as
+  //! well as one that keeps 32 (tokens per pass within 1.5% either way over
+  //! 48 requests of each row) and pays a quarter of the prompt prefill and
+  //! catch-ups (benchmarks/results/planner-plain-control_2026-11-29.md).
+  std::int64_t drafter_window = 8;
   std::int32_t topk_k = 2, topk_depth = 4;
   std::int32_t beam_k = 4, beam_width = 4, beam_depth = 5, beam_budget = 32;
   //! Prompt lookup: the deepest draft and the node budget (root included);
