@@ -15,10 +15,11 @@
 // drafter_window, the example drafter's catch-up bound).
 //
 // Prints each row's median speedup over the autoregressive run before it
-// (as the demo does), over all runs and per prompt, and for every set the median over runs of the ratio of
-// its tokens per CPU second to set 0's in the same prompt and repeat, with
-// how many of those ratios are above 1. Exits non-zero if a temperature-0 run
-// is not token-identical to autoregressive greedy decoding.
+// (as the demo does), over all runs and per prompt, and for every set the
+// median over runs of the ratio of its tokens per CPU second to set 0's in
+// the same prompt and repeat, with how many of those ratios are above 1.
+// Exits non-zero if a temperature-0 run is not token-identical to
+// autoregressive greedy decoding.
 // Usage: planner_ab [repeats=10] [seed=1] [option set ...]
 #include <algorithm>
 #include <cstdio>
@@ -37,7 +38,7 @@ namespace {
 using options = models::spec_options;  // an option set: planner fields and the drafter's window
 auto as_int(double x) { return static_cast<std::int32_t>(x); }
 
-// The planner_options fields an option set may name.
+// The fields an option set may name: planner_options', and the drafter's window.
 struct field {
   const char* name;
   void (*set)(options&, double);
