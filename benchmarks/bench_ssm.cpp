@@ -328,21 +328,26 @@ void BM_ssm_commit(benchmark::State& st) {
 }
 
 // Tree conv1d over the demo's xBC channels (heads * headdim + 2 groups dstate), W = 4, SiLU.
-void BM_ssm_conv1d(benchmark::State& st) {
+// Row-major weight [channels, W] and state [channels, W - 1] (gathered per
+// call), or channel-contiguous ones (weight stored [W][channels], a
+// column-major state: read in place).
+void run_conv1d(benchmark::State& st, bool channel_minor) {
   bench_problem pb(st.range(0), st.range(1), st.range(2));
-  const std::int64_t ch = pb.conv_channels();
+  const std::int64_t ch = pb.conv_channels(), len = kConvWidth - 1;
   std::mt19937_64 rng(7);
   std::normal_distribution<float> nd;
   std::vector<float> x(static_cast<std::size_t>(pb.n * ch)), w(static_cast<std::size_t>(ch * kConvWidth)),
-      b(static_cast<std::size_t>(ch)), state(static_cast<std::size_t>(ch * (kConvWidth - 1))),
+      b(static_cast<std::size_t>(ch)), state(static_cast<std::size_t>(ch * len)),
       out(static_cast<std::size_t>(pb.n * ch));
   for (auto* v : {&x, &w, &b, &state})
     for (auto& e : *v) e = nd(rng);
   specdec::tree_conv1d_inputs<float> in;
   in.x = specdec::make_view<const float>(x.data(), pb.n, ch);
-  in.weight = specdec::make_view<const float>(w.data(), ch, kConvWidth);
+  in.weight = channel_minor ? specdec::view2d<const float>{w.data(), {ch, kConvWidth}, {1, ch}}
+                            : specdec::make_view<const float>(w.data(), ch, kConvWidth);
   in.bias = specdec::make_view<const float>(b.data(), ch);
-  in.conv_state = specdec::make_view<const float>(state.data(), ch, kConvWidth - 1);
+  in.conv_state = channel_minor ? specdec::view2d<const float>{state.data(), {ch, len}, {1, ch}}
+                                : specdec::make_view<const float>(state.data(), ch, len);
   in.silu = true;
   std::vector<std::byte> ws(specdec::tree_conv1d_workspace_size(kConvWidth));
   for (auto _ : st) {
@@ -356,13 +361,16 @@ void BM_ssm_conv1d(benchmark::State& st) {
   st.counters["outputs/s"] =
       benchmark::Counter(static_cast<double>(pb.n * ch), benchmark::Counter::kIsIterationInvariantRate);
 }
+void BM_ssm_conv1d(benchmark::State& st) { run_conv1d(st, false); }
+void BM_ssm_conv1d_channel_minor(benchmark::State& st) { run_conv1d(st, true); }
 
 // The conv-state commit after a round: [channels, W - 1] shifted by the
 // accepted path (`path` nodes of a chain), in place. Channels: the demo
 // hybrid's xBC (288) and a Mamba2-2.7B-sized layer's (5120 + 2 x 128).
 // Bytes/s counts the state read and written once, against
 // BM_ssm_conv_commit_copy, a plain copy of as many bytes in the same run.
-void BM_ssm_conv_commit(benchmark::State& st) {
+// State [channels, L] packed, or column-major (BM_ssm_conv_commit_columns).
+void run_conv_commit(benchmark::State& st, bool columns) {
   const std::int64_t ch = st.range(0), len = kConvWidth - 1;
   const auto m = static_cast<std::size_t>(st.range(1));
   const std::int64_t n = 5;
@@ -370,9 +378,11 @@ void BM_ssm_conv_commit(benchmark::State& st) {
   std::vector<node_id> parent(static_cast<std::size_t>(n)), path(m);
   for (std::size_t i = 0; i < parent.size(); ++i) parent[i] = static_cast<node_id>(i) - 1;
   for (std::size_t i = 0; i < m; ++i) path[i] = static_cast<node_id>(i);
+  const specdec::view2d<float> sv =
+      columns ? specdec::view2d<float>{state.data(), {ch, len}, {1, ch}} : specdec::make_view(state.data(), ch, len);
   for (auto _ : st) {
-    const auto s = specdec::tree_conv1d_commit_state<float>(parent, specdec::make_view<const float>(x.data(), n, ch),
-                                                            path, specdec::make_view(state.data(), ch, len));
+    const auto s =
+        specdec::tree_conv1d_commit_state<float>(parent, specdec::make_view<const float>(x.data(), n, ch), path, sv);
     if (!s.ok()) st.SkipWithError(s.message());
     benchmark::DoNotOptimize(state.data());
     benchmark::ClobberMemory();
@@ -380,6 +390,8 @@ void BM_ssm_conv_commit(benchmark::State& st) {
   st.counters["state bytes/s"] = benchmark::Counter(2.0 * static_cast<double>(sizeof(float) * state.size()),
                                                     benchmark::Counter::kIsIterationInvariantRate);
 }
+void BM_ssm_conv_commit(benchmark::State& st) { run_conv_commit(st, false); }
+void BM_ssm_conv_commit_columns(benchmark::State& st) { run_conv_commit(st, true); }
 
 void BM_ssm_conv_commit_copy(benchmark::State& st) {
   const std::int64_t ch = st.range(0), len = kConvWidth - 1;
@@ -532,8 +544,10 @@ BENCHMARK(BM_ssm_auto)->Apply(form_args);
 BENCHMARK(BM_ssm_commit)->Apply(form_args);
 BENCHMARK(BM_ssm_check)->Apply(form_args);
 BENCHMARK(BM_ssm_conv1d)->Apply(form_args);
+BENCHMARK(BM_ssm_conv1d_channel_minor)->Apply(form_args);
 BENCHMARK(BM_ssm_silu)->Apply(roofline_args);
 BENCHMARK(BM_ssm_conv_commit)->Apply(commit_args);
+BENCHMARK(BM_ssm_conv_commit_columns)->Apply(commit_args);
 BENCHMARK(BM_ssm_conv_commit_copy)->Apply(commit_args);
 BENCHMARK(BM_ssm_states_store)->Apply(roofline_args);
 BENCHMARK(BM_ssm_states_pass)->Apply(roofline_args);

@@ -57,7 +57,7 @@ struct state {
   std::vector<std::int32_t> block_table;  //!< logical page -> physical page (scattered on purpose)
   specdec::position_id cache_len = 0;     //!< committed positions in the cache
   // Mamba2 layers.
-  std::vector<std::vector<float>> conv_state;                          //!< per layer [channels, W - 1]
+  std::vector<std::vector<float>> conv_state;                          //!< per layer [W - 1, channels] (column-major)
   std::vector<std::vector<float>> ssm_state;                           //!< per layer [heads, headdim, dstate]
   std::vector<std::vector<float>> round_xbc_raw, round_xbc, round_dt;  //!< per layer, this round's scan inputs
   std::vector<node_id> round_parent;                                   //!< the tree of the last forward over SSM layers
@@ -352,9 +352,12 @@ inline void mamba(const weights& w, const layer_weights& L, state& s, const batc
   // Tree conv1d: each node's window comes from its ancestors, then the conv state.
   specdec::tree_conv1d_inputs<float> cin;
   cin.x = specdec::make_view<const float>(raw.data(), n, ch);
-  cin.weight = specdec::make_view<const float>(L.conv_w.data(), ch, c.conv);
+  // Weight [W, channels] and the column-major state, viewed as [channels,
+  // W] and [channels, W - 1]: channel-contiguous, so the conv reads them in
+  // place instead of gathering them per call, and the commit moves columns.
+  cin.weight = specdec::view2d<const float>{L.conv_w.data(), {ch, c.conv}, {1, ch}};
   cin.bias = specdec::make_view<const float>(L.conv_b.data(), ch);
-  cin.conv_state = specdec::make_view<const float>(s.conv_state[li].data(), ch, c.conv - 1);
+  cin.conv_state = specdec::view2d<const float>{s.conv_state[li].data(), {ch, c.conv - 1}, {1, ch}};
   cin.silu = true;
   sc.ws.resize(std::max(sc.ws.size(), specdec::tree_conv1d_workspace_size(c.conv)));
   specdec::throw_if_error(specdec::tree_conv1d(b.parent, cin, specdec::make_view<float>(xbc.data(), n, ch), sc.ws));
@@ -479,9 +482,9 @@ inline void commit(const weights& w, state& s, std::span<const node_id> parent, 
           parent, in, specdec::tree_ssm_options<float>{}, path,
           specdec::make_view<float>(s.ssm_state[li].data(), c.ssm_heads, c.ssm_headdim, c.ssm_state)));
     }
-    specdec::throw_if_error(
-        specdec::tree_conv1d_commit_state(parent, specdec::make_view<const float>(s.round_xbc_raw[li].data(), n, ch),
-                                          path, specdec::make_view<float>(s.conv_state[li].data(), ch, c.conv - 1)));
+    specdec::throw_if_error(specdec::tree_conv1d_commit_state(
+        parent, specdec::make_view<const float>(s.round_xbc_raw[li].data(), n, ch), path,
+        specdec::view2d<float>{s.conv_state[li].data(), {ch, c.conv - 1}, {1, ch}}));
   }
   s.cache_len += kept;
 }

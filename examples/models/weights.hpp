@@ -38,7 +38,7 @@ struct layer_weights {
   std::vector<float> norm1, norm2;
   packed_matrix qkv, wo;            // attention: rows q (heads x dh), k, v (kv heads x dh each)
   packed_matrix in_proj, out_proj;  // Mamba2: in_proj rows [z | xBC | dt]
-  std::vector<float> conv_w;        // [channels, W]
+  std::vector<float> conv_w;        // [W, channels]: tree_conv1d reads each window position's row in place
   std::vector<float> conv_b, a, d_skip, dt_bias, ssm_norm;
   packed_matrix gate_up, down;    // gate_up rows [gate | up]
   std::int64_t cache_index = -1;  //!< attention: layer index in the KV cache; Mamba2: in the SSM state
@@ -141,8 +141,13 @@ inline weights load(const std::string& path, kernel::precision prec = kernel::pr
       L.cache_index = n_ssm++;
       const std::int64_t ch = c.conv_channels();
       L.in_proj = detail::load_packed(f, {{p + "ssm_in.weight", c.d_inner() + ch + c.ssm_heads}}, c.d, prec);
-      L.conv_w =
+      // GGUF's [channels][W] transposed to [W][channels] (see conv_w).
+      const std::vector<float> conv_rows =
           f.floats(p + "ssm_conv1d.weight", {static_cast<std::uint64_t>(c.conv), static_cast<std::uint64_t>(ch)});
+      L.conv_w.resize(conv_rows.size());
+      for (std::int64_t k = 0; k < ch; ++k)
+        for (std::int64_t j = 0; j < c.conv; ++j)
+          L.conv_w[static_cast<std::size_t>(j * ch + k)] = conv_rows[static_cast<std::size_t>(k * c.conv + j)];
       L.conv_b = detail::load_vector(f, p + "ssm_conv1d.bias", ch);
       L.a = detail::load_vector(f, p + "ssm_a", c.ssm_heads);
       L.d_skip = detail::load_vector(f, p + "ssm_d", c.ssm_heads);

@@ -194,6 +194,60 @@ TEST_CASE("tree conv1d: the state commit equals its definition for packed and st
       }
 }
 
+// The vector path reads channel-contiguous weights ([W][channels]), bias
+// and a column-major state in place and gathers other layouts: the same
+// sums in the same order, so the same bits.
+template <class T>
+void check_channel_contiguous(const conv_problem& c, const std::vector<node_id>& parent) {
+  const auto cast = [](const std::vector<double>& v) { return std::vector<T>(v.begin(), v.end()); };
+  const auto x = cast(c.x), weight = cast(c.weight), bias = cast(c.bias), state = cast(c.state);
+  std::vector<T> weight_t(weight.size()), state_t(state.size());
+  for (std::int64_t k = 0; k < c.ch; ++k) {
+    for (std::int64_t j = 0; j < c.w; ++j)
+      weight_t[static_cast<std::size_t>(j * c.ch + k)] = weight[static_cast<std::size_t>(k * c.w + j)];
+    for (std::int64_t j = 0; j < c.len; ++j)
+      state_t[static_cast<std::size_t>(j * c.ch + k)] = state[static_cast<std::size_t>(k * c.len + j)];
+  }
+  std::vector<std::byte> ws(specdec::tree_conv1d_workspace_size(c.w));
+  const auto run = [&](bool weight_rows, bool state_rows, bool with_bias) {
+    specdec::tree_conv1d_inputs<T> in;
+    in.x = specdec::make_view<const T>(x.data(), c.n, c.ch);
+    in.weight = weight_rows ? specdec::view2d<const T>{weight_t.data(), {c.ch, c.w}, {1, c.ch}}
+                            : specdec::make_view<const T>(weight.data(), c.ch, c.w);
+    if (with_bias) in.bias = specdec::make_view<const T>(bias.data(), c.ch);
+    if (c.len > 0)
+      in.conv_state = state_rows ? specdec::view2d<const T>{state_t.data(), {c.ch, c.len}, {1, c.ch}}
+                                 : specdec::make_view<const T>(state.data(), c.ch, c.len);
+    in.silu = true;
+    std::vector<T> out(static_cast<std::size_t>(c.n * c.ch));
+    REQUIRE(specdec::tree_conv1d<T>(parent, in, specdec::make_view(out.data(), c.n, c.ch), ws).ok());
+    return out;
+  };
+  for (const bool with_bias : {true, false}) {
+    const auto want = run(false, false, with_bias);
+    CHECK(run(true, false, with_bias) == want);
+    CHECK(run(false, true, with_bias) == want);
+    CHECK(run(true, true, with_bias) == want);
+  }
+}
+
+TEST_CASE("tree conv1d: channel-contiguous weights and state give the bits of row-major ones") {
+  // Channel counts with a vector tail and more than one 64-channel tile;
+  // every width of the vector path's range and the state's column counts.
+  std::uint64_t seed = 6100;
+  for (const std::int64_t ch : {5, 70, 131})
+    for (const std::int64_t w : {1, 2, 4, 8})
+      for (const std::int64_t extra : {0, 2}) {
+        ++seed;
+        const std::int64_t len = w - 1 + extra;
+        INFO("seed " << seed << " channels " << ch << " W " << w << " L " << len);
+        const auto c = make_conv(9, ch, w, len, seed);
+        const auto parent = random_tree(c.n, seed);
+        check_channel_contiguous<double>(c, parent);
+        check_channel_contiguous<float>(c, parent);
+      }
+}
+
 TEST_CASE("tree conv1d: bad inputs return a status and leave the output untouched") {
   auto c = make_conv(7, 3, 4, 3, 1234);
   const auto parent = binary_tree(c.n);

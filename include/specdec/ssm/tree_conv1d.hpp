@@ -86,50 +86,96 @@ inline constexpr std::int64_t tree_conv1d_fast_width = 8;
 inline constexpr std::int64_t tree_conv1d_tile = 64;
 
 //! Vectorised tree_conv1d for x and out with unit channel stride and
-//! W <= tree_conv1d_fast_width: per tile of channels, the weights (by
-//! window position) and the newest W - 1 conv-state columns are gathered
-//! once into contiguous stack rows; then every node sums W contiguous rows
-//! and applies SiLU on vectors. Inputs already validated.
+//! W <= tree_conv1d_fast_width: per tile of channels, every node sums W
+//! rows of channels (its ancestors' x rows, then the newest conv-state
+//! columns, times the weights by window position) and applies SiLU on
+//! vectors. Weights, state columns and bias are read in place where they
+//! are channel-contiguous (weight [W][channels] and a column-major state,
+//! viewed as [channels, W] and [channels, L] with unit channel stride);
+//! other layouts are gathered once per tile into stack rows. At one node
+//! that gather was most of the call (288 channels, W = 4). Inputs already
+//! validated.
 template <class T>
 void tree_conv1d_tiles(std::span<const node_id> parent, const tree_conv1d_inputs<T>& in, view2d<T> out) noexcept {
   using S = vec_ops<T>;
   constexpr std::int64_t tile = tree_conv1d_tile;
   const std::int64_t n = in.x.extent[0], ch = in.x.extent[1], w = in.weight.extent[1];
   const std::int64_t len = in.conv_state.data != nullptr ? in.conv_state.extent[1] : 0;
+  const bool weight_rows = in.weight.stride[0] == 1, state_rows = in.conv_state.stride[0] == 1;
+  const bool bias_row = in.bias.data != nullptr && in.bias.stride[0] == 1;
   T wt[tree_conv1d_fast_width][tile];
   T st[tree_conv1d_fast_width][tile];
   T bt[tile];
+  const T* wrow[tree_conv1d_fast_width];  // wrow[m] multiplies the m-th ancestor (m = 0: the node itself)
+  const T* srow[tree_conv1d_fast_width];  // srow[r]: the r-th newest state column
   const T* src[tree_conv1d_fast_width];
   for (std::int64_t c0 = 0; c0 < ch; c0 += tile) {
     const std::int64_t nc = ch - c0 < tile ? ch - c0 : tile;
     const std::int64_t full = nc - nc % S::lanes;
-    // wt[m] multiplies the m-th ancestor (m = 0: the node itself); st[r] is the r-th newest state column.
-    for (std::int64_t m = 0; m < w; ++m)
-      for (std::int64_t c = 0; c < nc; ++c) wt[m][c] = in.weight(c0 + c, w - 1 - m);
-    for (std::int64_t r = 0; r + 1 < w; ++r)
-      for (std::int64_t c = 0; c < nc; ++c) st[r][c] = in.conv_state(c0 + c, len - 1 - r);
-    for (std::int64_t c = 0; c < nc; ++c) bt[c] = in.bias.data != nullptr ? in.bias(c0 + c) : T(0);
+    for (std::int64_t m = 0; m < w; ++m) {
+      if (weight_rows) {
+        wrow[m] = in.weight.data + (w - 1 - m) * in.weight.stride[1] + c0;
+      } else {
+        for (std::int64_t c = 0; c < nc; ++c) wt[m][c] = in.weight(c0 + c, w - 1 - m);
+        wrow[m] = wt[m];
+      }
+    }
+    for (std::int64_t r = 0; r + 1 < w; ++r) {
+      if (state_rows) {
+        srow[r] = in.conv_state.data + (len - 1 - r) * in.conv_state.stride[1] + c0;
+      } else {
+        for (std::int64_t c = 0; c < nc; ++c) st[r][c] = in.conv_state(c0 + c, len - 1 - r);
+        srow[r] = st[r];
+      }
+    }
+    const T* brow = bias_row ? in.bias.data + c0 : bt;
+    if (!bias_row)
+      for (std::int64_t c = 0; c < nc; ++c) bt[c] = in.bias.data != nullptr ? in.bias(c0 + c) : T(0);
     for (std::int64_t i = 0; i < n; ++i) {
       // The W source rows of node i: its ancestors, then the newest state columns.
       node_id u = static_cast<node_id>(i);
       std::int64_t r = 0;
       for (std::int64_t m = 0; m < w; ++m) {
-        src[m] = u >= 0 ? in.x.data + u * in.x.stride[0] + c0 : st[r++];
+        src[m] = u >= 0 ? in.x.data + u * in.x.stride[0] + c0 : srow[r++];
         if (u >= 0) u = parent[static_cast<std::size_t>(u)];
       }
       T* dst = out.data + i * out.stride[0] + c0;
       for (std::int64_t c = 0; c < full; c += S::lanes) {
-        auto acc = S::load(bt + c);
-        for (std::int64_t m = 0; m < w; ++m) acc += S::load(wt[m] + c) * S::load(src[m] + c);
+        auto acc = S::load(brow + c);
+        for (std::int64_t m = 0; m < w; ++m) acc += S::load(wrow[m] + c) * S::load(src[m] + c);
         S::store(dst + c, in.silu ? S::silu(acc) : acc);
       }
       for (std::int64_t c = full; c < nc; ++c) {
-        T acc = bt[c];
-        for (std::int64_t m = 0; m < w; ++m) acc += wt[m][c] * src[m][c];
+        T acc = brow[c];
+        for (std::int64_t m = 0; m < w; ++m) acc += wrow[m][c] * src[m][c];
         dst[c] = in.silu ? vec_ops<T, false>::silu(acc) : acc;
       }
     }
   }
+}
+
+//! dst[0, n) = src[0, n) (disjoint) through vector registers. Not memcpy:
+//! glibc 2.36's on Zen 3 ran 20x slower when dst - src is 8 or 16 bytes
+//! modulo 4096 (7.2-7.6 us against 0.4 for 21 KB), which a column-major
+//! conv state and its x rows can hit (a 5376-channel commit of three
+//! columns: 21 us instead of 1.3).
+template <class T>
+void copy_vectors(const T* src, std::int64_t n, T* dst) noexcept {
+  using S = vec_ops<T>;
+  std::int64_t i = 0;
+  for (; i + 4 * S::lanes <= n; i += 4 * S::lanes) {
+    const auto a = S::load(src + i), b = S::load(src + i + S::lanes);
+    const auto c = S::load(src + i + 2 * S::lanes), d = S::load(src + i + 3 * S::lanes);
+    S::store(dst + i, a);
+    S::store(dst + i + S::lanes, b);
+    S::store(dst + i + 2 * S::lanes, c);
+    S::store(dst + i + 3 * S::lanes, d);
+#if defined(__GNUC__)
+    asm volatile("" ::: "memory");  // keeps GCC and Clang from turning the loop back into memcpy
+#endif
+  }
+  for (; i + S::lanes <= n; i += S::lanes) S::store(dst + i, S::load(src + i));
+  for (; i < n; ++i) dst[i] = src[i];
 }
 
 }  // namespace detail
@@ -150,7 +196,10 @@ constexpr std::size_t tree_conv1d_workspace_size(std::int64_t width) noexcept {
 //! newest W - 1 conv-state columns) is returned before anything is written.
 //! Vectorised over channels when x and out have unit channel stride and
 //! W <= 8 (SiLU on vectors: a few ulp from std::exp); other layouts take a
-//! scalar path.
+//! scalar path. Fastest at a few nodes when weight, bias and conv_state are
+//! channel-contiguous too (weight stored [W][channels], the state
+//! column-major: views with stride[0] == 1), which it reads in place;
+//! the row-major [channels, W] weight is gathered once per call.
 template <ssm_scalar T>
 status tree_conv1d(std::span<const node_id> parent, const tree_conv1d_inputs<T>& in, view2d<T> out,
                    std::span<std::byte> workspace) noexcept {
@@ -199,7 +248,9 @@ status tree_conv1d(std::span<const node_id> parent, const tree_conv1d_inputs<T>&
 //! Conv-state commit: after accepting `path` (root first), the state holds
 //! the newest L columns of [old state columns..., x[path[0]], ...,
 //! x[path[len-1]]]. In place; `state` [channels, L] (any L >= 1, e.g. W-1
-//! or W columns) must not overlap x. O(L * channels); no allocation.
+//! or W columns) must not overlap x. O(L * channels); no allocation. Block
+//! copies for a packed [channels, L] state and for a column-major one (the
+//! layout tree_conv1d reads in place); other layouts go channel by channel.
 template <ssm_scalar T>
 status tree_conv1d_commit_state(std::span<const node_id> parent, view2d<const T> x, std::span<const node_id> path,
                                 view2d<T> state) noexcept {
@@ -229,6 +280,18 @@ status tree_conv1d_commit_state(std::span<const node_id> parent, view2d<const T>
       const node_id row = path[static_cast<std::size_t>(k + shift - len)];
       for (std::int64_t c = 0; c < ch; ++c) s[c * len + k] = x(row, c);
     }
+    return status::success();
+  }
+  if (state.stride[0] == 1 && state.stride[1] >= ch && x.stride[1] == 1) {
+    // Column-major (each column's channels contiguous, columns apart): the
+    // kept columns move down one contiguous column at a time, ascending (a
+    // column reads a later one, not yet overwritten), and the newest
+    // columns are the x rows of the path.
+    T* s = state.data;
+    const std::int64_t cs = state.stride[1], keep = len > shift ? len - shift : 0;
+    for (std::int64_t k = 0; k < keep; ++k) detail::copy_vectors(s + (k + shift) * cs, ch, s + k * cs);
+    for (std::int64_t k = keep; k < len; ++k)
+      detail::copy_vectors(x.data + path[static_cast<std::size_t>(k + shift - len)] * x.stride[0], ch, s + k * cs);
     return status::success();
   }
   for (std::int64_t c = 0; c < ch; ++c) {

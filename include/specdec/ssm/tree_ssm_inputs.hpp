@@ -4,6 +4,7 @@
 //! same `tree_ssm_inputs`, so a caller builds the views once per layer.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -142,10 +143,15 @@ inline bool ssm_view_finite(const V& v) noexcept {
   constexpr int r = V::rank;
   for (int d = 0; d < r; ++d)
     if (v.extent[d] == 0) return true;
-  // A packed (row-major, no gaps) view is one row.
+  // A view without gaps in any dimension order (row-major, column-major:
+  // e.g. a conv weight stored [W][channels] seen as [channels, W]) is one
+  // contiguous row. Dimensions taken by increasing stride.
+  int order[r];
+  for (int d = 0; d < r; ++d) order[d] = d;
+  std::sort(order, order + r, [&](int a, int b) { return v.stride[a] < v.stride[b]; });
   std::int64_t packed = 1;
   bool is_packed = true;
-  for (int d = r - 1; d >= 0; --d) {
+  for (const int d : order) {
     is_packed = is_packed && (v.extent[d] == 1 || v.stride[d] == packed);
     packed *= v.extent[d];
   }
