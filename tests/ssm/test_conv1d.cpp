@@ -157,14 +157,15 @@ TEST_CASE("tree conv1d: committed conv state continues the sequence exactly") {
 }
 
 TEST_CASE("tree conv1d: the state commit equals its definition for packed and strided layouts") {
-  // The packed [channels, L] block takes a block move; other layouts the
-  // channel loop. Both must give exactly the newest L columns of
-  // [state..., x[path]...], for paths shorter than, as long as and longer
-  // than L, and leave padding entries alone.
+  // The packed [channels, L] block takes a block move, column-major
+  // states column moves, other layouts the channel loop. All must give
+  // exactly the newest L columns of [state..., x[path]...], for paths
+  // shorter than, as long as and longer than L, and leave padding entries
+  // alone.
   std::uint64_t seed = 5100;
   for (std::int64_t len : {1, 2, 3, 5})
-    for (std::int64_t ch : {1, 4, 13})
-      for (int layout = 0; layout < 3; ++layout) {  // packed, padded rows, column-major
+    for (std::int64_t ch : {1, 4, 13, 37})
+      for (int layout = 0; layout < 4; ++layout) {  // packed, padded rows, column-major, padded columns
         ++seed;
         INFO("seed " << seed << " L " << len << " channels " << ch << " layout " << layout);
         const auto c = make_conv(9, ch, 4, len, seed);
@@ -173,8 +174,8 @@ TEST_CASE("tree conv1d: the state commit equals its definition for packed and st
           const auto path = root_path(parent, v);
           INFO("path to node " << v << ", " << path.size() << " nodes");
           const std::int64_t s0 = layout == 0 ? len : layout == 1 ? len + 2 : 1;
-          const std::int64_t s1 = layout == 2 ? ch : 1;
-          std::vector<double> mem(static_cast<std::size_t>(ch * len + 2 * ch + 2), -7.0);  // -7: padding
+          const std::int64_t s1 = layout == 2 ? ch : layout == 3 ? ch + 3 : 1;
+          std::vector<double> mem(static_cast<std::size_t>((ch + 3) * (len + 2)), -7.0);  // -7: padding
           for (std::int64_t k = 0; k < ch; ++k)
             for (std::int64_t j = 0; j < len; ++j)
               mem[static_cast<std::size_t>(k * s0 + j * s1)] = c.state[static_cast<std::size_t>(k * len + j)];
@@ -274,6 +275,32 @@ TEST_CASE("tree conv1d: bad inputs return a status and leave the output untouche
   bool untouched = true;
   for (double v : out) untouched = untouched && v == 3.0;
   CHECK(untouched);
+  // Channel-contiguous views take the in-place path and its one-row
+  // finiteness check: a NaN in the weight or in a state column the conv
+  // reads is still non_finite with nothing written; one in the column it
+  // never reads (the oldest of W) is accepted.
+  c.x[4] = 0.5;
+  const auto cm = make_conv(7, 3, 4, 4, 1235);  // L = W columns
+  std::vector<double> weight_t(cm.weight.size()), state_t(cm.state.size());
+  for (std::int64_t k = 0; k < cm.ch; ++k) {
+    for (std::int64_t j = 0; j < cm.w; ++j)
+      weight_t[static_cast<std::size_t>(j * cm.ch + k)] = cm.weight[static_cast<std::size_t>(k * cm.w + j)];
+    for (std::int64_t j = 0; j < cm.len; ++j)
+      state_t[static_cast<std::size_t>(j * cm.ch + k)] = cm.state[static_cast<std::size_t>(k * cm.len + j)];
+  }
+  auto cin = conv_inputs(cm, true);
+  cin.weight = specdec::view2d<const double>{weight_t.data(), {cm.ch, cm.w}, {1, cm.ch}};
+  cin.conv_state = specdec::view2d<const double>{state_t.data(), {cm.ch, cm.len}, {1, cm.ch}};
+  weight_t[5] = std::nan("");
+  CHECK(run(cin, parent, ws) == status_code::non_finite);
+  weight_t[5] = 0.25;
+  state_t[static_cast<std::size_t>(2 * cm.ch + 1)] = std::nan("");  // column 2: read
+  CHECK(run(cin, parent, ws) == status_code::non_finite);
+  for (double v : out) untouched = untouched && v == 3.0;
+  CHECK(untouched);
+  state_t[static_cast<std::size_t>(2 * cm.ch + 1)] = 1.0;
+  state_t[1] = std::nan("");  // column 0: never read
+  CHECK(run(cin, parent, ws).ok());
   std::vector<node_id> bad_path{0, 3};
   CHECK(specdec::tree_conv1d_commit_state<double>(parent, specdec::make_view<const double>(c.x.data(), c.n, c.ch),
                                                   bad_path, specdec::make_view(c.state.data(), c.ch, c.len)) ==

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <span>
 
+#include "specdec/core/detail/simd.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/core/view.hpp"
 #include "specdec/core/workspace.hpp"
@@ -152,30 +153,6 @@ void tree_conv1d_tiles(std::span<const node_id> parent, const tree_conv1d_inputs
       }
     }
   }
-}
-
-//! dst[0, n) = src[0, n) (disjoint) through vector registers. Not memcpy:
-//! glibc 2.36's on Zen 3 ran 20x slower when dst - src is 8 or 16 bytes
-//! modulo 4096 (7.2-7.6 us against 0.4 for 21 KB), which a column-major
-//! conv state and its x rows can hit (a 5376-channel commit of three
-//! columns: 21 us instead of 1.3).
-template <class T>
-void copy_vectors(const T* src, std::int64_t n, T* dst) noexcept {
-  using S = vec_ops<T>;
-  std::int64_t i = 0;
-  for (; i + 4 * S::lanes <= n; i += 4 * S::lanes) {
-    const auto a = S::load(src + i), b = S::load(src + i + S::lanes);
-    const auto c = S::load(src + i + 2 * S::lanes), d = S::load(src + i + 3 * S::lanes);
-    S::store(dst + i, a);
-    S::store(dst + i + S::lanes, b);
-    S::store(dst + i + 2 * S::lanes, c);
-    S::store(dst + i + 3 * S::lanes, d);
-#if defined(__GNUC__)
-    asm volatile("" ::: "memory");  // keeps GCC and Clang from turning the loop back into memcpy
-#endif
-  }
-  for (; i + S::lanes <= n; i += S::lanes) S::store(dst + i, S::load(src + i));
-  for (; i < n; ++i) dst[i] = src[i];
 }
 
 }  // namespace detail

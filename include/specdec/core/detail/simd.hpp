@@ -300,4 +300,28 @@ bool row_finite(const T* p, std::int64_t n) noexcept {
   return (all >> top) == 0;
 }
 
+//! dst[0, n) = src[0, n) through vector registers, ascending (so also a
+//! move to a lower address). Not memcpy: glibc 2.36's on Zen 3 ran 20x
+//! slower when dst - src is 8 or 16 bytes modulo 4096 (7.2-7.6 us against
+//! 0.4 for 21 KB), which tree_conv1d_commit_state's column moves hit (a
+//! 5376-channel commit of three columns: 21 us instead of 1.3).
+template <class T>
+void copy_vectors(const T* src, std::int64_t n, T* dst) noexcept {
+  using S = vec_ops<T>;
+  std::int64_t i = 0;
+  for (; i + 4 * S::lanes <= n; i += 4 * S::lanes) {
+    const auto a = S::load(src + i), b = S::load(src + i + S::lanes);
+    const auto c = S::load(src + i + 2 * S::lanes), d = S::load(src + i + 3 * S::lanes);
+    S::store(dst + i, a);
+    S::store(dst + i + S::lanes, b);
+    S::store(dst + i + 2 * S::lanes, c);
+    S::store(dst + i + 3 * S::lanes, d);
+#if defined(__GNUC__)
+    asm volatile("" ::: "memory");  // keeps GCC and Clang from turning the loop back into memcpy
+#endif
+  }
+  for (; i + S::lanes <= n; i += S::lanes) S::store(dst + i, S::load(src + i));
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
 }  // namespace specdec::detail
