@@ -17,6 +17,9 @@
 // verify_us, commit_us; probs_rows: target rows converted per round (only
 // the rows the walk reads); accepted: drafts accepted per round.
 // bytes_per_second: N logits rows per round.
+// BM_loop_plain_round: the planned builder held to plain steps, next to
+// BM_plain_step, a caller's own plain step (the root's row to
+// probabilities, verify_tree): what the session adds to a plain round.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -26,6 +29,7 @@
 
 #include "specdec/draft/static_tree.hpp"
 #include "specdec/draft/topk_tree.hpp"
+#include "specdec/loop/planned_builder.hpp"
 #include "specdec/loop/session.hpp"
 
 namespace {
@@ -159,6 +163,70 @@ void shapes(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMicrosecond);
 }
 BENCHMARK(BM_loop_round)->Apply(shapes);
+
+// A plain step through the session: the planned builder with max_depth = 0
+// (every round root-only, as a planner that chose plain decoding), wall time
+// per round with a near-free target and a drafter never called, next to
+// BM_plain_step below: what the session and planner add to each step an
+// engine decodes plainly.
+void BM_loop_plain_round(benchmark::State& state) {
+  specdec::planner_options po;
+  po.max_depth = 0;
+  loop_rounds(state, specdec::planned_tree_builder({.planner = po, .vocab_size = state.range(0)}));
+}
+
+// The same step without the session: the root's row to probabilities (at
+// temperature 1) and verify_tree over a root-only tree, as a caller's own
+// plain decoding loop does it.
+void BM_plain_step(benchmark::State& state) {
+  const std::int64_t V = state.range(0);
+  const bool greedy = state.range(2) != 0;
+  std::vector<float> logits(static_cast<std::size_t>(V)), probs(logits.size());
+  std::mt19937 g(11);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (float& x : logits) x = nd(g);
+  std::vector<std::byte> ws(specdec::verify_workspace_size(V, 1));
+  std::vector<std::byte> fws(specdec::logits_to_probs_workspace_size(V, specdec::sampling_params{}));
+  const specdec::node_id parent[1] = {-1};
+  const token_id root = 1;
+  const specdec::tree_view tree{&root, parent, nullptr, nullptr, 1};
+  specdec::verify_params vp;
+  vp.mode = greedy ? specdec::verify_mode::greedy : specdec::verify_mode::sampled_iid;
+  const specdec::sampling_params sp{};
+  specdec::node_id path[1];
+  token_id emitted[1];
+  std::uint32_t round = 0;
+  for (auto _ : state) {
+    specdec::verify_result res;
+    vp.round = round++;
+    const float* rows = logits.data();
+    if (!greedy) {
+      if (!specdec::logits_to_probs_row(specdec::make_view<const float>(logits.data(), V),
+                                        specdec::make_view(probs.data(), V), sp, fws)
+               .ok()) {
+        state.SkipWithError("logits_to_probs failed");
+        return;
+      }
+      rows = probs.data();
+    }
+    const specdec::status st =
+        specdec::verify_tree(tree, specdec::make_view<const float>(rows, 1, V), {}, vp, ws, path, emitted, res);
+    if (!st.ok()) {
+      state.SkipWithError(st.message());
+      return;
+    }
+    benchmark::DoNotOptimize(emitted[0]);
+  }
+}
+
+void plain_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"V", "shape", "greedy", "agree"});
+  for (std::int64_t V : {256, 32000})
+    for (int greedy : {0, 1}) b->Args({V, 0, greedy, 0});
+  b->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK(BM_loop_plain_round)->Apply(plain_shapes);
+BENCHMARK(BM_plain_step)->Apply(plain_shapes);
 BENCHMARK(BM_loop_round_static)->Apply([](benchmark::internal::Benchmark* b) {
   b->ArgNames({"V", "shape", "greedy", "agree"});
   for (std::int64_t V : {32000, 128256})

@@ -224,11 +224,10 @@ class batched_session {
       cache_len_.push_back(static_cast<position_id>(s.history.size() - 1));
       histories_.push_back(dr.history);
     }
-    last_.time.draft = detail::seconds_since(t0);
+    last_.time.draft = detail::lap(t0);
     const std::int32_t total = offsets_.back();
 
     // 2. Flatten: positions and per-tree packed masks (one row width: the largest tree's).
-    t0 = clock::now();
     std::int32_t nmax = 0;
     for (std::size_t b = 0; b < B; ++b) nmax = std::max(nmax, offsets_[b + 1] - offsets_[b]);
     const std::int64_t words = mask_words_per_row<std::uint64_t>(nmax);
@@ -248,22 +247,20 @@ class batched_session {
       for (std::size_t i = 0; i < n; ++i)
         depth_max = std::max(depth_max, static_cast<std::int32_t>(positions_[o + i] - cache_len_[b]));
     }
-    last_.time.flatten = detail::seconds_since(t0);
+    last_.time.flatten = detail::lap(t0);
 
     // 3. One forward over the whole batch.
-    t0 = clock::now();
     float* logits = logits_.get(static_cast<std::size_t>(total) * static_cast<std::size_t>(V));
     const view2d<float> lv = make_view(logits, std::int64_t{total}, V);
     const tree_view nodes{tokens_.data(), parents_.data(), nullptr, nullptr, total};
     SPECDEC_TRY(target.forward_batch(
         batch_tree_forward{active_, offsets_, nodes, histories_, cache_len_, positions_, mask_, words, lv}));
     ++last_.target_calls;
-    last_.time.forward = detail::seconds_since(t0);
+    last_.time.forward = detail::lap(t0);
 
     // 4. Verify each request; a target row is converted to probabilities
     //    (with its request's sampling parameters) when the walk first reads
     //    it, greedy requests read the logits.
-    t0 = clock::now();
     row_params_.resize(static_cast<std::size_t>(total));
     std::size_t filter_bytes = 0;
     for (std::size_t b = 0; b < B; ++b) {
@@ -312,10 +309,9 @@ class batched_session {
     }
     last_.probs_rows = lz.converted;
     last_.time.probs = lz.seconds;
-    last_.time.verify = detail::seconds_since(t0) - last_.time.probs;
+    last_.time.verify = detail::lap(t0) - last_.time.probs;
 
     // 5. Truncate (stop tokens, max_tokens), keep indices for all, one commit.
-    t0 = clock::now();
     path_offsets_.assign(1, 0);
     kept_paths_.clear();
     for (std::size_t b = 0; b < B; ++b) {
@@ -355,7 +351,7 @@ class batched_session {
       ++s.rounds;
       last_.emitted += static_cast<std::int32_t>(m);
     }
-    last_.time.commit = detail::seconds_since(t0);
+    last_.time.commit = detail::lap(t0);
     last_.tree_nodes = total;
     last_.tree_depth = depth_max;
     if constexpr (round_observing_builder<Builder>) {

@@ -59,6 +59,13 @@ class planned_tree_builder : public owning_build<planned_tree_builder> {
   template <any_drafter D>
   status build(D& d, const draft_round& round, drafted_tree& out) {
     const round_plan p = planner_.pending() ? planner_.plan() : planner_.next();
+    // A plain step drafts nothing: the root alone, without the static
+    // builder's per-round setup, so that a round the planner makes plain
+    // costs close to what a plain decoding loop's step does.
+    if (p.shape.size() == 1) {
+      out.reset(round.root_token);
+      return status::success();
+    }
     static_tree_options& so = static_.options();
     so.shape.assign(p.shape.begin(), p.shape.end());
     so.min_path_probability.assign(p.min_path_probability.begin(), p.min_path_probability.end());

@@ -786,14 +786,16 @@ class round_planner {
     if (full == 0 || skips_reported_) return full;
     return std::clamp<std::int64_t>(speculated_, short_probe_gap(), full);
   }
-  // A probe is due after probe_gap_ plain rounds, unless the request has
-  // fewer tokens left than that gap: it pays (a catch-up of the drafter,
+  // A probe is due after probe_gap_ plain rounds, unless no shape drafts
+  // (max_depth = 0 or max_nodes = 1: each plain round then scored the
+  // candidates for nothing) or the request has fewer tokens left than that
+  // gap: a probe pays (a catch-up of the drafter,
   // rounds that may lose) for what the rest of the request would gain, and
   // the gap is how long its last verdict is trusted. On the demo's hybrid at
   // T = 1, where plain decoding wins on two prompts in four, a cold planner
   // spent 2-4% of such a request on a probe started with 14-41 tokens left.
   [[nodiscard]] bool probe_due() const noexcept {
-    return probe_gap_ > 0 && since_draft_ >= probe_gap_ &&
+    return depth_cap_ > 0 && probe_gap_ > 0 && since_draft_ >= probe_gap_ &&
            (tokens_left_ < 0 || tokens_left_ >= std::max<std::int64_t>(probe_gap_, 2));
   }
   // The shortest gap: probe_every / 8, at least one round.
