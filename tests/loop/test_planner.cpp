@@ -906,6 +906,23 @@ TEST_CASE("planner: no predicted time before a pass time is known") {
   CHECK(q.next().summary.predicted_seconds >= 2e-3);
 }
 
+TEST_CASE("planner: a planner that cannot draft (max_depth 0 or max_nodes 1) only steps plainly") {
+  const true_acceptance a;
+  std::mt19937_64 rng(20261129);
+  for (const planner_options& o : {planner_options{.max_nodes = 16, .max_depth = 0, .probe_every = 8},
+                                   planner_options{.max_nodes = 1, .max_depth = 4, .probe_every = 8}}) {
+    round_planner p(o);
+    int plain = 0;
+    for (int i = 0; i < 300; ++i) {  // probes would be due every 8 to 64 rounds
+      const simulated_round r = simulate_round(p, a, rng, [](round_feedback& f, const plan_summary&) {
+        f.forward_seconds = 1e-4;  // speculation would pay if it could draft
+      });
+      plain += r.summary.nodes == 1 && r.summary.kind == plan_kind::autoregressive ? 1 : 0;
+    }
+    CHECK(plain == 300);
+  }
+}
+
 TEST_CASE("planner: the plain step is timed first, probes run two rounds, plain streaks hold") {
   // Measured (not injected) costs where speculation loses: every node costs
   // a full step and each drafter level half of one.
