@@ -314,6 +314,11 @@ int main(int argc, char** argv) {
           r.st.stages.verify += st.stages.verify;
           r.st.stages.commit += st.stages.commit;
           for (const auto& [shape, n] : st.plans) r.st.plans[shape] += n;
+          r.st.requests += st.requests;
+          r.st.switches += st.switches;
+          r.st.steady_drafted += st.steady_drafted;
+          r.st.switch_drafter_seconds += st.switch_drafter_seconds;
+          r.st.steady_drafter_seconds += st.steady_drafter_seconds;
           if (!st.planner_estimates.empty()) r.st.planner_estimates = st.planner_estimates;
         }
       }
@@ -375,7 +380,8 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "\nPlanned rows: the shapes the planner chose most (rounds over all runs; tokens per round and microseconds\n"
-      "per token of those rounds, measured / as planned) and its estimates at the end of the last run:\n");
+      "per token of those rounds, measured / as planned), its estimates at the end of the last run, and how often\n"
+      "it switched from plain steps to drafting (the drafter then catches up on the tokens it skipped):\n");
   for (const auto& r : rows) {
     if (r.st.plans.empty()) continue;
     std::printf("%-11s T=%.0f %s:", r.model.c_str(), static_cast<double>(r.temperature), r.method.c_str());
@@ -401,6 +407,13 @@ int main(int argc, char** argv) {
     if (rest.rounds > 0)
       std::printf("\n    %lld rounds of %zu other shapes", static_cast<long long>(rest.rounds), by_rounds.size() - 5);
     std::printf("\n    %s\n", r.st.planner_estimates.c_str());
+    if (r.st.switches > 0)
+      std::printf(
+          "    %.1f switches from plain steps to drafting per request; drafter %.0f us in such a round, %.0f us "
+          "in the other drafted rounds\n",
+          static_cast<double>(r.st.switches) / static_cast<double>(std::max<std::int64_t>(r.st.requests, 1)),
+          1e6 * r.st.switch_drafter_seconds / static_cast<double>(r.st.switches),
+          1e6 * r.st.steady_drafter_seconds / static_cast<double>(std::max<std::int64_t>(r.st.steady_drafted, 1)));
   }
   std::printf("\nGreedy continuation (transformer): %s%s\n", std::string(models::demo_prompts[0]).c_str(),
               text(rows[0].first_out).c_str());

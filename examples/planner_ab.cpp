@@ -56,6 +56,7 @@ const field fields[] = {
     {"explore", [](options& p, double x) { p.planner.explore = x; }},
     {"prior_node_cost", [](options& p, double x) { p.planner.prior_node_cost = x; }},
     {"probe_every", [](options& p, double x) { p.planner.probe_every = as_int(x); }},
+    {"probe_budget", [](options& p, double x) { p.planner.probe_budget = x; }},
     {"rescore_every", [](options& p, double x) { p.planner.rescore_every = as_int(x); }},
     {"prune", [](options& p, double x) { p.planner.prune = x != 0.0; }},
     {"plain_first", [](options& p, double x) { p.planner.plain_first = as_int(x); }},

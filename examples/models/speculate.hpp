@@ -282,6 +282,12 @@ struct decode_stats {
   //! (shape_name prints them), and the planner's estimates at the end of the run.
   std::map<std::tuple<int, int, int>, shape_tally> plans;
   std::string planner_estimates;
+  //! Planned runs: drafted rounds right after a plain step (switches: the
+  //! drafter first catches up on the tokens it skipped, or on the prompt in
+  //! a request's opening) and the other drafted rounds, with their drafter
+  //! seconds; requests decoded.
+  std::int64_t requests = 0, switches = 0, steady_drafted = 0;
+  double switch_drafter_seconds = 0, steady_drafter_seconds = 0;
 };
 
 //! "AR", "chain 3" or "tree 7/3" (7 nodes, depth 3) for a key of decode_stats::plans.
@@ -380,8 +386,15 @@ inline std::vector<token_id> generate_autoregressive(const weights& target, std:
 }
 
 namespace detail {
-inline void tally_plan(const specdec::round_stats& r, decode_stats& st) {
+// `plain_before`: whether the request's previous round was a plain step
+// (false before its first round); updated for the next.
+inline void tally_plan(const specdec::round_stats& r, decode_stats& st, bool& plain_before) {
   const specdec::plan_summary& p = r.plan;
+  if (p.nodes > 1) {
+    (plain_before ? st.switches : st.steady_drafted) += 1;
+    (plain_before ? st.switch_drafter_seconds : st.steady_drafter_seconds) += r.time.draft;
+  }
+  plain_before = p.nodes <= 1;
   st.plans[{p.nodes <= 1             ? 0
             : p.nodes == p.depth + 1 ? 1
                                      : 2,
@@ -441,8 +454,9 @@ std::vector<token_id> run_session(Builder builder, const weights& target, const 
       (o.kind == tree_kind::chain || o.kind == tree_kind::iid_tree))
     so.rule = o.sampled_rule;
   specdec::speculative_session<Builder> s(std::move(builder), so);
+  bool plain_before = false;
   const auto out = s.generate(drafter, tgt, prompt, [&](std::span<const token_id>) {
-    if constexpr (specdec::round_observing_builder<Builder>) tally_plan(s.last_round(), st);
+    if constexpr (specdec::round_observing_builder<Builder>) tally_plan(s.last_round(), st, plain_before);
     if (on_round) on_round(static_cast<std::int64_t>(s.generated_tokens().size()));
   });
   if constexpr (specdec::batch_plannable_builder<Builder>) {
@@ -450,6 +464,7 @@ std::vector<token_id> run_session(Builder builder, const weights& target, const 
     if (o.carry != nullptr) *o.carry = s.builder().planner();  // kept for the next request, as an engine would
   }
   const specdec::session_stats& ss = s.stats();
+  ++st.requests;
   st.tokens += ss.tokens;
   st.rounds += ss.rounds;
   st.target_calls += ss.target_calls;

@@ -34,8 +34,8 @@ class RoundPlanner:
     :meth:`observe` after verification with its own step times, e.g. from
     ``torch.cuda.Event`` timers. Options are those of ``planner_options``
     (max_nodes, max_depth, max_children, forget, prior_weight, prior_accept,
-    replan_every, cost_window, cost_quantile, explore, prior_node_cost, probe_every, rescore_every, prune,
-    plain_first, min_gain, draft_bonus). Lossless:
+    replan_every, cost_window, cost_quantile, explore, prior_node_cost, probe_every, probe_budget,
+    rescore_every, prune, plain_first, min_gain, draft_bonus). Lossless:
     the plan never depends on the round's target rows (docs/loop.md).
     """
 

@@ -52,7 +52,8 @@ void bind_loop(nb::module_& m) {
           [](round_planner* p, std::int32_t max_nodes, std::int32_t max_depth, std::int32_t max_children, double forget,
              double prior_weight, double prior_accept, std::int32_t replan_every, std::int32_t cost_window,
              double cost_quantile, double explore, double prior_node_cost, std::int32_t probe_every,
-             std::int32_t rescore_every, bool prune, std::int32_t plain_first, double min_gain, double draft_bonus) {
+             double probe_budget, std::int32_t rescore_every, bool prune, std::int32_t plain_first, double min_gain,
+             double draft_bonus) {
             new (p) round_planner();
             check(p->reset(planner_options{.max_nodes = max_nodes,
                                            .max_depth = max_depth,
@@ -66,6 +67,7 @@ void bind_loop(nb::module_& m) {
                                            .explore = explore,
                                            .prior_node_cost = prior_node_cost,
                                            .probe_every = probe_every,
+                                           .probe_budget = probe_budget,
                                            .rescore_every = rescore_every,
                                            .prune = prune,
                                            .plain_first = plain_first,
@@ -75,8 +77,8 @@ void bind_loop(nb::module_& m) {
           arg("max_nodes") = 32, arg("max_depth") = 8, arg("max_children") = 4, arg("forget") = 0.97,
           arg("prior_weight") = 2.0, arg("prior_accept") = 0.5, arg("replan_every") = 32, arg("cost_window") = 8,
           arg("cost_quantile") = 0.5, arg("explore") = 0.05, arg("prior_node_cost") = 0.25, arg("probe_every") = 64,
-          arg("rescore_every") = 4, arg("prune") = false, arg("plain_first") = 6, arg("min_gain") = 0.0,
-          arg("draft_bonus") = 0.5)
+          arg("probe_budget") = 0.01, arg("rescore_every") = 4, arg("prune") = false, arg("plain_first") = 6,
+          arg("min_gain") = 0.0, arg("draft_bonus") = 0.5)
       .def("next", [](round_planner& p) { return plan_tuple(p.next()); })
       .def(
           "plan_drafted",

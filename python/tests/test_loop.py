@@ -50,6 +50,9 @@ def test_errors_and_fixed_plan():
         specdec.RoundPlanner(min_gain=-0.1)
     with pytest.raises(specdec.Error, match="invalid_argument"):
         specdec.RoundPlanner(cost_quantile=1.5)
+    with pytest.raises(specdec.Error, match="invalid_argument"):
+        specdec.RoundPlanner(probe_budget=-0.5)
+    specdec.RoundPlanner(probe_budget=1e9)  # probes at every gap
     specdec.RoundPlanner(cost_quantile=0.25)  # the lower quartile
     p = specdec.RoundPlanner()
     with pytest.raises(specdec.Error):

@@ -140,6 +140,8 @@ TEST_CASE("planner: option, cost and feedback errors") {
   CHECK(p.reset(planner_options{.prior_accept = 1.5}) == status_code::invalid_argument);
   CHECK(p.reset(planner_options{.explore = 1.0}) == status_code::invalid_argument);
   CHECK(p.reset(planner_options{.plain_first = -1}) == status_code::invalid_argument);
+  CHECK(p.reset(planner_options{.probe_budget = -0.1}) == status_code::invalid_argument);
+  CHECK(p.reset(planner_options{.probe_budget = NAN}) == status_code::invalid_argument);
   CHECK(p.reset(planner_options{.cost_quantile = 1.5}) == status_code::invalid_argument);
   CHECK(p.reset(planner_options{.cost_quantile = NAN}) == status_code::invalid_argument);
   REQUIRE(p.reset(planner_options{}).ok());
@@ -943,7 +945,9 @@ TEST_CASE("planner: the plain step is timed first, probes run two rounds, plain 
     }
     return nodes;
   };
-  round_planner p(planner_options{.max_nodes = 16, .max_depth = 4});
+  // An unbounded probe_budget: these probes are what the test looks at
+  // (drafting loses here, so the default budget holds them back).
+  round_planner p(planner_options{.max_nodes = 16, .max_depth = 4, .probe_budget = 1e9});
   const auto nodes = run(p, 400);
   // plain_first + 1 plain rounds (the first pass at a size is dropped), then exploration.
   const auto first = static_cast<std::size_t>(p.options().plain_first) + 1;
@@ -1577,4 +1581,48 @@ TEST_CASE("planner estimators: the tree program's optimum equals a brute-force s
   }
   std::printf("[planner] tree program: %d optima equal to the brute force\n", compared);
   CHECK(compared > 200);
+}
+
+TEST_CASE("planner: probe_budget holds probes back where drafting lost, not where it paid") {
+  // 100 rounds of a fixed 3-node chain, then the planner is free and every
+  // draft is rejected: it decodes plainly (after the accepted chains, once
+  // its estimates fell: some 30 rejected rounds). Injected costs (a pass
+  // 1 + 0.2 per extra node, the drafter 0.1 per level): a rejected chain
+  // round costs 0.6 more than the plain step it replaces, an accepted one
+  // 1.4 less than the three plain steps it replaces. Probes come at their
+  // gaps after the accepted chains; after the rejected ones, only with an
+  // unbounded budget (the negative control).
+  const std::vector<node_id> chain{-1, 0, 1};
+  const auto drafted_after = [&](double first_acceptance, double budget) {
+    round_planner p(planner_options{.max_nodes = 16, .max_depth = 4, .probe_every = 64, .probe_budget = budget});
+    const double n[] = {1, 16}, t[] = {1.0, 4.0};
+    REQUIRE(p.set_target_cost(n, t).ok());
+    REQUIRE(p.set_drafter_cost(0.0, 0.1, 0.0).ok());
+    REQUIRE(p.set_loop_cost(0.0, 0.0).ok());
+    std::mt19937_64 rng(20261129);
+    const auto fill = [](round_feedback& f, const plan_summary& plan) {
+      f.drafter_calls = plan.depth;
+      f.drafted_nodes = f.forward_nodes - 1;
+    };
+    REQUIRE(p.fix_plan(chain).ok());
+    for (int i = 0; i < 100; ++i) (void)simulate_round(p, always(first_acceptance), rng, fill);
+    REQUIRE(p.fix_plan({}).ok());
+    int drafted = 0;
+    bool plain = false;  // drafted rounds after the first plain one: probes
+    for (int i = 0; i < 200; ++i) {
+      const bool d = simulate_round(p, always(0.0), rng, fill).summary.nodes > 1;
+      plain = plain || !d;
+      drafted += plain && d ? 1 : 0;
+    }
+    REQUIRE(plain);
+    return drafted;
+  };
+  const int lost = drafted_after(0.0, 0.01), lost_unbounded = drafted_after(0.0, 1e9), paid = drafted_after(1.0, 0.01);
+  std::printf(
+      "planner probe budget: probe rounds in 200 after chains that lost: %d (unbounded budget: %d), "
+      "after chains that paid: %d\n",
+      lost, lost_unbounded, paid);
+  CHECK(lost == 0);
+  CHECK(lost_unbounded >= 6);  // at least one probe
+  CHECK(paid >= 6);
 }

@@ -41,6 +41,13 @@ struct planner_options {
   //! were, at least an eighth of it; not once observe_skipped reports skipped drafts): a verdict from one
   //! early rejection is checked again soon.
   std::int32_t probe_every = 64;
+  //! Probes are also held back while the drafted rounds lost more than this share of the decode's
+  //! predicted time against plain steps (their predicted time less that of plain steps emitting
+  //! their tokens, over about the last 200 rounds), once at least probe_every / 4 rounds drafted
+  //! (>= 0; a large value: probes at every gap). Where drafting loses, each probe pays a switch (the
+  //! drafter catches up) and rounds that lose again: on the demo's hybrid at T = 1, 2% of a cold
+  //! request (benchmarks/results/planner-probe-budget_2026-11-29.md).
+  double probe_budget = 0.01;
   //! Rounds between full scorings of the candidates (>= 1); the last choice is kept in between.
   std::int32_t rescore_every = 4;
   //! Per-depth early-stop thresholds (draft probability below marginal cost). Off by default:
@@ -99,6 +106,7 @@ inline status validate_planner_options(const planner_options& o) noexcept {
   if (!(o.prior_node_cost >= 0.0) || !std::isfinite(o.prior_node_cost))
     return make_status(status_code::invalid_argument, "prior_node_cost must be >= 0");
   if (o.probe_every < 0) return make_status(status_code::invalid_argument, "probe_every must be >= 0");
+  if (!(o.probe_budget >= 0.0)) return make_status(status_code::invalid_argument, "probe_budget must be >= 0");
   if (o.rescore_every < 1) return make_status(status_code::invalid_argument, "rescore_every must be >= 1");
   if (!(o.cost_quantile >= 0.0 && o.cost_quantile <= 1.0))
     return make_status(status_code::invalid_argument, "cost_quantile in [0, 1]");

@@ -79,6 +79,7 @@ class round_planner {
     forget_times();
     rounds_ = 0;
     speculated_ = 0;
+    spend_ = elapsed_ = plain_round_ = 0.0;
     probe_gap_ = restored_probe_gap();
     last_best_ = SIZE_MAX;
     since_score_ = 0;
@@ -337,6 +338,7 @@ class round_planner {
     if (f.forward_nodes < 1) return make_status(status_code::invalid_argument, "forward_nodes must be >= 1");
     has_plan_ = false;
     ++rounds_;
+    account_spend(f);
     tokens_left_ = f.tokens_left;
     skipped_.round(f.tree.size > 1);
     // Only rounds that drafted bring acceptance news: plain streaks do not
@@ -794,9 +796,45 @@ class round_planner {
   // the gap is how long its last verdict is trusted. On the demo's hybrid at
   // T = 1, where plain decoding wins on two prompts in four, a cold planner
   // spent 2-4% of such a request on a probe started with 14-41 tokens left.
-  [[nodiscard]] bool probe_due() const noexcept {
-    return depth_cap_ > 0 && probe_gap_ > 0 && since_draft_ >= probe_gap_ &&
-           (tokens_left_ < 0 || tokens_left_ >= std::max<std::int64_t>(probe_gap_, 2));
+  // Nor while drafting has lost more than probe_budget of the time
+  // (account_spend), once that rests on a probe's worth of drafted rounds
+  // (a verdict from a round or two is still checked again soon): such a
+  // probe counts as one that lost, so the gaps still double.
+  bool probe_due() noexcept {
+    if (depth_cap_ == 0 || probe_gap_ == 0 || since_draft_ < probe_gap_ ||
+        (tokens_left_ >= 0 && tokens_left_ < std::max<std::int64_t>(probe_gap_, 2)))
+      return false;
+    if (speculated_ < probe_rounds || spend_ <= opt_.probe_budget * elapsed_) return true;
+    probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 8 * static_cast<std::int64_t>(opt_.probe_every));
+    probes_losing_ = true;
+    return false;
+  }
+  // What drafting cost against plain steps: a drafted round's time less
+  // that of plain steps emitting its tokens, summed next to every round's
+  // time, both fading by 0.995 per round. Measured times (a plain step's: a
+  // decayed mean), since what makes drafting lose where the planner chose
+  // it is what its prices leave out (switching the drafter in, caches the
+  // drafter evicted); the planner's prices where the target's cost is
+  // injected (the caller's units), so that plans stay a function of the
+  // feedback and the injected costs. Not for a batch's shared pass
+  // (plan_batch prices requests together), nor for a request's first
+  // drafted round (the drafter's prompt prefill: a cost of any drafting,
+  // not of drafting again).
+  void account_spend(const round_feedback& f) {
+    if (f.forward_nodes != f.tree.size || (f.tree.size > 1 && request_spec_rounds_ == 0)) return;
+    const bool priced = !curve_.empty();
+    double t = f.forward_seconds + f.drafter_seconds + f.other_seconds;
+    if (priced) {
+      t = target_at(f.forward_nodes) + loop_seconds(f.forward_nodes) +
+          drafter_seconds(f.drafter_calls, f.drafted_nodes, static_cast<double>(catch_up_));
+      plain_round_ = target_at(1) + loop_seconds(1);
+    } else if (f.tree.size == 1) {
+      plain_round_ = plain_round_ > 0.0 ? 0.75 * plain_round_ + 0.25 * t : t;
+    }
+    if (!(plain_round_ > 0.0)) return;
+    spend_ *= spend_mem;
+    if (f.tree.size > 1) spend_ += t - plain_round_ * static_cast<double>(f.path.size());
+    elapsed_ = spend_mem * elapsed_ + t;
   }
   // The shortest gap: probe_every / 8, at least one round.
   [[nodiscard]] std::int64_t short_probe_gap() const noexcept {
@@ -858,6 +896,9 @@ class round_planner {
   static constexpr std::int32_t switch_streak = 16;  // plain rounds after which a speculative pass is a switch
   static constexpr std::int32_t switch_rounds = 2;   // drafted rounds after a switch left out of the time fits
   static constexpr std::int32_t probe_rounds = 6;    // rounds of a probe
+  static constexpr double spend_mem = 0.995;         // per-round fading of spend_ and elapsed_
+  // account_spend: drafting's loss to plain steps, all rounds' time, a plain round's time
+  double spend_ = 0.0, elapsed_ = 0.0, plain_round_ = 0.0;
   std::size_t last_best_ = SIZE_MAX;
   std::int32_t since_score_ = 0;
   plan_summary summary_{};
