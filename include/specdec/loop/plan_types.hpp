@@ -41,12 +41,13 @@ struct planner_options {
   //! were, at least an eighth of it; not once observe_skipped reports skipped drafts): a verdict from one
   //! early rejection is checked again soon.
   std::int32_t probe_every = 64;
-  //! Probes are also held back while the drafted rounds lost more than this share of the decode's
-  //! predicted time against plain steps (their predicted time less that of plain steps emitting
-  //! their tokens, over about the last 200 rounds), once at least probe_every / 4 rounds drafted
-  //! (>= 0; a large value: probes at every gap). Where drafting loses, each probe pays a switch (the
-  //! drafter catches up) and rounds that lose again: on the demo's hybrid at T = 1, 2% of a cold
-  //! request (benchmarks/results/planner-probe-budget_2026-11-29.md).
+  //! Probes are also held back (each counted as one that lost) while the drafted rounds lost more than
+  //! this share of the decode's time against plain steps: a drafted round's measured time less that of
+  //! plain steps emitting its tokens (the planner's prices where the target's cost is injected), over
+  //! about the last 200 rounds, once a probe's worth of rounds drafted (>= 0; a large value: probes at
+  //! every gap). Where drafting loses, each probe pays a switch (the drafter catches up, about 100 us
+  //! on the demo's models) and rounds that lose again: a cold demo request at T = 1 probed up to three
+  //! times (benchmarks/results/planner-probe-budget_2026-11-29.md).
   double probe_budget = 0.01;
   //! Rounds between full scorings of the candidates (>= 1); the last choice is kept in between.
   std::int32_t rescore_every = 4;
