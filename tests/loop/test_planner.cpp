@@ -1584,26 +1584,32 @@ TEST_CASE("planner estimators: the tree program's optimum equals a brute-force s
 }
 
 TEST_CASE("planner: probe_budget holds probes back where drafting lost, not where it paid") {
-  // 100 rounds of a fixed 3-node chain, then the planner is free and every
-  // draft is rejected: it decodes plainly (after the accepted chains, once
-  // its estimates fell: some 30 rejected rounds). Injected costs (a pass
-  // 1 + 0.2 per extra node, the drafter 0.1 per level): a rejected chain
-  // round costs 0.6 more than the plain step it replaces, an accepted one
-  // 1.4 less than the three plain steps it replaces. Probes come at their
-  // gaps after the accepted chains; after the rejected ones, only with an
-  // unbounded budget (the negative control).
-  const std::vector<node_id> chain{-1, 0, 1};
-  const auto drafted_after = [&](double first_acceptance, double budget) {
+  // 8 plain steps and 100 rounds of a fixed 3-node chain, then the planner
+  // is free and every draft is rejected: it decodes plainly (after the
+  // accepted chains, once its estimates fell: some 30 rejected rounds). A pass costs 1 + 0.2 per
+  // extra node, the drafter 0.1 per level (injected, or measured in ms): a
+  // rejected chain round costs 0.6 more than the plain step it replaces, an
+  // accepted one 1.4 less than the three plain steps it replaces. Probes
+  // come at their gaps after the accepted chains; after the rejected ones,
+  // only with an unbounded budget (the negative control).
+  const std::vector<node_id> root{-1}, chain{-1, 0, 1};
+  const auto probe_rounds = [&](double first_acceptance, double budget, bool injected) {
     round_planner p(planner_options{.max_nodes = 16, .max_depth = 4, .probe_every = 64, .probe_budget = budget});
-    const double n[] = {1, 16}, t[] = {1.0, 4.0};
-    REQUIRE(p.set_target_cost(n, t).ok());
-    REQUIRE(p.set_drafter_cost(0.0, 0.1, 0.0).ok());
-    REQUIRE(p.set_loop_cost(0.0, 0.0).ok());
+    if (injected) {
+      const double n[] = {1, 16}, t[] = {1.0, 4.0};
+      REQUIRE(p.set_target_cost(n, t).ok());
+      REQUIRE(p.set_drafter_cost(0.0, 0.1, 0.0).ok());
+      REQUIRE(p.set_loop_cost(0.0, 0.0).ok());
+    }
     std::mt19937_64 rng(20261129);
     const auto fill = [](round_feedback& f, const plan_summary& plan) {
+      f.forward_seconds = 1e-3 * (1.0 + 0.2 * (f.forward_nodes - 1));
       f.drafter_calls = plan.depth;
       f.drafted_nodes = f.forward_nodes - 1;
+      f.drafter_seconds = 0.1e-3 * plan.depth;
     };
+    REQUIRE(p.fix_plan(root).ok());  // plain steps first, as a request opens: their time is the reference
+    for (int i = 0; i < 8; ++i) (void)simulate_round(p, always(first_acceptance), rng, fill);
     REQUIRE(p.fix_plan(chain).ok());
     for (int i = 0; i < 100; ++i) (void)simulate_round(p, always(first_acceptance), rng, fill);
     REQUIRE(p.fix_plan({}).ok());
@@ -1617,12 +1623,16 @@ TEST_CASE("planner: probe_budget holds probes back where drafting lost, not wher
     REQUIRE(plain);
     return drafted;
   };
-  const int lost = drafted_after(0.0, 0.01), lost_unbounded = drafted_after(0.0, 1e9), paid = drafted_after(1.0, 0.01);
-  std::printf(
-      "planner probe budget: probe rounds in 200 after chains that lost: %d (unbounded budget: %d), "
-      "after chains that paid: %d\n",
-      lost, lost_unbounded, paid);
-  CHECK(lost == 0);
-  CHECK(lost_unbounded >= 6);  // at least one probe
-  CHECK(paid >= 6);
+  for (const bool injected : {true, false}) {
+    const int lost = probe_rounds(0.0, 0.01, injected), lost_unbounded = probe_rounds(0.0, 1e9, injected),
+              paid = probe_rounds(1.0, 0.01, injected);
+    std::printf(
+        "planner probe budget (%s costs): probe rounds in 200 after chains that lost: %d (unbounded budget: %d), "
+        "after chains that paid: %d\n",
+        injected ? "injected" : "measured", lost, lost_unbounded, paid);
+    INFO((injected ? "injected" : "measured") << " costs");
+    CHECK(lost == 0);
+    CHECK(lost_unbounded >= 6);  // at least one probe
+    CHECK(paid >= 6);
+  }
 }
