@@ -1586,12 +1586,12 @@ TEST_CASE("planner estimators: the tree program's optimum equals a brute-force s
 TEST_CASE("planner: probe_budget holds probes back where drafting lost, not where it paid") {
   // 8 plain steps and 100 rounds of a fixed 3-node chain, then the planner
   // is free and every draft is rejected: it decodes plainly (after the
-  // accepted chains, once its estimates fell: some 30 rejected rounds). A pass costs 1 + 0.2 per
-  // extra node, the drafter 0.1 per level (injected, or measured in ms): a
-  // rejected chain round costs 0.6 more than the plain step it replaces, an
-  // accepted one 1.4 less than the three plain steps it replaces. Probes
-  // come at their gaps after the accepted chains; after the rejected ones,
-  // only with an unbounded budget (the negative control).
+  // accepted chains, once its estimates fell: some 30 rejected rounds). A
+  // pass costs 1 + 0.2 per extra node, the drafter 0.1 per level (injected,
+  // or measured in ms): a rejected chain round costs 0.6 more than the plain
+  // step it replaces, an accepted one 1.4 less than the three plain steps it
+  // replaces. Probes come at their gaps after the accepted chains; after the
+  // rejected ones, only with an unbounded budget (the negative control).
   const std::vector<node_id> root{-1}, chain{-1, 0, 1};
   const auto probe_rounds = [&](double first_acceptance, double budget, bool injected) {
     round_planner p(planner_options{.max_nodes = 16, .max_depth = 4, .probe_every = 64, .probe_budget = budget});

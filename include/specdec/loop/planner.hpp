@@ -244,8 +244,7 @@ class round_planner {
     // Bounded so that a planner misled early (a few slow passes) still
     // re-measures within a few hundred rounds.
     if (probe) {
-      probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 8 * static_cast<std::int64_t>(opt_.probe_every));
-      probes_losing_ = true;
+      back_off_probes();
       probing_ = cands_[best].nodes > 1;
       probe_hold_ = probing_ ? probe_rounds - 1 : 0;
     } else if (cands_[best].nodes > 1) {
@@ -305,8 +304,7 @@ class round_planner {
       if (rate > best_rate) best_rate = rate, best = m, best_value = value, best_depth = depth, best_t = tm;
     }
     if (probe) {
-      probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 8 * static_cast<std::int64_t>(opt_.probe_every));
-      probes_losing_ = true;
+      back_off_probes();
     } else if (best > 1) {
       probe_gap_ = restored_probe_gap();
       probes_losing_ = false;
@@ -805,9 +803,15 @@ class round_planner {
         (tokens_left_ >= 0 && tokens_left_ < std::max<std::int64_t>(probe_gap_, 2)))
       return false;
     if (speculated_ < probe_rounds || spend_ <= opt_.probe_budget * elapsed_) return true;
+    back_off_probes();
+    return false;
+  }
+  // A probe ran (until a scoring chooses speculation, it counts as one that
+  // lost) or was held back by the budget: the next waits twice as long, up
+  // to 8 x probe_every.
+  void back_off_probes() noexcept {
     probe_gap_ = std::min<std::int64_t>(2 * probe_gap_, 8 * static_cast<std::int64_t>(opt_.probe_every));
     probes_losing_ = true;
-    return false;
   }
   // What drafting cost against plain steps: a drafted round's time less
   // that of plain steps emitting its tokens, summed next to every round's
