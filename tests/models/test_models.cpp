@@ -394,6 +394,39 @@ TEST_CASE("the level drafter commits the accepted drafts' KV instead of recomput
   CHECK(e.reused == 1);  // 'x' was the last round's root slot; 'y' was never drafted
 }
 
+TEST_CASE("the level drafter's restarts empty its cache in place: rows as from a new drafter", "[models][drafter]") {
+  const auto& w = model("drafter");
+  const std::string text = "def read_config(path):\n    with open(path) as f:\n        return f.read()\n";
+  const auto rows_of = [&](models::level_model_drafter& d, std::size_t committed, token_id root) {
+    const std::vector<token_id> history(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(committed));
+    specdec::token_tree t(root);
+    const std::vector<node_id> root_only{0};
+    specdec::view2d<const float> rows;
+    REQUIRE(d.level_probabilities({0, root_only, &t, history}, rows).ok());
+    return std::vector<float>(rows.data, rows.data + rows.extent[1]);
+  };
+  // A drafter that ran on 40 committed tokens (its cache full of their KV)
+  // restarts (a) when it falls more than its window behind and (b) when a
+  // new, shorter sequence starts: both empty the cache in place, whose stale
+  // KV must not count. (Roots 'x', 'y' are not the next committed tokens, so
+  // no slot is reused.)
+  for (const std::int64_t window : {std::int64_t{0}, std::int64_t{8}}) {
+    models::level_model_drafter d(w, 1.0f);
+    d.window = window;
+    (void)rows_of(d, 40, 'x');
+    if (window > 0) {
+      const auto behind = rows_of(d, 60, 'y');  // 20 tokens behind a window of 8
+      models::level_model_drafter fresh(w, 1.0f);
+      fresh.window = window;
+      CHECK(rows_of(fresh, 60, 'y') == behind);
+    }
+    const auto shorter = rows_of(d, 12, 'z');
+    models::level_model_drafter fresh(w, 1.0f);
+    fresh.window = window;
+    CHECK(rows_of(fresh, 12, 'z') == shorter);
+  }
+}
+
 TEST_CASE("greedy speculative decoding equals greedy autoregressive decoding for every demo tree shape",
           "[models][greedy]") {
   const std::vector<token_id> prompt(prompt_text.begin(), prompt_text.end());
