@@ -587,11 +587,11 @@ class round_planner {
     return c;
   }
 
-  // Adds a candidate whose shape is store_[offset, end) to `list`.
-  void add_candidate(std::int32_t offset, plan_kind kind, std::vector<candidate>& list) {
-    candidate c = describe(std::span<const node_id>(store_).subspan(static_cast<std::size_t>(offset)), kind);
-    c.offset = offset;
-    list.push_back(c);
+  // Adds a family shape stored at store_[offset, offset + nodes): a width
+  // tree (a chain: widths of 1) whose last level has `leaves` nodes, so its
+  // other nodes are the expanded ones. Its value comes from revalue().
+  void add_family(std::int32_t offset, plan_kind kind, std::int32_t nodes, std::int32_t depth, std::int32_t leaves) {
+    family_.push_back(candidate{0.0, nodes, depth, nodes - leaves, offset, kind});
   }
 
   // Nonincreasing widths w_1 >= w_2 >= ... (>= 2 at the first level: width-1
@@ -607,7 +607,7 @@ class round_planner {
         begin = end;
         end = static_cast<std::int32_t>(store_.size()) - off;
       }
-      add_candidate(off, plan_kind::widths, family_);
+      add_family(off, plan_kind::widths, nodes, static_cast<std::int32_t>(w.size()), level_nodes);
       add_family_widths(w);
     }
     if (static_cast<std::int32_t>(w.size()) >= depth_cap_) return;
@@ -634,12 +634,12 @@ class round_planner {
     family_w_.clear();
     family_w_end_.assign(1, 0);
     store_.assign(1, -1);
-    add_candidate(0, plan_kind::autoregressive, family_);
+    add_family(0, plan_kind::autoregressive, 1, 0, 1);
     add_family_widths({});
     for (std::int32_t L = 1; L <= depth_cap_; ++L) {
       const auto off = static_cast<std::int32_t>(store_.size());
       for (std::int32_t i = 0; i <= L; ++i) store_.push_back(i - 1);
-      add_candidate(off, plan_kind::chain, family_);
+      add_family(off, plan_kind::chain, L + 1, L, 1);
       width_.assign(static_cast<std::size_t>(L), 1);
       add_family_widths(width_);
     }
