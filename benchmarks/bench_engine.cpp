@@ -5,7 +5,9 @@
 // (tests/models/reference_forward.hpp) in the same run; and, next to them,
 // the matrix products alone: one forward's products with the packed kernel
 // (models::kernel::matmul), and single products of the model's shapes with
-// the packed kernel, Eigen and (when found at build time) libxsmm. Where
+// the packed kernel (f32 panels, and f16 panels as the shipped models get
+// them), Eigen and (when found at build time) libxsmm, next to the core's
+// multiply-add peak (peak/fma) measured in the same run. Where
 // the build has AVX512-BF16 (the bench preset's -march=native on such a
 // CPU), the forward, product and packed-GEMM rows also run with bf16
 // products (models::kernel::precision::bf16; ".../bf16" rows).
@@ -246,16 +248,26 @@ void bm_products(benchmark::State& st, const std::string& model, precision prec)
 }
 
 // One product y[N, out] = x[N, in] W^T of the model's shapes, three ways.
-enum class gemm_impl { packed, eigen, libxsmm, packed_bf16 };
+// packed: f32 panels (random weights are not f16 values); packed_f16: the
+// same weights rounded to f16 values, so that pack() keeps f16 panels as it
+// does for the shipped models (F16C builds only).
+enum class gemm_impl { packed, eigen, libxsmm, packed_bf16, packed_f16 };
 void bm_gemm(benchmark::State& st, std::int64_t out, std::int64_t in, gemm_impl impl) {
   using rm = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const auto n = st.range(0);
-  const rm w = rm::Random(out, in), x = rm::Random(n, in);
+  rm w = rm::Random(out, in);
+  const rm x = rm::Random(n, in);
+  if (impl == gemm_impl::packed_f16)
+    for (Eigen::Index i = 0; i < w.size(); ++i) w.data()[i] = Eigen::half(w.data()[i]);
   rm y(n, out);
   double t = 0;
-  if (impl == gemm_impl::packed || impl == gemm_impl::packed_bf16) {
+  if (impl == gemm_impl::packed || impl == gemm_impl::packed_bf16 || impl == gemm_impl::packed_f16) {
     const auto p =
         models::kernel::pack({{w.data(), out}}, in, impl == gemm_impl::packed_bf16 ? precision::bf16 : precision::f32);
+    if (impl == gemm_impl::packed_f16 && !p.is_half()) {
+      st.SkipWithError("no f16 panels in this build (no F16C)");
+      return;
+    }
     t = median_per_call(st, [&] {
       models::kernel::matmul(n, x.data(), in, p, y.data(), out);
       benchmark::DoNotOptimize(y.data());
@@ -290,9 +302,32 @@ void bm_gemm(benchmark::State& st, std::int64_t out, std::int64_t in, gemm_impl 
   const rm want = x * w.transpose();  // bf16: |error| <= 2^-8 * sum |x w| (about 0.2 here)
   if ((want - y).cwiseAbs().maxCoeff() > (impl == gemm_impl::packed_bf16 ? 0.5f : 1e-3f))
     st.SkipWithError("wrong product");
-  const char* names[] = {"packed", "eigen", "libxsmm", "packed_bf16"};
+  const char* names[] = {"packed", "eigen", "libxsmm", "packed_bf16", "packed_f16"};
   report(st, std::to_string(out) + "x" + std::to_string(in) + names[static_cast<int>(impl)], n, t,
          2.0 * static_cast<double>(n * out * in));
+}
+
+// The core's multiply-add peak in the kernel's own vector type and style
+// (acc += a * b, 12 independent accumulators, nothing loaded): the roofline
+// of the product rows, taken in the same run.
+void bm_fma_peak(benchmark::State& st) {
+  using models::kernel::v8;
+  constexpr int acc_count = 12;
+  constexpr std::int64_t steps = 4096;
+  const double t = median_per_call(st, [&] {
+    // Everything in registers: the loop loads and stores nothing.
+    v8 a = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f}, b = a * 1e-7f, acc[acc_count] = {};
+    models::kernel::pin(b);
+    for (std::int64_t i = 0; i < steps; ++i)
+#pragma GCC unroll 12
+      for (int j = 0; j < acc_count; ++j) {
+        models::kernel::pin(a);  // a product per step, not one hoisted out of the loop
+        acc[j] += a * b;
+      }
+    for (int j = 1; j < acc_count; ++j) acc[0] += acc[j];
+    benchmark::DoNotOptimize(acc[0]);
+  });
+  report(st, "peak/fma", 1, t, 2.0 * 8 * acc_count * steps);
 }
 
 void sizes(benchmark::internal::Benchmark* b) {
@@ -316,12 +351,15 @@ const bool registered = [] {
         bm_products(st, model, precision::bf16);
       })->Apply(sizes);
   }
+  benchmark::RegisterBenchmark("peak/fma", bm_fma_peak);
   // The target's largest products (gate|up fused, down) and the hybrid's in_proj.
   const std::pair<std::int64_t, std::int64_t> shapes[] = {{1024, 192}, {192, 512}, {552, 128}};
   for (const auto& [out, in] : shapes)
-    for (const auto impl : {gemm_impl::packed, gemm_impl::eigen, gemm_impl::libxsmm, gemm_impl::packed_bf16}) {
+    for (const auto impl :
+         {gemm_impl::packed, gemm_impl::packed_f16, gemm_impl::eigen, gemm_impl::libxsmm, gemm_impl::packed_bf16}) {
       if (impl == gemm_impl::packed_bf16 && !models::kernel::bf16_products) continue;
-      const char* names[] = {"packed", "eigen", "libxsmm", "packed_bf16"};
+      if (impl == gemm_impl::packed_f16 && !models::kernel::f16_panels) continue;
+      const char* names[] = {"packed", "eigen", "libxsmm", "packed_bf16", "packed_f16"};
       benchmark::RegisterBenchmark(
           ("gemm/" + std::to_string(out) + "x" + std::to_string(in) + "/" + names[static_cast<int>(impl)]).c_str(),
           [=](benchmark::State& st) { bm_gemm(st, out, in, impl); })
