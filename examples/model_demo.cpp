@@ -120,6 +120,37 @@ double median(std::vector<double> v) {
   return n == 0 ? 0.0 : (n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
+// Where a planned row's time went, against its own plain steps: each kind
+// of round (models::round_class) costs its time less that of plain steps
+// emitting its tokens (the row's steady plain steps' time per token), per
+// request. The drafted kinds also give the tree builder's time per round:
+// the drafter's calls and the planner's choice (a switch's includes the
+// drafter's catch-up).
+void print_round_classes(const models::decode_stats& st) {
+  const models::class_tally& plain = st.by_class[models::steady_plain];
+  if (st.requests == 0 || plain.tokens == 0) return;
+  const double price = plain.seconds / static_cast<double>(plain.tokens), requests = static_cast<double>(st.requests);
+  using models::round_class;
+  const auto count = [&](round_class c) { return static_cast<double>(st.by_class[c].rounds) / requests; };
+  const auto excess = [&](round_class c) {
+    const models::class_tally& t = st.by_class[c];
+    return 1e6 * (t.seconds - price * static_cast<double>(t.tokens)) / requests;
+  };
+  const auto building = [&](round_class c) {
+    const models::class_tally& t = st.by_class[c];
+    return t.rounds > 0 ? 1e6 * t.draft_seconds / static_cast<double>(t.rounds) : 0.0;
+  };
+  std::printf(
+      "    per request, against its %.1f other plain steps (%.0f us per token): first round %+.0f us; %.1f switches to "
+      "drafting %+.0f us\n    (tree building %.0f us a round); %.1f other drafted rounds %+.0f us (%.0f us); %.1f "
+      "plain "
+      "steps after drafting %+.0f us\n",
+      count(models::steady_plain), 1e6 * price, excess(models::first_round), count(models::switch_round),
+      excess(models::switch_round), building(models::switch_round), count(models::steady_drafted),
+      excess(models::steady_drafted), building(models::steady_drafted), count(models::plain_after_drafted),
+      excess(models::plain_after_drafted));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -315,10 +346,7 @@ int main(int argc, char** argv) {
           r.st.stages.commit += st.stages.commit;
           for (const auto& [shape, n] : st.plans) r.st.plans[shape] += n;
           r.st.requests += st.requests;
-          r.st.switches += st.switches;
-          r.st.steady_drafted += st.steady_drafted;
-          r.st.switch_drafter_seconds += st.switch_drafter_seconds;
-          r.st.steady_drafter_seconds += st.steady_drafter_seconds;
+          for (int c = 0; c < models::round_classes; ++c) r.st.by_class[c] += st.by_class[c];
           if (!st.planner_estimates.empty()) r.st.planner_estimates = st.planner_estimates;
         }
       }
@@ -380,8 +408,10 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "\nPlanned rows: the shapes the planner chose most (rounds over all runs; tokens per round and microseconds\n"
-      "per token of those rounds, measured / as planned), its estimates at the end of the last run, and how often\n"
-      "it switched from plain steps to drafting (the drafter then catches up on the tokens it skipped):\n");
+      "per token of those rounds, measured / as planned), its estimates at the end of the last run, and what each\n"
+      "kind of round cost against the row's own plain steps (a switch from plain steps to drafting pays the drafter's\n"
+      "catch-up on the tokens it skipped; a request's first round, cold caches and a new planner's first "
+      "valuation):\n");
   for (const auto& r : rows) {
     if (r.st.plans.empty()) continue;
     std::printf("%-11s T=%.0f %s:", r.model.c_str(), static_cast<double>(r.temperature), r.method.c_str());
@@ -407,13 +437,7 @@ int main(int argc, char** argv) {
     if (rest.rounds > 0)
       std::printf("\n    %lld rounds of %zu other shapes", static_cast<long long>(rest.rounds), by_rounds.size() - 5);
     std::printf("\n    %s\n", r.st.planner_estimates.c_str());
-    if (r.st.switches > 0)
-      std::printf(
-          "    %.1f switches from plain steps to drafting per request; drafter %.0f us in such a round, %.0f us "
-          "in the other drafted rounds\n",
-          static_cast<double>(r.st.switches) / static_cast<double>(std::max<std::int64_t>(r.st.requests, 1)),
-          1e6 * r.st.switch_drafter_seconds / static_cast<double>(r.st.switches),
-          1e6 * r.st.steady_drafter_seconds / static_cast<double>(std::max<std::int64_t>(r.st.steady_drafted, 1)));
+    print_round_classes(r.st);
   }
   std::printf("\nGreedy continuation (transformer): %s%s\n", std::string(models::demo_prompts[0]).c_str(),
               text(rows[0].first_out).c_str());

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <ctime>
@@ -275,6 +276,26 @@ struct shape_tally {
   }
 };
 
+//! Planned runs: a request's rounds by what came before them. A request's
+//! first round pays cold caches and a new planner's first valuation; a
+//! drafted round right after a plain step (a switch; a request's opening
+//! too) pays the drafter's catch-up on the tokens it skipped, or on the
+//! prompt; a plain step right after a drafted round may carry the planner's
+//! valuation of what that round taught it.
+enum round_class : int { first_round, switch_round, steady_drafted, plain_after_drafted, steady_plain, round_classes };
+
+//! Rounds of one round_class: their emitted tokens, time (the session's
+//! stage timers, wall clock) and time in the tree builder (the drafter's
+//! calls and the planner's choice).
+struct class_tally {
+  std::int64_t rounds = 0, tokens = 0;
+  double seconds = 0, draft_seconds = 0;
+  class_tally& operator+=(const class_tally& o) {
+    rounds += o.rounds, tokens += o.tokens, seconds += o.seconds, draft_seconds += o.draft_seconds;
+    return *this;
+  }
+};
+
 struct decode_stats {
   std::int64_t tokens = 0, target_calls = 0, drafter_calls = 0, rounds = 0;
   double seconds = 0;  //!< CPU seconds
@@ -284,12 +305,10 @@ struct decode_stats {
   //! (shape_name prints them), and the planner's estimates at the end of the run.
   std::map<std::tuple<int, int, int>, shape_tally> plans;
   std::string planner_estimates;
-  //! Planned runs: drafted rounds right after a plain step (switches: the
-  //! drafter first catches up on the tokens it skipped, or on the prompt in
-  //! a request's opening) and the other drafted rounds, with their drafter
-  //! seconds; requests decoded.
-  std::int64_t requests = 0, switches = 0, steady_drafted = 0;
-  double switch_drafter_seconds = 0, steady_drafter_seconds = 0;
+  //! Planned runs: requests decoded, and their rounds by what came before
+  //! them (round_class), so that each kind can be priced against plain steps.
+  std::int64_t requests = 0;
+  std::array<class_tally, round_classes> by_class{};
 };
 
 //! "AR", "chain 3" or "tree 7/3" (7 nodes, depth 3) for a key of decode_stats::plans.
@@ -388,25 +407,22 @@ inline std::vector<token_id> generate_autoregressive(const weights& target, std:
 }
 
 namespace detail {
-// `plain_before`: whether the request's previous round was a plain step
-// (false before its first round); updated for the next.
-inline void tally_plan(const specdec::round_stats& r, decode_stats& st, bool& plain_before) {
+// `before`: what the request's previous round was (0 none, 1 plain, 2
+// drafted); updated for the next.
+inline void tally_plan(const specdec::round_stats& r, decode_stats& st, int& before) {
   const specdec::plan_summary& p = r.plan;
-  if (p.nodes > 1) {
-    (plain_before ? st.switches : st.steady_drafted) += 1;
-    (plain_before ? st.switch_drafter_seconds : st.steady_drafter_seconds) += r.time.draft;
-  }
-  plain_before = p.nodes <= 1;
-  st.plans[{p.nodes <= 1             ? 0
+  const bool drafted = p.nodes > 1;
+  const double seconds = r.time.draft + r.time.flatten + r.time.forward + r.time.probs + r.time.verify + r.time.commit;
+  const round_class c = before == 0 ? first_round
+                        : drafted   ? (before == 1 ? switch_round : steady_drafted)
+                                    : (before == 2 ? plain_after_drafted : steady_plain);
+  st.by_class[c] += {1, r.emitted, seconds, r.time.draft};
+  before = drafted ? 2 : 1;
+  st.plans[{!drafted                 ? 0
             : p.nodes == p.depth + 1 ? 1
                                      : 2,
-            p.nodes, p.depth}] +=
-      {1,
-       r.emitted,
-       r.time.draft + r.time.flatten + r.time.forward + r.time.probs + r.time.verify + r.time.commit,
-       p.expected_tokens,
-       p.predicted_seconds > 0 ? p.expected_tokens : 0.0,
-       p.predicted_seconds};
+            p.nodes, p.depth}] += {
+      1, r.emitted, seconds, p.expected_tokens, p.predicted_seconds > 0 ? p.expected_tokens : 0.0, p.predicted_seconds};
 }
 
 // The planner's view at the end of a run: pass time per size relative to
@@ -456,9 +472,9 @@ std::vector<token_id> run_session(Builder builder, const weights& target, const 
       (o.kind == tree_kind::chain || o.kind == tree_kind::iid_tree))
     so.rule = o.sampled_rule;
   specdec::speculative_session<Builder> s(std::move(builder), so);
-  bool plain_before = false;
+  int before = 0;
   const auto out = s.generate(drafter, tgt, prompt, [&](std::span<const token_id>) {
-    if constexpr (specdec::round_observing_builder<Builder>) tally_plan(s.last_round(), st, plain_before);
+    if constexpr (specdec::round_observing_builder<Builder>) tally_plan(s.last_round(), st, before);
     if (on_round) on_round(static_cast<std::int64_t>(s.generated_tokens().size()));
   });
   if constexpr (specdec::batch_plannable_builder<Builder>) {
