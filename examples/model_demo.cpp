@@ -141,10 +141,9 @@ void print_round_classes(const models::decode_stats& st) {
     return t.rounds > 0 ? 1e6 * t.draft_seconds / static_cast<double>(t.rounds) : 0.0;
   };
   std::printf(
-      "    per request, against its %.1f other plain steps (%.0f us per token): first round %+.0f us; %.1f switches to "
-      "drafting %+.0f us\n    (tree building %.0f us a round); %.1f other drafted rounds %+.0f us (%.0f us); %.1f "
-      "plain "
-      "steps after drafting %+.0f us\n",
+      "    per request, against its %.1f other plain steps (%.0f us per token): first round %+.0f us;\n"
+      "    %.1f switches to drafting %+.0f us (tree building %.0f us a round); %.1f other drafted rounds %+.0f us "
+      "(%.0f us);\n    %.1f plain steps after drafting %+.0f us\n",
       count(models::steady_plain), 1e6 * price, excess(models::first_round), count(models::switch_round),
       excess(models::switch_round), building(models::switch_round), count(models::steady_drafted),
       excess(models::steady_drafted), building(models::steady_drafted), count(models::plain_after_drafted),
