@@ -148,15 +148,13 @@ struct level_model_drafter {
   std::span<const token_id> start_round(std::span<const token_id> history) {
     auto covered = skipped + static_cast<std::size_t>(st.cache_len);
     if (covered > history.size()) {  // a new sequence
-      st.clear();
+      st = state(w->cfg, cache_capacity);
       skipped = covered = 0;
       slots = 0;
     }
     covered += reuse_slots(history.subspan(covered));
-    // Emptied in place: a new state's fresh pages fault in one by one (the
-    // drafter's time in a switch round fell from 130 to 88-100 us, medians).
     if (window > 0 && history.size() - covered > static_cast<std::size_t>(window)) {
-      st.clear();
+      st = state(w->cfg, cache_capacity);
       skipped = covered = history.size() - static_cast<std::size_t>(window);
     }
     std::fill(slot_of.begin(), slot_of.end(), -1);

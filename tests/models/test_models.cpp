@@ -394,7 +394,8 @@ TEST_CASE("the level drafter commits the accepted drafts' KV instead of recomput
   CHECK(e.reused == 1);  // 'x' was the last round's root slot; 'y' was never drafted
 }
 
-TEST_CASE("the level drafter's restarts empty its cache in place: rows as from a new drafter", "[models][drafter]") {
+TEST_CASE("the level drafter's restarts (a window behind, a new sequence): rows as from a new drafter",
+          "[models][drafter]") {
   const auto& w = model("drafter");
   const std::string text = "def read_config(path):\n    with open(path) as f:\n        return f.read()\n";
   const auto rows_of = [&](models::level_model_drafter& d, std::size_t committed, token_id root) {
@@ -407,9 +408,8 @@ TEST_CASE("the level drafter's restarts empty its cache in place: rows as from a
   };
   // A drafter that ran on 40 committed tokens (its cache full of their KV)
   // restarts (a) when it falls more than its window behind and (b) when a
-  // new, shorter sequence starts: both empty the cache in place, whose stale
-  // KV must not count. (Roots 'x', 'y' are not the next committed tokens, so
-  // no slot is reused.)
+  // new, shorter sequence starts: nothing of the old cache may count.
+  // (Roots 'x', 'y' are not the next committed tokens, so no slot is reused.)
   for (const std::int64_t window : {std::int64_t{0}, std::int64_t{8}}) {
     models::level_model_drafter d(w, 1.0f);
     d.window = window;
