@@ -62,6 +62,7 @@ const field fields[] = {
     {"plain_first", [](options& p, double x) { p.planner.plain_first = as_int(x); }},
     {"min_gain", [](options& p, double x) { p.planner.min_gain = x; }},
     {"draft_bonus", [](options& p, double x) { p.planner.draft_bonus = x; }},
+    {"expected_acceptance", [](options& p, double x) { p.planner.expected_acceptance = x != 0.0; }},
     {"drafter_window", [](options& p, double x) { p.drafter_window = static_cast<std::int64_t>(x); }},
 };
 

@@ -184,6 +184,7 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
   const auto V = static_cast<std::int64_t>(m.n_vocab());
   draft_output d;
   std::vector<float> probs;
+  std::vector<float> chance;      // child_acceptance of a sampled round, for the planner
   std::vector<std::uint64_t> ws;  // 8-byte aligned verification workspace
   std::vector<specdec::node_id> path;
   std::vector<specdec::token_id> emitted;
@@ -308,6 +309,11 @@ run_stats speculate(const std::string& name, const model& m, tree_target& tgt, D
       f.tokens_left = detail::done(m, tgt.committed(), prompt.size(), o)
                           ? 0
                           : o.n_predict - static_cast<std::int64_t>(tgt.committed().size() - prompt.size());
+      if (vp.mode != specdec::verify_mode::greedy && n > 1) {  // acceptance as its expectation, less noisy
+        chance.resize(static_cast<std::size_t>(n));
+        check(specdec::child_acceptance(tree, f.path, vp.mode, p, q, chance), "child_acceptance");
+        f.accept_prob = chance;
+      }
       check(planner->observe(f), "round_planner::observe");
       // A plain step checks for free the draft it skipped (and the next
       // level of one skipped earlier): the planner keeps learning.

@@ -44,6 +44,7 @@
 #include "specdec/draft/verify_mode.hpp"
 
 #include "specdec/verify/batch_verify.hpp"
+#include "specdec/verify/child_acceptance.hpp"
 #include "specdec/verify/distribution.hpp"
 #include "specdec/verify/policy.hpp"
 #include "specdec/verify/request_checks.hpp"

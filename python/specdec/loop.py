@@ -35,7 +35,7 @@ class RoundPlanner:
     ``torch.cuda.Event`` timers. Options are those of ``planner_options``
     (max_nodes, max_depth, max_children, forget, prior_weight, prior_accept,
     replan_every, cost_window, cost_quantile, explore, prior_node_cost, probe_every, probe_budget,
-    rescore_every, prune, plain_first, min_gain, draft_bonus). Lossless:
+    rescore_every, prune, plain_first, min_gain, draft_bonus, expected_acceptance). Lossless:
     the plan never depends on the round's target rows (docs/loop.md).
     """
 
@@ -69,17 +69,22 @@ class RoundPlanner:
 
     def observe(self, parent: Any, path: Any, forward_nodes: int, forward_seconds: float, *, drafter_calls: int = 0,
                 drafted_nodes: int = 0, drafter_seconds: float = 0.0, other_seconds: float = 0.0,
-                draft_prob: Any = None, tokens_left: int = -1) -> None:
+                draft_prob: Any = None, tokens_left: int = -1, accept_prob: Any = None) -> None:
         """Records one round: the drafted tree's parents, the accepted path
         from the root (accepted drafts + 1 node ids), the target pass size and
         time, the drafter's calls, nodes and time, the rest of the round's
-        time, optionally each node's draft probability, and the tokens the
+        time, optionally each node's draft probability, the tokens the
         request may still emit (-1: unknown; the planner then drafts no
-        deeper than can be emitted and skips probes that cannot pay)."""
+        deeper than can be emitted and skips probes that cannot pay), and
+        optionally each node's chance of acceptance given its parent was
+        reached (-1 where unknown; e.g. sum(min(p, q)) of its parent's rows
+        for an i.i.d. first draft), counted instead of the accepted/rejected
+        indicator: the same expectation with less variance."""
         self._p.observe(np.ascontiguousarray(parent, dtype=np.int32), np.ascontiguousarray(path, dtype=np.int32),
                         forward_nodes, forward_seconds, drafter_calls, drafted_nodes, drafter_seconds, other_seconds,
                         None if draft_prob is None else np.ascontiguousarray(draft_prob, dtype=np.float32),
-                        tokens_left)
+                        tokens_left,
+                        None if accept_prob is None else np.ascontiguousarray(accept_prob, dtype=np.float32))
 
     def set_target_cost(self, n: Any, seconds: Any) -> None:
         """Uses the caller's pass-time curve (e.g. measured offline) instead of measured times."""

@@ -53,7 +53,7 @@ void bind_loop(nb::module_& m) {
              double prior_weight, double prior_accept, std::int32_t replan_every, std::int32_t cost_window,
              double cost_quantile, double explore, double prior_node_cost, std::int32_t probe_every,
              double probe_budget, std::int32_t rescore_every, bool prune, std::int32_t plain_first, double min_gain,
-             double draft_bonus) {
+             double draft_bonus, bool expected_acceptance) {
             new (p) round_planner();
             check(p->reset(planner_options{.max_nodes = max_nodes,
                                            .max_depth = max_depth,
@@ -72,13 +72,14 @@ void bind_loop(nb::module_& m) {
                                            .prune = prune,
                                            .plain_first = plain_first,
                                            .min_gain = min_gain,
-                                           .draft_bonus = draft_bonus}));
+                                           .draft_bonus = draft_bonus,
+                                           .expected_acceptance = expected_acceptance}));
           },
           arg("max_nodes") = 32, arg("max_depth") = 8, arg("max_children") = 4, arg("forget") = 0.97,
           arg("prior_weight") = 2.0, arg("prior_accept") = 0.5, arg("replan_every") = 32, arg("cost_window") = 8,
           arg("cost_quantile") = 0.5, arg("explore") = 0.05, arg("prior_node_cost") = 0.25, arg("probe_every") = 64,
           arg("probe_budget") = 0.01, arg("rescore_every") = 4, arg("prune") = false, arg("plain_first") = 6,
-          arg("min_gain") = 0.0, arg("draft_bonus") = 0.5)
+          arg("min_gain") = 0.0, arg("draft_bonus") = 0.5, arg("expected_acceptance") = true)
       .def("next", [](round_planner& p) { return plan_tuple(p.next()); })
       .def(
           "plan_drafted",
@@ -101,7 +102,8 @@ void bind_loop(nb::module_& m) {
           "observe",
           [](round_planner& p, const in1<node_id>& parent, const in1<node_id>& path, std::int32_t forward_nodes,
              double forward_seconds, std::int32_t drafter_calls, std::int32_t drafted_nodes, double drafter_seconds,
-             double other_seconds, const std::optional<in1<float>>& draft_prob, std::int64_t tokens_left) {
+             double other_seconds, const std::optional<in1<float>>& draft_prob, std::int64_t tokens_left,
+             const std::optional<in1<float>>& accept_prob) {
             round_feedback f;
             f.tree = tree_view{nullptr, parent.data(), nullptr, nullptr, static_cast<std::int32_t>(parent.size())};
             f.path = span_of(path);
@@ -110,6 +112,7 @@ void bind_loop(nb::module_& m) {
                       "draft_prob needs one entry per node");
               f.draft_prob = span_of(*draft_prob);
             }
+            if (accept_prob) f.accept_prob = span_of(*accept_prob);  // sizes checked by observe()
             f.forward_nodes = forward_nodes;
             f.forward_seconds = forward_seconds;
             f.drafter_calls = drafter_calls;
@@ -121,7 +124,7 @@ void bind_loop(nb::module_& m) {
           },
           arg("parent"), arg("path"), arg("forward_nodes"), arg("forward_seconds"), arg("drafter_calls") = 0,
           arg("drafted_nodes") = 0, arg("drafter_seconds") = 0.0, arg("other_seconds") = 0.0,
-          arg("draft_prob") = nb::none(), arg("tokens_left") = -1)
+          arg("draft_prob") = nb::none(), arg("tokens_left") = -1, arg("accept_prob") = nb::none())
       .def(
           "set_target_cost",
           [](round_planner& p, const in1<double>& n, const in1<double>& seconds) {

@@ -147,3 +147,14 @@ def test_plan_drafted_follows_the_draft_confidence():
     assert np.mean(np.array(chosen[False]) == 1) > 0.9
     with pytest.raises(specdec.Error, match="size_mismatch"):
         p.plan_drafted(parent, q[:3])
+
+
+def test_accept_prob_counts_in_place_of_the_indicator():
+    # Chains of one draft, always accepted, whose chance was 0.4: the
+    # estimate follows the chance, not the lucky indicators.
+    p = specdec.RoundPlanner(max_nodes=4, max_depth=2)
+    for _ in range(200):
+        p.observe([-1, 0], [0, 1], 2, 1e-3, accept_prob=[-1.0, 0.4])
+    assert p.acceptance(1, 0) == pytest.approx(0.4, abs=0.03)
+    with pytest.raises(specdec.Error, match="size_mismatch"):
+        p.observe([-1, 0], [0, 1], 2, 1e-3, accept_prob=[0.4])

@@ -173,8 +173,50 @@ TEST_CASE("planner: option, cost and feedback errors") {
   f.forward_nodes = 0;
   CHECK(p.observe(f) == status_code::invalid_argument);
   f.forward_nodes = 3;
+  const float short_accept[] = {-1.0f, 0.5f}, nan_accept[] = {-1.0f, NAN, 0.5f}, big_accept[] = {-1.0f, 1.5f, 0.5f};
+  f.accept_prob = short_accept;
+  CHECK(p.observe(f) == status_code::size_mismatch);
+  f.accept_prob = nan_accept;
+  CHECK(p.observe(f) == status_code::invalid_argument);
+  f.accept_prob = big_accept;
+  CHECK(p.observe(f) == status_code::invalid_argument);
+  f.accept_prob = {};
   CHECK(p.observe(f).ok());
   CHECK(p.rounds() == 1);
+}
+
+TEST_CASE("planner: acceptance counts accept_prob in place of the indicator where it is known") {
+  // Chains of 2 drafts, both always accepted; accept_prob says 0.4 for the
+  // first draft and nothing (-1) for the second. Depth 1 must read about
+  // 0.4 (the expectation counted), depth 2 about 1 (the indicator); without
+  // accept_prob both read about 1.
+  const node_id chain[] = {-1, 0, 1}, all[] = {0, 1, 2};
+  const token_id tokens[] = {0, 0, 0};
+  const float accept[] = {-1.0f, 0.4f, -1.0f};
+  for (const bool with : {true, false}) {
+    round_planner p;
+    round_feedback f;
+    f.forward_seconds = 1e-3;
+    f.forward_nodes = 3;
+    f.tree = tree_view{tokens, chain, nullptr, nullptr, 3};
+    f.path = all;
+    if (with) f.accept_prob = accept;
+    for (int i = 0; i < 200; ++i) REQUIRE(p.observe(f).ok());
+    CHECK(p.acceptance(1, 0) == Approx(with ? 0.4 : 1.0).margin(0.03));
+    CHECK(p.acceptance(2, 0) > 0.95);
+  }
+  // A rejected first draft whose chance was 0.9 counts 0.9, not 0.
+  round_planner p;
+  round_feedback f;
+  const float likely[] = {-1.0f, 0.9f, -1.0f};
+  const node_id root_only[] = {0};
+  f.forward_seconds = 1e-3;
+  f.forward_nodes = 3;
+  f.tree = tree_view{tokens, chain, nullptr, nullptr, 3};
+  f.path = root_only;
+  f.accept_prob = likely;
+  for (int i = 0; i < 200; ++i) REQUIRE(p.observe(f).ok());
+  CHECK(p.acceptance(1, 0) == Approx(0.9).margin(0.03));
 }
 
 TEST_CASE("planner: acceptance estimates follow the drafted rounds") {

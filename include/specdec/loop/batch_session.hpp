@@ -21,6 +21,7 @@
 #include "specdec/core/status.hpp"
 #include "specdec/loop/session.hpp"
 #include "specdec/verify/batch_verify.hpp"
+#include "specdec/verify/child_acceptance.hpp"
 
 namespace specdec {
 
@@ -372,6 +373,19 @@ class batched_session {
         f.drafter_seconds = drafted_[b].time.drafter;
         f.other_seconds = other;
         const sequence& rs = seq_[static_cast<std::size_t>(active_[b])];
+        if (modes_[b] != verify_mode::greedy && n > 1) {
+          // Acceptance as its expectation over this round's draws (see speculative_session).
+          const auto rows = static_cast<std::int64_t>(n);
+          const view2d<const float> qv = uses_draft_probs(modes_[b])
+                                             ? make_view<const float>(q + static_cast<std::int64_t>(o) * V, rows, V)
+                                             : view2d<const float>{};
+          accept_.resize(n);
+          SPECDEC_TRY(indexed(
+              child_acceptance(f.tree, f.path, modes_[b],
+                               make_view<const float>(probs + static_cast<std::int64_t>(o) * V, rows, V), qv, accept_),
+              static_cast<std::size_t>(active_[b])));
+          f.accept_prob = accept_;
+        }
         f.tokens_left = rs.stopped ? 0
                                    : static_cast<std::int64_t>(opt_[static_cast<std::size_t>(active_[b])].max_tokens) -
                                          static_cast<std::int64_t>(rs.history.size() - rs.prompt_len);
@@ -441,6 +455,7 @@ class batched_session {
   std::vector<round_planner*> planners_;
   std::vector<round_stats> drafted_;
   std::vector<float> tree_probs_;
+  std::vector<float> accept_;  // child_acceptance of one request's round, for its planner
   std::vector<plan_summary> last_plans_;
   std::int32_t node_budget_ = 0;
 };

@@ -334,6 +334,14 @@ class round_planner {
     for (const double v : {f.forward_seconds, f.drafter_seconds, f.other_seconds})
       if (!(v >= 0.0) || !std::isfinite(v)) return make_status(status_code::invalid_argument, "times must be >= 0");
     if (f.forward_nodes < 1) return make_status(status_code::invalid_argument, "forward_nodes must be >= 1");
+    if (!f.accept_prob.empty()) {
+      if (f.accept_prob.size() != static_cast<std::size_t>(f.tree.size))
+        return make_status(status_code::size_mismatch, "accept_prob needs one entry per node");
+      for (std::size_t i = 0; i < f.accept_prob.size(); ++i)
+        if (!(f.accept_prob[i] <= 1.0f))  // NaN too; negative entries mean unknown
+          return make_status(status_code::invalid_argument, "accept_prob entries must be <= 1",
+                             static_cast<std::int64_t>(i));
+    }
     has_plan_ = false;
     ++rounds_;
     account_spend(f);
@@ -391,7 +399,8 @@ class round_planner {
       // the estimates back to the prior, which kept speculation off
       // (measured: a greedy chain accepting 0.95 per level read as 0.6 after
       // 150 plain steps). Probes try again instead.
-      acc_.record(f.tree, f.path, f.draft_prob, opt_.forget, nchild_, rank_);
+      acc_.record(f.tree, f.path, f.draft_prob, opt_.expected_acceptance ? f.accept_prob : std::span<const float>{},
+                  opt_.forget, nchild_, rank_);
       conf_.record(f.tree, f.path, f.draft_prob);
       drafts_hit_ = f.path.size() > 1;
       since_draft_ = 0;

@@ -28,6 +28,7 @@
 #include "specdec/loop/planned_builder.hpp"
 #include "specdec/tree/mask.hpp"
 #include "specdec/tree/positions.hpp"
+#include "specdec/verify/child_acceptance.hpp"
 #include "specdec/verify/distribution.hpp"
 #include "specdec/verify/tree_verify.hpp"
 #include "specdec/verify/verify_params.hpp"
@@ -437,11 +438,12 @@ class speculative_session {
     path_.resize(static_cast<std::size_t>(depth) + 1);
     emitted_.resize(static_cast<std::size_t>(depth) + 1);
     verify_result res;
+    float* probs = nullptr;  // target rows as probabilities, converted as the walk reads them
     const auto verify_with = [&](const auto& uni) -> status {
       if (st.mode == verify_mode::greedy)
         return detail::verify_tree_with(tree_.tree.view(), lv.as_const(), qv, vp, uni, verify_ws_, path_, emitted_,
                                         res);
-      float* probs = probs_.get(bound * static_cast<std::size_t>(V));
+      probs = probs_.get(bound * static_cast<std::size_t>(V));
       filter_ws_.resize(logits_to_probs_workspace_size(V, opt_.sampling));
       ready_.assign(static_cast<std::size_t>(n), 0);
       detail::lazy_prob_state lz{lv.as_const(), probs, ready_.data(),
@@ -490,9 +492,16 @@ class speculative_session {
     st.emitted = static_cast<std::int32_t>(m);
     if constexpr (round_observing_builder<Builder>) {
       st.plan = builder_.last_plan();
-      round_feedback f =
-          detail::feedback_of(tree_, std::span<const node_id>(path_).first(static_cast<std::size_t>(res.accepted) + 1),
-                              n, st.time.forward, st);
+      const std::span<const node_id> path(path_.data(), static_cast<std::size_t>(res.accepted) + 1);
+      round_feedback f = detail::feedback_of(tree_, path, n, st.time.forward, st);
+      if (probs != nullptr && n > 1) {
+        // Acceptance as its expectation over this round's draws: the rows
+        // of the path's nodes are converted (the walk read them).
+        accept_.resize(static_cast<std::size_t>(n));
+        SPECDEC_TRY(child_acceptance(tree_.tree.view(), path, st.mode,
+                                     make_view<const float>(probs, std::int64_t{n}, V), qv, accept_));
+        f.accept_prob = accept_;
+      }
       f.tokens_left =
           stopped_ ? 0 : static_cast<std::int64_t>(opt_.max_tokens) - static_cast<std::int64_t>(generated());
       SPECDEC_TRY(builder_.observe(f));
@@ -575,6 +584,7 @@ class speculative_session {
   detail::grow_buffer<float> logits_, probs_, q_;
   std::vector<std::byte> filter_ws_, verify_ws_;
   std::vector<std::uint8_t> ready_;
+  std::vector<float> accept_;  // child_acceptance of the last round, for a round-observing builder
   std::vector<node_id> path_;
   std::vector<token_id> emitted_;
   std::vector<position_id> keep_;

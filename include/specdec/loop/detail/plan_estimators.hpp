@@ -469,9 +469,13 @@ class acceptance_estimator {
 
   //! One verified tree, after ageing every count by `forget` (once per
   //! drafted round): `path` the accepted root-to-node path, `prob` each
-  //! node's draft probability (may be empty). `nchild`, `rank` scratch.
-  void record(const tree_view& t, std::span<const node_id> path, std::span<const float> prob, double forget,
-              std::vector<std::int32_t>& nchild, std::vector<std::int32_t>& rank) {
+  //! node's draft probability (may be empty), `accept` each node's chance
+  //! of acceptance given its parent was reached (may be empty; entries < 0
+  //! unknown), counted instead of the indicator where known. `nchild`,
+  //! `rank` scratch.
+  void record(const tree_view& t, std::span<const node_id> path, std::span<const float> prob,
+              std::span<const float> accept, double forget, std::vector<std::int32_t>& nchild,
+              std::vector<std::int32_t>& rank) {
     for (double& x : off_) x *= forget;
     for (double& x : acc_) x *= forget;
     q_sum_ *= forget;
@@ -487,8 +491,16 @@ class acceptance_estimator {
       const std::int32_t kids = std::min(nchild[u], K_);
       const node_id next = i + 1 < path.size() ? path[i + 1] : -1;
       for (std::int32_t r = 0; r < kids; ++r) off_[static_cast<std::size_t>(row * K_ + r)] += 1.0;
-      if (next >= 0 && rank[static_cast<std::size_t>(next)] < K_)
+      if (accept.size() >= n) {
+        for (auto c = static_cast<std::int32_t>(u) + 1; c < t.size; ++c) {  // children follow their parent
+          const auto ci = static_cast<std::size_t>(c);
+          if (t.parent[c] != static_cast<node_id>(u) || rank[ci] >= K_) continue;
+          acc_[static_cast<std::size_t>(row * K_ + rank[ci])] +=
+              accept[ci] >= 0.0f ? static_cast<double>(accept[ci]) : (c == next ? 1.0 : 0.0);
+        }
+      } else if (next >= 0 && rank[static_cast<std::size_t>(next)] < K_) {
         acc_[static_cast<std::size_t>(row * K_ + rank[static_cast<std::size_t>(next)])] += 1.0;
+      }
       if (prob.size() >= n && nchild[u] > 0) {
         // Calibration: draft probability of the offered children against
         // how often one of them was accepted.
