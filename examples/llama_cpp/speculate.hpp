@@ -21,6 +21,7 @@
 #include "specdec/draft/verify_mode.hpp"
 #include "specdec/loop/planned_drafts.hpp"
 #include "specdec/loop/planner.hpp"
+#include "specdec/verify/child_acceptance.hpp"
 
 namespace specdec_llama {
 
