@@ -92,6 +92,17 @@ struct state {
     node_states_kept.assign(ssm_layers, 0);
   }
   std::int64_t capacity() const { return pages * page; }
+  //! Empties the cache in place (no position committed, SSM states zero):
+  //! what a new state of the same shape holds, without new pages to fault
+  //! in. The KV pools keep stale values, which nothing reads (attention
+  //! reads positions below cache_len and this pass's slots only).
+  void clear() {
+    cache_len = 0;
+    for (auto& v : conv_state) std::fill(v.begin(), v.end(), 0.0f);
+    for (auto& v : ssm_state) std::fill(v.begin(), v.end(), 0.0f);
+    round_parent.clear();
+    std::fill(node_states_kept.begin(), node_states_kept.end(), 0);
+  }
   //! Keys of logical page `lp`, layer, KV head h: [head dim][page].
   float* k_page(std::int64_t layer, std::int64_t lp, std::int64_t h) { return k_pool.data() + block(layer, lp, h); }
   //! Values of logical page `lp`, layer, KV head h: [page][head dim].
