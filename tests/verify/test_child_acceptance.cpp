@@ -210,5 +210,11 @@ TEST_CASE("child_acceptance: bad input gets a status and no write past out") {
   CHECK(child_acceptance(tv, good, verify_mode::deterministic, pv, {}, out) == status_code::non_finite);
   r.p[2] = -0.1f;
   CHECK(child_acceptance(tv, good, verify_mode::sampled_iid, pv, qv, out) == status_code::non_finite);
+  r.p[2] = INFINITY;
+  CHECK(child_acceptance(tv, good, verify_mode::sampled_iid, pv, qv, out) == status_code::non_finite);
+  CHECK(child_acceptance(tv, good, verify_mode::deterministic, pv, {}, out) == status_code::non_finite);
+  r.p[2] = 0.1f;
+  r.q[3] = NAN;  // q row 0
+  CHECK(child_acceptance(tv, good, verify_mode::sampled_iid, pv, qv, out) == status_code::non_finite);
   CHECK(buf.back() == 7.0f);
 }

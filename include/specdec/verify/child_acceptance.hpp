@@ -14,6 +14,7 @@
 //! round's rows, which a later round's plan may read (docs/loop.md).
 #pragma once
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -38,13 +39,12 @@ inline status overlap(const row_ref& p, const row_ref& q, std::int64_t V, double
   double s = 0.0;
   bool ok = true;
   if (const float* pf = p.contiguous_f32(), *qf = q.contiguous_f32(); pf != nullptr && qf != nullptr) {
-    float acc = 0.0f, bad = 0.0f;  // float lanes: the compiler vectorizes; exactness is not at stake here
+    int bad = 0;  // branch-free checks (NaN compares false)
     for (std::int64_t x = 0; x < V; ++x) {
-      acc += std::fmin(pf[x], qf[x]);
-      bad += (pf[x] >= 0.0f && qf[x] >= 0.0f) ? 0.0f : 1.0f;  // NaN compares false
+      s += static_cast<double>(std::fmin(pf[x], qf[x]));
+      bad |= static_cast<int>(!(pf[x] >= 0.0f && pf[x] <= FLT_MAX && qf[x] >= 0.0f && qf[x] <= FLT_MAX));
     }
-    s = acc;
-    ok = bad == 0.0f && std::isfinite(acc);
+    ok = bad == 0;
   } else {
     for (std::int64_t x = 0; x < V && ok; ++x) {
       const float a = p[x], b = q[x];
