@@ -35,7 +35,7 @@ inline detail::row_ref row_of(const rows_view& r, std::int64_t i) noexcept {
 }
 
 // sum_x min(p(x), q(x)) over one row pair (both checked finite and >= 0).
-inline status overlap(const row_ref& p, const row_ref& q, std::int64_t V, double& out) noexcept {
+inline status row_overlap(const row_ref& p, const row_ref& q, std::int64_t V, double& out) noexcept {
   double s = 0.0;
   bool ok = true;
   if (const float* pf = p.contiguous_f32(), *qf = q.contiguous_f32(); pf != nullptr && qf != nullptr) {
@@ -123,7 +123,7 @@ inline status child_acceptance(const tree_view& tree, std::span<const node_id> p
     const detail::row_ref pu = detail::row_of(p, u);
     if (sampled) {
       double s = 0.0;
-      SPECDEC_TRY(detail::overlap(pu, detail::row_of(q, u), V, s));
+      SPECDEC_TRY(detail::row_overlap(pu, detail::row_of(q, u), V, s));
       out[static_cast<std::size_t>(first)] = static_cast<float>(std::fmin(s, 1.0));
       continue;
     }
