@@ -922,6 +922,184 @@ TEST_CASE("batched planned sessions: one plan per request under the node budget,
   CHECK(rounds < 50);  // speculation paid: fewer rounds than tokens
 }
 
+namespace {
+// A planned builder that keeps what the session fed its planner.
+struct recording_builder : planned_tree_builder {
+  using planned_tree_builder::planned_tree_builder;
+  struct round {
+    std::vector<node_id> parent, path;
+    std::vector<float> accept;
+  };
+  std::vector<round> rounds;
+  status observe(const round_feedback& f) {
+    rounds.push_back({std::vector<node_id>(f.tree.parent, f.tree.parent + f.tree.size),
+                      std::vector<node_id>(f.path.begin(), f.path.end()),
+                      std::vector<float>(f.accept_prob.begin(), f.accept_prob.end())});
+    return planned_tree_builder::observe(f);
+  }
+};
+static_assert(round_observing_builder<recording_builder>);
+
+// Over the recorded rounds: the root's first child's chance of acceptance
+// (mean) against how often it was accepted, as a z score; and whether every
+// drafted round carried one entry per node, known (in [0, 1]) exactly for
+// the first children of path nodes.
+double first_child_z(const std::vector<recording_builder::round>& rounds, bool& shaped, int& n) {
+  double chance = 0.0, hits = 0.0;
+  n = 0;
+  shaped = true;
+  for (const auto& r : rounds) {
+    if (r.parent.size() < 2) {
+      shaped &= r.accept.empty();
+      continue;
+    }
+    shaped &= r.accept.size() == r.parent.size();
+    if (!shaped) return 0.0;
+    for (std::size_t c = 1; c < r.parent.size(); ++c) {
+      const node_id u = r.parent[c];
+      const bool on_path = std::find(r.path.begin(), r.path.end(), u) != r.path.end();
+      bool first = true;
+      for (std::size_t k = 1; k < c; ++k) first &= r.parent[k] != u;
+      const bool known = on_path && first;
+      shaped &= known ? (r.accept[c] >= 0.0f && r.accept[c] <= 1.0f) : r.accept[c] == -1.0f;
+    }
+    for (std::size_t c = 1; c < r.parent.size(); ++c)
+      if (r.parent[c] == 0) {  // the root's first child
+        chance += r.accept[c];
+        hits += r.path.size() > 1 && r.path[1] == static_cast<node_id>(c) ? 1.0 : 0.0;
+        ++n;
+        break;
+      }
+  }
+  const double m = chance / n;
+  return std::abs(hits / n - m) / std::sqrt(std::max(m * (1.0 - m), 1e-3) / n);
+}
+}  // namespace
+
+TEST_CASE("sessions hand the planner each child's chance of acceptance at temperature > 0, none when greedy") {
+  // Injected costs under which every round drafts: many drafted rounds.
+  const auto builder = [](float temperature) {
+    recording_builder b(planned_tree_options{.planner = {.max_nodes = 6, .max_children = 2},
+                                             .mode = temperature == 0.0f ? draft_mode::deterministic : draft_mode::iid,
+                                             .vocab_size = 20});
+    const double n[] = {1, 6}, t[] = {1.0, 1.05};
+    REQUIRE(b.planner().set_target_cost(n, t).ok());
+    REQUIRE(b.planner().set_drafter_cost(0.0, 0.01, 0.0).ok());
+    REQUIRE(b.planner().set_loop_cost(0.0, 0.0).ok());
+    return b;
+  };
+  for (const float temperature : {1.0f, 0.0f}) {
+    session_options o;
+    o.vocab_size = 20;
+    o.max_tokens = 1500;
+    o.sampling.temperature = temperature;
+    o.seed = 21;
+    looptest::target tgt{{.V = 20, .seed = 3}};
+    looptest::level_drafter ld{{.V = 20, .seed = 4}};
+    speculative_session s(builder(temperature), o);
+    REQUIRE(s.start(std::vector<token_id>{1, 2, 3}).ok());
+    while (!s.done()) REQUIRE(s.round(ld, tgt).ok());
+    const auto& rounds = s.builder().rounds;
+    if (temperature == 0.0f) {
+      CHECK(std::all_of(rounds.begin(), rounds.end(), [](const auto& r) { return r.accept.empty(); }));
+      continue;
+    }
+    bool shaped = false;
+    int n = 0;
+    const double z = first_child_z(rounds, shaped, n);
+    std::printf("session T=1 (seed 21): %d drafted rounds, first child chance vs frequency z = %.2f\n", n, z);
+    CHECK(shaped);
+    CHECK(n > 200);
+    CHECK(z < 4.0);
+  }
+  // Batched: each request's planner gets its own round's chances.
+  std::vector<recording_builder> builders;
+  std::vector<session_options> opts;
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    builders.push_back(builder(1.0f));
+    session_options o;
+    o.vocab_size = 20;
+    o.max_tokens = 600;
+    o.sampling.temperature = 1.0f;
+    o.seed = 22;
+    o.request = r;
+    opts.push_back(o);
+  }
+  batched_session s(std::move(builders), opts);
+  looptest::batch_target tgt{{.V = 20, .seed = 3}};
+  tgt.cache.assign(2, std::vector<std::int32_t>(2048, 0));
+  tgt.len.assign(2, 0);
+  for (std::size_t r = 0; r < 2; ++r) REQUIRE(s.start(r, std::vector<token_id>{1, 2, 3}).ok());
+  looptest::level_drafter ld{{.V = 20, .seed = 4}};
+  while (!s.done()) REQUIRE(s.round(ld, tgt).ok());
+  for (std::size_t r = 0; r < 2; ++r) {
+    bool shaped = false;
+    int n = 0;
+    const double z = first_child_z(s.builder(r).rounds, shaped, n);
+    std::printf("batched T=1 (seed 22), request %zu: %d drafted rounds, z = %.2f\n", r, n, z);
+    CHECK(shaped);
+    CHECK(n > 80);
+    CHECK(z < 4.0);
+  }
+}
+
+TEST_CASE("planner: counting the chance of acceptance beats the indicator on cold simulated requests") {
+  // Cold 160-token requests on a CPU-like curve (t(2) = 1.5 t(1)) where a
+  // chain of one pays 6% at the mean acceptance 0.7, the chance drawn per
+  // round and level from a beta law (variance 0.04): the planner that
+  // counts the chance learns sooner (bench_planner, BM_planner_expected).
+  const auto run = [](bool expected) {
+    std::mt19937_64 rng = looptest::seeded_rng("cold simulated requests", 5);
+    std::gamma_distribution<double> ga(2.8, 1.0), gb(1.2, 1.0);
+    std::uniform_real_distribution<double> U(0.0, 1.0);
+    std::vector<double> n, t;
+    for (int k = 1; k <= 32; ++k) n.push_back(k), t.push_back(1.0 + 0.5 * (k - 1));
+    double tokens = 0.0, seconds = 0.0;
+    for (int r = 0; r < 150; ++r) {
+      round_planner p(planner_options{.expected_acceptance = expected});
+      REQUIRE(p.set_target_cost(n, t).ok());
+      REQUIRE(p.set_drafter_cost(0.0, 0.1, 0.0).ok());
+      REQUIRE(p.set_loop_cost(0.0, 0.0).ok());
+      for (std::int64_t emitted = 0; emitted < 160;) {
+        const round_plan plan = p.next();
+        const std::vector<node_id> shape(plan.shape.begin(), plan.shape.end());
+        const auto N = static_cast<std::int32_t>(shape.size());
+        std::vector<token_id> tok(shape.size(), 0);
+        std::vector<float> chance(shape.size(), -1.0f);
+        std::vector<node_id> path{0};
+        for (;;) {
+          node_id c = -1;
+          for (node_id k = path.back() + 1; k < N && c < 0; ++k)
+            if (shape[static_cast<std::size_t>(k)] == path.back()) c = k;
+          if (c < 0) break;
+          const double a = ga(rng), s = a / (a + gb(rng));
+          chance[static_cast<std::size_t>(c)] = static_cast<float>(s);
+          if (!(U(rng) < s)) break;
+          path.push_back(c);
+        }
+        round_feedback f;
+        f.tree = tree_view{tok.data(), shape.data(), nullptr, nullptr, N};
+        f.path = path;
+        f.forward_nodes = N;
+        f.forward_seconds = t[static_cast<std::size_t>(N - 1)];
+        f.drafter_calls = plan.summary.depth;
+        f.drafter_seconds = 0.1 * plan.summary.depth;
+        f.accept_prob = chance;
+        emitted += static_cast<std::int64_t>(path.size());
+        f.tokens_left = 160 - emitted;
+        REQUIRE(p.observe(f).ok());
+        tokens += static_cast<double>(path.size());
+        seconds += f.forward_seconds + f.drafter_seconds;
+      }
+    }
+    return tokens / seconds;
+  };
+  const double indicator = run(false), expected = run(true);
+  std::printf("cold simulated requests: %.4f (indicator) vs %.4f (chance) tokens per unit time over plain\n", indicator,
+              expected);
+  CHECK(expected > indicator + 0.008);
+}
+
 TEST_CASE("planner: no predicted time before a pass time is known") {
   // round_stats::plan reports predicted_seconds; before the first kept pass
   // (the first at a size is dropped) the planner's times are placeholders.
