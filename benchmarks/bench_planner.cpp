@@ -45,7 +45,8 @@
 // back (round_feedback::accept_prob, what the sessions report from
 // child_acceptance), E = 0 only the accepted / rejected indicator.
 // Counters: speedup_sim (tokens per unit time over plain decoding) and
-// drafted (share of rounds that drafted), over 400 requests.
+// drafted (share of rounds that drafted), over 400 requests; the simulation
+// is the loop tests' (tests/loop/cold_requests.hpp).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -54,6 +55,7 @@
 #include <span>
 #include <vector>
 
+#include "loop/cold_requests.hpp"
 #include "specdec/draft/prompt_lookup.hpp"
 #include "specdec/loop/planned_drafts.hpp"
 #include "specdec/loop/planner.hpp"
@@ -312,60 +314,12 @@ void BM_planner_curve(benchmark::State& state) {
 BENCHMARK(BM_planner_curve)->DenseRange(0, 3)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 void BM_planner_expected(benchmark::State& state) {
-  const bool expected = state.range(0) != 0;
-  const double mean = static_cast<double>(state.range(1)) / 100.0, conc = 4.0;
-  std::vector<double> n, t;
-  for (int k = 1; k <= 32; ++k) n.push_back(k), t.push_back(1.0 + 0.5 * (k - 1));
-  double tokens = 0, seconds = 0, rounds = 0, drafted = 0;
-  std::vector<node_id> path;
-  std::vector<specdec::token_id> tok;
-  std::vector<float> chance;
-  for (auto _ : state) {
-    std::mt19937_64 rng(5);
-    std::gamma_distribution<double> ga(mean * conc, 1.0), gb((1.0 - mean) * conc, 1.0);
-    std::uniform_real_distribution<double> U(0.0, 1.0);
-    for (int r = 0; r < 400; ++r) {
-      specdec::round_planner p(specdec::planner_options{.expected_acceptance = expected});
-      if (!p.set_target_cost(n, t).ok() || !p.set_drafter_cost(0.0, 0.1, 0.0).ok() || !p.set_loop_cost(0.0, 0.0).ok())
-        std::abort();
-      for (std::int64_t emitted = 0; emitted < 160;) {
-        const specdec::round_plan plan = p.next();
-        const std::span<const node_id> shape = plan.shape;
-        const auto N = static_cast<std::int32_t>(shape.size());
-        tok.assign(shape.size(), 0);
-        chance.assign(shape.size(), -1.0f);
-        path.assign(1, 0);
-        for (;;) {  // the first child of each reached node, accepted with a fresh chance
-          node_id c = -1;
-          for (node_id k = path.back() + 1; k < N && c < 0; ++k)
-            if (shape[static_cast<std::size_t>(k)] == path.back()) c = k;
-          if (c < 0) break;
-          const double a = ga(rng), s = a / (a + gb(rng));
-          chance[static_cast<std::size_t>(c)] = static_cast<float>(s);
-          if (!(U(rng) < s)) break;
-          path.push_back(c);
-        }
-        specdec::round_feedback f;
-        f.tree = specdec::tree_view{tok.data(), shape.data(), nullptr, nullptr, N};
-        f.path = path;
-        f.forward_nodes = N;
-        f.forward_seconds = t[static_cast<std::size_t>(N - 1)];
-        f.drafter_calls = plan.summary.depth;
-        f.drafted_nodes = N - 1;
-        f.drafter_seconds = 0.1 * plan.summary.depth;
-        f.accept_prob = chance;
-        emitted += static_cast<std::int64_t>(path.size());
-        f.tokens_left = 160 - emitted;
-        if (!p.observe(f).ok()) std::abort();
-        tokens += static_cast<double>(path.size());
-        seconds += f.forward_seconds + f.drafter_seconds;
-        rounds += 1;
-        drafted += N > 1 ? 1 : 0;
-      }
-    }
-  }
-  state.counters["speedup_sim"] = tokens / seconds;
-  state.counters["drafted"] = drafted / rounds;
+  looptest::cold_result r;
+  for (auto _ : state)
+    r = looptest::cold_requests(state.range(0) != 0, static_cast<double>(state.range(1)) / 100.0, 400, 5);
+  if (!r.ok) state.SkipWithError("planner refused a simulated round");
+  state.counters["speedup_sim"] = r.speedup;
+  state.counters["drafted"] = r.drafted;
 }
 BENCHMARK(BM_planner_expected)
     ->ArgsProduct({{0, 1}, {55, 70, 85}})

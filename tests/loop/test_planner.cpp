@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "loop/cold_requests.hpp"
 #include "loop/loop_models.hpp"
 #include "specdec/draft/drafter.hpp"
 #include "specdec/draft/static_tree.hpp"
@@ -1048,56 +1049,15 @@ TEST_CASE("planner: counting the chance of acceptance beats the indicator on col
   // chain of one pays 6% at the mean acceptance 0.7, the chance drawn per
   // round and level from a beta law (variance 0.04): the planner that
   // counts the chance learns sooner (bench_planner, BM_planner_expected).
-  const auto run = [](bool expected) {
-    std::mt19937_64 rng = looptest::seeded_rng("cold simulated requests", 5);
-    std::gamma_distribution<double> ga(2.8, 1.0), gb(1.2, 1.0);
-    std::uniform_real_distribution<double> U(0.0, 1.0);
-    std::vector<double> n, t;
-    for (int k = 1; k <= 32; ++k) n.push_back(k), t.push_back(1.0 + 0.5 * (k - 1));
-    double tokens = 0.0, seconds = 0.0;
-    for (int r = 0; r < 150; ++r) {
-      round_planner p(planner_options{.expected_acceptance = expected});
-      REQUIRE(p.set_target_cost(n, t).ok());
-      REQUIRE(p.set_drafter_cost(0.0, 0.1, 0.0).ok());
-      REQUIRE(p.set_loop_cost(0.0, 0.0).ok());
-      for (std::int64_t emitted = 0; emitted < 160;) {
-        const round_plan plan = p.next();
-        const std::vector<node_id> shape(plan.shape.begin(), plan.shape.end());
-        const auto N = static_cast<std::int32_t>(shape.size());
-        std::vector<token_id> tok(shape.size(), 0);
-        std::vector<float> chance(shape.size(), -1.0f);
-        std::vector<node_id> path{0};
-        for (;;) {
-          node_id c = -1;
-          for (node_id k = path.back() + 1; k < N && c < 0; ++k)
-            if (shape[static_cast<std::size_t>(k)] == path.back()) c = k;
-          if (c < 0) break;
-          const double a = ga(rng), s = a / (a + gb(rng));
-          chance[static_cast<std::size_t>(c)] = static_cast<float>(s);
-          if (!(U(rng) < s)) break;
-          path.push_back(c);
-        }
-        round_feedback f;
-        f.tree = tree_view{tok.data(), shape.data(), nullptr, nullptr, N};
-        f.path = path;
-        f.forward_nodes = N;
-        f.forward_seconds = t[static_cast<std::size_t>(N - 1)];
-        f.drafter_calls = plan.summary.depth;
-        f.drafter_seconds = 0.1 * plan.summary.depth;
-        f.accept_prob = chance;
-        emitted += static_cast<std::int64_t>(path.size());
-        f.tokens_left = 160 - emitted;
-        REQUIRE(p.observe(f).ok());
-        tokens += static_cast<double>(path.size());
-        seconds += f.forward_seconds + f.drafter_seconds;
-      }
-    }
-    return tokens / seconds;
-  };
-  const double indicator = run(false), expected = run(true);
-  std::printf("cold simulated requests: %.4f (indicator) vs %.4f (chance) tokens per unit time over plain\n", indicator,
-              expected);
-  CHECK(expected > indicator + 0.008);
+  constexpr std::uint64_t seed = 5;
+  std::printf("cold simulated requests seed=%llu\n", static_cast<unsigned long long>(seed));
+  const looptest::cold_result indicator = looptest::cold_requests(false, 0.7, 150, seed);
+  const looptest::cold_result expected = looptest::cold_requests(true, 0.7, 150, seed);
+  REQUIRE(indicator.ok);
+  REQUIRE(expected.ok);
+  std::printf("cold simulated requests: %.4f (indicator) vs %.4f (chance) tokens per unit time over plain\n",
+              indicator.speedup, expected.speedup);
+  CHECK(expected.speedup > indicator.speedup + 0.008);
 }
 
 TEST_CASE("planner: no predicted time before a pass time is known") {
