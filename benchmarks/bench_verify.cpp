@@ -13,6 +13,11 @@
 //   and written once; BM_logits_to_probs_std_exp/V: the same three passes
 //   with std::exp per entry (the form before the vector exp), and
 //   BM_row_copy/V: memcpy of the row, the stream figure of the same run.
+// - BM_child_acceptance/V/mode: child_acceptance after a chain of 4 drafts
+//   all accepted (4 path nodes with children): mode 0 (sampled_iid) reads
+//   the 4 p and 4 q rows, mode 2 (deterministic) the 4 p rows; bytes =
+//   those rows once; the same run times a streaming read of exactly those
+//   rows (stream_bytes_per_second, ratio_vs_stream).
 // - BM_verify_trees_sharded/R/pool: R requests (8-node trees, V = 4096)
 //   through verify_trees_sharded on one rank (self_collective): with
 //   R - 1 threads started per call (pool 0) or a shard_batch_workers pool
@@ -31,6 +36,7 @@
 #include "specdec/parallel/shard_batch.hpp"
 #include "specdec/sample/logits_rows.hpp"
 #include "specdec/verify/batch_verify.hpp"
+#include "specdec/verify/child_acceptance.hpp"
 #include "specdec/verify/distribution.hpp"
 #include "specdec/verify/tree_verify.hpp"
 
@@ -275,6 +281,57 @@ BENCHMARK(BM_verify_tree_bf16)->Arg(0)->Arg(3)->Unit(benchmark::kMicrosecond);
 // A chain of 8 drafts: Leviathan/Chen (sampled_iid) vs block verification.
 void BM_verify_chain(benchmark::State& state) { verify_bench(state, true); }
 BENCHMARK(BM_verify_chain)->Arg(0)->Arg(6)->Unit(benchmark::kMicrosecond);
+
+void BM_child_acceptance(benchmark::State& state) {
+  const std::int64_t V = state.range(0);
+  const auto mode = static_cast<verify_mode>(state.range(1));
+  constexpr std::int32_t n = 5;
+  std::mt19937 gen(13);
+  std::uniform_real_distribution<float> U(0.0f, 1.0f);
+  std::vector<float> p(static_cast<std::size_t>(n * V)), q(p.size());
+  for (std::vector<float>* m : {&p, &q})
+    for (std::int32_t u = 0; u < n; ++u) {
+      double sum = 0.0;
+      for (std::int64_t x = 0; x < V; ++x) sum += ((*m)[static_cast<std::size_t>(u * V + x)] = U(gen));
+      for (std::int64_t x = 0; x < V; ++x) (*m)[static_cast<std::size_t>(u * V + x)] /= static_cast<float>(sum);
+    }
+  const node_id parent[n] = {-1, 0, 1, 2, 3}, path[n] = {0, 1, 2, 3, 4};
+  const token_id tokens[n] = {0, 1, 2, 3, 4};
+  const tree_view tv{tokens, parent, nullptr, nullptr, n};
+  std::vector<const float*> rows;
+  for (std::int32_t u = 0; u + 1 < n; ++u) {
+    rows.push_back(p.data() + u * V);
+    if (mode != verify_mode::deterministic) rows.push_back(q.data() + u * V);
+  }
+  const double bytes = static_cast<double>(rows.size()) * static_cast<double>(V) * sizeof(float);
+  const int reps = 50;
+  double sink = 0;
+  const double t0 = cpu_now();
+  for (int i = 0; i < reps; ++i) {
+    benchmark::ClobberMemory();
+    sink += stream_sum(rows, V);
+  }
+  const double ts = (cpu_now() - t0) / reps;
+  benchmark::DoNotOptimize(sink);
+  std::vector<float> out(n);
+  const auto pv = make_view<const float>(p.data(), n, V), qv = make_view<const float>(q.data(), n, V);
+  const double c0 = cpu_now();
+  for (auto _ : state) {
+    const status st = child_acceptance(tv, path, mode, pv, qv, out);
+    benchmark::DoNotOptimize(st);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  const double tc = (cpu_now() - c0) / static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * static_cast<std::int64_t>(state.iterations()));
+  state.counters["stream_bytes_per_second"] = benchmark::Counter(bytes / ts);
+  state.counters["ratio_vs_stream"] = ts / tc;
+  state.SetLabel(verify_mode_name(mode));
+}
+BENCHMARK(BM_child_acceptance)
+    ->ArgsProduct({{256, 49152, 152064}, {0, 2}})
+    ->ArgNames({"V", "mode"})
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_stream_visited_rows(benchmark::State& state) {
   const auto& c = the_case();

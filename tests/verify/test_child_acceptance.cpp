@@ -216,5 +216,43 @@ TEST_CASE("child_acceptance: bad input gets a status and no write past out") {
   r.p[2] = 0.1f;
   r.q[3] = NAN;  // q row 0
   CHECK(child_acceptance(tv, good, verify_mode::sampled_iid, pv, qv, out) == status_code::non_finite);
+  r.q[3] = 0.1f;
+  r.p[5] = NAN;  // the vector loop's tail
+  CHECK(child_acceptance(tv, good, verify_mode::sampled_iid, pv, qv, out) == status_code::non_finite);
+  CHECK(child_acceptance(tv, good, verify_mode::deterministic, pv, {}, out) == status_code::non_finite);
   CHECK(buf.back() == 7.0f);
+}
+
+TEST_CASE("child_acceptance: long rows (several tiles, vector loop and tail) against a plain double sum") {
+  std::mt19937_64 rng(6);
+  std::uniform_real_distribution<float> U(0.0f, 1.0f);
+  for (const std::int64_t vocab : {std::int64_t{1}, std::int64_t{7}, std::int64_t{1024}, std::int64_t{3001}}) {
+    std::vector<float> p(static_cast<std::size_t>(2 * vocab)), q(p.size());
+    for (std::vector<float>* m : {&p, &q}) {
+      for (auto& x : *m) x = U(rng);
+      for (std::size_t u = 0; u < 2; ++u) {  // normalize each row
+        double sum = 0.0;
+        for (std::int64_t x = 0; x < vocab; ++x)
+          sum += (*m)[u * static_cast<std::size_t>(vocab) + static_cast<std::size_t>(x)];
+        for (std::int64_t x = 0; x < vocab; ++x)
+          (*m)[u * static_cast<std::size_t>(vocab) + static_cast<std::size_t>(x)] /= static_cast<float>(sum);
+      }
+    }
+    const node_id parent[] = {-1, 0};
+    const token_id tokens[] = {0, static_cast<token_id>(vocab - 1)};
+    const tree_view tv{tokens, parent, nullptr, nullptr, 2};
+    const node_id path[] = {0};
+    std::array<float, 2> out{};
+    const auto pv = make_view<const float>(p.data(), 2, vocab), qv = make_view<const float>(q.data(), 2, vocab);
+    double overlap = 0.0, mass = 0.0;
+    for (std::int64_t x = 0; x < vocab; ++x) {
+      overlap += std::min(p[static_cast<std::size_t>(x)], q[static_cast<std::size_t>(x)]);
+      mass += p[static_cast<std::size_t>(x)];
+    }
+    INFO("V = " << vocab);
+    REQUIRE(child_acceptance(tv, path, verify_mode::sampled_iid, pv, qv, out).ok());
+    CHECK(out[1] == Approx(std::min(overlap, 1.0)).epsilon(1e-5));
+    REQUIRE(child_acceptance(tv, path, verify_mode::deterministic, pv, {}, out).ok());
+    CHECK(out[1] == Approx(p[static_cast<std::size_t>(vocab - 1)] / mass).epsilon(1e-5));
+  }
 }

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <span>
 
+#include "specdec/core/detail/simd.hpp"
 #include "specdec/core/rows_view.hpp"
 #include "specdec/core/status.hpp"
 #include "specdec/sample/order.hpp"
@@ -34,38 +35,59 @@ inline detail::row_ref row_of(const rows_view& r, std::int64_t i) noexcept {
   return {static_cast<const char*>(r.data) + i * r.stride[0] * row_dtype_bytes(r.dtype), r.stride[1], r.dtype};
 }
 
-// sum_x min(p(x), q(x)) over one row pair (both checked finite and >= 0).
-inline status row_overlap(const row_ref& p, const row_ref& q, std::int64_t V, double& out) noexcept {
-  double s = 0.0;
+// A row entry verification accepts: finite and >= 0 (NaN compares false).
+inline bool valid_entry(float a) noexcept { return a >= 0.0f && a <= FLT_MAX; }
+
+// sum_x min(p(x), q(x)) over a row pair, or the mass of p alone (q null),
+// every entry read checked valid (finite and >= 0; a tile of 1024 entries
+// whose float sum overflows also reads as invalid, which no probability row
+// does). Contiguous fp32 rows run in float vectors (core/detail/simd.hpp;
+// one double chain ran at 1.3 GB/s against a 20-30 GB/s stream); other rows one
+// entry at a time.
+inline status checked_sum(const row_ref& p, const row_ref* q, std::int64_t V, double& out) noexcept {
+  const float* pf = p.contiguous_f32();
+  const float* qf = q != nullptr ? q->contiguous_f32() : pf;
   bool ok = true;
-  if (const float* pf = p.contiguous_f32(), *qf = q.contiguous_f32(); pf != nullptr && qf != nullptr) {
-    int bad = 0;  // branch-free checks (NaN compares false)
-    for (std::int64_t x = 0; x < V; ++x) {
-      s += static_cast<double>(std::fmin(pf[x], qf[x]));
-      bad |= static_cast<int>(!(pf[x] >= 0.0f && pf[x] <= FLT_MAX && qf[x] >= 0.0f && qf[x] <= FLT_MAX));
+  double s = 0.0;
+  if (pf != nullptr && qf != nullptr) {
+    // Float vectors per tile of 1024 entries, tiles summed in double.
+    // Checks without a branch: NaN and infinities reach `all` (the sum of
+    // every entry read), negatives the lowest entry `lo`.
+    using S = vec_ops<float>;
+    using one = vec_ops<float, false>;
+    double total = 0.0;
+    for (std::int64_t t0 = 0; t0 < V && ok; t0 += sum_tile) {
+      const std::int64_t t1 = t0 + sum_tile < V ? t0 + sum_tile : V;
+      S::vec lane = S::splat(0.0f), all = lane, lo = lane;
+      std::int64_t x = t0;
+      for (; x + S::lanes <= t1; x += S::lanes) {
+        const S::vec a = S::load(pf + x), b = S::load(qf + x), m = S::select(S::less(a, b), a, b);
+        lane += m;
+        all += a + b;
+        lo = S::select(S::less(m, lo), m, lo);
+      }
+      float lane1 = 0.0f, all1 = 0.0f, lo1 = 0.0f;
+      for (; x < t1; ++x) {
+        const float a = pf[x], b = qf[x], m = one::select(one::less(a, b), a, b);
+        lane1 += m;
+        all1 += a + b;
+        lo1 = one::select(one::less(m, lo1), m, lo1);
+      }
+      alignas(64) float los[S::lanes];
+      S::store(los, lo);
+      for (const float v : los) ok = ok && v >= 0.0f;
+      s += static_cast<double>(S::hsum(lane)) + static_cast<double>(lane1);
+      total += static_cast<double>(S::hsum(all)) + static_cast<double>(all1);
+      ok = ok && lo1 >= 0.0f && total - total == 0.0;  // NaN or infinite: never 0
     }
-    ok = bad == 0;
   } else {
     for (std::int64_t x = 0; x < V && ok; ++x) {
-      const float a = p[x], b = q[x];
-      ok = a >= 0.0f && b >= 0.0f && std::isfinite(a) && std::isfinite(b);
-      s += std::fmin(a, b);
+      const float a = p[x], b = q != nullptr ? (*q)[x] : a;
+      ok = valid_entry(a) && valid_entry(b);
+      s += static_cast<double>(a < b ? a : b);
     }
   }
   if (!ok) return make_status(status_code::non_finite, "p or q row holds a NaN, infinite or negative entry");
-  out = s;
-  return status::success();
-}
-
-// Mass of one row (checked finite and >= 0).
-inline status row_mass(const row_ref& p, std::int64_t V, double& out) noexcept {
-  double s = 0.0;
-  for (std::int64_t x = 0; x < V; ++x) {
-    const float a = p[x];
-    if (!(a >= 0.0f) || !std::isfinite(a))
-      return make_status(status_code::non_finite, "p row holds a NaN, infinite or negative entry", x);
-    s += a;
-  }
   out = s;
   return status::success();
 }
@@ -123,12 +145,13 @@ inline status child_acceptance(const tree_view& tree, std::span<const node_id> p
     const detail::row_ref pu = detail::row_of(p, u);
     if (sampled) {
       double s = 0.0;
-      SPECDEC_TRY(detail::row_overlap(pu, detail::row_of(q, u), V, s));
+      const detail::row_ref qu = detail::row_of(q, u);
+      SPECDEC_TRY(detail::checked_sum(pu, &qu, V, s));
       out[static_cast<std::size_t>(first)] = static_cast<float>(std::fmin(s, 1.0));
       continue;
     }
     double mass = 0.0;
-    SPECDEC_TRY(detail::row_mass(pu, V, mass));
+    SPECDEC_TRY(detail::checked_sum(pu, nullptr, V, mass));
     for (node_id c = first; c < tree.size; ++c) {
       if (tree.parent[c] != u) continue;
       const token_id x = tree.token[c];
