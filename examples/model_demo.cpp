@@ -120,36 +120,6 @@ double median(std::vector<double> v) {
   return n == 0 ? 0.0 : (n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
-// Where a planned row's time went, against its own plain steps: each kind
-// of round (models::round_class) costs its time less that of plain steps
-// emitting its tokens (the row's steady plain steps' time per token), per
-// request. The drafted kinds also give the tree builder's time per round:
-// the drafter's calls and the planner's choice (a switch's includes the
-// drafter's catch-up).
-void print_round_classes(const models::decode_stats& st) {
-  const models::class_tally& plain = st.by_class[models::steady_plain];
-  if (st.requests == 0 || plain.tokens == 0) return;
-  const double price = plain.seconds / static_cast<double>(plain.tokens), requests = static_cast<double>(st.requests);
-  using models::round_class;
-  const auto count = [&](round_class c) { return static_cast<double>(st.by_class[c].rounds) / requests; };
-  const auto excess = [&](round_class c) {
-    const models::class_tally& t = st.by_class[c];
-    return 1e6 * (t.seconds - price * static_cast<double>(t.tokens)) / requests;
-  };
-  const auto building = [&](round_class c) {
-    const models::class_tally& t = st.by_class[c];
-    return t.rounds > 0 ? 1e6 * t.draft_seconds / static_cast<double>(t.rounds) : 0.0;
-  };
-  std::printf(
-      "    per request, against its %.1f other plain steps (%.0f us per token): first round %+.0f us;\n"
-      "    %.1f switches to drafting %+.0f us (tree building %.0f us a round); %.1f other drafted rounds %+.0f us "
-      "(%.0f us);\n    %.1f plain steps after drafting %+.0f us\n",
-      count(models::steady_plain), 1e6 * price, excess(models::first_round), count(models::switch_round),
-      excess(models::switch_round), building(models::switch_round), count(models::steady_drafted),
-      excess(models::steady_drafted), building(models::steady_drafted), count(models::plain_after_drafted),
-      excess(models::plain_after_drafted));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -436,7 +406,7 @@ int main(int argc, char** argv) {
     if (rest.rounds > 0)
       std::printf("\n    %lld rounds of %zu other shapes", static_cast<long long>(rest.rounds), by_rounds.size() - 5);
     std::printf("\n    %s\n", r.st.planner_estimates.c_str());
-    print_round_classes(r.st);
+    std::printf("%s", models::describe_round_classes(r.st).c_str());
   }
   std::printf("\nGreedy continuation (transformer): %s%s\n", std::string(models::demo_prompts[0]).c_str(),
               text(rows[0].first_out).c_str());

@@ -115,8 +115,7 @@ int main(int argc, char** argv) {
   const models::weights hybrid = models::load(dir + "/hybrid.gguf");
   const models::weights hybrid_draft = models::load(dir + "/hybrid_drafter.gguf");
   std::vector<std::string> texts(models::demo_prompts.begin(), models::demo_prompts.end());
-  texts.emplace_back("def parse_args():\n    parser = argparse.ArgumentParser(description=");  // not in the demo
-  texts.emplace_back("for i in range(len(items)):\n    if items[i] is None:\n        ");       // not in the demo
+  texts.insert(texts.end(), models::extra_prompts.begin(), models::extra_prompts.end());  // not in the demo
   const std::vector<models::token_id> warm_prompt(models::warm_prompt_text.begin(), models::warm_prompt_text.end());
   constexpr std::int64_t n_tokens = 160;
 

@@ -1,7 +1,7 @@
 //! \file
 //! The demo's prompts (Python source in the models' domain; none is in the
 //! training corpus), and the earlier request its warm planners serve first:
-//! shared by model_demo and planner_ab, so that their rows decode the same text.
+//! shared by model_demo, planner_ab and planner_trace, so that their rows decode the same text.
 #pragma once
 
 #include <array>
@@ -15,6 +15,13 @@ inline constexpr std::array<std::string_view, 4> demo_prompts = {
     "import os\nimport sys\n\n\ndef main(argv=None):\n    if argv is None:\n        argv = sys.argv[1:]\n",
     "class Stack:\n    \"\"\"A last-in, first-out container.\"\"\"\n\n    def __init__(self):\n        self.",
     "    def __repr__(self):\n        return '%s(%r)' % (self.__class__.__name__, ",
+};
+
+//! Two more prompts the demo does not decode: planner_ab and planner_trace
+//! also run them, so that no option is tuned to the demo's four alone.
+inline constexpr std::array<std::string_view, 2> extra_prompts = {
+    "def parse_args():\n    parser = argparse.ArgumentParser(description=",
+    "for i in range(len(items)):\n    if items[i] is None:\n        ",
 };
 
 //! The untimed request a warm planner decodes before the timed ones.

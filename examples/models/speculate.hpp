@@ -9,6 +9,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <ctime>
 #include <functional>
 #include <map>
@@ -311,6 +312,35 @@ struct decode_stats {
   std::array<class_tally, round_classes> by_class{};
 };
 
+//! Each kind of round of a planned row, per request, priced against the row's
+//! own steady plain steps (their time per token): the time it took beyond
+//! plain steps emitting the same tokens, and for the drafted kinds the tree
+//! builder's time per round (the drafter's calls and the planner's choice; a
+//! switch's includes the drafter's catch-up). Empty before any steady plain step.
+inline std::string describe_round_classes(const decode_stats& st) {
+  const class_tally& plain = st.by_class[steady_plain];
+  if (st.requests == 0 || plain.tokens == 0) return {};
+  const double price = plain.seconds / static_cast<double>(plain.tokens), requests = static_cast<double>(st.requests);
+  const auto count = [&](round_class c) { return static_cast<double>(st.by_class[c].rounds) / requests; };
+  const auto excess = [&](round_class c) {
+    const class_tally& t = st.by_class[c];
+    return 1e6 * (t.seconds - price * static_cast<double>(t.tokens)) / requests;
+  };
+  const auto building = [&](round_class c) {
+    const class_tally& t = st.by_class[c];
+    return t.rounds > 0 ? 1e6 * t.draft_seconds / static_cast<double>(t.rounds) : 0.0;
+  };
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "    per request, against its %.1f other plain steps (%.0f us per token): first round %+.0f us;\n"
+                "    %.1f switches to drafting %+.0f us (tree building %.0f us a round); %.1f other drafted rounds "
+                "%+.0f us (%.0f us);\n    %.1f plain steps after drafting %+.0f us\n",
+                count(steady_plain), 1e6 * price, excess(first_round), count(switch_round), excess(switch_round),
+                building(switch_round), count(steady_drafted), excess(steady_drafted), building(steady_drafted),
+                count(plain_after_drafted), excess(plain_after_drafted));
+  return buf;
+}
+
 //! "AR", "chain 3" or "tree 7/3" (7 nodes, depth 3) for a key of decode_stats::plans.
 inline std::string shape_name(const std::tuple<int, int, int>& key) {
   const auto [kind, nodes, depth] = key;
@@ -347,6 +377,9 @@ struct spec_options {
   //! Planned runs: a planner state carried between requests (read at the
   //! start when it has seen rounds, written back at the end); null = cold.
   specdec::round_planner* carry = nullptr;
+  //! Planned runs: called after every round with its statistics and the
+  //! planner, which has just observed it (examples/planner_trace.cpp).
+  std::function<void(const specdec::round_stats&, specdec::round_planner&)> on_plan;
   std::uint64_t seed = 7;
   std::uint32_t request = 0;
   //! Rule for i.i.d.-drafted chains and trees at temperature > 0: sampled_iid
@@ -475,6 +508,8 @@ std::vector<token_id> run_session(Builder builder, const weights& target, const 
   int before = 0;
   const auto out = s.generate(drafter, tgt, prompt, [&](std::span<const token_id>) {
     if constexpr (specdec::round_observing_builder<Builder>) tally_plan(s.last_round(), st, before);
+    if constexpr (specdec::batch_plannable_builder<Builder>)
+      if (o.on_plan) o.on_plan(s.last_round(), s.builder().planner());
     if (on_round) on_round(static_cast<std::int64_t>(s.generated_tokens().size()));
   });
   if constexpr (specdec::batch_plannable_builder<Builder>) {
