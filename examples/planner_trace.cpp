@@ -6,8 +6,10 @@
 // speedups cannot answer: why a request went plain, what its opening cost.
 //
 // Usage: planner_trace [transformer|hybrid] [temperature] [prompt 0-5]
-//                      [tokens] [seed] [fixed chain length, -1 = plain]
-// Prompts 0-3 are the demo's, 4-5 two it does not decode. Before the traced
+//                      [tokens] [seed] [fixed chain length 0-8]
+// Prompts 0-3 are the demo's, 4-5 two it does not decode. A fixed chain
+// length holds the planner to that shape every round (0: plain steps through
+// the session); without one the planner chooses. Before the traced
 // request, the same request decoded autoregressively (untimed, then timed)
 // gives the plain-decoding reference. Exits non-zero if a temperature-0
 // trace is not token-identical to autoregressive greedy decoding.
@@ -25,12 +27,12 @@ int main(int argc, char** argv) {
   const int prompt_index = argc > 3 ? std::atoi(argv[3]) : 0;
   const std::int64_t n_tokens = argc > 4 ? std::atoll(argv[4]) : 160;
   const std::uint64_t seed = argc > 5 ? std::strtoull(argv[5], nullptr, 10) : 7;
-  const int fixed_chain = argc > 6 ? std::atoi(argv[6]) : -2;
-  if ((model != "hybrid" && model != "transformer") || prompt_index < 0 || prompt_index > 5 || n_tokens < 1 ||
-      fixed_chain < -2 || fixed_chain > 8) {
+  const int fixed_chain = argc > 6 ? std::atoi(argv[6]) : -1;  // -1: the planner chooses
+  if ((model != "hybrid" && model != "transformer") || !(temperature >= 0.0f) || prompt_index < 0 || prompt_index > 5 ||
+      n_tokens < 1 || fixed_chain < -1 || fixed_chain > 8) {
     std::fprintf(stderr,
                  "usage: planner_trace [transformer|hybrid] [temperature] [prompt 0-5] [tokens] [seed] "
-                 "[fixed chain length 0-8, -1 = plain]\n");
+                 "[fixed chain length 0-8]\n");
     return 2;
   }
   const std::string dir = SPECDEC_MODELS_DIR;
@@ -50,7 +52,7 @@ int main(int argc, char** argv) {
   const auto reference = models::generate_autoregressive(target, prompt, n_tokens, o, ar);
   std::printf("planner_trace: %s, T=%g, prompt %d, %lld tokens, seed %llu%s\n", model.c_str(),
               static_cast<double>(temperature), prompt_index, static_cast<long long>(n_tokens),
-              static_cast<unsigned long long>(seed), fixed_chain >= -1 ? ", fixed plan" : "");
+              static_cast<unsigned long long>(seed), fixed_chain >= 0 ? ", fixed plan" : "");
   std::printf("autoregressive: %.1f us per token (CPU time, prefill included)\n\n",
               1e6 * ar.seconds / static_cast<double>(ar.tokens));
   std::printf(
@@ -58,7 +60,7 @@ int main(int argc, char** argv) {
       "a(1)  a(2)\n");
 
   o.kind = models::tree_kind::planned;
-  if (fixed_chain >= -1) {
+  if (fixed_chain >= 0) {
     o.fixed_plan = {-1};
     for (int d = 0; d < fixed_chain; ++d) o.fixed_plan.push_back(d);
   }
