@@ -29,7 +29,9 @@
 // (and tree conv1d + tree scan in Mamba2 layers) -> verification, the rule
 // chosen from how the tree was drafted -> in-place KV commit and SSM/conv
 // state commit of the accepted path. Throughput is process CPU time (equal
-// to wall time on an idle machine; the demo is single-threaded), the median
+// to wall time on an idle machine; the demo is single-threaded) of the whole
+// request, the prompt's prefill included (the same work in every row, about
+// 28% of a 160-token request here, so it pulls every speedup toward 1), the median
 // over `repeats` passes (speedups: ratios to the autoregressive run just
 // before each run on the same prompt); the stage shares are the
 // session's wall-clock stage timers. Exits non-zero if a temperature-0 run is
