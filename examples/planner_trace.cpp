@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   o.on_plan = [&](const specdec::round_stats& r, specdec::round_planner& p) {
     const specdec::stage_times& t = r.time;
     const double seconds = t.draft + t.flatten + t.forward + t.probs + t.verify + t.commit;
-    const double t1 = p.target_seconds(1);
+    const double t1 = p.target_seconds(1);  // the prior's unit until a plain step is timed
     std::printf("%5d  %-8s %2d (%5.2f)  %8.0f (%6.0f)  %5.0f %7.0f  | %17.0f  %9.2f  %4.2f  %4.2f\n", round++,
                 models::shape_name({r.plan.nodes <= 1                  ? 0
                                     : r.plan.nodes == r.plan.depth + 1 ? 1

@@ -224,7 +224,9 @@ TEST_CASE("child_acceptance: bad input gets a status and no write past out") {
 }
 
 TEST_CASE("child_acceptance: long rows (several tiles, vector loop and tail) against a plain double sum") {
-  std::mt19937_64 rng(6);
+  constexpr std::uint64_t seed = 6;
+  std::printf("child_acceptance long rows seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> U(0.0f, 1.0f);
   for (const std::int64_t vocab : {std::int64_t{1}, std::int64_t{7}, std::int64_t{1024}, std::int64_t{3001}}) {
     std::vector<float> p(static_cast<std::size_t>(2 * vocab)), q(p.size());
