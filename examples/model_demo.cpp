@@ -225,8 +225,13 @@ int main(int argc, char** argv) {
   // prompt (the transformer's chain of 4 drafts read 3.70 or 3.23 tokens per
   // pass with two drafter windows that give the same mean over 48 requests,
   // benchmarks/results/planner-plain-control_2026-11-29.md).
-  const auto options_of = [](const job& jb, int rep) {
+  // Every row of a target model reuses one set of caches and scratch, as an
+  // engine keeps them between requests (allocating the drafter's per request
+  // cost the speculative rows 100-200 us that plain decoding did not pay).
+  std::map<const models::weights*, models::kept_buffers> kept;
+  const auto options_of = [&kept](const job& jb, int rep) {
     models::spec_options o;
+    o.kept = &kept[jb.tw];
     o.kind = jb.m->kind;
     o.chain_length = jb.m->chain_length;
     o.sampled_rule = jb.m->rule;

@@ -12,7 +12,9 @@
 // set 1 the defaults again (a null control: its ratios to set 0 show what
 // noise alone reads), then the sets given on the command line, each a comma
 // list of planner_options fields: "explore=0,plain_first=2" (and
-// drafter_window, the example drafter's catch-up bound).
+// drafter_window, the example drafter's catch-up bound; fresh_buffers=1,
+// rows that allocate their models' caches per request instead of keeping
+// them between requests as every other row does).
 //
 // Prints each row's median speedup over the autoregressive run before it
 // (as the demo does), over all runs and per prompt, and for every set the
@@ -35,7 +37,12 @@
 
 namespace {
 
-using options = models::spec_options;  // an option set: planner fields and the drafter's window
+// An option set: planner fields, the drafter's window, and whether the rows
+// allocate their models' caches per request instead of keeping them.
+struct options {
+  models::spec_options spec;
+  bool fresh_buffers = false;
+};
 auto as_int(double x) { return static_cast<std::int32_t>(x); }
 
 // The fields an option set may name: planner_options', and the drafter's window.
@@ -44,26 +51,27 @@ struct field {
   void (*set)(options&, double);
 };
 const field fields[] = {
-    {"max_nodes", [](options& p, double x) { p.planner.max_nodes = as_int(x); }},
-    {"max_depth", [](options& p, double x) { p.planner.max_depth = as_int(x); }},
-    {"max_children", [](options& p, double x) { p.planner.max_children = as_int(x); }},
-    {"forget", [](options& p, double x) { p.planner.forget = x; }},
-    {"prior_weight", [](options& p, double x) { p.planner.prior_weight = x; }},
-    {"prior_accept", [](options& p, double x) { p.planner.prior_accept = x; }},
-    {"replan_every", [](options& p, double x) { p.planner.replan_every = as_int(x); }},
-    {"cost_window", [](options& p, double x) { p.planner.cost_window = as_int(x); }},
-    {"cost_quantile", [](options& p, double x) { p.planner.cost_quantile = x; }},
-    {"explore", [](options& p, double x) { p.planner.explore = x; }},
-    {"prior_node_cost", [](options& p, double x) { p.planner.prior_node_cost = x; }},
-    {"probe_every", [](options& p, double x) { p.planner.probe_every = as_int(x); }},
-    {"probe_budget", [](options& p, double x) { p.planner.probe_budget = x; }},
-    {"rescore_every", [](options& p, double x) { p.planner.rescore_every = as_int(x); }},
-    {"prune", [](options& p, double x) { p.planner.prune = x != 0.0; }},
-    {"plain_first", [](options& p, double x) { p.planner.plain_first = as_int(x); }},
-    {"min_gain", [](options& p, double x) { p.planner.min_gain = x; }},
-    {"draft_bonus", [](options& p, double x) { p.planner.draft_bonus = x; }},
-    {"expected_acceptance", [](options& p, double x) { p.planner.expected_acceptance = x != 0.0; }},
-    {"drafter_window", [](options& p, double x) { p.drafter_window = static_cast<std::int64_t>(x); }},
+    {"max_nodes", [](options& p, double x) { p.spec.planner.max_nodes = as_int(x); }},
+    {"max_depth", [](options& p, double x) { p.spec.planner.max_depth = as_int(x); }},
+    {"max_children", [](options& p, double x) { p.spec.planner.max_children = as_int(x); }},
+    {"forget", [](options& p, double x) { p.spec.planner.forget = x; }},
+    {"prior_weight", [](options& p, double x) { p.spec.planner.prior_weight = x; }},
+    {"prior_accept", [](options& p, double x) { p.spec.planner.prior_accept = x; }},
+    {"replan_every", [](options& p, double x) { p.spec.planner.replan_every = as_int(x); }},
+    {"cost_window", [](options& p, double x) { p.spec.planner.cost_window = as_int(x); }},
+    {"cost_quantile", [](options& p, double x) { p.spec.planner.cost_quantile = x; }},
+    {"explore", [](options& p, double x) { p.spec.planner.explore = x; }},
+    {"prior_node_cost", [](options& p, double x) { p.spec.planner.prior_node_cost = x; }},
+    {"probe_every", [](options& p, double x) { p.spec.planner.probe_every = as_int(x); }},
+    {"probe_budget", [](options& p, double x) { p.spec.planner.probe_budget = x; }},
+    {"rescore_every", [](options& p, double x) { p.spec.planner.rescore_every = as_int(x); }},
+    {"prune", [](options& p, double x) { p.spec.planner.prune = x != 0.0; }},
+    {"plain_first", [](options& p, double x) { p.spec.planner.plain_first = as_int(x); }},
+    {"min_gain", [](options& p, double x) { p.spec.planner.min_gain = x; }},
+    {"draft_bonus", [](options& p, double x) { p.spec.planner.draft_bonus = x; }},
+    {"expected_acceptance", [](options& p, double x) { p.spec.planner.expected_acceptance = x != 0.0; }},
+    {"drafter_window", [](options& p, double x) { p.spec.drafter_window = static_cast<std::int64_t>(x); }},
+    {"fresh_buffers", [](options& p, double x) { p.fresh_buffers = x != 0.0; }},
 };
 
 bool set_option(options& p, const std::string& key, double x) {
@@ -75,8 +83,8 @@ bool set_option(options& p, const std::string& key, double x) {
   return false;
 }
 
-// "key=value,key=value" over the demo's planner options (and the drafter's
-// catch-up window, drafter_window).
+// "key=value,key=value" over the demo's planner options (and drafter_window,
+// fresh_buffers).
 options parse(const std::string& spec) {
   options p;
   for (std::size_t i = 0; i < spec.size();) {
@@ -90,7 +98,7 @@ options parse(const std::string& spec) {
     }
     i = j + 1;
   }
-  specdec::throw_if_error(specdec::validate_planner_options(p.planner));
+  specdec::throw_if_error(specdec::validate_planner_options(p.spec.planner));
   return p;
 }
 
@@ -156,6 +164,7 @@ int main(int argc, char** argv) {
   std::printf("\n");
 
   std::mt19937 rng(seed);
+  std::map<const models::weights*, models::kept_buffers> kept;  // as model_demo: caches kept between requests
   std::map<std::pair<int, std::size_t>, std::vector<double>> speedup, paired;          // (config, row)
   std::map<std::tuple<int, std::size_t, std::size_t>, std::vector<double>> by_prompt;  // (config, row, prompt)
   bool identical = true;
@@ -163,7 +172,9 @@ int main(int argc, char** argv) {
     for (int c = 0; c < 4; ++c) {
       const config& cf = configs[c];
       const auto options_of = [&](const row& r) {
-        models::spec_options o = r.set >= 0 ? option_sets[static_cast<std::size_t>(r.set)] : options{};
+        const options set = r.set >= 0 ? option_sets[static_cast<std::size_t>(r.set)] : options{};
+        models::spec_options o = set.spec;
+        if (!set.fresh_buffers) o.kept = &kept[cf.t];
         o.kind = r.kind;
         o.chain_length = r.chain;
         if (r.plain) o.fixed_plan = {-1};

@@ -11,7 +11,8 @@
 // length holds the planner to that shape every round (0: plain steps through
 // the session); without one the planner chooses. Before the traced
 // request, the same request decoded autoregressively (untimed, then timed)
-// gives the plain-decoding reference. Exits non-zero if a temperature-0
+// gives the plain-decoding reference, and an untimed planned one fills the
+// caches and buffers every request reuses (a new planner traces). Exits non-zero if a temperature-0
 // trace is not token-identical to autoregressive greedy decoding.
 #include <cstdio>
 #include <cstdlib>
@@ -43,9 +44,11 @@ int main(int argc, char** argv) {
                                                  : models::extra_prompts[static_cast<std::size_t>(prompt_index - 4)];
   const std::vector<models::token_id> prompt(text.begin(), text.end());
 
+  models::kept_buffers kept;  // as in model_demo: caches kept between requests
   models::spec_options o;
   o.temperature = temperature;
   o.seed = seed;
+  o.kept = &kept;
   models::decode_stats ar;
   models::generate_autoregressive(target, prompt, n_tokens, o, ar);  // untimed: warms the caches
   ar = {};
@@ -64,6 +67,8 @@ int main(int argc, char** argv) {
     o.fixed_plan = {-1};
     for (int d = 0; d < fixed_chain; ++d) o.fixed_plan.push_back(d);
   }
+  models::decode_stats untimed;  // allocates the drafter's buffers, as the demo's earlier requests have
+  (void)models::generate_speculative(target, draft, prompt, n_tokens, o, untimed);
   int round = 0;
   o.on_plan = [&](const specdec::round_stats& r, specdec::round_planner& p) {
     const specdec::stage_times& t = r.time;
