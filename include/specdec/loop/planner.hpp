@@ -539,6 +539,10 @@ class round_planner {
  private:
   // Memoised per size until the next observation or injected curve.
   double target_at(std::int32_t n) {
+    if (times_stale_) {
+      tmemo_.assign(static_cast<std::size_t>(opt_.max_nodes) + 2, std::numeric_limits<double>::quiet_NaN());
+      times_stale_ = false;
+    }
     if (n >= 1 && static_cast<std::size_t>(n) < tmemo_.size()) {
       double& m = tmemo_[static_cast<std::size_t>(n)];
       if (std::isnan(m)) m = target_uncached(n);
@@ -547,7 +551,7 @@ class round_planner {
     return target_uncached(n);
   }
   void forget_times() {
-    tmemo_.assign(static_cast<std::size_t>(opt_.max_nodes) + 2, std::numeric_limits<double>::quiet_NaN());
+    times_stale_ = true;  // emptied when next read: a plain streak reads none
   }
   double target_uncached(std::int32_t n) {
     if (!curve_.empty()) return curve_.at(n);
@@ -885,6 +889,7 @@ class round_planner {
   bool draft_fixed_ = false, loop_fixed_ = false;
   detail::cost_curve curve_;
   std::vector<double> tmemo_;
+  bool times_stale_ = true;
   std::vector<node_id> fixed_, store_, shape_;
   std::vector<candidate> cands_;
   std::vector<double> thresholds_, reach_, kid_sum_, rank_sum_, family_value_;

@@ -406,14 +406,21 @@ class speculative_session {
       return make_status(status_code::invalid_argument, "the sampled rules need q rows and the builder wrote none");
 
     // 2. Flatten: positions and the packed ancestor mask, slot i = node i.
+    //    A root-only tree (a plain step) has nothing to check or build.
     const auto parents = tree_.tree.parents();
     positions_.resize(static_cast<std::size_t>(n));
-    SPECDEC_TRY(build_positions<position_id>(parents, cache_len, positions_));
     const std::int64_t words = mask_words_per_row<std::uint64_t>(n);
     mask_.resize(static_cast<std::size_t>(n * words));
-    SPECDEC_TRY(build_packed_mask<std::uint64_t>(parents, mask_));
     std::int32_t depth = 0;
-    for (const auto p : positions_) depth = std::max(depth, static_cast<std::int32_t>(p - cache_len));
+    const bool root_only = n == 1 && parents[0] == -1;  // anything else goes through the checks
+    if (root_only) {
+      positions_[0] = cache_len;
+      mask_[0] = 1;
+    } else {
+      SPECDEC_TRY(build_positions<position_id>(parents, cache_len, positions_));
+      SPECDEC_TRY(build_packed_mask<std::uint64_t>(parents, mask_));
+      for (const auto p : positions_) depth = std::max(depth, static_cast<std::int32_t>(p - cache_len));
+    }
     st.time.flatten = detail::lap(t0);
 
     // 3. Target forward over every node.
@@ -475,8 +482,12 @@ class speculative_session {
       }
     m = std::min(m, static_cast<std::size_t>(opt_.max_tokens) - generated());
     keep_.resize(m);
-    std::int32_t kept = 0;
-    SPECDEC_TRY(keep_indices_from_path(parents, std::span<const node_id>(path_).first(m), {}, cache_len, keep_, kept));
+    std::int32_t kept = 1;
+    if (root_only)
+      keep_[0] = cache_len;  // the root alone
+    else
+      SPECDEC_TRY(
+          keep_indices_from_path(parents, std::span<const node_id>(path_).first(m), {}, cache_len, keep_, kept));
     if constexpr (kv_committing_target<Target>) {
       const auto tk = clock::now();
       SPECDEC_TRY(target.commit(kv_commit_request{cache_len, keep_, cache_len + kept}));
