@@ -12,8 +12,9 @@
 // the session); without one the planner chooses. Before the traced
 // request, the same request decoded autoregressively (untimed, then timed)
 // gives the plain-decoding reference, and an untimed planned one fills the
-// caches and buffers every request reuses (a new planner traces). Exits non-zero if a temperature-0
-// trace is not token-identical to autoregressive greedy decoding.
+// caches and buffers every request reuses (a new planner traces). Exits
+// non-zero if a temperature-0 trace is not token-identical to
+// autoregressive greedy decoding.
 #include <cstdio>
 #include <cstdlib>
 #include <string>

@@ -670,6 +670,77 @@ TEST_CASE("stop tokens, max tokens, token callback, KV commit requests") {
   CHECK(s2.last_round().accepted == 5);
 }
 
+TEST_CASE("a plain round hands the target the root's position and mask and commits the root") {
+  // The session builds a root-only round's position, mask row and keep
+  // list without the tree checks: what the target sees must be what the
+  // checked path builds, and the tokens those of a plain sampling loop.
+  const table tm{.V = 6, .seed = 23};
+  struct checking_target : looptest::target {
+    std::int32_t len = 0, bad = 0;
+    status forward(const tree_forward& f) {
+      if (f.tree.size != 1 || f.positions.size() != 1 || f.positions[0] != len || f.mask_words != 1 || f.mask[0] != 1 ||
+          f.cache_len != len)
+        ++bad;
+      return looptest::target::forward(f);
+    }
+    status commit(const kv_commit_request& c) {
+      if (c.cache_len != len || c.keep.size() != 1 || c.keep[0] != len || c.new_len != len + 1) ++bad;
+      len = c.new_len;
+      return status::success();
+    }
+  };
+  planner_options po;
+  po.max_depth = 0;  // never drafts: every round is a plain step
+  looptest::level_drafter d{{.V = 6, .seed = 24}};
+  const std::vector<token_id> prompt = {0, 1, 2};
+  for (const float temperature : {0.0f, 1.0f}) {
+    session_options o = options(6, 9, 40);
+    o.sampling.temperature = temperature;
+    checking_target tgt{{tm}};
+    tgt.len = 2;
+    speculative_session s(planned_tree_builder({.planner = po, .vocab_size = 6}), o);
+    const auto out = s.generate(d, tgt, prompt);
+    CHECK(tgt.bad == 0);
+    CHECK(tgt.len == 2 + 40);
+    CHECK(s.stats().rounds == 40);
+    // The same tokens as a bare plain loop: the target's row, verify_tree
+    // over the root alone, keyed {seed, request, step} as the session keys rounds.
+    std::vector<token_id> hist(prompt.begin(), prompt.end()), want, path;
+    std::vector<float> row(6), logits(6), probs(6);
+    std::vector<std::byte> ws(verify_workspace_size(6, 1)), fws(logits_to_probs_workspace_size(6, o.sampling));
+    for (std::uint32_t i = 0; i < 40; ++i) {
+      const token_id root = hist.back();
+      const std::vector<token_id> before(hist.begin(), hist.end() - 1);
+      tm.row(before, std::vector<token_id>{root}, row.data());
+      for (int t = 0; t < 6; ++t)
+        logits[static_cast<std::size_t>(t)] = row[static_cast<std::size_t>(t)] > 0.0f
+                                                  ? std::log(row[static_cast<std::size_t>(t)])
+                                                  : -std::numeric_limits<float>::infinity();
+      const float* rows = logits.data();
+      if (temperature != 0.0f) {
+        REQUIRE(
+            logits_to_probs_row(make_view<const float>(logits.data(), 6), make_view(probs.data(), 6), o.sampling, fws)
+                .ok());
+        rows = probs.data();
+      }
+      const node_id parent[1] = {-1};
+      const tree_view tv{&root, parent, nullptr, nullptr, 1};
+      verify_params vp;
+      vp.mode = temperature == 0.0f ? verify_mode::greedy : verify_mode::sampled_iid;
+      vp.seed = o.seed;
+      vp.request = o.request;
+      vp.round = i;
+      node_id p1[1];
+      token_id e1[1];
+      verify_result res;
+      REQUIRE(verify_tree(tv, make_view<const float>(rows, 1, 6), {}, vp, ws, p1, e1, res).ok());
+      hist.push_back(e1[0]);
+      want.push_back(e1[0]);
+    }
+    CHECK(std::vector<token_id>(out.begin(), out.end()) == want);
+  }
+}
+
 TEST_CASE("session errors") {
   looptest::target tgt{{.V = 4}};
   looptest::drafter d{{.V = 4}};
