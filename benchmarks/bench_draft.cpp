@@ -15,6 +15,7 @@
 
 #include "specdec/draft/batch_prune.hpp"
 #include "specdec/draft/beam_tree.hpp"
+#include "specdec/draft/prompt_lookup.hpp"
 #include "specdec/draft/prune.hpp"
 #include "specdec/draft/static_tree.hpp"
 #include "specdec/draft/suffix_index.hpp"
@@ -252,4 +253,55 @@ void BM_suffix_tree_draft(benchmark::State& state) {
   state.counters["nodes"] = benchmark::Counter(static_cast<double>(nodes) / static_cast<double>(state.iterations()));
 }
 BENCHMARK(BM_suffix_tree_draft)->Arg(8)->Arg(32);
+
+// Prompt lookup (draft/prompt_lookup.hpp): one build over a context of N
+// tokens (items = builds; bytes = the context's tokens, read at least once
+// per build), on the phrase text above (matches of every length: the scan
+// stops at the max_matches most recent occurrences of a 4-gram) and on
+// random tokens over 31000 ids ending in 12 tokens that occur nowhere
+// else (no earlier n-gram: every build reads the whole context, as a round
+// on new text does), next to a
+// same-run read of the same bytes (BM_stream_read_context).
+std::vector<specdec::token_id> random_text(std::size_t n) {
+  std::mt19937 g(29);
+  std::vector<specdec::token_id> t(n);
+  for (auto& x : t) x = static_cast<specdec::token_id>(g() % 31000);
+  return t;
+}
+
+void BM_prompt_lookup_build(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  auto text = state.range(1) != 0 ? phrase_text() : random_text(n);
+  text.resize(n - 12);  // the phrase text ends with a copy of an earlier span: the lookup matches
+  if (state.range(1) != 0)
+    text.insert(text.end(), text.begin() + 100, text.begin() + 112);
+  else
+    for (specdec::token_id t = 31000; t < 31012; ++t) text.push_back(t);
+  specdec::prompt_lookup_builder b({.max_ngram = 4, .max_depth = 8, .max_nodes = 16, .vocab_size = 32000});
+  specdec::draft_round r;
+  r.root_token = text.back();
+  r.history = std::span<const specdec::token_id>(text).first(n - 1);
+  specdec::drafted_tree out;
+  for (auto _ : state) {
+    if (!b.build(r, out).ok()) std::abort();
+    benchmark::DoNotOptimize(out.size());
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * sizeof(specdec::token_id)));
+  state.counters["ngram"] = b.last_match().ngram;
+}
+BENCHMARK(BM_prompt_lookup_build)->Args({512, 0})->Args({4096, 0})->Args({512, 1})->Args({4096, 1});
+
+// Baseline: sum the same context's tokens once (a read of its bytes).
+void BM_stream_read_context(benchmark::State& state) {
+  const auto text = random_text(static_cast<std::size_t>(state.range(0)));
+  for (auto _ : state) {
+    std::uint32_t acc = 0;
+    for (const specdec::token_id t : text) acc += static_cast<std::uint32_t>(t);
+    benchmark::DoNotOptimize(acc);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * text.size() * sizeof(specdec::token_id)));
+}
+BENCHMARK(BM_stream_read_context)->Arg(512)->Arg(4096);
+
 }  // namespace

@@ -199,6 +199,32 @@ TEST_CASE("prompt_lookup_builder equals a brute-force scan on random sequences")
     matched += g_ref > 0;
   }
   CHECK(matched > 200);
+  // Long contexts over many ids: the last token is rare, so the scan skips
+  // most of the context in blocks of 16 and finds what remains near either
+  // end of it.
+  int sparse = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int V = trial % 2 == 0 ? 40 : 700;
+    seq ctx = random_seq(g, V, 17 + static_cast<int>(g() % 700));
+    if (trial % 4 == 1) ctx.insert(ctx.end(), ctx.begin(), ctx.begin() + 1 + trial % 5);  // a match at the start
+    const int min_g = 1 + trial % 2, max_g = min_g + trial % 4, matches = 1 + trial % 6, depth = 1 + trial % 9;
+    b.set_options({.max_ngram = max_g,
+                   .min_ngram = min_g,
+                   .max_matches = matches,
+                   .max_depth = depth,
+                   .max_nodes = 1 << 20,
+                   .vocab_size = V});
+    draft_round r;
+    r.root_token = ctx.back();
+    r.history = std::span<const token_id>(ctx).first(ctx.size() - 1);
+    REQUIRE(b.build(r, out).ok());
+    int g_ref = 0;
+    const auto counts = naive_lookup(ctx, min_g, max_g, matches, depth, g_ref);
+    CHECK(b.last_match().ngram == g_ref);
+    check_same(drafted_paths(out), confidences(counts, 1.0f));
+    sparse += g_ref > 0;
+  }
+  CHECK(sparse > 100);
 }
 
 // The budgeted tree must be the best (max_nodes - 1) nodes of the unbudgeted

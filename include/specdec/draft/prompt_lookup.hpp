@@ -15,6 +15,9 @@
 #include <cstdint>
 #include <span>
 #include <vector>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "specdec/core/error.hpp"
 #include "specdec/core/status.hpp"
@@ -50,8 +53,9 @@ struct prompt_lookup_match {
   std::int32_t matches = 0;  //!< occurrences merged (<= max_matches)
 };
 
-//! Prompt lookup with count-based trees. Scans the context once per build
-//! (O(n * max_ngram) comparisons worst case, n = history.size() + 1), merges
+//! Prompt lookup with count-based trees. Scans the context once per build,
+//! backwards (O(n * max_ngram) comparisons worst case, n = history.size() +
+//! 1; about n where few positions hold the last token), merges
 //! the continuations of the `max_matches` most recent occurrences of the
 //! longest matching suffix into a counted trie (each continuation runs to
 //! the end of the context or the depth limit) and grows the drafted tree
@@ -76,29 +80,21 @@ class prompt_lookup_builder : public owning_build<prompt_lookup_builder> {
     const std::span<const token_id> h = round.history;
     const auto n = static_cast<std::int64_t>(h.size()) + 1;
     const auto at = [&](std::int64_t i) { return i + 1 < n ? h[static_cast<std::size_t>(i)] : round.root_token; };
-    if (opt_.vocab_size > 0)
-      for (std::int64_t i = 0; i < n; ++i)
-        if (at(i) < 0 || at(i) >= opt_.vocab_size)
-          return make_status(status_code::token_out_of_range, "context token outside [0, vocab_size)", i);
+    if (opt_.vocab_size > 0) {
+      // The largest token as unsigned (negative ones wrap above any
+      // vocabulary): one vectorized pass; the first bad index only if any.
+      const auto bad = [&](token_id t) { return t < 0 || t >= opt_.vocab_size; };
+      auto largest = static_cast<std::uint32_t>(round.root_token);
+      for (const token_id t : h) largest = std::max(largest, static_cast<std::uint32_t>(t));
+      if (static_cast<std::int64_t>(largest) >= opt_.vocab_size)
+        return make_status(status_code::token_out_of_range, "context token outside [0, vocab_size)",
+                           std::find_if(h.begin(), h.end(), bad) - h.begin());
+    }
     out.reset(round.root_token);
     if (opt_.max_nodes <= 1 || opt_.max_depth == 0) return status::success();
-
-    // The longest suffix (max_ngram down to min_ngram) with an earlier
-    // occurrence; occurrence i covers [i, i + g) and is continued from i + g.
-    starts_.clear();
-    std::int32_t g = static_cast<std::int32_t>(std::min<std::int64_t>(opt_.max_ngram, n - 1));
-    for (; g >= opt_.min_ngram; --g) {
-      const token_id last = at(n - 1);
-      for (std::int64_t i = n - g - 1; i >= 0 && static_cast<std::int32_t>(starts_.size()) < opt_.max_matches; --i) {
-        if (at(i + g - 1) != last) continue;
-        bool eq = true;
-        for (std::int32_t k = 0; k + 1 < g && eq; ++k) eq = at(i + k) == at(n - g + k);
-        if (eq) starts_.push_back(i + g);
-      }
-      if (!starts_.empty()) break;
-    }
+    find_occurrences(h, round.root_token);
     if (starts_.empty()) return status::success();
-    last_ = {g, static_cast<std::int32_t>(starts_.size())};
+    const std::int32_t g = last_.ngram;
 
     // Counted trie of the continuations (scratch), then best-first growth.
     const std::int32_t depth = detail::depth_limit(opt_.max_depth, opt_.depth_per_match, g);
@@ -137,6 +133,67 @@ class prompt_lookup_builder : public owning_build<prompt_lookup_builder> {
     return detail::check_growth(opt_.max_nodes, opt_.max_depth, opt_.min_prob, opt_.prior, opt_.depth_per_match);
   }
 
+  // The longest suffix of the context (max_ngram down to min_ngram) with an
+  // earlier occurrence, and its max_matches most recent occurrences, as the
+  // positions that continue them (into starts_, most recent first). One
+  // backward pass for every length at once: a position holding the root
+  // token ends an occurrence of each length up to its common suffix with
+  // the context (a scan per length read a context without repeats
+  // max_ngram times). It stops once the longest length has its matches.
+  void find_occurrences(std::span<const token_id> h, token_id root) {
+    starts_.clear();
+    const auto n = static_cast<std::int64_t>(h.size()) + 1;
+    const auto longest = static_cast<std::int32_t>(std::min<std::int64_t>(opt_.max_ngram, n - 1));
+    if (longest < opt_.min_ngram) return;
+    const auto lengths = static_cast<std::size_t>(longest - opt_.min_ngram + 1);
+    const auto m = static_cast<std::size_t>(opt_.max_matches);
+    suffix_.resize(static_cast<std::size_t>(longest));  // suffix_[k]: the context's k-th token from the end
+    suffix_[0] = root;
+    for (std::int32_t k = 1; k < longest; ++k)
+      suffix_[static_cast<std::size_t>(k)] = h[static_cast<std::size_t>(n - 1 - k)];
+    found_.resize(lengths * m);
+    count_.assign(lengths, 0);
+    auto& full = count_.back();  // matches of the longest length
+    const token_id* t = h.data();
+    for (std::int64_t e = n - 2; e >= 0 && full < m; --e) {
+      // Blocks of 16 without the root token are skipped whole.
+      while (e >= 15) {
+        if (holds(t + (e - 15), root)) break;
+        e -= 16;
+      }
+      if (e < 0 || t[e] != root) continue;
+      std::int32_t common = 1;  // tokens h[e - common + 1 .. e] equal the context's last ones
+      while (common < longest && common <= e && t[e - common] == suffix_[static_cast<std::size_t>(common)]) ++common;
+      for (std::int32_t g = opt_.min_ngram; g <= common; ++g) {
+        const auto l = static_cast<std::size_t>(g - opt_.min_ngram);
+        if (count_[l] < m) found_[l * m + count_[l]++] = e + 1;
+      }
+    }
+    for (std::size_t l = lengths; l-- > 0;)
+      if (count_[l] > 0) {
+        starts_.assign(found_.begin() + static_cast<std::ptrdiff_t>(l * m),
+                       found_.begin() + static_cast<std::ptrdiff_t>(l * m + count_[l]));
+        last_ = {opt_.min_ngram + static_cast<std::int32_t>(l), static_cast<std::int32_t>(count_[l])};
+        return;
+      }
+  }
+
+  // Whether b[0, 16) holds `root` (AVX2: two compares and a test; GCC
+  // leaves the plain loop scalar, about 0.5 ns a token).
+  static bool holds(const token_id* b, token_id root) noexcept {
+#if defined(__AVX2__)
+    const __m256i r = _mm256_set1_epi32(root);
+    const __m256i hit =
+        _mm256_or_si256(_mm256_cmpeq_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), r),
+                        _mm256_cmpeq_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 8)), r));
+    return _mm256_testz_si256(hit, hit) == 0;
+#else
+    std::uint32_t any = 0;
+    for (int k = 0; k < 16; ++k) any |= static_cast<std::uint32_t>(b[k] == root);
+    return any != 0;
+#endif
+  }
+
   // Child of u carrying t (created with count 1, or counted once more).
   std::int32_t child(std::int32_t u, token_id t) {
     std::int32_t* link = &trie_[static_cast<std::size_t>(u)].first_child;
@@ -156,7 +213,9 @@ class prompt_lookup_builder : public owning_build<prompt_lookup_builder> {
 
   prompt_lookup_options opt_;
   prompt_lookup_match last_{};
-  std::vector<std::int64_t> starts_;
+  std::vector<std::int64_t> starts_, found_;
+  std::vector<std::size_t> count_;
+  std::vector<token_id> suffix_;
   std::vector<detail::count_node> trie_;
   std::vector<detail::growth_candidate> heap_;
 };
