@@ -429,7 +429,12 @@ TEST_CASE("model-free drafters: bad inputs get clear statuses") {
     CHECK(s.code() == status_code::token_out_of_range);
     CHECK(s.index() == 2);
     r.root_token = 7;
-    CHECK(prompt_lookup_builder({.vocab_size = 4}).build(r, out).code() == status_code::token_out_of_range);
+    const status root_bad = prompt_lookup_builder({.vocab_size = 4}).build(r, out);
+    CHECK(root_bad.code() == status_code::token_out_of_range);
+    CHECK(root_bad.index() == 4);  // the root counts after the history
+    r.root_token = -1;
+    CHECK(prompt_lookup_builder({.vocab_size = std::int64_t{1} << 40}).build(r, out).code() ==
+          status_code::token_out_of_range);  // negative ids fail whatever the vocabulary
     r.root_token = 2;
     // max_nodes 1 and max_depth 0: a root-only tree, no error.
     REQUIRE(prompt_lookup_builder({.max_nodes = 1}).build(r, out).ok());

@@ -81,12 +81,13 @@ class prompt_lookup_builder : public owning_build<prompt_lookup_builder> {
     const auto n = static_cast<std::int64_t>(h.size()) + 1;
     const auto at = [&](std::int64_t i) { return i + 1 < n ? h[static_cast<std::size_t>(i)] : round.root_token; };
     if (opt_.vocab_size > 0) {
-      // The largest token as unsigned (negative ones wrap above any
-      // vocabulary): one vectorized pass; the first bad index only if any.
+      // The largest token as unsigned (negative ones wrap to 2^31 or more,
+      // outside any vocabulary an int32 id can index): one vectorized pass;
+      // the first bad index only if any.
       const auto bad = [&](token_id t) { return t < 0 || t >= opt_.vocab_size; };
       auto largest = static_cast<std::uint32_t>(round.root_token);
       for (const token_id t : h) largest = std::max(largest, static_cast<std::uint32_t>(t));
-      if (static_cast<std::int64_t>(largest) >= opt_.vocab_size)
+      if (static_cast<std::int64_t>(largest) >= std::min<std::int64_t>(opt_.vocab_size, std::int64_t{1} << 31))
         return make_status(status_code::token_out_of_range, "context token outside [0, vocab_size)",
                            std::find_if(h.begin(), h.end(), bad) - h.begin());
     }
