@@ -256,12 +256,11 @@ BENCHMARK(BM_suffix_tree_draft)->Arg(8)->Arg(32);
 
 // Prompt lookup (draft/prompt_lookup.hpp): one build over a context of N
 // tokens (items = builds; bytes = the context's tokens, read at least once
-// per build), on the phrase text above (matches of every length: the scan
-// stops at the max_matches most recent occurrences of a 4-gram) and on
-// random tokens over 31000 ids ending in 12 tokens that occur nowhere
-// else (no earlier n-gram: every build reads the whole context, as a round
-// on new text does), next to a
-// same-run read of the same bytes (BM_stream_read_context).
+// per build). Context 1: the phrase text above, ending in a copy of an
+// earlier span, so a 4-gram matches. Context 0: random tokens over 31000
+// ids ending in 12 that occur nowhere else, so nothing matches and every
+// build reads the whole context, as a round on new text does. Next to it,
+// a same-run read of the same bytes (BM_stream_read_context).
 std::vector<specdec::token_id> random_text(std::size_t n) {
   std::mt19937 g(29);
   std::vector<specdec::token_id> t(n);
@@ -272,7 +271,7 @@ std::vector<specdec::token_id> random_text(std::size_t n) {
 void BM_prompt_lookup_build(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   auto text = state.range(1) != 0 ? phrase_text() : random_text(n);
-  text.resize(n - 12);  // the phrase text ends with a copy of an earlier span: the lookup matches
+  text.resize(n - 12);
   if (state.range(1) != 0)
     text.insert(text.end(), text.begin() + 100, text.begin() + 112);
   else
