@@ -705,7 +705,7 @@ TEST_CASE("a plain round hands the target the root's position and mask and commi
     CHECK(s.stats().rounds == 40);
     // The same tokens as a bare plain loop: the target's row, verify_tree
     // over the root alone, keyed {seed, request, step} as the session keys rounds.
-    std::vector<token_id> hist(prompt.begin(), prompt.end()), want, path;
+    std::vector<token_id> hist(prompt.begin(), prompt.end()), want;
     std::vector<float> row(6), logits(6), probs(6);
     std::vector<std::byte> ws(verify_workspace_size(6, 1)), fws(logits_to_probs_workspace_size(6, o.sampling));
     for (std::uint32_t i = 0; i < 40; ++i) {
