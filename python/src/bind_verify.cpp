@@ -243,11 +243,6 @@ void verify(const any_i32& offsets, const dev1<const node_id>& parent, const dev
   } else {
     off = host_offsets(offsets, s);
   }
-  std::int32_t largest = max_nodes;
-  if (!off.empty()) {
-    const std::int32_t most = check_offsets(off, parent.size(), true);
-    largest = max_nodes > 0 ? max_nodes : most;
-  }
   const auto m = per_request<std::int32_t>(g, modes, R, "modes");
   const auto sd = per_request<std::uint64_t>(g, seeds, R, "seeds");
   const auto rq = per_request<std::uint32_t>(g, requests, R, "requests");
@@ -270,11 +265,19 @@ void verify(const any_i32& offsets, const dev1<const node_id>& parent, const dev
       status_code::size_mismatch, "results must be a dense R x 4 int32 array");
   require(!accepted_per_depth || accepted_per_depth->size() >= 1, status_code::invalid_argument,
           "accepted_per_depth needs at least one counter");
-  if (R == 0) return;
   // Rows every node array holds: the kernel keeps each request's span inside them.
   std::size_t capacity = std::min<std::size_t>({parent.size(), static_cast<std::size_t>(pr.extent[0]), INT32_MAX});
   if (q) capacity = std::min<std::size_t>(capacity, static_cast<std::size_t>(qr.extent[0]));
   if (uniforms) capacity = std::min<std::size_t>(capacity, uniforms->shape(0));
+  // Offsets read on the host are checked against every node array here, so
+  // that a short p, q or uniforms raises before anything is written; offsets
+  // left on the device are checked per request by the kernel (node_capacity).
+  std::int32_t largest = max_nodes;
+  if (!off.empty()) {
+    const std::int32_t most = check_offsets(off, capacity, true);
+    largest = max_nodes > 0 ? max_nodes : most;
+  }
+  if (R == 0) return;
   const auto u = batch_uniforms(uniforms, 0);
   static_assert(sizeof(verify_result) == 4 * sizeof(std::int32_t) && std::is_standard_layout_v<verify_result>);
   kernels::verify_batch_params P;
