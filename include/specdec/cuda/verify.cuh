@@ -20,6 +20,7 @@
 #include <climits>
 #include <cstdint>
 #include <cub/block/block_reduce.cuh>
+#include <type_traits>
 
 #include "specdec/core/config.hpp"
 #include "specdec/core/philox.hpp"
@@ -122,38 +123,75 @@ SPECDEC_DEVICE void thread_argmax_strided(row_ref r, std::int64_t lo, std::int64
   loc.merge_into(lo, best, nan);
 }
 
-//! This thread's share of the argmax of r[lo, hi), merged into best, NaNs
-//! into nan. The merge is a total order, so any split of a row (and any
-//! order within a thread) merges to the row's argmax. Contiguous rows are
-//! read as float4 (a quarter of the load instructions: 1.74 TB/s read with
-//! scalar loads at batch 64, V 128256, 64 nodes on an H100, against 2.75
-//! for a copy), their unaligned ends one element at a time.
-template <int Block>
-SPECDEC_DEVICE void thread_argmax(row_ref r, std::int64_t lo, std::int64_t hi, argmax_item& best, bool& nan) {
-  const float* f = r.contiguous_f32();
-  if (f == nullptr || hi - lo < 8 || reinterpret_cast<std::uintptr_t>(f + lo) % sizeof(float) != 0) {
-    thread_argmax_strided<Block>(r, lo, hi, best, nan);  // strided or 16-bit rows
-    return;
-  }
+//! thread_argmax over contiguous elements of type E (float, or the bits of
+//! bf16 / fp16 widened exactly by `widen`), read as 16-byte vectors from
+//! the first aligned element, the unaligned ends one element at a time.
+//! Needs hi - lo >= 16 / sizeof(E).
+template <int Block, class E, class Widen>
+SPECDEC_DEVICE void thread_argmax_vectors(const E* f, std::int64_t lo, std::int64_t hi, Widen widen, argmax_item& best,
+                                          bool& nan) {
+  constexpr int per = 16 / static_cast<int>(sizeof(E));  // elements per vector
+  using vec = std::conditional_t<sizeof(E) == 4, float4, uint4>;
   const auto addr = reinterpret_cast<std::uintptr_t>(f + lo);
-  const auto skew = static_cast<std::int64_t>((addr / sizeof(float)) % 4);
-  const std::int64_t a = lo + (skew == 0 ? 0 : 4 - skew);  // first 16-byte aligned element
-  const auto m = static_cast<std::int32_t>((hi - a) / 4);
-  const std::int64_t b = a + 4 * static_cast<std::int64_t>(m);
-  // The unaligned ends: at most three elements each.
-  if (threadIdx.x < a - lo) argmax_take(f[lo + threadIdx.x], lo + threadIdx.x, best, nan);
-  if (threadIdx.x < hi - b) argmax_take(f[b + threadIdx.x], b + threadIdx.x, best, nan);
-  const auto* v = reinterpret_cast<const float4*>(f + a);
+  const auto skew = static_cast<std::int64_t>((addr / sizeof(E)) % per);
+  const std::int64_t a = lo + (skew == 0 ? 0 : per - skew);  // first 16-byte aligned element
+  const auto m = static_cast<std::int32_t>((hi - a) / per);
+  const std::int64_t b = a + per * static_cast<std::int64_t>(m);
+  // The unaligned ends: at most per - 1 elements each.
+  if (threadIdx.x < a - lo) argmax_take(widen(f[lo + threadIdx.x]), lo + threadIdx.x, best, nan);
+  if (threadIdx.x < hi - b) argmax_take(widen(f[b + threadIdx.x]), b + threadIdx.x, best, nan);
+  const auto* v = reinterpret_cast<const vec*>(f + a);
   argmax_local loc;
-  scan_in_flight<Block, argmax_loads / 4, float4>(
+  // The same bytes in flight per thread for every element type.
+  scan_in_flight<Block, argmax_loads * 4 / 16, vec>(
       m, [&](std::int32_t j) { return v[j]; },
-      [&](const float4& x, std::int32_t j) {
-        loc.take(x.x, 4 * j);
-        loc.take(x.y, 4 * j + 1);
-        loc.take(x.z, 4 * j + 2);
-        loc.take(x.w, 4 * j + 3);
+      [&](const vec& x, std::int32_t j) {
+        if constexpr (sizeof(E) == 4) {
+          loc.take(x.x, 4 * j);
+          loc.take(x.y, 4 * j + 1);
+          loc.take(x.z, 4 * j + 2);
+          loc.take(x.w, 4 * j + 3);
+        } else {
+          // Little-endian: element 2k is the low half of word k.
+          const unsigned w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            loc.take(widen(static_cast<std::uint16_t>(w[k] & 0xffffu)), 8 * j + 2 * k);
+            loc.take(widen(static_cast<std::uint16_t>(w[k] >> 16)), 8 * j + 2 * k + 1);
+          }
+        }
       });
   loc.merge_into(a, best, nan);
+}
+
+//! This thread's share of the argmax of r[lo, hi), merged into best, NaNs
+//! into nan. The merge is a total order, so any split of a row (and any
+//! order within a thread) merges to the row's argmax. Contiguous rows read
+//! as stored are read as 16-byte vectors (fp32 rows with scalar loads read
+//! 1.74 TB/s at batch 64, V 128256, 64 nodes on an H100, against 2.75 for a
+//! copy; bf16 rows with scalar loads 0.56 TB/s against 3.8 on an H200,
+//! benchmarks/results/gpu-h200-2026-11-30.md); strided and logits rows
+//! one element at a time.
+template <int Block>
+SPECDEC_DEVICE void thread_argmax(row_ref r, std::int64_t lo, std::int64_t hi, argmax_item& best, bool& nan) {
+  if (r.s == 1 && r.x == nullptr) {
+    if (r.t == row_dtype::f32 && hi - lo >= 8 && reinterpret_cast<std::uintptr_t>(r.d) % sizeof(float) == 0) {
+      thread_argmax_vectors<Block>(
+          static_cast<const float*>(r.d), lo, hi, [](float x) { return x; }, best, nan);
+      return;
+    }
+    const auto* h = static_cast<const std::uint16_t*>(r.d);
+    if (r.t != row_dtype::f32 && hi - lo >= 16 && reinterpret_cast<std::uintptr_t>(h) % sizeof(std::uint16_t) == 0) {
+      if (r.t == row_dtype::bf16)
+        thread_argmax_vectors<Block>(
+            h, lo, hi, [](std::uint16_t x) { return specdec::detail::widen_bf16(x); }, best, nan);
+      else
+        thread_argmax_vectors<Block>(
+            h, lo, hi, [](std::uint16_t x) { return specdec::detail::widen_f16(x); }, best, nan);
+      return;
+    }
+  }
+  thread_argmax_strided<Block>(r, lo, hi, best, nan);
 }
 
 //! The CUDA row-operations policy: every pass is called by all Block
@@ -633,11 +671,14 @@ SPECDEC_DEVICE void attach_transforms(const kernels::verify_batch_params& P, std
 //! The greedy pre-pass: block (c, j, r) writes the argmax of chunk c of
 //! row j of request r to table[(r * max_nodes + j) * splits + c], for
 //! greedy requests whose node count is in (0, max_nodes] (the others are
-//! the walk's to report; their blocks return at once).
+//! the walk's to report; their blocks return at once). Logits rows are
+//! read through their transforms (`transforms`, written by the logits
+//! pre-pass before this launch), so the partials are the probabilities'
+//! maxima the walk would find.
 template <int Block>
 SPECDEC_KERNEL void __launch_bounds__(Block)
     verify_argmax_kernel(const kernels::verify_batch_params P, kernels::verify_argmax_partial* table,
-                         std::int32_t splits, std::int64_t chunk) {
+                         std::int32_t splits, std::int64_t chunk, const row_transform* transforms) {
   using reduce_a = cub::BlockReduce<detail::argmax_item, Block>;
   __shared__ typename reduce_a::TempStorage tmp;
   const auto r = static_cast<std::int64_t>(blockIdx.z);
@@ -646,7 +687,9 @@ SPECDEC_KERNEL void __launch_bounds__(Block)
   if (kernels::verify_request_span(P, static_cast<std::int32_t>(r), b, n) != status_code::ok || j >= n ||
       kernels::verify_request_params(P, static_cast<std::int32_t>(r)).mode != verify_mode::greedy)
     return;
-  const detail::row_ref row = kernels::verify_request_rows(P, b).prow(j);
+  specdec::walk_rows rows = kernels::verify_request_rows(P, b);
+  attach_transforms(P, static_cast<std::int32_t>(r), transforms, rows);
+  const detail::row_ref row = rows.prow(j);
   const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * chunk;
   const std::int64_t hi = lo + chunk < P.vocab ? lo + chunk : P.vocab;
   detail::argmax_item best{-INFINITY, LLONG_MAX};
@@ -945,21 +988,9 @@ inline status verify_batch(const kernels::verify_batch_params& P, void* workspac
   SPECDEC_TRY(check_workspace(workspace, workspace_bytes, kernels::verify_batch_workspace_size(P),
                               "workspace smaller than verify_batch_workspace_size"));
   auto* ws = static_cast<unsigned char*>(workspace);
-  // Logits rows: no argmax pre-pass (its table holds maxima of the rows
-  // as stored); the transform pre-pass runs before the tile pre-pass.
+  // Logits rows: the transform pre-pass runs first, so that the greedy and
+  // tile pre-passes read the rows through their transforms.
   const bool logits = kernels::verify_logits_rows(P);
-  // The greedy pre-pass (grid: chunk, node, request; CUDA's y and z limits).
-  std::int32_t splits = kernels::verify_argmax_splits(P.num_requests, P.vocab, P.max_nodes);
-  if (P.max_nodes > 65535 || P.num_requests > 65535 || logits) splits = 0;
-  if (splits > 0) {
-    const std::int64_t chunk = (static_cast<std::int64_t>(P.vocab) + splits - 1) / splits;
-    auto* table = reinterpret_cast<kernels::verify_argmax_partial*>(
-        ws + kernels::verify_request_workspace_bytes(P.vocab, P.max_nodes) * static_cast<std::size_t>(P.num_requests));
-    verify_argmax_kernel<verify_block_threads><<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(P.max_nodes),
-                                                      static_cast<unsigned>(P.num_requests)),
-                                                 verify_block_threads, 0, stream>>>(P, table, splits, chunk);
-    SPECDEC_TRY(last_launch_status());
-  }
   row_transform* transforms = nullptr;
   if (logits) {
     transforms = reinterpret_cast<row_transform*>(
@@ -989,6 +1020,19 @@ inline status verify_batch(const kernels::verify_batch_params& P, void* workspac
           <<<dim3(static_cast<unsigned>(P.max_nodes), ys), verify_block_threads, 0, stream>>>(P, transforms);
       SPECDEC_TRY(last_launch_status());
     }
+  }
+  // The greedy pre-pass (grid: chunk, node, request; CUDA's y and z limits).
+  std::int32_t splits = kernels::verify_argmax_splits(P.num_requests, P.vocab, P.max_nodes);
+  if (P.max_nodes > 65535 || P.num_requests > 65535) splits = 0;
+  if (splits > 0) {
+    const std::int64_t chunk = (static_cast<std::int64_t>(P.vocab) + splits - 1) / splits;
+    auto* table = reinterpret_cast<kernels::verify_argmax_partial*>(
+        ws + kernels::verify_request_workspace_bytes(P.vocab, P.max_nodes) * static_cast<std::size_t>(P.num_requests));
+    verify_argmax_kernel<verify_block_threads>
+        <<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(P.max_nodes),
+                static_cast<unsigned>(P.num_requests)),
+           verify_block_threads, 0, stream>>>(P, table, splits, chunk, transforms);
+    SPECDEC_TRY(last_launch_status());
   }
   // The tile pre-pass of small launches (grid: tile chunk, node, request),
   // after the logits pre-pass: logits rows are summed as probabilities.
