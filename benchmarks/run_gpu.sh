@@ -8,6 +8,8 @@
 # results) for benchmarks/results/.
 #
 # Usage: bash benchmarks/run_gpu.sh [report.md]
+# The whole suite ran 509 s on an H200 on 2026-11-30 (build 65 s, benchmarks 196 s,
+# compute-sanitizer 160 s, Python 103 s).
 # Environment:
 #   SPECDEC_GPU_BUILD=dir      build folder (default build/gpu; full logs in dir/logs)
 #   SPECDEC_GPU_SKIP_BUILD=1   use the programs already in the build folder
@@ -15,8 +17,8 @@
 #                              synccheck python torch-baseline)
 #   SPECDEC_GPU_BENCH_ARGS="..." extra arguments for every benchmark program (split on
 #                              spaces, no quotes inside), e.g. --benchmark_filter=R:1/ for a
-#                              short slot (the full bench_gpu_verify sweep takes about 80 s on
-#                              an H100); a filter applies to bench_gpu_cache and _ssm too
+#                              short slot (the full bench_gpu_verify sweep took 133 s on
+#                              an H200 on 2026-11-30); a filter applies to bench_gpu_cache and _ssm too
 #   CMAKE_PREFIX_PATH          where Catch2 and Google Benchmark are, if not installed
 #                              (a copy of the Debian packages' files travels fine; binaries
 #                              built on another machine did not start on the device machine,
