@@ -231,7 +231,8 @@ def verify_batch(offsets: Any, parent: Any, tokens: Any, p: Any, q: Any = None, 
     or bfloat16, read in place. Scalar modes, seeds and rounds travel in the
     launch's parameters; per-request arrays are read where they are (CUDA
     tensors) or uploaded (host arrays); `offsets` likewise. `max_nodes`
-    bounds every request's node count (checked per request on the device);
+    bounds every request's node count (checked before the launch for host
+    offsets, per request on the device for device offsets);
     without it, device offsets are read back first (one wait). With
     offsets and per-request arrays on the device, `max_nodes` and a
     workspace, nothing is uploaded, allocated or waited for: the call can be

@@ -76,6 +76,17 @@ std::tuple<sglang_build_tree_inputs, sglang_build_tree_outputs> build_tree_args(
        {positions.size(), retrive_index.size(), retrive_next_token.size(), retrive_next_sibling.size()})
     require(s >= B * n, status_code::buffer_too_small,
             "positions and the retrive_* outputs need batch * draft_token_num entries");
+  // Without the full mask the mask's size is known here: a short one raises
+  // before any request is written (full_mask's depends on verified_seq_len).
+  const auto m = static_cast<sglang_tree_mask_mode>(mode);
+  if (m == sglang_tree_mask_mode::qlen_only ||
+      (m == sglang_tree_mask_mode::qlen_only_bitpacking && draft_token_num <= 32)) {
+    const std::size_t row = m == sglang_tree_mask_mode::qlen_only
+                                ? n
+                                : static_cast<std::size_t>(specdec::detail::sglang_packed_row_bytes(draft_token_num));
+    require(tree_mask.size() >= B * n * row, status_code::buffer_too_small,
+            "tree_mask needs batch * draft_token_num rows of the mode's row bytes");
+  }
   sglang_build_tree_inputs in;
   in.num_requests = static_cast<std::int32_t>(B);
   in.topk = topk;

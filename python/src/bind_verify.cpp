@@ -275,6 +275,7 @@ void verify(const any_i32& offsets, const dev1<const node_id>& parent, const dev
   std::int32_t largest = max_nodes;
   if (!off.empty()) {
     const std::int32_t most = check_offsets(off, capacity, true);
+    require(max_nodes <= 0 || most <= max_nodes, status_code::size_mismatch, "a request has more nodes than max_nodes");
     largest = max_nodes > 0 ? max_nodes : most;
   }
   if (R == 0) return;

@@ -210,6 +210,10 @@ tree_masks_params<Word> tree_batch_of(const Parents& parents, const Offsets& off
           status_code::invalid_argument, "batch too large");
   require(masks.shape(1) <= 1 || masks.stride(1) == 1, status_code::invalid_argument,
           "mask rows must be contiguous (last stride 1)");
+  // A row stride below the row length (a broadcast view: stride 0) would
+  // make the kernel write rows past the array.
+  require(masks.shape(0) <= 1 || masks.stride(0) >= static_cast<std::int64_t>(masks.shape(1)),
+          status_code::invalid_argument, "mask rows must not overlap (row stride >= row length)");
   require(tree_status.size() >= R, status_code::buffer_too_small, "tree_status needs R entries");
   require(!cache_len || cache_len->size() >= R, status_code::size_mismatch, "cache_len needs R entries");
   require(masks.shape(0) >= n && (!positions || positions->size() >= n), status_code::buffer_too_small,

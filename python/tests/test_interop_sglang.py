@@ -212,9 +212,16 @@ def test_sglang_build_tree_errors_per_request(rng):
     oob[0, 0] = topk * (topk * (depth - 1) + 1)
     with pytest.raises(specdec.Error, match="out_of_range"):
         specdec.sglang_build_tree(pl, oob, sl, topk=topk, depth=depth, draft_token_num=n)
-    with pytest.raises(specdec.Error, match="buffer_too_small"):
-        specdec.sglang_build_tree(pl, sel, sl, topk=topk, depth=depth, draft_token_num=n, mode="qlen_only",
-                                  tree_mask=np.zeros(B * n * n - 1, np.bool_))
+    # A short mask in the modes whose size is known from the arguments raises
+    # before any request is written.
+    for mode, mask in (("qlen_only", np.zeros(B * n * n - 1, np.bool_)),
+                       ("qlen_only_bitpacking", np.zeros(B * n * (1 if n <= 8 else 2 if n <= 16 else 4) - 1, np.uint8))):
+        outs = [np.full(B * n, -5, np.int64) for _ in range(4)]
+        with pytest.raises(specdec.Error, match="buffer_too_small"):
+            specdec.sglang_build_tree(pl, sel, sl, topk=topk, depth=depth, draft_token_num=n, mode=mode,
+                                      tree_mask=mask, positions=outs[0], retrive_index=outs[1],
+                                      retrive_next_token=outs[2], retrive_next_sibling=outs[3])
+        assert all((o == -5).all() for o in outs) and not mask.any()
     with pytest.raises(specdec.Error, match="size_mismatch"):
         specdec.sglang_build_tree(pl[:, :-1], sel, sl, topk=topk, depth=depth, draft_token_num=n)
     with pytest.raises(specdec.Error, match="unsupported"):
@@ -346,6 +353,13 @@ def test_chain_acceptance_counts_batch(rng):
     np.testing.assert_array_equal(np.delete(a, 3), np.delete(acc, 3))
     with pytest.raises(specdec.Error, match="size_mismatch"):
         specdec.chain_acceptance_counts_batch(drafts, target, draft, coins[:, :g - 1])
+    # Fewer rows per request than drafts: the whole call raises, nothing written.
+    for t, d in ((target[:, :g - 1], draft), (target, draft[:, :g - 1])):
+        st = np.full(B, 77, np.int32)
+        with pytest.raises(specdec.Error, match="size_mismatch"):
+            specdec.chain_acceptance_counts_batch(drafts, t, d, coins, accepted_num=a, emitted_num=e,
+                                                  request_status=st)
+        assert (st == 77).all()
 
 def test_sglang_greedy_and_sampling_request_status_on_host(rng):
     """SGLang's two original entry points stop at the first failing request;

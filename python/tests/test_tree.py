@@ -125,6 +125,13 @@ def test_batched_masks_match_single_tree_and_isolate_failures(rng):
         w = (len(t) + 63) // 64
         np.testing.assert_array_equal(masks[lo:hi, :w], ref_packed(t, 64))
         np.testing.assert_array_equal(pos[lo:hi], ref_depths(t) + cache_len[b])
+    # Rows that overlap (a broadcast view) are refused: the rows would run
+    # past the array.
+    buf = np.full(8, 3, dtype=np.uint64)
+    bcast = np.lib.stride_tricks.as_strided(buf[:2], shape=(len(parents), 2), strides=(0, 8))
+    with pytest.raises(specdec.Error, match="invalid_argument.*overlap"):
+        specdec.tree_masks_batched(parents, offsets, cache_len, masks=bcast, max_nodes=100)
+    assert (buf == 3).all()
 
 def medusa_ref(choices):
     order = sorted(range(len(choices)), key=lambda k: (len(choices[k]), list(choices[k]), k))

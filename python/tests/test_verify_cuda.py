@@ -170,6 +170,9 @@ def test_verify_bad_inputs_raise_untouched(rng):
                              tokens_out=toks)
     with pytest.raises(specdec.Error, match="size_mismatch"):
         specdec.verify_batch(offsets, cu(parents), cu(tokens), cu(p[:5]), cu(q), paths=paths, tokens_out=toks)
+    with pytest.raises(specdec.Error, match="size_mismatch"):  # host offsets past max_nodes
+        specdec.verify_batch(offsets, cu(parents), cu(tokens), cu(p), cu(q), paths=paths, tokens_out=toks,
+                             max_nodes=3)
     with pytest.raises(specdec.Error, match="one CUDA device|host"):
         specdec.verify_batch(offsets, cu(parents), tokens, cu(p), cu(q), paths=paths, tokens_out=toks)
     torch.cuda.synchronize()

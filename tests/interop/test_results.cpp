@@ -3,6 +3,7 @@
 // chain kernel loop and against specdec's verify_chain, per-depth counts.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -171,4 +172,26 @@ TEST_CASE("chain_acceptance_counts_batch equals per-chain calls; a bad request g
   chain_counts_batch bad{};
   bad.num_requests = 1;
   CHECK(chain_acceptance_counts_batch(bad, {}) == status_code::invalid_argument);
+  // Fewer rows per request than drafts (p or q): the whole batch is refused
+  // before any request runs, and nothing is written.
+  const int bs = 3, gamma = 4, V = 5;
+  std::vector<float> rows(static_cast<std::size_t>(bs * (gamma + 1) * V), 0.5f),
+      coins(static_cast<std::size_t>(bs * (gamma + 1)), 0.5f);
+  std::vector<token_id> drafts(static_cast<std::size_t>(bs * gamma), 1);
+  std::vector<std::int32_t> acc(static_cast<std::size_t>(bs), -1), emit(acc);
+  for (const int short_p : {1, 0}) {
+    const chain_counts_batch b{bs,
+                               gamma,
+                               drafts.data(),
+                               make_view<const float>(rows.data(), bs, short_p ? gamma - 1 : gamma + 1, V),
+                               make_view<const float>(rows.data(), bs, short_p ? gamma : gamma - 1, V),
+                               coins.data(),
+                               gamma + 1,
+                               acc.data(),
+                               emit.data()};
+    std::vector<status_code> codes(static_cast<std::size_t>(bs), status_code::internal_error);
+    CHECK(chain_acceptance_counts_batch(b, codes) == status_code::size_mismatch);
+    CHECK(std::count(codes.begin(), codes.end(), status_code::internal_error) == bs);
+    CHECK(std::count(acc.begin(), acc.end(), -1) == bs);
+  }
 }

@@ -146,6 +146,7 @@ SPECDEC_HD constexpr status check_chain_counts(const chain_counts_batch& b) noex
       b.draft_probs.data == nullptr)
     return make_status(status_code::invalid_argument, "arrays must not be null");
   if (b.target_probs.extent[0] < b.num_requests || b.draft_probs.extent[0] < b.num_requests ||
+      b.target_probs.extent[1] < b.num_speculative_tokens || b.draft_probs.extent[1] < b.num_speculative_tokens ||
       b.coins_stride < b.num_speculative_tokens)
     return make_status(status_code::size_mismatch, "rows and coins need num_requests requests of gamma entries");
   return status::success();
