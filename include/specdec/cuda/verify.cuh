@@ -292,6 +292,26 @@ struct block_row_ops {
 
   SPECDEC_DEVICE static bool finite(double x) { return x - x == 0.0; }
 
+  //! Calls f with a reader of each row: plain fp32 loads when both rows are
+  //! contiguous fp32 read as stored, else row_ref's reads (any type, stride
+  //! or transform). One dispatch per pass, not branches per element: with
+  //! row_ref's transform branch, sm_90 code issued each element's q load
+  //! only after its p load had arrived (two memory round trips per element
+  //! in the residual pass; sampled verification measured 1.4-4x slower than
+  //! before the transform existed, benchmarks/results/gpu-h200-2026-11-30.md).
+  //! Only the common case gets its own loop: a raw() loop for every type
+  //! kept 64-bit offsets of all 32 elements of a tile live and doubled the
+  //! walk kernel's registers.
+  template <class F>
+  SPECDEC_DEVICE static void with_readers(row_ref p, row_ref q, F&& f) {
+    const float* pf = p.contiguous_f32();
+    const float* qf = q.contiguous_f32();
+    if (pf != nullptr && qf != nullptr)
+      f([pf](std::int64_t i) { return pf[i]; }, [qf](std::int64_t i) { return qf[i]; });
+    else
+      f([&](std::int64_t i) { return p[i]; }, [&](std::int64_t i) { return q[i]; });
+  }
+
   SPECDEC_DEVICE_OUTLINED bool mass(row_ref r, std::int64_t V, double* tiles, double& m) const {
     if (const unsigned char* e = tiles_entry(r, V); e != nullptr) {
       // The pre-pass summed this row's tiles: copy them, no row read.
@@ -322,16 +342,18 @@ struct block_row_ops {
     double* const t[3] = {tp, tq, tr};
     double mm[3];
     bool ng[3];
-    tile_pass<3>(
-        V,
-        [&](std::int64_t i, float(&x)[3]) {
-          x[0] = p[i];
-          x[1] = q[i];
-          const float d = __fsub_rn(x[0], x[1]);
-          x[2] = d > 0.0f ? d : 0.0f;
-          R[i] = x[2];
-        },
-        t, mm, ng);
+    with_readers(p, q, [&](auto rp, auto rq) {
+      tile_pass<3>(
+          V,
+          [&](std::int64_t i, float(&x)[3]) {
+            x[0] = rp(i);
+            x[1] = rq(i);
+            const float d = __fsub_rn(x[0], x[1]);
+            x[2] = d > 0.0f ? d : 0.0f;
+            R[i] = x[2];
+          },
+          t, mm, ng);
+    });
     mp = mm[0];
     mq = mm[1];
     mr = mm[2];
@@ -343,14 +365,16 @@ struct block_row_ops {
     double* const t[1] = {tr};
     double mm[1];
     bool ng[1];
-    tile_pass<1>(
-        V,
-        [&](std::int64_t i, float(&x)[1]) {
-          const float d = __fsub_rn(R[i], __fmul_rn(s, q[i]));
-          x[0] = d > 0.0f ? d : 0.0f;
-          R[i] = x[0];
-        },
-        t, mm, ng);
+    with_readers(q, q, [&](auto, auto rq) {
+      tile_pass<1>(
+          V,
+          [&](std::int64_t i, float(&x)[1]) {
+            const float d = __fsub_rn(R[i], __fmul_rn(s, rq(i)));
+            x[0] = d > 0.0f ? d : 0.0f;
+            R[i] = x[0];
+          },
+          t, mm, ng);
+    });
     return mm[0];
   }
 
