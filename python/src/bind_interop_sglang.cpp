@@ -80,13 +80,10 @@ std::tuple<sglang_build_tree_inputs, sglang_build_tree_outputs> build_tree_args(
   // before any request is written (full_mask's depends on verified_seq_len).
   const auto m = static_cast<sglang_tree_mask_mode>(mode);
   if (m == sglang_tree_mask_mode::qlen_only ||
-      (m == sglang_tree_mask_mode::qlen_only_bitpacking && draft_token_num <= 32)) {
-    const std::size_t row = m == sglang_tree_mask_mode::qlen_only
-                                ? n
-                                : static_cast<std::size_t>(specdec::detail::sglang_packed_row_bytes(draft_token_num));
-    require(tree_mask.size() >= B * n * row, status_code::buffer_too_small,
-            "tree_mask needs batch * draft_token_num rows of the mode's row bytes");
-  }
+      (m == sglang_tree_mask_mode::qlen_only_bitpacking && draft_token_num <= 32))
+    require(tree_mask.size() >=
+                B * n * static_cast<std::size_t>(specdec::detail::sglang_tree_row_bytes(m, draft_token_num)),
+            status_code::buffer_too_small, "tree_mask needs batch * draft_token_num rows of the mode's row bytes");
   sglang_build_tree_inputs in;
   in.num_requests = static_cast<std::int32_t>(B);
   in.topk = topk;

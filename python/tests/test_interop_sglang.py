@@ -214,8 +214,9 @@ def test_sglang_build_tree_errors_per_request(rng):
         specdec.sglang_build_tree(pl, oob, sl, topk=topk, depth=depth, draft_token_num=n)
     # A short mask in the modes whose size is known from the arguments raises
     # before any request is written.
+    packed_row = 1 if n <= 8 else 2 if n <= 16 else 4
     for mode, mask in (("qlen_only", np.zeros(B * n * n - 1, np.bool_)),
-                       ("qlen_only_bitpacking", np.zeros(B * n * (1 if n <= 8 else 2 if n <= 16 else 4) - 1, np.uint8))):
+                       ("qlen_only_bitpacking", np.zeros(B * n * packed_row - 1, np.uint8))):
         outs = [np.full(B * n, -5, np.int64) for _ in range(4)]
         with pytest.raises(specdec.Error, match="buffer_too_small"):
             specdec.sglang_build_tree(pl, sel, sl, topk=topk, depth=depth, draft_token_num=n, mode=mode,

@@ -79,6 +79,14 @@ SPECDEC_HD constexpr std::int64_t sglang_packed_row_bytes(std::int32_t n) noexce
   return n > 16 ? 4 : (n > 8 ? 2 : 1);
 }
 
+//! Bytes of a mask row's tree columns for n slots: n, or
+//! sglang_packed_row_bytes(n) bit-packed. In the qlen modes a request's
+//! mask is n such rows, so the mask's size follows from the arguments
+//! alone; full_mask rows also hold verified_seq_len prefix columns.
+SPECDEC_HD constexpr std::int64_t sglang_tree_row_bytes(sglang_tree_mask_mode m, std::int32_t n) noexcept {
+  return m == sglang_tree_mask_mode::qlen_only_bitpacking ? sglang_packed_row_bytes(n) : std::int64_t{n};
+}
+
 //! Whole-call checks (no element read).
 SPECDEC_HD constexpr status check_sglang_build_tree(const sglang_build_tree_inputs& in,
                                                     const sglang_build_tree_outputs& out) noexcept {
@@ -145,14 +153,12 @@ SPECDEC_HD status sglang_build_tree_request(const sglang_build_tree_inputs& in, 
     depth[s] = d;
   }
   // Mask placement and size.
-  std::int64_t row_bytes = n, base = static_cast<std::int64_t>(r) * n * n, prefix = 0;
+  std::int64_t row_bytes = sglang_tree_row_bytes(in.mode, n), prefix = 0;
+  std::int64_t base = static_cast<std::int64_t>(r) * n * row_bytes;
   if (in.mode == sglang_tree_mask_mode::full_mask) {
     for (std::int32_t i = 0; i < r; ++i) base += in.verified_seq_len[i] * n;
     row_bytes = seq_len + n;
     prefix = seq_len;
-  } else if (in.mode == sglang_tree_mask_mode::qlen_only_bitpacking) {
-    row_bytes = sglang_packed_row_bytes(n);
-    base = static_cast<std::int64_t>(r) * n * row_bytes;
   }
   if (base < 0 || base + row_bytes * n > out.tree_mask_bytes)
     return make_status(status_code::buffer_too_small, "tree_mask too small for this request");
