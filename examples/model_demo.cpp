@@ -135,13 +135,12 @@ int main(int argc, char** argv) {
       argc > 5
           ? std::strtoull(argv[5], nullptr, 10)
           : static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) % 1000000007ull;
-  if (prec_arg != "auto" && prec_arg != "f32" && prec_arg != "bf16") {
+  using models::kernel::precision;
+  precision prec = precision::f32;
+  if (!models::kernel::parse_precision(prec_arg, prec)) {
     std::fprintf(stderr, "precision must be auto, f32 or bf16, not %s\n", prec_arg.c_str());
     return 2;
   }
-  using models::kernel::precision;
-  const precision prec =
-      prec_arg == "f32" || (prec_arg == "auto" && !models::kernel::bf16_products) ? precision::f32 : precision::bf16;
   models::weights target, draft, hybrid, hybrid_draft;
   try {
     target = models::load(dir + "/target.gguf", prec);

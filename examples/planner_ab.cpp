@@ -22,7 +22,9 @@
 // the same prompt and repeat, with how many of those ratios are above 1.
 // Exits non-zero if a temperature-0 run is not token-identical to
 // autoregressive greedy decoding.
-// Usage: planner_ab [repeats=10] [seed=1] [option set ...]
+// The matrix products are the demo's (bf16 where the build has AVX512-BF16,
+// else f32) unless the third argument names them (auto, f32 or bf16).
+// Usage: planner_ab [repeats=10] [seed=1] [auto|f32|bf16] [option set ...]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -113,15 +115,20 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 10;
   const unsigned seed = argc > 2 ? static_cast<unsigned>(std::atoi(argv[2])) : 1u;
+  models::kernel::precision prec = models::kernel::precision::f32;
+  (void)models::kernel::parse_precision("auto", prec);
+  int first_set = 3;
+  if (argc > 3 && models::kernel::parse_precision(argv[3], prec)) first_set = 4;
   std::vector<std::string> sets = {"", ""};
-  for (int a = 3; a < argc; ++a) sets.emplace_back(argv[a]);
+  for (int a = first_set; a < argc; ++a) sets.emplace_back(argv[a]);
   std::vector<options> option_sets;
   for (const auto& s : sets) option_sets.push_back(parse(s));
 
   const std::string dir = SPECDEC_MODELS_DIR;
-  const models::weights target = models::load(dir + "/target.gguf"), draft = models::load(dir + "/drafter.gguf");
-  const models::weights hybrid = models::load(dir + "/hybrid.gguf");
-  const models::weights hybrid_draft = models::load(dir + "/hybrid_drafter.gguf");
+  const models::weights target = models::load(dir + "/target.gguf", prec);
+  const models::weights draft = models::load(dir + "/drafter.gguf", prec);
+  const models::weights hybrid = models::load(dir + "/hybrid.gguf", prec);
+  const models::weights hybrid_draft = models::load(dir + "/hybrid_drafter.gguf", prec);
   std::vector<std::string> texts(models::demo_prompts.begin(), models::demo_prompts.end());
   texts.insert(texts.end(), models::extra_prompts.begin(), models::extra_prompts.end());  // not in the demo
   const std::vector<models::token_id> warm_prompt(models::warm_prompt_text.begin(), models::warm_prompt_text.end());
@@ -158,8 +165,9 @@ int main(int argc, char** argv) {
                             {"transformer T=1", &target, &draft, 1.0f},
                             {"hybrid T=0", &hybrid, &hybrid_draft, 0.0f},
                             {"hybrid T=1", &hybrid, &hybrid_draft, 1.0f}};
-  std::printf("planner_ab: %d repeats, order seed %u; option sets: #0 defaults, #1 defaults again (null control)",
-              repeats, seed);
+  std::printf(
+      "planner_ab: %d repeats, order seed %u, %s products; option sets: #0 defaults, #1 defaults again (null control)",
+      repeats, seed, prec == models::kernel::precision::bf16 ? "bf16" : "f32");
   for (std::size_t s = 2; s < sets.size(); ++s) std::printf(", #%zu %s", s, sets[s].c_str());
   std::printf("\n");
 

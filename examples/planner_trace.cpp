@@ -6,7 +6,8 @@
 // speedups cannot answer: why a request went plain, what its opening cost.
 //
 // Usage: planner_trace [transformer|hybrid] [temperature] [prompt 0-5]
-//                      [tokens] [seed] [fixed chain length 0-8]
+//                      [tokens] [seed] [fixed chain length 0-8, or -1]
+//                      [auto|f32|bf16: the matrix products, auto as the demo]
 // Prompts 0-3 are the demo's, 4-5 two it does not decode. A fixed chain
 // length holds the planner to that shape every round (0: plain steps through
 // the session); without one the planner chooses. Before the traced
@@ -30,17 +31,19 @@ int main(int argc, char** argv) {
   const std::int64_t n_tokens = argc > 4 ? std::atoll(argv[4]) : 160;
   const std::uint64_t seed = argc > 5 ? std::strtoull(argv[5], nullptr, 10) : 7;
   const int fixed_chain = argc > 6 ? std::atoi(argv[6]) : -1;  // -1: the planner chooses
+  models::kernel::precision prec = models::kernel::precision::f32;
   if ((model != "hybrid" && model != "transformer") || !(temperature >= 0.0f) || prompt_index < 0 || prompt_index > 5 ||
-      n_tokens < 1 || fixed_chain < -1 || fixed_chain > 8) {
+      n_tokens < 1 || fixed_chain < -1 || fixed_chain > 8 ||
+      !models::kernel::parse_precision(argc > 7 ? argv[7] : "auto", prec)) {
     std::fprintf(stderr,
                  "usage: planner_trace [transformer|hybrid] [temperature] [prompt 0-5] [tokens] [seed] "
-                 "[fixed chain length 0-8]\n");
+                 "[fixed chain length 0-8, or -1] [auto|f32|bf16]\n");
     return 2;
   }
   const std::string dir = SPECDEC_MODELS_DIR;
   const bool hybrid = model == "hybrid";
-  const models::weights target = models::load(dir + (hybrid ? "/hybrid.gguf" : "/target.gguf"));
-  const models::weights draft = models::load(dir + (hybrid ? "/hybrid_drafter.gguf" : "/drafter.gguf"));
+  const models::weights target = models::load(dir + (hybrid ? "/hybrid.gguf" : "/target.gguf"), prec);
+  const models::weights draft = models::load(dir + (hybrid ? "/hybrid_drafter.gguf" : "/drafter.gguf"), prec);
   const std::string_view text = prompt_index < 4 ? models::demo_prompts[static_cast<std::size_t>(prompt_index)]
                                                  : models::extra_prompts[static_cast<std::size_t>(prompt_index - 4)];
   const std::vector<models::token_id> prompt(text.begin(), text.end());
@@ -54,9 +57,10 @@ int main(int argc, char** argv) {
   models::generate_autoregressive(target, prompt, n_tokens, o, ar);  // untimed: warms the caches
   ar = {};
   const auto reference = models::generate_autoregressive(target, prompt, n_tokens, o, ar);
-  std::printf("planner_trace: %s, T=%g, prompt %d, %lld tokens, seed %llu%s\n", model.c_str(),
+  std::printf("planner_trace: %s, T=%g, prompt %d, %lld tokens, seed %llu%s, %s products\n", model.c_str(),
               static_cast<double>(temperature), prompt_index, static_cast<long long>(n_tokens),
-              static_cast<unsigned long long>(seed), fixed_chain >= 0 ? ", fixed plan" : "");
+              static_cast<unsigned long long>(seed), fixed_chain >= 0 ? ", fixed plan" : "",
+              prec == models::kernel::precision::bf16 ? "bf16" : "f32");
   std::printf("autoregressive: %.1f us per token (CPU time, prefill included)\n\n",
               1e6 * ar.seconds / static_cast<double>(ar.tokens));
   std::printf(

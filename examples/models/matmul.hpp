@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -117,6 +118,19 @@ inline constexpr bool bf16_products = true;
 #else
 inline constexpr bool bf16_products = false;
 #endif
+
+//! The products a command line names: "f32", "bf16", or "auto" (bf16 where
+//! the build has it, as the demo runs); false for any other name.
+inline bool parse_precision(std::string_view name, precision& out) {
+  if (name == "f32" || (name == "auto" && !bf16_products)) {
+    out = precision::f32;
+  } else if (name == "bf16" || name == "auto") {
+    out = precision::bf16;
+  } else {
+    return false;
+  }
+  return true;
+}
 
 //! f32 -> bf16, rounding to nearest even (NaN stays a quiet NaN): the
 //! rounding of VCVTNE2PS2BF16 for normal numbers.
