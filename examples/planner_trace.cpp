@@ -6,11 +6,12 @@
 // speedups cannot answer: why a request went plain, what its opening cost.
 //
 // Usage: planner_trace [transformer|hybrid] [temperature] [prompt 0-5]
-//                      [tokens] [seed] [fixed chain length 0-8, or -1]
+//                      [tokens] [seed] [fixed chain length 0-8, -1 or warm]
 //                      [auto|f32|bf16: the matrix products, auto as the demo]
 // Prompts 0-3 are the demo's, 4-5 two it does not decode. A fixed chain
 // length holds the planner to that shape every round (0: plain steps through
-// the session); without one the planner chooses. Before the traced
+// the session); without one (or -1) the planner chooses; `warm` traces a
+// planner carried from the untimed request before (the demo's warm rows). Before the traced
 // request, the same request decoded autoregressively (untimed, then timed)
 // gives the plain-decoding reference, and an untimed planned one fills the
 // caches and buffers every request reuses (a new planner traces). Exits
@@ -30,14 +31,15 @@ int main(int argc, char** argv) {
   const int prompt_index = argc > 3 ? std::atoi(argv[3]) : 0;
   const std::int64_t n_tokens = argc > 4 ? std::atoll(argv[4]) : 160;
   const std::uint64_t seed = argc > 5 ? std::strtoull(argv[5], nullptr, 10) : 7;
-  const int fixed_chain = argc > 6 ? std::atoi(argv[6]) : -1;  // -1: the planner chooses
+  const bool warm = argc > 6 && std::string(argv[6]) == "warm";
+  const int fixed_chain = argc > 6 && !warm ? std::atoi(argv[6]) : -1;  // -1: the planner chooses
   models::kernel::precision prec = models::kernel::precision::f32;
   if ((model != "hybrid" && model != "transformer") || !(temperature >= 0.0f) || prompt_index < 0 || prompt_index > 5 ||
       n_tokens < 1 || fixed_chain < -1 || fixed_chain > 8 ||
       !models::kernel::parse_precision(argc > 7 ? argv[7] : "auto", prec)) {
     std::fprintf(stderr,
                  "usage: planner_trace [transformer|hybrid] [temperature] [prompt 0-5] [tokens] [seed] "
-                 "[fixed chain length 0-8, or -1] [auto|f32|bf16]\n");
+                 "[fixed chain length 0-8, -1 or warm] [auto|f32|bf16]\n");
     return 2;
   }
   const std::string dir = SPECDEC_MODELS_DIR;
@@ -59,7 +61,10 @@ int main(int argc, char** argv) {
   const auto reference = models::generate_autoregressive(target, prompt, n_tokens, o, ar);
   std::printf("planner_trace: %s, T=%g, prompt %d, %lld tokens, seed %llu%s, %s products\n", model.c_str(),
               static_cast<double>(temperature), prompt_index, static_cast<long long>(n_tokens),
-              static_cast<unsigned long long>(seed), fixed_chain >= 0 ? ", fixed plan" : "",
+              static_cast<unsigned long long>(seed),
+              fixed_chain >= 0 ? ", fixed plan"
+              : warm           ? ", warm planner"
+                               : "",
               prec == models::kernel::precision::bf16 ? "bf16" : "f32");
   std::printf("autoregressive: %.1f us per token (CPU time, prefill included)\n\n",
               1e6 * ar.seconds / static_cast<double>(ar.tokens));
@@ -72,6 +77,8 @@ int main(int argc, char** argv) {
     o.fixed_plan = {-1};
     for (int d = 0; d < fixed_chain; ++d) o.fixed_plan.push_back(d);
   }
+  specdec::round_planner carried;
+  if (warm) o.carry = &carried;
   models::decode_stats untimed;  // allocates the drafter's buffers, as the demo's earlier requests have
   (void)models::generate_speculative(target, draft, prompt, n_tokens, o, untimed);
   int round = 0;
