@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
                             {"hybrid T=1", &hybrid, &hybrid_draft, 1.0f}};
   std::printf(
       "planner_ab: %d repeats, order seed %u, %s products; option sets: #0 defaults, #1 defaults again (null control)",
-      repeats, seed, prec == models::kernel::precision::bf16 ? "bf16" : "f32");
+      repeats, seed, models::kernel::precision_name(prec));
   for (std::size_t s = 2; s < sets.size(); ++s) std::printf(", #%zu %s", s, sets[s].c_str());
   std::printf("\n");
 

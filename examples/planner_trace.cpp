@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
               fixed_chain >= 0 ? ", fixed plan"
               : warm           ? ", warm planner"
                                : "",
-              prec == models::kernel::precision::bf16 ? "bf16" : "f32");
+              models::kernel::precision_name(prec));
   std::printf("autoregressive: %.1f us per token (CPU time, prefill included)\n\n",
               1e6 * ar.seconds / static_cast<double>(ar.tokens));
   std::printf(

@@ -131,6 +131,8 @@ inline bool parse_precision(std::string_view name, precision& out) {
   }
   return true;
 }
+//! The name parse_precision takes for `p`.
+inline const char* precision_name(precision p) { return p == precision::bf16 ? "bf16" : "f32"; }
 
 //! f32 -> bf16, rounding to nearest even (NaN stays a quiet NaN): the
 //! rounding of VCVTNE2PS2BF16 for normal numbers.
