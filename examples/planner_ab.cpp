@@ -6,7 +6,8 @@
 // autoregressively, then every row in a fresh random order: the fixed
 // chains of 1 and 4 drafts, plain steps through the session (the planner
 // fixed to root-only rounds: what the session and planner cost a request
-// decoded plainly), and for each option set the planner cold (a new
+// decoded plainly), the chain of 1 draft through the planner fixed to it
+// ("fixed 1": what the planned path costs without planning), and for each option set the planner cold (a new
 // planner per prompt), warm (carried from prompt to prompt after an untimed
 // request) and cutting prompt-lookup drafts. Option set 0 is the defaults,
 // set 1 the defaults again (a null control: its ratios to set 0 show what
@@ -26,6 +27,7 @@
 // else f32) unless the third argument names them (auto, f32 or bf16).
 // Usage: planner_ab [repeats=10] [seed=1] [auto|f32|bf16] [option set ...]
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -141,13 +143,15 @@ int main(int argc, char** argv) {
     int set = -1;  // option set (planned rows)
     bool warm = false;
     bool plain = false;  // the planner fixed to root-only rounds
+    bool fixed = false;  // the planner fixed to the chain of `chain` drafts
   };
   // "plain": the planner fixed to root-only rounds, so every token is a plain
   // step through the session: its ratio to autoregressive decoding is what
   // the session and the planner cost a request they decode plainly.
   std::vector<row> rows = {{"chain 1", models::tree_kind::chain, 1},
                            {"chain 4", models::tree_kind::chain, 4},
-                           {"plain", models::tree_kind::planned, 4, -1, false, true}};
+                           {"plain", models::tree_kind::planned, 4, -1, false, true},
+                           {"fixed 1", models::tree_kind::planned, 1, -1, false, false, true}};
   const std::size_t first_set_row = rows.size();
   for (int s = 0; s < static_cast<int>(sets.size()); ++s) {
     const std::string tag = " #" + std::to_string(s);
@@ -186,6 +190,8 @@ int main(int argc, char** argv) {
         o.kind = r.kind;
         o.chain_length = r.chain;
         if (r.plain) o.fixed_plan = {-1};
+        if (r.fixed)
+          for (std::int32_t i = 0; i <= r.chain; ++i) o.fixed_plan.push_back(i - 1);
         o.temperature = cf.temperature;
         o.seed = 7 + static_cast<std::uint64_t>(rep);
         return o;

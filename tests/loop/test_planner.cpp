@@ -1547,6 +1547,36 @@ TEST_CASE("planner estimators: pass times of rarely seen sizes lean on the poole
   CHECK(q.at(1) == Approx(100e-6));  // the median would read 200 us
 }
 
+TEST_CASE("planner estimators: a refresh that only rescales the level reads what pooling again reads") {
+  // Most passes of steady speculation move only the level, and refresh()
+  // then rescales the pooled ratios instead of pooling again. After every
+  // pass, a table refreshed so must read exactly what one pooled in full
+  // reads (refreshed at another prior first): through plain stretches (new
+  // ratios stored), a size's first passes, a one-node window filling and full.
+  std::mt19937_64 rng = looptest::seeded_rng("[planner] pass table refresh", 20261201);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int trial = 0; trial < 50; ++trial) {
+    INFO("trial " << trial);
+    detail::pass_cost_table every, full;
+    const auto window = static_cast<std::int32_t>(1 + u(rng) * 16);
+    every.reset(12, window, 0.5);
+    full.reset(12, window, 0.5);
+    for (int i = 0; i < 300; ++i) {
+      // Plain stretches of a few steps between speculative stretches of a few sizes.
+      const bool plain = (i / 7) % 3 == 0 || u(rng) < 0.05;
+      const auto n = plain ? 1 : static_cast<std::int32_t>(2 + u(rng) * (1 + i % 5));
+      const double t = (50.0 + 20.0 * n) * (0.8 + 0.6 * u(rng)) * 1e-6;
+      every.add(n, t);
+      full.add(n, t);
+      every.refresh(0.25);
+      full.refresh(0.3);  // another prior pools again in full: the reference
+      full.refresh(0.25);
+      for (std::int32_t m = 1; m <= 12; ++m)  // NaN before a size is kept
+        REQUIRE((every.at(m) == full.at(m) || (std::isnan(every.at(m)) && std::isnan(full.at(m)))));
+    }
+  }
+}
+
 TEST_CASE("planner estimators: a size reads the chosen quantile of its window, one node its lower quartile") {
   // A plain step of 100 us before each 2-node pass (so every ratio is
   // stored); eight 2-node passes kept (the first is dropped), `slow` of them

@@ -46,7 +46,7 @@ class pass_cost_table {
     level_count_ = plain_steps_ = 0;
     stretch_.assign(static_cast<std::size_t>(max_n_), -1);
     stored_.assign(static_cast<std::size_t>(max_n_), 0);
-    fresh_ = false;
+    fresh_ = shape_fresh_ = false;
   }
 
   void add(std::int32_t n, double seconds) {
@@ -75,6 +75,7 @@ class pass_cost_table {
       ++plain_steps_;
       add_level(seconds);
       fresh_ = false;
+      if (count_[0] <= window_) shape_fresh_ = false;  // its weight in the pooling grew
       return;
     }
     const bool relative = count_[0] > 0 && estimate_[0] > 0.0;
@@ -117,7 +118,7 @@ class pass_cost_table {
     std::copy_n(ring_.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(window_)), k, sorted_.begin());
     std::sort(sorted_.begin(), sorted_.begin() + static_cast<std::ptrdiff_t>(k));
     estimate_[i] = sorted_[pick(k)];
-    fresh_ = false;
+    fresh_ = shape_fresh_ = false;
   }
 
   //! Samples seen at size n (the exploration bonus shrinks with it).
@@ -140,11 +141,19 @@ class pass_cost_table {
 
   //! Recomputes the medians and the extrapolation slope (after add()).
   void refresh(double prior_slope_fraction) {
-    if (fresh_ && prior_slope_fraction == prior_) return;
+    const bool same_prior = prior_slope_fraction == prior_;
+    if (fresh_ && same_prior) return;
     fresh_ = true;
-    prior_ = prior_slope_fraction;
     // The one-node time scales every other size (see add()).
     level_ = count_[0] > 0 ? estimate_[0] : 1.0;
+    // Most passes of steady speculation move only the level (see add()):
+    // the pooled ratios stand, rescaled.
+    if (shape_fresh_ && same_prior) {
+      for (std::size_t j = 0; j < ys_.size(); ++j) seconds_[j] = level_ * ys_[j];
+      return;
+    }
+    shape_fresh_ = true;
+    prior_ = prior_slope_fraction;
     xs_.clear();
     ys_.clear();
     ws_.clear();
@@ -301,7 +310,8 @@ class pass_cost_table {
   std::int64_t level_count_ = 0, plain_steps_ = 0;
   std::vector<std::int64_t> stretch_, stored_;
   double slope_ = 0.0, line_k_ = 0.0, level_ = 1.0, prior_ = 0.25, quantile_ = 0.5;
-  bool fresh_ = false, has_line_ = false;
+  // fresh_: nothing changed since refresh(); shape_fresh_: only the level did.
+  bool fresh_ = false, shape_fresh_ = false, has_line_ = false;
 };
 
 //! Non-negative least squares y ~ w . x over K features with exponential
@@ -349,18 +359,21 @@ class decayed_regression {
     for (double& w : w_) w = 0.0;
     // A non-negative solution over all features is the constrained optimum
     // too (the usual case); else the best feasible subset.
-    constexpr unsigned all = (1u << K) - 1;
-    if (double w[K] = {}; solve(all, ridge, w)) {
-      std::copy_n(w, K, w_);
-      support_ = all;
-      return w_;
-    }
     // The last solve's support first (it rarely changes from one sample to
     // the next): when its solution is feasible and no left-out feature would
-    // lower the error (gradient >= 0, the KKT conditions of this convex
-    // problem) it is the optimum, and the subsets need not be searched.
-    if (double w[K] = {}; support_ != all && solve(support_, ridge, w) && optimal(support_, w)) {
+    // lower the error (gradient >= 0, the KKT conditions of this strictly
+    // convex problem) it is the unique optimum. Then all features, then the
+    // subsets. Trying all features first cost a second solve per sample
+    // wherever the optimum leaves one out (a chain drafter: levels and nodes
+    // move together).
+    constexpr unsigned all = (1u << K) - 1;
+    if (double w[K] = {}; support_ != 0 && solve(support_, ridge, w) && (support_ == all || optimal(support_, w))) {
       std::copy_n(w, K, w_);
+      return w_;
+    }
+    if (double w[K] = {}; support_ != all && solve(all, ridge, w)) {
+      std::copy_n(w, K, w_);
+      support_ = all;
       return w_;
     }
     for (unsigned mask = 1; mask < all; ++mask) {
@@ -417,13 +430,17 @@ class decayed_regression {
   // Whether w (zero outside `mask`, the least squares on it) satisfies the
   // KKT conditions of the non-negative least squares: the error's gradient
   // is >= 0 at every feature outside the support (the ridge term vanishes
-  // there, w being 0).
+  // there, w being 0), up to 1e-5 of its scale sqrt(xx_rr yy) (the
+  // Cauchy-Schwarz bound of xy_r). Without the tolerance a feature
+  // collinear with one in the support (a chain's levels and nodes) read
+  // the ridge's pull, -ridge w, as a descent direction, and every sample
+  // searched all subsets again.
   bool optimal(unsigned mask, const double (&w)[K]) const {
     for (int r = 0; r < K; ++r) {
       if (mask & (1u << r)) continue;
       double g = -xy_[r];
       for (int c = 0; c < K; ++c) g += xx_[r][c] * w[c];
-      if (g < 0.0) return false;
+      if (g < -1e-5 * std::sqrt(xx_[r][r] * yy_)) return false;
     }
     return true;
   }
