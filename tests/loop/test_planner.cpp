@@ -557,6 +557,36 @@ TEST_CASE("planner: speculation turned off by a few rejected rounds is tried aga
   CHECK(back - first_plain < 64);
 }
 
+TEST_CASE("planner: an opening that lost does not hold probes back for the rest of the request") {
+  // A request opens with plain steps and six drafted rounds (a probe's
+  // worth) whose drafts are all rejected, then every draft is accepted.
+  // Those rounds lost more than probe_budget of the time, but a verdict
+  // from the opening is checked again: a probe comes after the short gap
+  // (probe_every / 8 plain rounds), finds drafting paying and the planner
+  // keeps drafting. Before the budget needed two probes' worth of rounds,
+  // it held every probe back and decoded the request plainly.
+  const true_acceptance reject = always(0.0), accept = always(1.0);
+  const std::vector<node_id> root{-1}, chain{-1, 0, 1};
+  round_planner p(planner_options{.max_nodes = 16, .max_depth = 4, .probe_every = 64});
+  std::mt19937_64 rng(20261201);
+  REQUIRE(p.fix_plan(root).ok());
+  for (int i = 0; i < 8; ++i) (void)simulate_round(p, reject, rng, chains_pay_when_accepted);
+  REQUIRE(p.fix_plan(chain).ok());
+  for (int i = 0; i < 6; ++i) (void)simulate_round(p, reject, rng, chains_pay_when_accepted);
+  REQUIRE(p.fix_plan({}).ok());
+  int first_drafted = -1, drafted = 0;
+  for (int i = 0; i < 150; ++i) {
+    const bool d = simulate_round(p, accept, rng, chains_pay_when_accepted).summary.nodes > 1;
+    if (d && first_drafted < 0) first_drafted = i;
+    drafted += d ? 1 : 0;
+  }
+  std::printf("[planner] opening that lost: drafting again at round %d, %d of 150 rounds drafted\n", first_drafted,
+              drafted);
+  CHECK(first_drafted >= 0);
+  CHECK(first_drafted <= 64 / 8 + 1);
+  CHECK(drafted > 100);
+}
+
 TEST_CASE("planner: near a request's token limit, no drafts past it and no probe that cannot pay") {
   // round_feedback::tokens_left: drafts deeper than the tokens left cannot
   // all be emitted, and a probe needs its gap of tokens left to pay.

@@ -44,7 +44,7 @@ struct planner_options {
   //! Probes are also held back (each counted as one that lost) while the drafted rounds lost more than
   //! this share of the decode's time against plain steps: a drafted round's measured time less that of
   //! plain steps emitting its tokens (the planner's prices where the target's cost is injected), over
-  //! about the last 200 rounds, once a probe's worth of rounds drafted (>= 0; a large value: probes at
+  //! about the last 200 rounds, once two probes' worth of rounds drafted (>= 0; a large value: probes at
   //! every gap). Where drafting loses, each probe pays a switch (the drafter catches up, about 100 us
   //! on the demo's models) and rounds that lose again: a cold demo request at T = 1 probed up to three
   //! times (benchmarks/results/planner-probe-budget_2026-11-29.md).

@@ -811,14 +811,18 @@ class round_planner {
   // T = 1, where plain decoding wins on two prompts in four, a cold planner
   // spent 2-4% of such a request on a probe started with 14-41 tokens left.
   // Nor while drafting has lost more than probe_budget of the time
-  // (account_spend), once that rests on a probe's worth of drafted rounds
-  // (a verdict from a round or two is still checked again soon): such a
-  // probe counts as one that lost, so the gaps still double.
+  // (account_spend), once that rests on two probes' worth of drafted rounds:
+  // a verdict from a request's opening is still checked again soon. Its
+  // rounds explore (sizes not measured yet, right after the drafter's
+  // prompt prefill), and one probe's worth of them held a cold demo
+  // planner plain for the last 149 rounds of a request where the chain of
+  // one draft ran at 1.15x plain decoding. A probe held back counts as one
+  // that lost, so the gaps still double.
   bool probe_due() noexcept {
     if (depth_cap_ == 0 || probe_gap_ == 0 || since_draft_ < probe_gap_ ||
         (tokens_left_ >= 0 && tokens_left_ < std::max<std::int64_t>(probe_gap_, 2)))
       return false;
-    if (speculated_ < probe_rounds || spend_ <= opt_.probe_budget * elapsed_) return true;
+    if (speculated_ < 2 * probe_rounds || spend_ <= opt_.probe_budget * elapsed_) return true;
     back_off_probes();
     return false;
   }
