@@ -7,9 +7,10 @@
 // chains of 1 and 4 drafts, plain steps through the session (the planner
 // fixed to root-only rounds: what the session and planner cost a request
 // decoded plainly), the chain of 1 draft through the planner fixed to it
-// ("fixed 1": what the planned path costs without planning), and for each option set the planner cold (a new
-// planner per prompt), warm (carried from prompt to prompt after an untimed
-// request) and cutting prompt-lookup drafts. Option set 0 is the defaults,
+// ("fixed 1": what the planned path costs without planning), and for each
+// option set the planner cold (a new planner per prompt), warm (carried
+// from prompt to prompt after an untimed request) and cutting prompt-lookup
+// drafts. Option set 0 is the defaults,
 // set 1 the defaults again (a null control: its ratios to set 0 show what
 // noise alone reads), then the sets given on the command line, each a comma
 // list of planner_options fields: "explore=0,plain_first=2" (and
@@ -241,8 +242,8 @@ int main(int argc, char** argv) {
       for (std::size_t k = 0; k < texts.size(); ++k) std::printf(" %6.3f", median(by_prompt[{c, j, k}]));
     }
     std::printf("\n");
-    // Each planned row against the better fixed chain
-    // of this configuration (by median), paired by prompt and repeat.
+    // Each planned row against the better fixed chain of this configuration
+    // (by median), paired by prompt and repeat.
     const std::size_t best = median(speedup[{c, 0}]) >= median(speedup[{c, 1}]) ? 0 : 1;
     std::printf("  against %s (paired medians):", rows[best].name.c_str());
     for (std::size_t j = first_set_row; j < rows.size(); ++j) {

@@ -357,15 +357,14 @@ class decayed_regression {
     const double ridge = 1e-6 * (scale > 0 ? scale : 1.0);
     double best = std::numeric_limits<double>::infinity();
     for (double& w : w_) w = 0.0;
-    // A non-negative solution over all features is the constrained optimum
-    // too (the usual case); else the best feasible subset.
     // The last solve's support first (it rarely changes from one sample to
     // the next): when its solution is feasible and no left-out feature would
     // lower the error (gradient >= 0, the KKT conditions of this strictly
-    // convex problem) it is the unique optimum. Then all features, then the
-    // subsets. Trying all features first cost a second solve per sample
-    // wherever the optimum leaves one out (a chain drafter: levels and nodes
-    // move together).
+    // convex problem) it is the unique optimum. Then all features (a
+    // non-negative solution over all is the constrained optimum too), then
+    // the best feasible subset. Trying all features first cost a second
+    // solve per sample wherever the optimum leaves one out (a chain
+    // drafter: levels and nodes move together).
     constexpr unsigned all = (1u << K) - 1;
     if (double w[K] = {}; support_ != 0 && solve(support_, ridge, w) && (support_ == all || optimal(support_, w))) {
       std::copy_n(w, K, w_);
