@@ -10,11 +10,11 @@
 // ("fixed 1": what the planned path costs without planning), and for each
 // option set the planner cold (a new planner per prompt), warm (carried
 // from prompt to prompt after an untimed request) and cutting prompt-lookup
-// drafts. Option set 0 is the defaults,
-// set 1 the defaults again (a null control: its ratios to set 0 show what
-// noise alone reads), then the sets given on the command line, each a comma
-// list of planner_options fields: "explore=0,plain_first=2" (and
-// drafter_window, the example drafter's catch-up bound; fresh_buffers=1,
+// drafts. Option set 0 is the defaults, set 1 the defaults again (a null
+// control: its ratios to set 0 show what noise alone reads), then the sets
+// given on the command line, each a comma list of planner_options fields:
+// "explore=0,plain_first=2" (and drafter_window, the example drafter's
+// catch-up bound; fresh_buffers=1,
 // rows that allocate their models' caches per request instead of keeping
 // them between requests as every other row does).
 //
