@@ -73,6 +73,8 @@ const field fields[] = {
     {"probe_budget", [](options& p, double x) { p.spec.planner.probe_budget = x; }},
     {"rescore_every", [](options& p, double x) { p.spec.planner.rescore_every = as_int(x); }},
     {"prune", [](options& p, double x) { p.spec.planner.prune = x != 0.0; }},
+    {"confidence_stop", [](options& p, double x) { p.spec.planner.confidence_stop = x != 0.0; }},
+    {"stop_extend", [](options& p, double x) { p.spec.planner.stop_extend = as_int(x); }},
     {"plain_first", [](options& p, double x) { p.spec.planner.plain_first = as_int(x); }},
     {"min_gain", [](options& p, double x) { p.spec.planner.min_gain = x; }},
     {"draft_bonus", [](options& p, double x) { p.spec.planner.draft_bonus = x; }},

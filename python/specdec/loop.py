@@ -35,7 +35,8 @@ class RoundPlanner:
     ``torch.cuda.Event`` timers. Options are those of ``planner_options``
     (max_nodes, max_depth, max_children, forget, prior_weight, prior_accept,
     replan_every, cost_window, cost_quantile, explore, prior_node_cost, probe_every, probe_budget,
-    rescore_every, prune, plain_first, min_gain, draft_bonus, expected_acceptance). Lossless:
+    rescore_every, prune, confidence_stop, stop_extend, plain_first, min_gain, draft_bonus,
+    expected_acceptance). Lossless:
     the plan never depends on the round's target rows (docs/loop.md).
     """
 
@@ -45,6 +46,20 @@ class RoundPlanner:
     def next(self) -> Plan:
         """The plan of the next round."""
         return _plan(self._p.next())
+
+    def start_draft(self) -> None:
+        """Before drafting a round of the current plan with :meth:`keep_child`."""
+        self._p.start_draft()
+
+    def keep_child(self, parent: int, depth: int, q: float) -> bool:
+        """While drafting the current plan deterministically, children in
+        the order they are added (a kept child's id is the number of nodes
+        kept before it): whether the child drafted with confidence `q` under
+        node `parent`, at `depth`, is worth verifying. Past the planned depth
+        a child is kept only while its path's calibrated chance of acceptance
+        pays for one more node (the confidence stop, docs/loop.md); a chain
+        may be drafted up to ``stop_extend`` levels past its plan this way."""
+        return self._p.keep_child(parent, depth, q)
 
     def plan_drafted(self, parent: Any, draft_prob: Any) -> Plan:
         """The plan of a round drafted before planning, with deterministic

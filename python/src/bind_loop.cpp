@@ -53,7 +53,7 @@ void bind_loop(nb::module_& m) {
              double prior_weight, double prior_accept, std::int32_t replan_every, std::int32_t cost_window,
              double cost_quantile, double explore, double prior_node_cost, std::int32_t probe_every,
              double probe_budget, std::int32_t rescore_every, bool prune, std::int32_t plain_first, double min_gain,
-             double draft_bonus, bool expected_acceptance) {
+             double draft_bonus, bool expected_acceptance, bool confidence_stop, std::int32_t stop_extend) {
             new (p) round_planner();
             check(p->reset(planner_options{.max_nodes = max_nodes,
                                            .max_depth = max_depth,
@@ -70,6 +70,8 @@ void bind_loop(nb::module_& m) {
                                            .probe_budget = probe_budget,
                                            .rescore_every = rescore_every,
                                            .prune = prune,
+                                           .confidence_stop = confidence_stop,
+                                           .stop_extend = stop_extend,
                                            .plain_first = plain_first,
                                            .min_gain = min_gain,
                                            .draft_bonus = draft_bonus,
@@ -79,8 +81,11 @@ void bind_loop(nb::module_& m) {
           arg("prior_weight") = 2.0, arg("prior_accept") = 0.5, arg("replan_every") = 32, arg("cost_window") = 8,
           arg("cost_quantile") = 0.5, arg("explore") = 0.05, arg("prior_node_cost") = 0.25, arg("probe_every") = 64,
           arg("probe_budget") = 0.01, arg("rescore_every") = 4, arg("prune") = false, arg("plain_first") = 6,
-          arg("min_gain") = 0.0, arg("draft_bonus") = 0.5, arg("expected_acceptance") = true)
+          arg("min_gain") = 0.0, arg("draft_bonus") = 0.5, arg("expected_acceptance") = true,
+          arg("confidence_stop") = true, arg("stop_extend") = 2)
       .def("next", [](round_planner& p) { return plan_tuple(p.next()); })
+      .def("start_draft", &round_planner::start_draft)
+      .def("keep_child", &round_planner::keep_child, arg("parent"), arg("depth"), arg("q"))
       .def(
           "plan_drafted",
           [](round_planner& p, const in1<node_id>& parent, const in1<float>& draft_prob) {

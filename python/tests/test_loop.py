@@ -158,3 +158,23 @@ def test_accept_prob_counts_in_place_of_the_indicator():
     assert p.acceptance(1, 0) == pytest.approx(0.4, abs=0.03)
     with pytest.raises(specdec.Error, match="size_mismatch"):
         p.observe([-1, 0], [0, 1], 2, 1e-3, accept_prob=[0.4])
+
+
+def test_confidence_stop_past_the_planned_depth():
+    p = specdec.RoundPlanner(max_nodes=16, prior_accept=0.9, draft_bonus=0.0)
+    p.set_target_cost([1, 16], [1.0, 1.6])
+    p.set_drafter_cost(0.01, 0.02, 0.0)
+    p.set_loop_cost(0.0, 0.0)
+    depth = p.next().depth
+    assert depth >= 1
+    p.start_draft()
+    for d in range(1, depth + 1):
+        assert p.keep_child(d - 1, d, 1.0)
+    assert not p.keep_child(depth, depth + 1, 0.0)
+    assert p.keep_child(depth, depth + 1, 1.0)
+    off = specdec.RoundPlanner(confidence_stop=False)
+    off.next()
+    off.start_draft()
+    assert off.keep_child(0, 1, 0.0)
+    with pytest.raises(specdec.Error, match="invalid_argument"):
+        specdec.RoundPlanner(stop_extend=-1)

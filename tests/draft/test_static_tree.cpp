@@ -237,3 +237,62 @@ TEST_CASE("deterministic children: the brute-force top-w over many blocks, ties 
     }
   }
 }
+
+TEST_CASE("a child filter drops the refused child, its later siblings and all below them; sampled modes refuse it") {
+  const std::uint64_t seed = 20261201;
+  std::printf("static tree child filter: seed %llu\n", static_cast<unsigned long long>(seed));
+  draft_test::path_drafter d{.V = 9, .seed = 6};
+  static_tree_builder sb({.shape = full_shape({3, 2, 2}), .mode = draft_mode::deterministic, .vocab_size = 9});
+  const draft_round round{.root_token = 4};
+  drafted_tree full, kept;
+  REQUIRE(sb.build(d, round, full).ok());
+  // Keeping every child is the plain build.
+  REQUIRE(sb.build(d, round, kept, [](const drafted_tree&, node_id, std::int32_t, float) { return true; }).ok());
+  CHECK(kept.tree == full.tree);
+  CHECK(kept.prob == full.prob);
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 50; ++trial) {
+    const double cut[4] = {0.0, std::uniform_real_distribution<double>(0.0, 0.4)(rng),
+                           std::uniform_real_distribution<double>(0.0, 0.4)(rng),
+                           std::uniform_real_distribution<double>(0.0, 0.4)(rng)};
+    const auto keep = [&](node_id parent, std::int32_t depth, float q) {
+      return q >= cut[depth] && (parent + depth + trial) % 7 != 0;
+    };
+    bool ids_ok = true;
+    REQUIRE(sb.build(d, round, kept, [&](const drafted_tree& out, node_id parent, std::int32_t depth, float q) {
+                ids_ok = ids_ok && parent < out.size() && out.tree.depth(parent) + 1 == depth;
+                return keep(parent, depth, q);
+              }).ok());
+    CHECK(ids_ok);
+    // Brute force over the full tree (level order, children by rank): a
+    // node stays when its parent stayed, no earlier sibling was refused and
+    // the filter keeps it (asked with the parent's id in the kept tree).
+    std::vector<node_id> id(static_cast<std::size_t>(full.size()), -1);
+    std::vector<char> refused(static_cast<std::size_t>(full.size()), 0);
+    std::vector<node_id> parent{-1};
+    std::vector<token_id> token{full.tree.token(0)};
+    id[0] = 0;
+    for (node_id c = 1; c < full.size(); ++c) {
+      const node_id u = full.tree.parent(c);
+      const node_id pu = id[static_cast<std::size_t>(u)];
+      if (pu < 0 || refused[static_cast<std::size_t>(u)]) continue;
+      if (!keep(pu, full.tree.depth(c), full.prob[static_cast<std::size_t>(c)])) {
+        refused[static_cast<std::size_t>(u)] = 1;
+        continue;
+      }
+      id[static_cast<std::size_t>(c)] = static_cast<node_id>(parent.size());
+      parent.push_back(pu);
+      token.push_back(full.tree.token(c));
+    }
+    REQUIRE(kept.size() == static_cast<std::int32_t>(parent.size()));
+    for (node_id i = 0; i < kept.size(); ++i) {
+      CHECK(kept.tree.parent(i) == parent[static_cast<std::size_t>(i)]);
+      CHECK(kept.tree.token(i) == token[static_cast<std::size_t>(i)]);
+    }
+  }
+  for (const draft_mode mode : {draft_mode::iid, draft_mode::without_replacement}) {
+    static_tree_builder ss({.shape = full_shape({2, 2}), .mode = mode, .vocab_size = 9});
+    CHECK(ss.build(d, round, kept, [](const drafted_tree&, node_id, std::int32_t, float) { return true; }) ==
+          status_code::invalid_argument);
+  }
+}

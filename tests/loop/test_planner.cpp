@@ -828,7 +828,46 @@ TEST_CASE("planner: fixed plan and chosen plans are drafted as planned") {
   (void)b.planner().next();  // a plan stays pending until observe(); ask for a new one
   REQUIRE(b.build(ld, r, out).ok());
   CHECK(b.last_plan().kind != plan_kind::fixed);
-  CHECK(out.size() <= b.last_plan().nodes);
+  // A chain may be drafted past its plan for the confidence stop; other shapes are not.
+  CHECK(out.size() <= (b.last_plan().kind == plan_kind::chain ? b.node_bound() : b.last_plan().nodes));
+}
+
+TEST_CASE("planner: the confidence stop cuts only past the planned depth, where the path's reach does not pay") {
+  const double n[] = {1, 16}, t[] = {1.0, 1.6};
+  const auto make = [&](bool stop) {
+    round_planner p({.max_nodes = 16, .prior_accept = 0.9, .confidence_stop = stop, .draft_bonus = 0.0});
+    REQUIRE(p.set_target_cost(n, t).ok());
+    REQUIRE(p.set_drafter_cost(0.01, 0.02, 0.0).ok());
+    REQUIRE(p.set_loop_cost(0.0, 0.0).ok());
+    return p;
+  };
+  round_planner p = make(true);
+  const std::int32_t L = p.next().summary.depth;
+  REQUIRE(L >= 1);
+  // Confident planned levels are kept; past them a child with no chance is
+  // refused and a confident one kept.
+  p.start_draft();
+  for (std::int32_t d = 1; d <= L; ++d) CHECK(p.keep_child(d - 1, d, 1.0f));
+  CHECK_FALSE(p.keep_child(L, L + 1, 0.0f));
+  CHECK(p.keep_child(L, L + 1, 1.0f));
+  CHECK_FALSE(p.keep_child(L + 5, L + 1, 1.0f));  // a parent not kept this round
+  // The planned depth is drafted whatever the confidences; below weak
+  // planned levels the path's reach is too small for a confident child.
+  p.start_draft();
+  for (std::int32_t d = 1; d <= L; ++d) CHECK(p.keep_child(d - 1, d, 0.0f));
+  CHECK_FALSE(p.keep_child(L, L + 1, 1.0f));
+  // No stop without the option, and none for a fixed plan.
+  round_planner off = make(false);
+  (void)off.next();
+  off.start_draft();
+  CHECK(off.keep_child(0, 1, 0.0f));
+  CHECK(off.keep_child(1, 40, 0.0f));
+  const node_id fixed[] = {-1, 0};
+  REQUIRE(p.fix_plan(fixed).ok());
+  (void)p.next();
+  p.start_draft();
+  CHECK(p.keep_child(0, 1, 0.0f));
+  CHECK(p.keep_child(1, 2, 0.0f));
 }
 
 TEST_CASE("planned greedy sessions equal plain greedy decoding; same seed and injected costs, same output") {

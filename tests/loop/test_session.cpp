@@ -336,11 +336,16 @@ TEST_CASE("loop law negative controls: a mismatched rule must fail the same test
 namespace {
 // A planned builder whose planner must weigh many shapes (injected costs,
 // fast forgetting, a re-solve every round, early-stop thresholds on).
-planned_tree_builder law_planner(draft_mode mode) {
-  planned_tree_builder b(
-      {.planner = {.max_nodes = 8, .max_depth = 3, .max_children = 3, .forget = 0.9, .replan_every = 1, .prune = true},
-       .mode = mode,
-       .vocab_size = 3});
+// max_children 1: chains only, which the confidence stop drafts past their plan.
+planned_tree_builder law_planner(draft_mode mode, std::int32_t max_children = 3) {
+  planned_tree_builder b({.planner = {.max_nodes = 8,
+                                      .max_depth = 3,
+                                      .max_children = max_children,
+                                      .forget = 0.9,
+                                      .replan_every = 1,
+                                      .prune = true},
+                          .mode = mode,
+                          .vocab_size = 3});
   const double n[] = {1, 2, 4, 8}, t[] = {1.0, 1.08, 1.2, 1.5};
   throw_if_error(b.planner().set_target_cost(n, t));
   throw_if_error(b.planner().set_drafter_cost(0.01, 0.02, 0.01));
@@ -373,17 +378,32 @@ TEST_CASE("planned rounds keep the target's law; planning from this round's targ
   const std::uint64_t seed = 20261125;
   std::printf("planned loop law: trials %d, L %d, seed %llu\n", trials, L, static_cast<unsigned long long>(seed));
   looptest::level_drafter ld{{.V = 3, .seed = 5}};
-  for (const draft_mode mode : {draft_mode::iid, draft_mode::deterministic, draft_mode::without_replacement}) {
+  const std::pair<draft_mode, std::int32_t> cases[] = {{draft_mode::iid, 3},
+                                                       {draft_mode::deterministic, 3},
+                                                       {draft_mode::without_replacement, 3},
+                                                       {draft_mode::deterministic, 1}};
+  for (const auto& [mode, kids] : cases) {
     std::map<std::pair<int, int>, int> shapes;
-    const auto f = loop_law(law_planner(mode), ld, options(3, 0, 64), 2, L, trials, seed, [&](const round_stats& st) {
-      ++shapes[{st.plan.nodes, st.plan.depth}];
-    });
-    const std::string name = std::string("planned ") + draft_mode_name(mode) + " 2 rounds";
+    int extended = 0, stopped = 0;  // chains drafted past their plan; chains whose extension the stop refused
+    const auto f =
+        loop_law(law_planner(mode, kids), ld, options(3, 0, 64), 2, L, trials, seed, [&](const round_stats& st) {
+          ++shapes[{st.plan.nodes, st.plan.depth}];
+          if (st.plan.kind != plan_kind::chain || st.plan.depth < 1 || st.plan.depth >= 3) return;
+          extended += st.tree_depth > st.plan.depth ? 1 : 0;
+          stopped += st.tree_depth == st.plan.depth ? 1 : 0;
+        });
+    const std::string name =
+        std::string("planned ") + draft_mode_name(mode) + (kids == 1 ? " chains" : "") + " 2 rounds";
     report(name.c_str(), f);
     std::printf("  shapes planned (nodes, depth) x rounds:");
     for (const auto& [k, v] : shapes) std::printf(" (%d,%d)x%d", k.first, k.second, v);
     std::printf("\n");
-    CHECK(shapes.size() >= 3);  // the plans did change from round to round
+    CHECK(shapes.size() >= (kids == 1 ? 2u : 3u));  // the plans did change from round to round
+    if (kids == 1) {            // the confidence stop both kept and cut extensions
+      std::printf("  chains drafted past their plan: %d rounds; extension refused: %d rounds\n", extended, stopped);
+      CHECK(extended > 0);
+      CHECK(stopped > 0);
+    }
     CHECK_FALSE(f.impossible);
     CHECK(f.p_value > 1e-4);
   }

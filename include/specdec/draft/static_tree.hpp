@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "specdec/core/error.hpp"
@@ -65,9 +67,27 @@ class static_tree_builder : public owning_build<static_tree_builder> {
   //! row of every expanded node whose drafter gave rows.
   template <any_drafter D>
   status build(D& d, const draft_round& round, drafted_tree& out) {
+    return build(d, round, out, keep_every_child{});
+  }
+
+  //! As build(), deterministic mode only, and each drawn child is first
+  //! offered to `keep(out, parent, depth, q)` (its parent's node id in `out`,
+  //! its depth, its draft probability): a child refused is not added, nor are
+  //! the later (less probable) children of its parent, nor anything below
+  //! them. Lossless: top-k children and the choice are functions of the draft
+  //! rows, never of the target, and a deterministic draft may be any such
+  //! function (docs/loop.md). keep is called in the order children are added,
+  //! so a kept child's node id is out.size() at the call.
+  //! Errors: as build(); invalid_argument for a sampled mode.
+  template <any_drafter D, class Keep>
+  requires std::predicate<Keep&, const drafted_tree&, node_id, std::int32_t, float> status
+  build(D& d, const draft_round& round, drafted_tree& out, Keep&& keep) {
     SPECDEC_TRY(prepare());
     if (opt_.mode == draft_mode::leaf)
       return make_status(status_code::invalid_argument, "draft mode leaf draws nothing");
+    if constexpr (!std::same_as<std::remove_cvref_t<Keep>, keep_every_child>)
+      if (opt_.mode != draft_mode::deterministic)
+        return make_status(status_code::invalid_argument, "a child filter needs deterministic drafts");
     const auto n = static_cast<std::int32_t>(opt_.shape.size());
     if (round.q_rows.data != nullptr &&
         (round.q_rows.extent[0] < n || (opt_.vocab_size > 0 && round.q_rows.extent[1] != opt_.vocab_size)))
@@ -116,7 +136,7 @@ class static_tree_builder : public owning_build<static_tree_builder> {
             std::int32_t got = 0;
             SPECDEC_TRY(detail::draw_children(opt_.mode, rv, total, uni, u, k, tok_.data(), val_.data(), key_.data(),
                                               got, tiles_.data()));
-            add_children(out, u, s, got);
+            add_children(out, u, s, got, depth + 1, keep);
           }
         } else {
           if (opt_.mode != draft_mode::deterministic)
@@ -130,7 +150,7 @@ class static_tree_builder : public owning_build<static_tree_builder> {
             const std::int32_t got = std::min(k, lv_.count[i]);
             std::copy_n(lv_.tok.begin() + static_cast<std::ptrdiff_t>(i * kk), got, tok_.begin());
             std::copy_n(lv_.val.begin() + static_cast<std::ptrdiff_t>(i * kk), got, val_.begin());
-            add_children(out, lv_.nodes[i], s, got);
+            add_children(out, lv_.nodes[i], s, got, depth + 1, keep);
           }
         }
         frontier_.swap(next_);
@@ -178,10 +198,16 @@ class static_tree_builder : public owning_build<static_tree_builder> {
     return std::exp(static_cast<double>(out.tree.score(u))) < opt_.min_path_probability[d];
   }
 
-  void add_children(drafted_tree& out, node_id u, node_id s, std::int32_t got) {
+  struct keep_every_child {
+    constexpr bool operator()(const drafted_tree&, node_id, std::int32_t, float) const noexcept { return true; }
+  };
+
+  template <class Keep>
+  void add_children(drafted_tree& out, node_id u, node_id s, std::int32_t got, std::int32_t depth, Keep& keep) {
     const float base = out.tree.score(u);
     const std::int32_t c0 = first_child_[static_cast<std::size_t>(s)];
     for (std::int32_t j = 0; j < got; ++j) {
+      if (!keep(out, u, depth, val_[static_cast<std::size_t>(j)])) return;
       out.add(u, tok_[static_cast<std::size_t>(j)], val_[static_cast<std::size_t>(j)],
               base + detail::log_prob(val_[static_cast<std::size_t>(j)]), opt_.mode);
       next_.push_back(child_[static_cast<std::size_t>(c0 + j)]);

@@ -58,7 +58,8 @@ class planned_tree_builder : public owning_build<planned_tree_builder> {
   //! Errors: those of static_tree_builder::build.
   template <any_drafter D>
   status build(D& d, const draft_round& round, drafted_tree& out) {
-    const round_plan p = planner_.pending() ? planner_.plan() : planner_.next();
+    const bool batched = planner_.pending();  // plan_batch's plan, sized to the batch's node budget
+    const round_plan p = batched ? planner_.plan() : planner_.next();
     // A plain step drafts nothing: the root alone, without the static
     // builder's per-round setup, so that a round the planner makes plain
     // costs close to what a plain decoding loop's step does.
@@ -69,7 +70,22 @@ class planned_tree_builder : public owning_build<planned_tree_builder> {
     static_tree_options& so = static_.options();
     so.shape.assign(p.shape.begin(), p.shape.end());
     so.min_path_probability.assign(p.min_path_probability.begin(), p.min_path_probability.end());
-    return static_.build(d, round, out);
+    const planner_options& po = planner_.options();
+    if (so.mode != draft_mode::deterministic || !po.confidence_stop || p.summary.kind == plan_kind::fixed)
+      return static_.build(d, round, out);
+    // A chain drafts stop_extend levels past its plan, for the stop to cut
+    // where this round's confidences say (within the budget, the depth cap
+    // and the request's horizon; not in a batch, whose budget is shared).
+    if (p.summary.kind == plan_kind::chain && !batched)
+      for (std::int32_t k = 0; k < po.stop_extend; ++k) {
+        const auto depth = static_cast<std::int32_t>(so.shape.size());  // a chain's next depth
+        if (depth >= po.max_nodes || depth > po.max_depth || planner_.past_horizon(depth)) break;
+        so.shape.push_back(depth - 1);
+      }
+    planner_.start_draft();
+    return static_.build(d, round, out, [this](const drafted_tree&, node_id u, std::int32_t depth, float q) {
+      return planner_.keep_child(u, depth, q);
+    });
   }
 
   //! Feeds the round's measurements to the planner.

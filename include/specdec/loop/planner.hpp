@@ -100,6 +100,8 @@ class round_planner {
     drafts_hit_ = false;
     skips_reported_ = false;
     tokens_left_ = -1;
+    stop_cut_ = 0.0;
+    stop_reach_.clear();
     return status::success();
   }
 
@@ -187,6 +189,7 @@ class round_planner {
     if (!fixed_.empty()) {
       shape_.assign(fixed_.begin(), fixed_.end());
       thresholds_.clear();
+      stop_cut_ = 0.0;
       const candidate c = describe(fixed_, plan_kind::fixed);
       set_plan(c, predict_seconds(c));
       return plan();
@@ -314,6 +317,7 @@ class round_planner {
     }
     shape_.assign(t.parent, t.parent + best);
     thresholds_.clear();
+    stop_cut_ = 0.0;
     summary_ = {best > 1 ? plan_kind::drafted : plan_kind::autoregressive, best, best_depth, 1.0 + best_value, best_t};
     has_plan_ = true;
     out = plan();
@@ -533,10 +537,39 @@ class round_planner {
       for (std::int32_t d = 1; d < c.depth; ++d)
         thresholds_[static_cast<std::size_t>(d)] = std::min(node / per_token / std::pow(kappa, d), 1.0);
     }
+    set_stop(c, seconds);
     set_plan(c, seconds);
   }
 
+  //! Before drafting a round of the current plan with keep_child.
+  void start_draft() { stop_reach_.assign(1, 1.0); }
+  //! While drafting the current plan deterministically (after start_draft(),
+  //! in the order children are added; static_tree_builder's child filter):
+  //! whether a child drafted with confidence q under node `parent` (at
+  //! `depth`) is worth verifying: its path's calibrated chance of acceptance
+  //! against the plan's seconds per token times one more node's seconds.
+  //! Always true without options().confidence_stop or a priced plan.
+  bool keep_child(node_id parent, std::int32_t depth, float q) {
+    if (stop_cut_ <= 0.0) return true;
+    if (parent < 0 || static_cast<std::size_t>(parent) >= stop_reach_.size()) return false;
+    const double r = stop_reach_[static_cast<std::size_t>(parent)] * conf_.at(q, depth);
+    if (r < stop_cut_ && depth > summary_.depth) return false;
+    stop_reach_.push_back(r);
+    return true;
+  }
+
  private:
+  // The confidence stop of candidate c planned at `seconds` a round: the
+  // reach below which a drafted child does not pay for its node (0: keep all).
+  void set_stop(const candidate& c, double seconds) {
+    stop_cut_ = 0.0;
+    if (!opt_.confidence_stop || c.depth < 1 || !(seconds > 0.0)) return;
+    const std::int32_t n = std::max(c.nodes, 2);
+    const double node =
+        std::max((target_at(n) - target_at(1)) / (n - 1), 0.0) + drafter_weights()[2] + loop_weights()[1];
+    stop_cut_ = (1.0 + c.value) / seconds * node;
+  }
+
   // Memoised per size until the next observation or injected curve.
   double target_at(std::int32_t n) {
     if (times_stale_) {
@@ -874,6 +907,7 @@ class round_planner {
     const candidate root;  // one node, nothing drafted
     shape_.assign(1, -1);
     thresholds_.clear();
+    stop_cut_ = 0.0;
     set_plan(root, predict_seconds(root));
     rescored_now_ = true;
     return plan();
@@ -897,6 +931,8 @@ class round_planner {
   std::vector<node_id> fixed_, store_, shape_;
   std::vector<candidate> cands_;
   std::vector<double> thresholds_, reach_, kid_sum_, rank_sum_, family_value_;
+  std::vector<double> stop_reach_;  // keep_child: calibrated reach of each node kept so far this round
+  double stop_cut_ = 0.0;           // keep_child: reach below which a child is refused (0: none)
   std::vector<std::int32_t> family_w_, family_w_end_;  // widths per level of family_[i]: [end[i], end[i + 1])
   std::vector<std::int32_t> front_;  // assemble()'s Pareto front table, (max_nodes + 1) x (depth cap + 1)
   std::vector<std::int32_t> width_, depth_, nchild_, rank_, node_depth_;
