@@ -25,6 +25,11 @@
 using namespace specdec;
 
 namespace {
+constexpr auto keep_all = [](const drafted_tree&, node_id, std::int32_t, float) { return true; };
+static_assert(child_filter<decltype(keep_all)>);
+static_assert(!child_filter<int>);
+static_assert(!child_filter<bool (*)(node_id, float)>);  // too few arguments
+
 // Full tree with widths[d] children per node at depth d, in level order.
 std::vector<node_id> full_shape(const std::vector<int>& widths) {
   std::vector<node_id> parent = {-1};
@@ -247,7 +252,7 @@ TEST_CASE("a child filter drops the refused child, its later siblings and all be
   drafted_tree full, kept;
   REQUIRE(sb.build(d, round, full).ok());
   // Keeping every child is the plain build.
-  REQUIRE(sb.build(d, round, kept, [](const drafted_tree&, node_id, std::int32_t, float) { return true; }).ok());
+  REQUIRE(sb.build(d, round, kept, keep_all).ok());
   CHECK(kept.tree == full.tree);
   CHECK(kept.prob == full.prob);
   std::mt19937_64 rng(seed);
@@ -292,7 +297,6 @@ TEST_CASE("a child filter drops the refused child, its later siblings and all be
   }
   for (const draft_mode mode : {draft_mode::iid, draft_mode::without_replacement}) {
     static_tree_builder ss({.shape = full_shape({2, 2}), .mode = mode, .vocab_size = 9});
-    CHECK(ss.build(d, round, kept, [](const drafted_tree&, node_id, std::int32_t, float) { return true; }) ==
-          status_code::invalid_argument);
+    CHECK(ss.build(d, round, kept, keep_all) == status_code::invalid_argument);
   }
 }

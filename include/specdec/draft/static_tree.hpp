@@ -48,6 +48,11 @@ struct static_tree_options {
   std::vector<double> min_path_probability{};
 };
 
+//! A drafted child's keep-or-refuse rule for static_tree_builder::build:
+//! keep(tree so far, parent id, child depth, child draft probability).
+template <class K>
+concept child_filter = std::predicate<K&, const drafted_tree&, node_id, std::int32_t, float>;
+
 //! Grows the static shape level by level with one level-drafter call per
 //! depth. A node that gets fewer tokens than its shape asks for (top-k or
 //! without replacement over fewer positive-probability tokens) drops the
@@ -79,9 +84,8 @@ class static_tree_builder : public owning_build<static_tree_builder> {
   //! function (docs/loop.md). keep is called in the order children are added,
   //! so a kept child's node id is out.size() at the call.
   //! Errors: as build(); invalid_argument for a sampled mode.
-  template <any_drafter D, class Keep>
-  requires std::predicate<Keep&, const drafted_tree&, node_id, std::int32_t, float> status
-  build(D& d, const draft_round& round, drafted_tree& out, Keep&& keep) {
+  template <any_drafter D, child_filter Keep>
+  status build(D& d, const draft_round& round, drafted_tree& out, Keep&& keep) {
     SPECDEC_TRY(prepare());
     if (opt_.mode == draft_mode::leaf)
       return make_status(status_code::invalid_argument, "draft mode leaf draws nothing");

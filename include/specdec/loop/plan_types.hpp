@@ -56,11 +56,11 @@ struct planner_options {
   //! greedy chains that the target accepted almost always (demo models, T = 0: 2.0 tokens per
   //! round instead of 4.7, 12-20% slower; T = 1: 3% slower).
   bool prune = false;
-  //! Deterministic drafts (planned_tree_builder in draft_mode::deterministic): a drafted child is
-  //! kept only while its path's chance of acceptance, from the drafter's confidences as past rounds
-  //! calibrated them, pays for one more node at the plan's predicted tokens per second; the first
-  //! child refused ends its branch (round_planner::keep_child). A chain is drafted up to
-  //! stop_extend levels deeper than planned, for the stop to cut where this round's drafts say.
+  //! The confidence stop, for deterministic drafts (planned_tree_builder in draft_mode::deterministic):
+  //! a planned chain is drafted up to stop_extend levels deeper than planned, and a child past the
+  //! planned depth is kept only while its path's chance of acceptance, from the drafter's confidences
+  //! as past rounds calibrated them, pays for one more node at the plan's predicted tokens per
+  //! second; the first child refused ends its branch (round_planner::keep_child).
   bool confidence_stop = true;
   std::int32_t stop_extend = 2;  //!< levels a planned chain is drafted past its depth with confidence_stop (0 .. 64)
   //! Root-only rounds timed (after the first, dropped) before any speculation (>= 0): every
@@ -151,10 +151,10 @@ constexpr const char* plan_kind_name(plan_kind k) noexcept {
 //! What a plan decided and predicted (copied into round_stats::plan).
 struct plan_summary {
   plan_kind kind = plan_kind::none;  //!< where the shape came from
-  std::int32_t nodes = 0;        //!< planned nodes, root included (pruning may draft fewer, the confidence stop more)
-  std::int32_t depth = 0;        //!< planned depth
-  double expected_tokens = 0;    //!< predicted tokens of the round (accepted drafts + 1)
-  double predicted_seconds = 0;  //!< predicted round time (target + drafter + loop); 0 before any pass time
+  std::int32_t nodes = 0;            //!< planned nodes, root included (pruning may draft fewer; the stop, more)
+  std::int32_t depth = 0;            //!< planned depth
+  double expected_tokens = 0;        //!< predicted tokens of the round (accepted drafts + 1)
+  double predicted_seconds = 0;      //!< predicted round time (target + drafter + loop); 0 before any pass time
 };
 
 //! One round's plan: the shape to draft and per-depth early-stop thresholds.

@@ -546,9 +546,11 @@ class round_planner {
   //! While drafting the current plan deterministically (after start_draft(),
   //! in the order children are added; static_tree_builder's child filter):
   //! whether a child drafted with confidence q under node `parent` (at
-  //! `depth`) is worth verifying: its path's calibrated chance of acceptance
-  //! against the plan's seconds per token times one more node's seconds.
-  //! Always true without options().confidence_stop or a priced plan.
+  //! `depth`) is worth verifying. True within the planned depth; past it,
+  //! while the path's calibrated chance of acceptance times the plan's
+  //! tokens per second pays for one more node's seconds. Always true
+  //! without options().confidence_stop, for fixed plans and before any
+  //! pass time is known; false for a parent not kept this round.
   bool keep_child(node_id parent, std::int32_t depth, float q) {
     if (stop_cut_ <= 0.0) return true;
     if (parent < 0 || static_cast<std::size_t>(parent) >= stop_reach_.size()) return false;
