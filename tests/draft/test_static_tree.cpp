@@ -25,10 +25,11 @@
 using namespace specdec;
 
 namespace {
-constexpr auto keep_all = [](const drafted_tree&, node_id, std::int32_t, float) { return true; };
+constexpr auto keep_all = [](const drafted_tree&, node_id, token_id, float) { return true; };
 static_assert(child_filter<decltype(keep_all)>);
 static_assert(!child_filter<int>);
-static_assert(!child_filter<bool (*)(node_id, float)>);  // too few arguments
+static_assert(!child_filter<bool (*)(node_id, float)>);                               // too few arguments
+static_assert(!child_filter<bool (*)(const drafted_tree&, node_id, float*, float)>);  // no token
 
 // Full tree with widths[d] children per node at depth d, in level order.
 std::vector<node_id> full_shape(const std::vector<int>& widths) {
@@ -260,13 +261,13 @@ TEST_CASE("a child filter drops the refused child, its later siblings and all be
     const double cut[4] = {0.0, std::uniform_real_distribution<double>(0.0, 0.4)(rng),
                            std::uniform_real_distribution<double>(0.0, 0.4)(rng),
                            std::uniform_real_distribution<double>(0.0, 0.4)(rng)};
-    const auto keep = [&](node_id parent, std::int32_t depth, float q) {
-      return q >= cut[depth] && (parent + depth + trial) % 7 != 0;
+    const auto keep = [&](node_id parent, std::int32_t depth, token_id token, float q) {
+      return q >= cut[depth] && (parent + depth + trial) % 7 != 0 && (token + trial) % 11 != 0;
     };
     bool ids_ok = true;
-    REQUIRE(sb.build(d, round, kept, [&](const drafted_tree& out, node_id parent, std::int32_t depth, float q) {
-                ids_ok = ids_ok && parent < out.size() && out.tree.depth(parent) + 1 == depth;
-                return keep(parent, depth, q);
+    REQUIRE(sb.build(d, round, kept, [&](const drafted_tree& out, node_id parent, token_id token, float q) {
+                ids_ok = ids_ok && parent < out.size();
+                return keep(parent, out.tree.depth(parent) + 1, token, q);
               }).ok());
     CHECK(ids_ok);
     // Brute force over the full tree (level order, children by rank): a
@@ -281,7 +282,7 @@ TEST_CASE("a child filter drops the refused child, its later siblings and all be
       const node_id u = full.tree.parent(c);
       const node_id pu = id[static_cast<std::size_t>(u)];
       if (pu < 0 || refused[static_cast<std::size_t>(u)]) continue;
-      if (!keep(pu, full.tree.depth(c), full.prob[static_cast<std::size_t>(c)])) {
+      if (!keep(pu, full.tree.depth(c), full.tree.token(c), full.prob[static_cast<std::size_t>(c)])) {
         refused[static_cast<std::size_t>(u)] = 1;
         continue;
       }

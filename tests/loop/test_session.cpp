@@ -370,6 +370,21 @@ struct target_peeking_builder {
   }
   [[nodiscard]] std::int32_t node_bound() const noexcept { return b.node_bound(); }
 };
+
+// Cuts sampled drafts by their own confidence (what static_tree_builder's
+// child filter refuses for sampled modes): an i.i.d. chain's first draft is
+// dropped, with all below it, when the drafter gave it less than 0.5 (at the
+// first round's root: token 0, q = 0.43). The kept drafts are then no longer
+// draws from q.
+struct sampled_cut_builder {
+  static_tree_builder b{{.shape = {-1, 0, 1}, .mode = draft_mode::iid, .vocab_size = 3}};
+  status build(looptest::level_drafter& d, const draft_round& r, drafted_tree& out) {
+    SPECDEC_TRY(b.build(d, r, out));
+    if (out.size() > 1 && out.prob[1] < 0.5f) out.reset(r.root_token);
+    return status::success();
+  }
+  [[nodiscard]] std::int32_t node_bound() const noexcept { return 3; }
+};
 }  // namespace
 
 TEST_CASE("planned rounds keep the target's law; planning from this round's target rows breaks it") {
@@ -399,7 +414,7 @@ TEST_CASE("planned rounds keep the target's law; planning from this round's targ
     for (const auto& [k, v] : shapes) std::printf(" (%d,%d)x%d", k.first, k.second, v);
     std::printf("\n");
     CHECK(shapes.size() >= (kids == 1 ? 2u : 3u));  // the plans did change from round to round
-    if (kids == 1) {            // the confidence stop both kept and cut extensions
+    if (kids == 1) {                                // the confidence stop both kept and cut extensions
       std::printf("  chains drafted past their plan: %d rounds; extension refused: %d rounds\n", extended, stopped);
       CHECK(extended > 0);
       CHECK(stopped > 0);
@@ -429,6 +444,10 @@ TEST_CASE("planned rounds keep the target's law; planning from this round's targ
                           options(3, 0, 64), 1, L, trials, seed + 1);
   report("NEGATIVE plan from this round's target rows", g);
   CHECK(g.p_value < 1e-6);
+  // Why the confidence stop cuts deterministic drafts only.
+  const auto h = loop_law(sampled_cut_builder{}, ld, options(3, 0, 64), 1, L, trials, seed + 3);
+  report("NEGATIVE sampled drafts cut by their confidence", h);
+  CHECK(h.p_value < 1e-6);
 }
 
 TEST_CASE("greedy session equals plain greedy decoding token for token") {

@@ -49,9 +49,9 @@ struct static_tree_options {
 };
 
 //! A drafted child's keep-or-refuse rule for static_tree_builder::build:
-//! keep(tree so far, parent id, child depth, child draft probability).
+//! keep(tree so far, parent id, child token, child draft probability).
 template <class K>
-concept child_filter = std::predicate<K&, const drafted_tree&, node_id, std::int32_t, float>;
+concept child_filter = std::predicate<K&, const drafted_tree&, node_id, token_id, float>;
 
 //! Grows the static shape level by level with one level-drafter call per
 //! depth. A node that gets fewer tokens than its shape asks for (top-k or
@@ -76,8 +76,8 @@ class static_tree_builder : public owning_build<static_tree_builder> {
   }
 
   //! As build(), deterministic mode only, and each drawn child is first
-  //! offered to `keep(out, parent, depth, q)` (its parent's node id in `out`,
-  //! its depth, its draft probability): a child refused is not added, nor are
+  //! offered to `keep(out, parent, token, q)` (its parent's node id in `out`,
+  //! its token, its draft probability): a child refused is not added, nor are
   //! the later (less probable) children of its parent, nor anything below
   //! them. Lossless: top-k children and the choice are functions of the draft
   //! rows, never of the target, and a deterministic draft may be any such
@@ -140,7 +140,7 @@ class static_tree_builder : public owning_build<static_tree_builder> {
             std::int32_t got = 0;
             SPECDEC_TRY(detail::draw_children(opt_.mode, rv, total, uni, u, k, tok_.data(), val_.data(), key_.data(),
                                               got, tiles_.data()));
-            add_children(out, u, s, got, depth + 1, keep);
+            add_children(out, u, s, got, keep);
           }
         } else {
           if (opt_.mode != draft_mode::deterministic)
@@ -154,7 +154,7 @@ class static_tree_builder : public owning_build<static_tree_builder> {
             const std::int32_t got = std::min(k, lv_.count[i]);
             std::copy_n(lv_.tok.begin() + static_cast<std::ptrdiff_t>(i * kk), got, tok_.begin());
             std::copy_n(lv_.val.begin() + static_cast<std::ptrdiff_t>(i * kk), got, val_.begin());
-            add_children(out, lv_.nodes[i], s, got, depth + 1, keep);
+            add_children(out, lv_.nodes[i], s, got, keep);
           }
         }
         frontier_.swap(next_);
@@ -203,15 +203,15 @@ class static_tree_builder : public owning_build<static_tree_builder> {
   }
 
   struct keep_every_child {
-    constexpr bool operator()(const drafted_tree&, node_id, std::int32_t, float) const noexcept { return true; }
+    constexpr bool operator()(const drafted_tree&, node_id, token_id, float) const noexcept { return true; }
   };
 
   template <class Keep>
-  void add_children(drafted_tree& out, node_id u, node_id s, std::int32_t got, std::int32_t depth, Keep& keep) {
+  void add_children(drafted_tree& out, node_id u, node_id s, std::int32_t got, Keep& keep) {
     const float base = out.tree.score(u);
     const std::int32_t c0 = first_child_[static_cast<std::size_t>(s)];
     for (std::int32_t j = 0; j < got; ++j) {
-      if (!keep(out, u, depth, val_[static_cast<std::size_t>(j)])) return;
+      if (!keep(out, u, tok_[static_cast<std::size_t>(j)], val_[static_cast<std::size_t>(j)])) return;
       out.add(u, tok_[static_cast<std::size_t>(j)], val_[static_cast<std::size_t>(j)],
               base + detail::log_prob(val_[static_cast<std::size_t>(j)]), opt_.mode);
       next_.push_back(child_[static_cast<std::size_t>(c0 + j)]);

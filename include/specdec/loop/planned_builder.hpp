@@ -83,8 +83,8 @@ class planned_tree_builder : public owning_build<planned_tree_builder> {
         so.shape.push_back(depth - 1);
       }
     planner_.start_draft();
-    return static_.build(d, round, out, [this](const drafted_tree&, node_id u, std::int32_t depth, float q) {
-      return planner_.keep_child(u, depth, q);
+    return static_.build(d, round, out, [this](const drafted_tree& t, node_id u, token_id, float q) {
+      return planner_.keep_child(u, t.tree.depth(u) + 1, q);
     });
   }
 
