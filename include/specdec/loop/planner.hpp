@@ -565,7 +565,7 @@ class round_planner {
   // reach below which a drafted child does not pay for its node (0: keep all).
   void set_stop(const candidate& c, double seconds) {
     stop_cut_ = 0.0;
-    if (!opt_.confidence_stop || c.depth < 1 || !(seconds > 0.0)) return;
+    if (!opt_.confidence_stop || c.depth < 1 || !(seconds > 0.0) || (curve_.empty() && cost_.empty())) return;
     const std::int32_t n = std::max(c.nodes, 2);
     const double node =
         std::max((target_at(n) - target_at(1)) / (n - 1), 0.0) + drafter_weights()[2] + loop_weights()[1];
