@@ -5,6 +5,7 @@
 // expanded node, so that is the bound to compare with).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -102,6 +103,38 @@ BENCHMARK(BM_static_tree_41)
                    {static_cast<int>(specdec::draft_mode::deterministic), static_cast<int>(specdec::draft_mode::iid),
                     static_cast<int>(specdec::draft_mode::without_replacement)}})
     ->ArgNames({"V", "mode"})
+    ->Unit(benchmark::kMicrosecond);
+
+// A deterministic chain of 10 drafts without and with a child filter that
+// keeps every child (static_tree_builder::build(d, round, out, keep)): what
+// the filter's call per child costs; bytes = the drafter rows read.
+void BM_static_chain_filter(benchmark::State& st) {
+  const std::int64_t V = st.range(0);
+  const bool filtered = st.range(1) != 0;
+  pooled_drafter d(V);
+  std::vector<specdec::node_id> shape(11);
+  for (std::size_t i = 0; i < shape.size(); ++i) shape[i] = static_cast<specdec::node_id>(i) - 1;
+  specdec::static_tree_builder b({.shape = shape, .mode = specdec::draft_mode::deterministic, .vocab_size = V});
+  specdec::drafted_tree t;
+  specdec::draft_round r;
+  r.root_token = 1;
+  std::int64_t judged = 0;
+  const auto keep = [&](const specdec::drafted_tree&, specdec::node_id, specdec::token_id, float q) {
+    ++judged;
+    return q >= 0.0f;
+  };
+  for (auto _ : st) {
+    const specdec::status s = filtered ? b.build(d, r, t, keep) : b.build(d, r, t);
+    if (!s.ok()) st.SkipWithError("build failed");
+    benchmark::DoNotOptimize(t.tree.tokens().data());
+  }
+  st.SetItemsProcessed(st.iterations() * 10);  // drafted nodes
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations()) * 10 * V * static_cast<std::int64_t>(sizeof(float)));
+  st.counters["judged"] = static_cast<double>(judged) / static_cast<double>(std::max<std::int64_t>(st.iterations(), 1));
+}
+BENCHMARK(BM_static_chain_filter)
+    ->ArgsProduct({{32000}, {0, 1}})
+    ->ArgNames({"V", "filter"})
     ->Unit(benchmark::kMicrosecond);
 
 void BM_token_info_tree_60(benchmark::State& st) {

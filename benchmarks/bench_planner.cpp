@@ -49,6 +49,7 @@
 // is the loop tests' (tests/loop/cold_requests.hpp).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -241,6 +242,33 @@ void BM_planner_skipped(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());  // plain rounds per second
 }
 BENCHMARK(BM_planner_skipped)->Unit(benchmark::kMicrosecond);
+
+// The confidence stop's verdict on a drafted chain: start_draft(), then
+// keep_child() down a chain of falling confidence until the first child
+// refused (the planner plans one draft here; counters say how deep it
+// kept); items = children judged.
+void BM_planner_keep_child(benchmark::State& state) {
+  specdec::round_planner p(specdec::planner_options{.max_nodes = 16, .max_depth = 12, .draft_bonus = 0.0});
+  const double n[2] = {1.0, 16.0}, t[2] = {1.0, 4.0};
+  (void)p.set_target_cost(n, t);
+  (void)p.set_drafter_cost(0.01, 0.05, 0.01);
+  (void)p.set_loop_cost(0.0, 0.0);
+  const std::int32_t planned = p.next().summary.depth;
+  std::int64_t kept = 0;
+  for (auto _ : state) {
+    p.start_draft();
+    for (std::int32_t d = 1; d <= 12; ++d) {
+      const float q = 0.95f - 0.05f * static_cast<float>(d);
+      if (!p.keep_child(d - 1, d, q)) break;
+      ++kept;
+    }
+  }
+  state.counters["planned_depth"] = planned;
+  state.counters["kept"] =
+      static_cast<double>(kept) / static_cast<double>(std::max<std::int64_t>(state.iterations(), 1));
+  state.SetItemsProcessed(kept + state.iterations());  // children judged (the kept ones and the refused one)
+}
+BENCHMARK(BM_planner_keep_child);
 
 void BM_planned_drafts_build(benchmark::State& state) {
   const auto H = static_cast<std::size_t>(state.range(0));
