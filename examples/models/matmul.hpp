@@ -365,7 +365,13 @@ inline void micro_bf16(const std::uint32_t* a, std::int64_t lda, const std::uint
   for (std::int64_t k = 0; k < kp; ++k) {
     __m512i bk[P];
 #pragma GCC unroll 16
-    for (int p = 0; p < P; ++p) bk[p] = _mm512_loadu_si512(b + p * pstride + k * panel_width);
+    for (int p = 0; p < P; ++p) {
+      bk[p] = _mm512_loadu_si512(b + p * pstride + k * panel_width);
+      // In a register for every row: without this GCC reloads the panel
+      // for each row of a three-row block, which then ran at half the
+      // speed of a four-row one (gemm 1024x192, N = 3: 10.1 -> 5.7 us).
+      asm("" : "+v"(bk[p]));
+    }
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512i ak = _mm512_set1_epi32(static_cast<int>(a[r * lda + k]));
