@@ -178,6 +178,7 @@ int main(int argc, char** argv) {
   const method methods[] = {
       {"autoregressive", false, models::tree_kind::chain},
       {"chain (1 draft)", true, models::tree_kind::chain, specdec::verify_mode::sampled_iid, false, false, 1},
+      {"chain (2 drafts)", true, models::tree_kind::chain, specdec::verify_mode::sampled_iid, false, false, 2},
       {"chain (4 drafts)", true, models::tree_kind::chain},
       {"chain (4 drafts), block", true, models::tree_kind::chain, specdec::verify_mode::block, true},
       {"iid tree 3,2,2,1 (MSS)", true, models::tree_kind::iid_tree},
