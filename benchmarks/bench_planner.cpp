@@ -243,10 +243,12 @@ void BM_planner_skipped(benchmark::State& state) {
 }
 BENCHMARK(BM_planner_skipped)->Unit(benchmark::kMicrosecond);
 
-// The confidence stop's verdict on a drafted chain: start_draft(), then
-// keep_child() down a chain of falling confidence until the first child
-// refused (the planner plans one draft here; counters say how deep it
-// kept); items = children judged.
+// The confidence stop's verdict on a drafted chain: start_draft(), then,
+// as planned_tree_builder's filter asks them, expand_node() (before each
+// level's drafter call) and keep_child() down a chain of falling
+// confidence until the first node not expanded or child refused (the
+// planner plans one draft here; counters say how deep it kept); items =
+// nodes and children judged.
 void BM_planner_keep_child(benchmark::State& state) {
   specdec::round_planner p(specdec::planner_options{.max_nodes = 16, .max_depth = 12, .draft_bonus = 0.0});
   const double n[2] = {1.0, 16.0}, t[2] = {1.0, 4.0};
@@ -254,19 +256,24 @@ void BM_planner_keep_child(benchmark::State& state) {
   (void)p.set_drafter_cost(0.01, 0.05, 0.01);
   (void)p.set_loop_cost(0.0, 0.0);
   const std::int32_t planned = p.next().summary.depth;
-  std::int64_t kept = 0;
+  std::int64_t kept = 0, judged = 0;
   for (auto _ : state) {
     p.start_draft();
+    float q_node = 1.0f;  // the root's
     for (std::int32_t d = 1; d <= 12; ++d) {
       const float q = 0.95f - 0.05f * static_cast<float>(d);
+      ++judged;
+      if (!p.expand_node(d - 1, d - 1, q_node)) break;
+      ++judged;
       if (!p.keep_child(d - 1, d, q)) break;
       ++kept;
+      q_node = q;
     }
   }
   state.counters["planned_depth"] = planned;
   state.counters["kept"] =
       static_cast<double>(kept) / static_cast<double>(std::max<std::int64_t>(state.iterations(), 1));
-  state.SetItemsProcessed(kept + state.iterations());  // children judged (the kept ones and the refused one)
+  state.SetItemsProcessed(judged);
 }
 BENCHMARK(BM_planner_keep_child);
 

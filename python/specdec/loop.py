@@ -61,6 +61,16 @@ class RoundPlanner:
         may be drafted up to ``stop_extend`` levels past its plan this way."""
         return self._p.keep_child(parent, depth, q)
 
+    def expand_node(self, node: int, depth: int, q: float) -> bool:
+        """While drafting the current plan deterministically, before a
+        level's drafter call: whether kept node `node` at `depth`, drafted
+        with confidence `q` (1 for the root), is worth drafting children
+        for. True within the planned depth; past it only while the path's
+        reach times its child's calibrated chance at `q` pays for the
+        level's drafter call and one node, so that a level the confidence
+        stop would refuse is not drafted at all."""
+        return self._p.expand_node(node, depth, q)
+
     def plan_drafted(self, parent: Any, draft_prob: Any) -> Plan:
         """The plan of a round drafted before planning, with deterministic
         drafts that cost next to nothing (prompt lookup, a suffix index): a

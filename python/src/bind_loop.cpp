@@ -86,6 +86,7 @@ void bind_loop(nb::module_& m) {
       .def("next", [](round_planner& p) { return plan_tuple(p.next()); })
       .def("start_draft", &round_planner::start_draft)
       .def("keep_child", &round_planner::keep_child, arg("parent"), arg("depth"), arg("q"))
+      .def("expand_node", &round_planner::expand_node, arg("node"), arg("depth"), arg("q"))
       .def(
           "plan_drafted",
           [](round_planner& p, const in1<node_id>& parent, const in1<float>& draft_prob) {

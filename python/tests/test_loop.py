@@ -169,12 +169,16 @@ def test_confidence_stop_past_the_planned_depth():
     assert depth >= 1
     p.start_draft()
     for d in range(1, depth + 1):
+        assert p.expand_node(d - 1, d - 1, 0.0)
         assert p.keep_child(d - 1, d, 1.0)
+    assert p.expand_node(depth, depth, 1.0)
+    assert not p.expand_node(depth, depth, 0.0)
     assert not p.keep_child(depth, depth + 1, 0.0)
     assert p.keep_child(depth, depth + 1, 1.0)
     off = specdec.RoundPlanner(confidence_stop=False)
     off.next()
     off.start_draft()
     assert off.keep_child(0, 1, 0.0)
+    assert off.expand_node(1, 5, 0.0)
     with pytest.raises(specdec.Error, match="invalid_argument"):
         specdec.RoundPlanner(stop_extend=-1)

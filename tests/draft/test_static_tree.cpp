@@ -30,6 +30,16 @@ static_assert(child_filter<decltype(keep_all)>);
 static_assert(!child_filter<int>);
 static_assert(!child_filter<bool (*)(node_id, float)>);                               // too few arguments
 static_assert(!child_filter<bool (*)(const drafted_tree&, node_id, float*, float)>);  // no token
+static_assert(!expansion_filter<decltype(keep_all)>);                                 // a child filter without expand()
+struct expand_even {
+  bool operator()(const drafted_tree&, node_id, token_id, float) const { return true; }
+  bool expand(const drafted_tree&, node_id u, std::int32_t) const { return u % 2 == 0; }
+};
+static_assert(expansion_filter<expand_even>);
+struct expand_only {  // expand() without the child rule
+  bool expand(const drafted_tree&, node_id, std::int32_t) const { return true; }
+};
+static_assert(!expansion_filter<expand_only>);
 
 // Full tree with widths[d] children per node at depth d, in level order.
 std::vector<node_id> full_shape(const std::vector<int>& widths) {
@@ -299,5 +309,94 @@ TEST_CASE("a child filter drops the refused child, its later siblings and all be
   for (const draft_mode mode : {draft_mode::iid, draft_mode::without_replacement}) {
     static_tree_builder ss({.shape = full_shape({2, 2}), .mode = mode, .vocab_size = 9});
     CHECK(ss.build(d, round, kept, keep_all) == status_code::invalid_argument);
+  }
+}
+
+TEST_CASE("an expansion filter drafts no children for the nodes it refuses, and asks before the drafter call") {
+  const std::uint64_t seed = 20261202;
+  std::printf("static tree expansion filter: seed %llu\n", static_cast<unsigned long long>(seed));
+  draft_test::path_drafter d{.V = 9, .seed = 8};
+  const std::vector<node_id> shape = full_shape({3, 2, 2});
+  static_tree_builder sb({.shape = shape, .mode = draft_mode::deterministic, .vocab_size = 9});
+  const draft_round round{.root_token = 2};
+  drafted_tree full, kept;
+  REQUIRE(sb.build(d, round, full).ok());
+  // Expanding every node and keeping every child is the plain build.
+  struct keep_and_expand_all {
+    bool operator()(const drafted_tree&, node_id, token_id, float) const { return true; }
+    bool expand(const drafted_tree&, node_id, std::int32_t) const { return true; }
+  };
+  d.calls = 0;
+  REQUIRE(sb.build(d, round, kept, keep_and_expand_all{}).ok());
+  CHECK(kept.tree == full.tree);
+  const int all_calls = d.calls;
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 50; ++trial) {
+    const double cut = std::uniform_real_distribution<double>(0.0, 0.3)(rng);
+    const int mod = 2 + trial % 4;
+    // Pure functions of what the builder passes (ids in the kept tree).
+    const auto keep_rule = [&](node_id parent, std::int32_t depth, token_id token, float q) {
+      return q >= cut * (depth == 1 ? 0.0 : 1.0) && (token + parent + trial) % 13 != 0;
+    };
+    const auto expand_rule = [&](node_id u, std::int32_t depth, float q) {
+      return (u + depth + trial) % mod != 0 && q >= 0.5 * cut;
+    };
+    struct filter {
+      decltype(keep_rule)& k;
+      decltype(expand_rule)& e;
+      std::vector<std::int32_t>* asked;  // depths asked, in order
+      bool operator()(const drafted_tree& t, node_id parent, token_id token, float q) const {
+        return k(parent, t.tree.depth(parent) + 1, token, q);
+      }
+      bool expand(const drafted_tree& t, node_id u, std::int32_t depth) const {
+        asked->push_back(depth);
+        return u < t.size() && t.tree.depth(u) == depth &&
+               e(u, depth, u == 0 ? 1.0f : t.prob[static_cast<std::size_t>(u)]);
+      }
+    };
+    std::vector<std::int32_t> asked;
+    d.calls = 0;
+    REQUIRE(sb.build(d, round, kept, filter{keep_rule, expand_rule, &asked}).ok());
+    CHECK(std::is_sorted(asked.begin(), asked.end()));  // level by level
+    // Brute force over the full tree (level order): a node is expanded when
+    // it was kept, its shape node has children and the filter expands it; a
+    // child of an expanded node stays while no earlier sibling was refused
+    // and the filter keeps it.
+    std::vector<node_id> id(static_cast<std::size_t>(full.size()), -1);
+    std::vector<char> refused(static_cast<std::size_t>(full.size()), 0), expanded(refused);
+    std::vector<node_id> parent{-1};
+    std::vector<token_id> token{full.tree.token(0)};
+    int calls = 0;
+    id[0] = 0;
+    const auto decide = [&](node_id c) {  // c kept: is it expanded?
+      const bool has_kids = std::find(shape.begin() + c + 1, shape.end(), c) != shape.end();
+      const float q = c == 0 ? 1.0f : full.prob[static_cast<std::size_t>(c)];
+      expanded[static_cast<std::size_t>(c)] =
+          has_kids && expand_rule(id[static_cast<std::size_t>(c)], full.tree.depth(c), q) ? 1 : 0;
+      calls += expanded[static_cast<std::size_t>(c)];
+    };
+    decide(0);
+    for (node_id c = 1; c < full.size(); ++c) {
+      const node_id u = full.tree.parent(c);
+      const node_id pu = id[static_cast<std::size_t>(u)];
+      if (pu < 0 || !expanded[static_cast<std::size_t>(u)] || refused[static_cast<std::size_t>(u)]) continue;
+      if (!keep_rule(pu, full.tree.depth(c), full.tree.token(c), full.prob[static_cast<std::size_t>(c)])) {
+        refused[static_cast<std::size_t>(u)] = 1;
+        continue;
+      }
+      id[static_cast<std::size_t>(c)] = static_cast<node_id>(parent.size());
+      parent.push_back(pu);
+      token.push_back(full.tree.token(c));
+      decide(c);
+    }
+    INFO("trial " << trial);
+    REQUIRE(kept.size() == static_cast<std::int32_t>(parent.size()));
+    for (node_id i = 0; i < kept.size(); ++i) {
+      CHECK(kept.tree.parent(i) == parent[static_cast<std::size_t>(i)]);
+      CHECK(kept.tree.token(i) == token[static_cast<std::size_t>(i)]);
+    }
+    // The drafter ran for the expanded nodes only.
+    CHECK(d.calls == calls);
+    CHECK(d.calls <= all_calls);
   }
 }

@@ -846,15 +846,25 @@ TEST_CASE("planner: the confidence stop cuts only past the planned depth, where 
   REQUIRE(L >= 1);
   // Confident planned levels are kept; past them a child with no chance is
   // refused and a confident one kept.
+  // Nodes above the planned depth are expanded whatever their confidence;
+  // the node at it only when its confident child would pay for the level.
   p.start_draft();
-  for (std::int32_t d = 1; d <= L; ++d) CHECK(p.keep_child(d - 1, d, 1.0f));
+  for (std::int32_t d = 1; d <= L; ++d) {
+    CHECK(p.expand_node(d - 1, d - 1, 0.0f));
+    CHECK(p.keep_child(d - 1, d, 1.0f));
+  }
+  CHECK(p.expand_node(L, L, 1.0f));
+  CHECK_FALSE(p.expand_node(L, L, 0.0f));
+  CHECK_FALSE(p.expand_node(L + 5, L, 1.0f));  // a node not kept this round
   CHECK_FALSE(p.keep_child(L, L + 1, 0.0f));
   CHECK(p.keep_child(L, L + 1, 1.0f));
   CHECK_FALSE(p.keep_child(L + 5, L + 1, 1.0f));  // a parent not kept this round
   // The planned depth is drafted whatever the confidences; below weak
-  // planned levels the path's reach is too small for a confident child.
+  // planned levels the path's reach is too small for a confident child,
+  // nor worth drafting.
   p.start_draft();
   for (std::int32_t d = 1; d <= L; ++d) CHECK(p.keep_child(d - 1, d, 0.0f));
+  CHECK_FALSE(p.expand_node(L, L, 1.0f));
   CHECK_FALSE(p.keep_child(L, L + 1, 1.0f));
   // No stop without the option, and none for a fixed plan.
   round_planner off = make(false);
@@ -862,12 +872,14 @@ TEST_CASE("planner: the confidence stop cuts only past the planned depth, where 
   off.start_draft();
   CHECK(off.keep_child(0, 1, 0.0f));
   CHECK(off.keep_child(1, 40, 0.0f));
+  CHECK(off.expand_node(1, 40, 0.0f));
   const node_id fixed[] = {-1, 0};
   REQUIRE(p.fix_plan(fixed).ok());
   (void)p.next();
   p.start_draft();
   CHECK(p.keep_child(0, 1, 0.0f));
   CHECK(p.keep_child(1, 2, 0.0f));
+  CHECK(p.expand_node(1, 1, 0.0f));
 }
 
 TEST_CASE("planned greedy sessions equal plain greedy decoding; same seed and injected costs, same output") {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "specdec/core/error.hpp"
@@ -53,6 +54,15 @@ struct static_tree_options {
 template <class K>
 concept child_filter = std::predicate<K&, const drafted_tree&, node_id, token_id, float>;
 
+//! A child filter that also decides, before a level's drafter call, which
+//! nodes of the level are expanded: keep.expand(tree so far, node id, its
+//! depth). A node refused gets no drafter row and no children, so a stop
+//! that would refuse the children anyway does not pay for drafting them.
+template <class K>
+concept expansion_filter = child_filter<K> && requires(K& k, const drafted_tree& t, node_id u, std::int32_t depth) {
+  { k.expand(t, u, depth) } -> std::convertible_to<bool>;
+};
+
 //! Grows the static shape level by level with one level-drafter call per
 //! depth. A node that gets fewer tokens than its shape asks for (top-k or
 //! without replacement over fewer positive-probability tokens) drops the
@@ -82,7 +92,11 @@ class static_tree_builder : public owning_build<static_tree_builder> {
   //! them. Lossless: top-k children and the choice are functions of the draft
   //! rows, never of the target, and a deterministic draft may be any such
   //! function (docs/loop.md). keep is called in the order children are added,
-  //! so a kept child's node id is out.size() at the call.
+  //! so a kept child's node id is out.size() at the call. An
+  //! expansion_filter is also asked, for each node of a level that the
+  //! shape expands, whether to expand it (before the level's drafter call,
+  //! in node id order); a node refused is drafted no children. Lossless
+  //! for the same reason.
   //! Errors: as build(); invalid_argument for a sampled mode.
   template <any_drafter D, child_filter Keep>
   status build(D& d, const draft_round& round, drafted_tree& out, Keep&& keep) {
@@ -113,6 +127,8 @@ class static_tree_builder : public owning_build<static_tree_builder> {
           const std::int32_t k =
               first_child_[static_cast<std::size_t>(s) + 1] - first_child_[static_cast<std::size_t>(s)];
           if (k == 0 || pruned(out, begin + static_cast<node_id>(i), depth)) continue;
+          if constexpr (expansion_filter<Keep>)
+            if (!keep.expand(std::as_const(out), begin + static_cast<node_id>(i), depth)) continue;
           lv_.nodes.push_back(begin + static_cast<node_id>(i));
           shape_of_.push_back(s);
           wmax = std::max(wmax, k);

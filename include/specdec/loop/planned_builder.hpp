@@ -83,9 +83,7 @@ class planned_tree_builder : public owning_build<planned_tree_builder> {
         so.shape.push_back(depth - 1);
       }
     planner_.start_draft();
-    return static_.build(d, round, out, [this](const drafted_tree& t, node_id u, token_id, float q) {
-      return planner_.keep_child(u, t.tree.depth(u) + 1, q);
-    });
+    return static_.build(d, round, out, stop_filter{&planner_});
   }
 
   //! Feeds the round's measurements to the planner.
@@ -102,6 +100,17 @@ class planned_tree_builder : public owning_build<planned_tree_builder> {
   [[nodiscard]] const round_planner& planner() const noexcept { return planner_; }
 
  private:
+  // The confidence stop as static_tree_builder's expansion filter.
+  struct stop_filter {
+    round_planner* p;
+    bool operator()(const drafted_tree& t, node_id u, token_id, float q) const {
+      return p->keep_child(u, t.tree.depth(u) + 1, q);
+    }
+    bool expand(const drafted_tree& t, node_id u, std::int32_t depth) const {
+      return p->expand_node(u, depth, u == 0 ? 1.0f : t.prob[static_cast<std::size_t>(u)]);
+    }
+  };
+
   round_planner planner_;
   static_tree_builder static_;
 };
