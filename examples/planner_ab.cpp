@@ -4,7 +4,7 @@
 // For each target (transformer, hybrid) and temperature (0, 1), every repeat
 // decodes six prompts (the demo's four and two it does not use), each first
 // autoregressively, then every row in a fresh random order: the fixed
-// chains of 1 and 4 drafts (the demo's) and of 2, plain steps through the session (the planner
+// chains of 1, 4 and 2 drafts, plain steps through the session (the planner
 // fixed to root-only rounds: what the session and planner cost a request
 // decoded plainly), the chain of 1 draft through the planner fixed to it
 // ("fixed 1": what the planned path costs without planning), and for each
@@ -20,9 +20,10 @@
 //
 // Prints each row's median speedup over the autoregressive run before it
 // (as the demo does), over all runs and per prompt, each planned row's
-// median ratio to the better of the demo's fixed chains in the same prompt
-// and repeat (the measure the planner is held to; also to the chain of 2
-// where that is faster still), and for every set the
+// median ratio to the best fixed chain in the same prompt and repeat (the
+// measure the planner is held to): of the chains of 1 and 4 drafts, as
+// results files before 2026-12-01 read it, then of all three where the
+// chain of 2 is faster still, and for every set the
 // median over runs of the ratio of its tokens per CPU second to set 0's in
 // the same prompt and repeat, with how many of those ratios are above 1.
 // Exits non-zero if a temperature-0 run is not token-identical to
@@ -247,8 +248,8 @@ int main(int argc, char** argv) {
     }
     std::printf("\n");
     // Each planned row against the best fixed chain of this configuration
-    // (by median), paired by prompt and repeat: of the demo's two (1 and
-    // 4 drafts), then of all three when the chain of 2 is faster still.
+    // (by median), paired by prompt and repeat: of the chains of 1 and 4
+    // drafts, then of all three where the chain of 2 is faster still.
     for (const std::size_t chains : {std::size_t{2}, std::size_t{3}}) {
       std::size_t best = 0;
       for (std::size_t j = 1; j < chains; ++j)
