@@ -882,6 +882,53 @@ TEST_CASE("planner: the confidence stop cuts only past the planned depth, where 
   CHECK(p.expand_node(1, 1, 0.0f));
 }
 
+TEST_CASE("planner: a planned chain drafts no level past its plan that the confidence stop would refuse") {
+  // Every row puts probability q on one token; before any feedback the
+  // calibration reads a draft's chance as q. The curve makes the chain of
+  // two drafts the plan. Confident rows: the chain is drafted stop_extend
+  // levels past it, one drafter call per level kept. Weak rows: the level
+  // past the plan is not even drafted (the builder used to call the
+  // drafter for it and then refuse its child).
+  struct conf_drafter {
+    float q = 0.5f;
+    int calls = 0;
+    std::vector<float> rows{};
+    status level_probabilities(const draft_level& l, view2d<const float>& out) {
+      ++calls;
+      constexpr int V = 8;
+      rows.assign(l.nodes.size() * V, (1.0f - q) / (V - 1));
+      for (std::size_t i = 0; i < l.nodes.size(); ++i) rows[i * V + static_cast<std::size_t>(l.depth % V)] = q;
+      out = make_view<const float>(rows.data(), static_cast<std::int64_t>(l.nodes.size()), V);
+      return status::success();
+    }
+  };
+  const double n[] = {1, 2, 3, 4, 16}, t[] = {1.0, 1.1, 1.2, 3.0, 10.0};
+  for (const float q : {0.99f, 0.3f}) {
+    planned_tree_builder b({.planner = {.max_nodes = 16,
+                                        .max_depth = 12,
+                                        .max_children = 1,
+                                        .prior_accept = 0.9,
+                                        .stop_extend = 2,
+                                        .draft_bonus = 0.0},
+                            .mode = draft_mode::deterministic,
+                            .vocab_size = 8});
+    REQUIRE(b.planner().set_target_cost(n, t).ok());
+    REQUIRE(b.planner().set_drafter_cost(0.0, 0.01, 0.0).ok());
+    REQUIRE(b.planner().set_loop_cost(0.0, 0.0).ok());
+    conf_drafter d{.q = q};
+    draft_round r;
+    r.root_token = 1;
+    drafted_tree out;
+    REQUIRE(b.build(d, r, out).ok());
+    REQUIRE(b.last_plan().kind == plan_kind::chain);
+    const std::int32_t planned = b.last_plan().depth, drafted = out.tree.depth(out.size() - 1);
+    INFO("q " << q << ", planned depth " << planned << ", drafted " << drafted << ", drafter calls " << d.calls);
+    CHECK(planned == 2);
+    CHECK(drafted == (q > 0.5f ? planned + 2 : planned));
+    CHECK(d.calls == drafted);  // no level drafted and then refused
+  }
+}
+
 TEST_CASE("planned greedy sessions equal plain greedy decoding; same seed and injected costs, same output") {
   const looptest::table tm{.V = 50, .seed = 3, .zero_frac = 0.0};
   const std::vector<token_id> prompt = {4, 8, 15};
