@@ -105,12 +105,13 @@ BENCHMARK(BM_static_tree_41)
     ->ArgNames({"V", "mode"})
     ->Unit(benchmark::kMicrosecond);
 
-// A deterministic chain of 10 drafts without and with a child filter that
-// keeps every child (static_tree_builder::build(d, round, out, keep)): what
-// the filter's call per child costs; bytes = the drafter rows read.
+// A deterministic chain of 10 drafts without a filter (filter 0), with a
+// child filter that keeps every child (1) and with an expansion filter that
+// also expands every node (2; static_tree_builder::build(d, round, out,
+// keep)): what the filters' calls cost; bytes = the drafter rows read.
 void BM_static_chain_filter(benchmark::State& st) {
   const std::int64_t V = st.range(0);
-  const bool filtered = st.range(1) != 0;
+  const std::int64_t filter = st.range(1);
   pooled_drafter d(V);
   std::vector<specdec::node_id> shape(11);
   for (std::size_t i = 0; i < shape.size(); ++i) shape[i] = static_cast<specdec::node_id>(i) - 1;
@@ -123,8 +124,21 @@ void BM_static_chain_filter(benchmark::State& st) {
     ++judged;
     return q >= 0.0f;
   };
+  struct expand_all {
+    std::int64_t* judged;
+    bool operator()(const specdec::drafted_tree&, specdec::node_id, specdec::token_id, float q) const {
+      ++*judged;
+      return q >= 0.0f;
+    }
+    bool expand(const specdec::drafted_tree&, specdec::node_id u, std::int32_t) const {
+      ++*judged;
+      return u >= 0;
+    }
+  };
   for (auto _ : st) {
-    const specdec::status s = filtered ? b.build(d, r, t, keep) : b.build(d, r, t);
+    const specdec::status s = filter == 2   ? b.build(d, r, t, expand_all{&judged})
+                              : filter == 1 ? b.build(d, r, t, keep)
+                                            : b.build(d, r, t);
     if (!s.ok()) st.SkipWithError("build failed");
     benchmark::DoNotOptimize(t.tree.tokens().data());
   }
@@ -133,7 +147,7 @@ void BM_static_chain_filter(benchmark::State& st) {
   st.counters["judged"] = static_cast<double>(judged) / static_cast<double>(std::max<std::int64_t>(st.iterations(), 1));
 }
 BENCHMARK(BM_static_chain_filter)
-    ->ArgsProduct({{32000}, {0, 1}})
+    ->ArgsProduct({{32000}, {0, 1, 2}})
     ->ArgNames({"V", "filter"})
     ->Unit(benchmark::kMicrosecond);
 

@@ -254,11 +254,65 @@ TEST_CASE("deterministic children: the brute-force top-w over many blocks, ties 
   }
 }
 
+namespace {
+// The tree a filtered build must give, by brute force over the full
+// (unfiltered) tree of `shape`, in level order with children by rank: a
+// kept node is expanded when its shape node has children and
+// expand(its id in the kept tree, depth, its q; 1 for the root) says so; a
+// child of an expanded node stays while no earlier sibling was refused and
+// keep(parent's id in the kept tree, depth, token, q) keeps it. `calls`:
+// the expanded nodes (drafter rows a per-node drafter is asked for).
+struct cut_tree {
+  std::vector<node_id> parent{-1};
+  std::vector<token_id> token{};
+  int calls = 0;
+};
+template <class Keep, class Expand>
+cut_tree brute_force_cut(const drafted_tree& full, const std::vector<node_id>& shape, Keep&& keep, Expand&& expand) {
+  cut_tree r;
+  r.token.push_back(full.tree.token(0));
+  const auto n = static_cast<std::size_t>(full.size());
+  std::vector<node_id> id(n, -1);
+  std::vector<char> refused(n, 0), expanded(n, 0);
+  const auto decide = [&](node_id c) {
+    const bool has_kids = std::find(shape.begin() + c + 1, shape.end(), c) != shape.end();
+    const float q = c == 0 ? 1.0f : full.prob[static_cast<std::size_t>(c)];
+    expanded[static_cast<std::size_t>(c)] =
+        has_kids && expand(id[static_cast<std::size_t>(c)], full.tree.depth(c), q) ? 1 : 0;
+    r.calls += expanded[static_cast<std::size_t>(c)];
+  };
+  id[0] = 0;
+  decide(0);
+  for (node_id c = 1; c < full.size(); ++c) {
+    const node_id u = full.tree.parent(c);
+    const node_id pu = id[static_cast<std::size_t>(u)];
+    if (pu < 0 || !expanded[static_cast<std::size_t>(u)] || refused[static_cast<std::size_t>(u)]) continue;
+    if (!keep(pu, full.tree.depth(c), full.tree.token(c), full.prob[static_cast<std::size_t>(c)])) {
+      refused[static_cast<std::size_t>(u)] = 1;
+      continue;
+    }
+    id[static_cast<std::size_t>(c)] = static_cast<node_id>(r.parent.size());
+    r.parent.push_back(pu);
+    r.token.push_back(full.tree.token(c));
+    decide(c);
+  }
+  return r;
+}
+void check_cut(const drafted_tree& kept, const cut_tree& want) {
+  REQUIRE(kept.size() == static_cast<std::int32_t>(want.parent.size()));
+  for (node_id i = 0; i < kept.size(); ++i) {
+    CHECK(kept.tree.parent(i) == want.parent[static_cast<std::size_t>(i)]);
+    CHECK(kept.tree.token(i) == want.token[static_cast<std::size_t>(i)]);
+  }
+}
+}  // namespace
+
 TEST_CASE("a child filter drops the refused child, its later siblings and all below them; sampled modes refuse it") {
   const std::uint64_t seed = 20261201;
   std::printf("static tree child filter: seed %llu\n", static_cast<unsigned long long>(seed));
   draft_test::path_drafter d{.V = 9, .seed = 6};
-  static_tree_builder sb({.shape = full_shape({3, 2, 2}), .mode = draft_mode::deterministic, .vocab_size = 9});
+  const std::vector<node_id> shape = full_shape({3, 2, 2});
+  static_tree_builder sb({.shape = shape, .mode = draft_mode::deterministic, .vocab_size = 9});
   const draft_round round{.root_token = 4};
   drafted_tree full, kept;
   REQUIRE(sb.build(d, round, full).ok());
@@ -280,31 +334,8 @@ TEST_CASE("a child filter drops the refused child, its later siblings and all be
                 return keep(parent, out.tree.depth(parent) + 1, token, q);
               }).ok());
     CHECK(ids_ok);
-    // Brute force over the full tree (level order, children by rank): a
-    // node stays when its parent stayed, no earlier sibling was refused and
-    // the filter keeps it (asked with the parent's id in the kept tree).
-    std::vector<node_id> id(static_cast<std::size_t>(full.size()), -1);
-    std::vector<char> refused(static_cast<std::size_t>(full.size()), 0);
-    std::vector<node_id> parent{-1};
-    std::vector<token_id> token{full.tree.token(0)};
-    id[0] = 0;
-    for (node_id c = 1; c < full.size(); ++c) {
-      const node_id u = full.tree.parent(c);
-      const node_id pu = id[static_cast<std::size_t>(u)];
-      if (pu < 0 || refused[static_cast<std::size_t>(u)]) continue;
-      if (!keep(pu, full.tree.depth(c), full.tree.token(c), full.prob[static_cast<std::size_t>(c)])) {
-        refused[static_cast<std::size_t>(u)] = 1;
-        continue;
-      }
-      id[static_cast<std::size_t>(c)] = static_cast<node_id>(parent.size());
-      parent.push_back(pu);
-      token.push_back(full.tree.token(c));
-    }
-    REQUIRE(kept.size() == static_cast<std::int32_t>(parent.size()));
-    for (node_id i = 0; i < kept.size(); ++i) {
-      CHECK(kept.tree.parent(i) == parent[static_cast<std::size_t>(i)]);
-      CHECK(kept.tree.token(i) == token[static_cast<std::size_t>(i)]);
-    }
+    // Every shape node with children is expanded (no expand rule).
+    check_cut(kept, brute_force_cut(full, shape, keep, [](node_id, std::int32_t, float) { return true; }));
   }
   for (const draft_mode mode : {draft_mode::iid, draft_mode::without_replacement}) {
     static_tree_builder ss({.shape = full_shape({2, 2}), .mode = mode, .vocab_size = 9});
@@ -358,45 +389,11 @@ TEST_CASE("an expansion filter drafts no children for the nodes it refuses, and 
     d.calls = 0;
     REQUIRE(sb.build(d, round, kept, filter{keep_rule, expand_rule, &asked}).ok());
     CHECK(std::is_sorted(asked.begin(), asked.end()));  // level by level
-    // Brute force over the full tree (level order): a node is expanded when
-    // it was kept, its shape node has children and the filter expands it; a
-    // child of an expanded node stays while no earlier sibling was refused
-    // and the filter keeps it.
-    std::vector<node_id> id(static_cast<std::size_t>(full.size()), -1);
-    std::vector<char> refused(static_cast<std::size_t>(full.size()), 0), expanded(refused);
-    std::vector<node_id> parent{-1};
-    std::vector<token_id> token{full.tree.token(0)};
-    int calls = 0;
-    id[0] = 0;
-    const auto decide = [&](node_id c) {  // c kept: is it expanded?
-      const bool has_kids = std::find(shape.begin() + c + 1, shape.end(), c) != shape.end();
-      const float q = c == 0 ? 1.0f : full.prob[static_cast<std::size_t>(c)];
-      expanded[static_cast<std::size_t>(c)] =
-          has_kids && expand_rule(id[static_cast<std::size_t>(c)], full.tree.depth(c), q) ? 1 : 0;
-      calls += expanded[static_cast<std::size_t>(c)];
-    };
-    decide(0);
-    for (node_id c = 1; c < full.size(); ++c) {
-      const node_id u = full.tree.parent(c);
-      const node_id pu = id[static_cast<std::size_t>(u)];
-      if (pu < 0 || !expanded[static_cast<std::size_t>(u)] || refused[static_cast<std::size_t>(u)]) continue;
-      if (!keep_rule(pu, full.tree.depth(c), full.tree.token(c), full.prob[static_cast<std::size_t>(c)])) {
-        refused[static_cast<std::size_t>(u)] = 1;
-        continue;
-      }
-      id[static_cast<std::size_t>(c)] = static_cast<node_id>(parent.size());
-      parent.push_back(pu);
-      token.push_back(full.tree.token(c));
-      decide(c);
-    }
     INFO("trial " << trial);
-    REQUIRE(kept.size() == static_cast<std::int32_t>(parent.size()));
-    for (node_id i = 0; i < kept.size(); ++i) {
-      CHECK(kept.tree.parent(i) == parent[static_cast<std::size_t>(i)]);
-      CHECK(kept.tree.token(i) == token[static_cast<std::size_t>(i)]);
-    }
+    const cut_tree want = brute_force_cut(full, shape, keep_rule, expand_rule);
+    check_cut(kept, want);
     // The drafter ran for the expanded nodes only.
-    CHECK(d.calls == calls);
+    CHECK(d.calls == want.calls);
     CHECK(d.calls <= all_calls);
   }
 }
