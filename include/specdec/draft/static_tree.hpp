@@ -54,14 +54,20 @@ struct static_tree_options {
 template <class K>
 concept child_filter = std::predicate<K&, const drafted_tree&, node_id, token_id, float>;
 
-//! A child filter that also decides, before a level's drafter call, which
-//! nodes of the level are expanded: keep.expand(tree so far, node id, its
-//! depth). A node refused gets no drafter row and no children, so a stop
-//! that would refuse the children anyway does not pay for drafting them.
+//! Decides, before a level's drafter call, which nodes of the level are
+//! expanded: keep.expand(tree so far, node id, its depth). A node refused
+//! gets no drafter row and no children. Lossless in every draft mode: the
+//! decision is made from earlier levels' drafts, before the children are
+//! drawn (as min_path_probability).
 template <class K>
-concept expansion_filter = child_filter<K> && requires(K& k, const drafted_tree& t, node_id u, std::int32_t depth) {
+concept level_filter = requires(K& k, const drafted_tree& t, node_id u, std::int32_t depth) {
   { k.expand(t, u, depth) } -> std::convertible_to<bool>;
 };
+
+//! A child filter that is also a level filter, so that a stop that would
+//! refuse the children anyway does not pay for drafting them.
+template <class K>
+concept expansion_filter = child_filter<K> && level_filter<K>;
 
 //! Grows the static shape level by level with one level-drafter call per
 //! depth. A node that gets fewer tokens than its shape asks for (top-k or
@@ -85,25 +91,26 @@ class static_tree_builder : public owning_build<static_tree_builder> {
     return build(d, round, out, keep_every_child{});
   }
 
-  //! As build(), deterministic mode only, and each drawn child is first
-  //! offered to `keep(out, parent, token, q)` (its parent's node id in `out`,
-  //! its token, its draft probability): a child refused is not added, nor are
-  //! the later (less probable) children of its parent, nor anything below
-  //! them. Lossless: top-k children and the choice are functions of the draft
-  //! rows, never of the target, and a deterministic draft may be any such
-  //! function (docs/loop.md). keep is called in the order children are added,
-  //! so a kept child's node id is out.size() at the call. An
-  //! expansion_filter is also asked, for each node of a level that the
-  //! shape expands, whether to expand it (before the level's drafter call,
-  //! in node id order); a node refused is drafted no children. Lossless
-  //! for the same reason.
-  //! Errors: as build(); invalid_argument for a sampled mode.
-  template <any_drafter D, child_filter Keep>
+  //! As build(), with a filter. A child_filter (deterministic mode only):
+  //! each drawn child is first offered to `keep(out, parent, token, q)` (its
+  //! parent's node id in `out`, its token, its draft probability): a child
+  //! refused is not added, nor are the later (less probable) children of its
+  //! parent, nor anything below them. Lossless: top-k children and the choice
+  //! are functions of the draft rows, never of the target, and a
+  //! deterministic draft may be any such function (docs/loop.md). keep is
+  //! called in the order children are added, so a kept child's node id is
+  //! out.size() at the call. A level_filter (every mode) is asked, for each
+  //! node of a level that the shape expands, whether to expand it (before
+  //! the level's drafter call, in node id order); a node refused is drafted
+  //! no children.
+  //! Errors: as build(); invalid_argument for a child filter in a sampled mode.
+  template <any_drafter D, class Keep>
+    requires child_filter<Keep> || level_filter<Keep>
   status build(D& d, const draft_round& round, drafted_tree& out, Keep&& keep) {
     SPECDEC_TRY(prepare());
     if (opt_.mode == draft_mode::leaf)
       return make_status(status_code::invalid_argument, "draft mode leaf draws nothing");
-    if constexpr (!std::same_as<std::remove_cvref_t<Keep>, keep_every_child>)
+    if constexpr (child_filter<Keep> && !std::same_as<std::remove_cvref_t<Keep>, keep_every_child>)
       if (opt_.mode != draft_mode::deterministic)
         return make_status(status_code::invalid_argument, "a child filter needs deterministic drafts");
     const auto n = static_cast<std::int32_t>(opt_.shape.size());
@@ -127,7 +134,7 @@ class static_tree_builder : public owning_build<static_tree_builder> {
           const std::int32_t k =
               first_child_[static_cast<std::size_t>(s) + 1] - first_child_[static_cast<std::size_t>(s)];
           if (k == 0 || pruned(out, begin + static_cast<node_id>(i), depth)) continue;
-          if constexpr (expansion_filter<Keep>)
+          if constexpr (level_filter<Keep>)
             if (!keep.expand(std::as_const(out), begin + static_cast<node_id>(i), depth)) continue;
           lv_.nodes.push_back(begin + static_cast<node_id>(i));
           shape_of_.push_back(s);
@@ -227,7 +234,8 @@ class static_tree_builder : public owning_build<static_tree_builder> {
     const float base = out.tree.score(u);
     const std::int32_t c0 = first_child_[static_cast<std::size_t>(s)];
     for (std::int32_t j = 0; j < got; ++j) {
-      if (!keep(out, u, tok_[static_cast<std::size_t>(j)], val_[static_cast<std::size_t>(j)])) return;
+      if constexpr (child_filter<Keep>)
+        if (!keep(out, u, tok_[static_cast<std::size_t>(j)], val_[static_cast<std::size_t>(j)])) return;
       out.add(u, tok_[static_cast<std::size_t>(j)], val_[static_cast<std::size_t>(j)],
               base + detail::log_prob(val_[static_cast<std::size_t>(j)]), opt_.mode);
       next_.push_back(child_[static_cast<std::size_t>(c0 + j)]);

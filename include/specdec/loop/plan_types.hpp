@@ -56,11 +56,12 @@ struct planner_options {
   //! greedy chains that the target accepted almost always (demo models, T = 0: 2.0 tokens per
   //! round instead of 4.7, 12-20% slower; T = 1: 3% slower).
   bool prune = false;
-  //! The confidence stop, for deterministic drafts (planned_tree_builder in draft_mode::deterministic):
-  //! a planned chain is drafted up to stop_extend levels deeper than planned, and a child past the
-  //! planned depth is kept only while its path's chance of acceptance, from the drafter's confidences
-  //! as past rounds calibrated them, pays for one more node at the plan's predicted tokens per
-  //! second; the first child refused ends its branch (round_planner::keep_child).
+  //! The confidence stop (planned_tree_builder): a planned chain is drafted up to stop_extend levels
+  //! deeper than planned, and a level past the planned depth is drafted, and a deterministic child
+  //! there kept, only while its path's chance of acceptance, from the drafter's confidences as past
+  //! rounds calibrated them, pays for one more node at the plan's predicted tokens per second; the
+  //! first child refused ends its branch (round_planner::expand_node, keep_child). Sampled chains
+  //! keep every child drawn and are also stopped within the planned depth.
   bool confidence_stop = true;
   std::int32_t stop_extend = 2;  //!< levels a planned chain is drafted past its depth with confidence_stop (0 .. 64)
   //! Root-only rounds timed (after the first, dropped) before any speculation (>= 0): every

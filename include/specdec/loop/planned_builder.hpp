@@ -71,18 +71,22 @@ class planned_tree_builder : public owning_build<planned_tree_builder> {
     so.shape.assign(p.shape.begin(), p.shape.end());
     so.min_path_probability.assign(p.min_path_probability.begin(), p.min_path_probability.end());
     const planner_options& po = planner_.options();
-    if (so.mode != draft_mode::deterministic || !po.confidence_stop || p.summary.kind == plan_kind::fixed)
+    // Sampled drafts are stopped on a lone chain only (where it was measured).
+    const bool sampled = so.mode != draft_mode::deterministic;
+    const bool chain = p.summary.kind == plan_kind::chain && !batched;
+    if (!po.confidence_stop || p.summary.kind == plan_kind::fixed || (sampled && !chain))
       return static_.build(d, round, out);
     // A chain drafts stop_extend levels past its plan, for the stop to cut
     // where this round's confidences say (within the budget, the depth cap
     // and the request's horizon; not in a batch, whose budget is shared).
-    if (p.summary.kind == plan_kind::chain && !batched)
+    if (chain)
       for (std::int32_t k = 0; k < po.stop_extend; ++k) {
         const auto depth = static_cast<std::int32_t>(so.shape.size());  // a chain's next depth
         if (depth >= po.max_nodes || depth > po.max_depth || planner_.past_horizon(depth)) break;
         so.shape.push_back(depth - 1);
       }
-    planner_.start_draft();
+    planner_.start_draft(sampled);
+    if (sampled) return static_.build(d, round, out, level_stop{&planner_});
     return static_.build(d, round, out, stop_filter{&planner_});
   }
 
@@ -107,6 +111,20 @@ class planned_tree_builder : public owning_build<planned_tree_builder> {
       return p->keep_child(u, t.tree.depth(u) + 1, q);
     }
     bool expand(const drafted_tree& t, node_id u, std::int32_t depth) const {
+      return p->expand_node(u, depth, u == 0 ? 1.0f : t.prob[static_cast<std::size_t>(u)]);
+    }
+  };
+
+  // Sampled drafts: every drawn child is kept (a refusal that depends on
+  // its own token would bias the draft law verification corrects), and
+  // the stop only decides, before a level is drawn, which nodes get
+  // children, from the confidences of the nodes drawn so far.
+  struct level_stop {
+    round_planner* p;
+    node_id noted = 1;  // the next drafted node whose reach the planner has not recorded
+    bool expand(const drafted_tree& t, node_id u, std::int32_t depth) {
+      for (; noted <= u && noted < t.size(); ++noted)
+        p->note_child(t.tree.parent(noted), t.tree.depth(noted), t.prob[static_cast<std::size_t>(noted)]);
       return p->expand_node(u, depth, u == 0 ? 1.0f : t.prob[static_cast<std::size_t>(u)]);
     }
   };
