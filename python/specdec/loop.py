@@ -47,9 +47,12 @@ class RoundPlanner:
         """The plan of the next round."""
         return _plan(self._p.next())
 
-    def start_draft(self) -> None:
-        """Before drafting a round of the current plan with :meth:`keep_child`."""
-        self._p.start_draft()
+    def start_draft(self, sampled: bool = False) -> None:
+        """Before drafting a round of the current plan with the confidence
+        stop: deterministically (:meth:`keep_child`, :meth:`expand_node`)
+        or, with `sampled`, by sampling (:meth:`note_child`,
+        :meth:`expand_node`)."""
+        self._p.start_draft(sampled)
 
     def keep_child(self, parent: int, depth: int, q: float) -> bool:
         """While drafting the current plan deterministically, children in
@@ -61,14 +64,23 @@ class RoundPlanner:
         may be drafted up to ``stop_extend`` levels past its plan this way."""
         return self._p.keep_child(parent, depth, q)
 
+    def note_child(self, parent: int, depth: int, q: float) -> None:
+        """While drafting the current plan by sampling, children in the
+        order they are drawn: records the child drawn with confidence `q`
+        under node `parent`, at `depth`, for :meth:`expand_node`. A sampled
+        child is always kept: refusing it for its own token would bias the
+        drafts that verification corrects."""
+        self._p.note_child(parent, depth, q)
+
     def expand_node(self, node: int, depth: int, q: float) -> bool:
-        """While drafting the current plan deterministically, before a
-        level's drafter call: whether kept node `node` at `depth`, drafted
-        with confidence `q` (1 for the root), is worth drafting children
-        for. True within the planned depth; past it only while the path's
-        reach times its child's calibrated chance at `q` pays for the
-        level's drafter call and one node, so that a level the confidence
-        stop would refuse is not drafted at all."""
+        """While drafting the current plan, before a level's drafter call:
+        whether node `node` at `depth`, drafted with confidence `q` (1 for
+        the root), is worth drafting children for: while the path's reach
+        times its child's calibrated chance at `q` pays for the level's
+        drafter call and one node, so that a level the confidence stop
+        would refuse is not drafted at all. Deterministic drafts are always
+        expanded within the planned depth; sampled ones are priced at every
+        depth below the root."""
         return self._p.expand_node(node, depth, q)
 
     def plan_drafted(self, parent: Any, draft_prob: Any) -> Plan:

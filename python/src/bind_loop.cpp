@@ -84,8 +84,9 @@ void bind_loop(nb::module_& m) {
           arg("min_gain") = 0.0, arg("draft_bonus") = 0.5, arg("expected_acceptance") = true,
           arg("confidence_stop") = true, arg("stop_extend") = 2)
       .def("next", [](round_planner& p) { return plan_tuple(p.next()); })
-      .def("start_draft", &round_planner::start_draft)
+      .def("start_draft", &round_planner::start_draft, arg("sampled") = false)
       .def("keep_child", &round_planner::keep_child, arg("parent"), arg("depth"), arg("q"))
+      .def("note_child", &round_planner::note_child, arg("parent"), arg("depth"), arg("q"))
       .def("expand_node", &round_planner::expand_node, arg("node"), arg("depth"), arg("q"))
       .def(
           "plan_drafted",

@@ -175,6 +175,16 @@ def test_confidence_stop_past_the_planned_depth():
     assert not p.expand_node(depth, depth, 0.0)
     assert not p.keep_child(depth, depth + 1, 0.0)
     assert p.keep_child(depth, depth + 1, 1.0)
+    # Sampled drafts: every child kept and recorded, every level below the
+    # root priced, planned or not.
+    p.start_draft(sampled=True)
+    assert p.expand_node(0, 0, 0.0)
+    p.note_child(0, 1, 0.0)
+    assert not p.expand_node(1, 1, 0.0)
+    p.start_draft(True)
+    for d in range(1, depth + 1):
+        p.note_child(d - 1, d, 1.0)
+        assert p.expand_node(d, d, 1.0)
     off = specdec.RoundPlanner(confidence_stop=False)
     off.next()
     off.start_draft()

@@ -40,6 +40,13 @@ struct expand_only {  // expand() without the child rule
   bool expand(const drafted_tree&, node_id, std::int32_t) const { return true; }
 };
 static_assert(!expansion_filter<expand_only>);
+static_assert(level_filter<expand_only> && !child_filter<expand_only>);
+static_assert(level_filter<expand_even>);
+static_assert(!level_filter<decltype(keep_all)>);
+struct expand_without_depth {
+  bool expand(const drafted_tree&, node_id) const { return true; }
+};
+static_assert(!level_filter<expand_without_depth>);
 
 // Full tree with widths[d] children per node at depth d, in level order.
 std::vector<node_id> full_shape(const std::vector<int>& widths) {
@@ -395,5 +402,89 @@ TEST_CASE("an expansion filter drafts no children for the nodes it refuses, and 
     // The drafter ran for the expanded nodes only.
     CHECK(d.calls == want.calls);
     CHECK(d.calls <= all_calls);
+  }
+}
+
+namespace {
+// `shape` without the descendants of node c (c stays, as a leaf), renumbered
+// in the same level order.
+std::vector<node_id> cut_below(const std::vector<node_id>& shape, node_id c) {
+  std::vector<node_id> out, id(shape.size(), -1);
+  std::vector<char> gone(shape.size(), 0);
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    const node_id p = shape[i];
+    if (p >= 0 && (p == c || gone[static_cast<std::size_t>(p)])) {
+      gone[i] = 1;
+      continue;
+    }
+    id[i] = static_cast<node_id>(out.size());
+    out.push_back(p < 0 ? -1 : id[static_cast<std::size_t>(p)]);
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("a level filter draws children only for the nodes it expands, in every draft mode") {
+  const std::uint64_t seed = 20261203;
+  std::printf("static tree level filter: seed %llu\n", static_cast<unsigned long long>(seed));
+  draft_test::path_drafter d{.V = 9, .seed = 10};
+  const std::vector<node_id> shape = full_shape({3, 2, 2});
+  const draft_round round{.root_token = 5, .rng = rng_stream{seed, 3}};
+  std::mt19937_64 rng(seed);
+  for (const draft_mode mode : {draft_mode::iid, draft_mode::without_replacement, draft_mode::deterministic}) {
+    INFO("mode " << static_cast<int>(mode));
+    static_tree_builder sb({.shape = shape, .mode = mode, .vocab_size = 9});
+    drafted_tree full, kept, want;
+    REQUIRE(sb.build(d, round, full).ok());
+    // Expanding every node is the plain build, draws included.
+    REQUIRE(sb.build(d, round, kept, expand_only{}).ok());
+    CHECK(kept.tree == full.tree);
+    CHECK(kept.prob == full.prob);
+    for (int trial = 0; trial < 40; ++trial) {
+      INFO("trial " << trial);
+      const double cut = std::uniform_real_distribution<double>(0.0, 0.4)(rng);
+      const int mod = 2 + trial % 4;
+      // A pure function of what the builder passes: the node's id, depth and draw.
+      const auto rule = [&](node_id u, std::int32_t depth, float q) {
+        return (u + depth + trial) % mod != 0 && q >= cut;
+      };
+      struct filter {
+        decltype(rule)& e;
+        std::vector<std::int32_t>* asked;
+        bool expand(const drafted_tree& t, node_id u, std::int32_t depth) const {
+          asked->push_back(depth);
+          return u < t.size() && t.tree.depth(u) == depth &&
+                 e(u, depth, u == 0 ? 1.0f : t.prob[static_cast<std::size_t>(u)]);
+        }
+      };
+      std::vector<std::int32_t> asked;
+      d.calls = 0;
+      REQUIRE(sb.build(d, round, kept, filter{rule, &asked}).ok());
+      const int calls = d.calls;
+      CHECK(std::is_sorted(asked.begin(), asked.end()));  // level by level
+      // Brute force: the plain build of the shape cut below the first node
+      // (lowest id, so lowest level) that the rule refuses, until none is:
+      // a cut changes nothing at or above the cut node's level, and draws
+      // are keyed by node id, which the filtered build assigns alike.
+      std::vector<node_id> s = shape;
+      for (;;) {
+        static_tree_builder ref({.shape = s, .mode = mode, .vocab_size = 9});
+        REQUIRE(ref.build(d, round, want).ok());
+        REQUIRE(want.size() == static_cast<std::int32_t>(s.size()));  // nothing dropped: every token drawable
+        node_id c = -1;
+        for (node_id u = 0; u < want.size() && c < 0; ++u) {
+          const bool has_kids = std::find(s.begin() + u + 1, s.end(), u) != s.end();
+          if (has_kids && !rule(u, want.tree.depth(u), u == 0 ? 1.0f : want.prob[static_cast<std::size_t>(u)])) c = u;
+        }
+        if (c < 0) break;
+        s = cut_below(s, c);
+      }
+      CHECK(kept.tree == want.tree);
+      CHECK(kept.prob == want.prob);
+      // The drafter ran for the expanded nodes only.
+      int expanded = 0;
+      for (node_id u = 0; u < want.size(); ++u) expanded += std::find(s.begin() + u + 1, s.end(), u) != s.end() ? 1 : 0;
+      CHECK(calls == expanded);
+    }
   }
 }

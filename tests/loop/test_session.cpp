@@ -372,7 +372,8 @@ struct target_peeking_builder {
 };
 
 // Cuts sampled drafts by their own confidence (what static_tree_builder's
-// child filter refuses for sampled modes): an i.i.d. chain's first draft is
+// child filter refuses for sampled modes; its level filter decides before
+// the draw): an i.i.d. chain's first draft is
 // dropped, with all below it, when the drafter gave it less than 0.5 (at the
 // first round's root: token 0, q = 0.43). The kept drafts are then no longer
 // draws from q.
@@ -396,14 +397,19 @@ TEST_CASE("planned rounds keep the target's law; planning from this round's targ
   const std::pair<draft_mode, std::int32_t> cases[] = {{draft_mode::iid, 3},
                                                        {draft_mode::deterministic, 3},
                                                        {draft_mode::without_replacement, 3},
-                                                       {draft_mode::deterministic, 1}};
+                                                       {draft_mode::deterministic, 1},
+                                                       {draft_mode::iid, 1}};
   for (const auto& [mode, kids] : cases) {
     std::map<std::pair<int, int>, int> shapes;
-    int extended = 0, stopped = 0;  // chains drafted past their plan; chains whose extension the stop refused
+    // Chains drafted past their plan; chains whose extension the stop
+    // refused; chains it cut within their plan (sampled drafts only).
+    int extended = 0, stopped = 0, cut = 0;
     const auto f =
         loop_law(law_planner(mode, kids), ld, options(3, 0, 64), 2, L, trials, seed, [&](const round_stats& st) {
           ++shapes[{st.plan.nodes, st.plan.depth}];
-          if (st.plan.kind != plan_kind::chain || st.plan.depth < 1 || st.plan.depth >= 3) return;
+          if (st.plan.kind != plan_kind::chain || st.plan.depth < 1) return;
+          cut += st.tree_depth < st.plan.depth ? 1 : 0;
+          if (st.plan.depth >= 3) return;
           extended += st.tree_depth > st.plan.depth ? 1 : 0;
           stopped += st.tree_depth == st.plan.depth ? 1 : 0;
         });
@@ -415,9 +421,11 @@ TEST_CASE("planned rounds keep the target's law; planning from this round's targ
     std::printf("\n");
     CHECK(shapes.size() >= (kids == 1 ? 2u : 3u));  // the plans did change from round to round
     if (kids == 1) {                                // the confidence stop both kept and cut extensions
-      std::printf("  chains drafted past their plan: %d rounds; extension refused: %d rounds\n", extended, stopped);
+      std::printf("  chains drafted past their plan: %d rounds; extension refused: %d rounds; cut within it: %d\n",
+                  extended, stopped, cut);
       CHECK(extended > 0);
       CHECK(stopped > 0);
+      if (mode != draft_mode::deterministic) CHECK(cut > 0);  // (greedy chains are cut by `prune` only)
     }
     CHECK_FALSE(f.impossible);
     CHECK(f.p_value > 1e-4);
@@ -444,7 +452,8 @@ TEST_CASE("planned rounds keep the target's law; planning from this round's targ
                           options(3, 0, 64), 1, L, trials, seed + 1);
   report("NEGATIVE plan from this round's target rows", g);
   CHECK(g.p_value < 1e-6);
-  // Why the confidence stop cuts deterministic drafts only.
+  // Why the confidence stop refuses no sampled child (it may only decline
+  // to draw a level).
   const auto h = loop_law(sampled_cut_builder{}, ld, options(3, 0, 64), 1, L, trials, seed + 3);
   report("NEGATIVE sampled drafts cut by their confidence", h);
   CHECK(h.p_value < 1e-6);

@@ -105,8 +105,8 @@ class static_tree_builder : public owning_build<static_tree_builder> {
   //! no children.
   //! Errors: as build(); invalid_argument for a child filter in a sampled mode.
   template <any_drafter D, class Keep>
-    requires child_filter<Keep> || level_filter<Keep>
-  status build(D& d, const draft_round& round, drafted_tree& out, Keep&& keep) {
+  requires child_filter<Keep> || level_filter<Keep> status build(D& d, const draft_round& round, drafted_tree& out,
+                                                                 Keep&& keep) {
     SPECDEC_TRY(prepare());
     if (opt_.mode == draft_mode::leaf)
       return make_status(status_code::invalid_argument, "draft mode leaf draws nothing");
