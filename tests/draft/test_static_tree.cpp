@@ -47,6 +47,8 @@ struct expand_without_depth {
   bool expand(const drafted_tree&, node_id) const { return true; }
 };
 static_assert(!level_filter<expand_without_depth>);
+static_assert(draft_filter<expand_only> && draft_filter<expand_even> && draft_filter<decltype(keep_all)>);
+static_assert(!draft_filter<expand_without_depth> && !draft_filter<int>);
 
 // Full tree with widths[d] children per node at depth d, in level order.
 std::vector<node_id> full_shape(const std::vector<int>& widths) {

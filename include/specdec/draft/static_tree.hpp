@@ -69,6 +69,11 @@ concept level_filter = requires(K& k, const drafted_tree& t, node_id u, std::int
 template <class K>
 concept expansion_filter = child_filter<K> && level_filter<K>;
 
+//! What static_tree_builder::build takes as a filter: a child filter, a
+//! level filter or both.
+template <class K>
+concept draft_filter = child_filter<K> || level_filter<K>;
+
 //! Grows the static shape level by level with one level-drafter call per
 //! depth. A node that gets fewer tokens than its shape asks for (top-k or
 //! without replacement over fewer positive-probability tokens) drops the
@@ -104,9 +109,8 @@ class static_tree_builder : public owning_build<static_tree_builder> {
   //! the level's drafter call, in node id order); a node refused is drafted
   //! no children.
   //! Errors: as build(); invalid_argument for a child filter in a sampled mode.
-  template <any_drafter D, class Keep>
-  requires child_filter<Keep> || level_filter<Keep> status build(D& d, const draft_round& round, drafted_tree& out,
-                                                                 Keep&& keep) {
+  template <any_drafter D, draft_filter Keep>
+  status build(D& d, const draft_round& round, drafted_tree& out, Keep&& keep) {
     SPECDEC_TRY(prepare());
     if (opt_.mode == draft_mode::leaf)
       return make_status(status_code::invalid_argument, "draft mode leaf draws nothing");
