@@ -108,14 +108,17 @@ BENCHMARK(BM_static_tree_41)
 // A deterministic chain of 10 drafts without a filter (filter 0), with a
 // child filter that keeps every child (1) and with an expansion filter that
 // also expands every node (2; static_tree_builder::build(d, round, out,
-// keep)): what the filters' calls cost; bytes = the drafter rows read.
+// keep)); an i.i.d. chain without a filter (3) and with a level filter
+// that expands every node (4, the sampled confidence stop's kind): what
+// the filters' calls cost; bytes = the drafter rows read.
 void BM_static_chain_filter(benchmark::State& st) {
   const std::int64_t V = st.range(0);
   const std::int64_t filter = st.range(1);
   pooled_drafter d(V);
   std::vector<specdec::node_id> shape(11);
   for (std::size_t i = 0; i < shape.size(); ++i) shape[i] = static_cast<specdec::node_id>(i) - 1;
-  specdec::static_tree_builder b({.shape = shape, .mode = specdec::draft_mode::deterministic, .vocab_size = V});
+  const auto mode = filter >= 3 ? specdec::draft_mode::iid : specdec::draft_mode::deterministic;
+  specdec::static_tree_builder b({.shape = shape, .mode = mode, .vocab_size = V});
   specdec::drafted_tree t;
   specdec::draft_round r;
   r.root_token = 1;
@@ -135,8 +138,18 @@ void BM_static_chain_filter(benchmark::State& st) {
       return u >= 0;
     }
   };
+  struct level_all {
+    std::int64_t* judged;
+    bool expand(const specdec::drafted_tree&, specdec::node_id u, std::int32_t) const {
+      ++*judged;
+      return u >= 0;
+    }
+  };
+  std::uint32_t round = 0;
   for (auto _ : st) {
-    const specdec::status s = filter == 2   ? b.build(d, r, t, expand_all{&judged})
+    r.rng = specdec::rng_stream{7, 0, round++};
+    const specdec::status s = filter == 4   ? b.build(d, r, t, level_all{&judged})
+                              : filter == 2 ? b.build(d, r, t, expand_all{&judged})
                               : filter == 1 ? b.build(d, r, t, keep)
                                             : b.build(d, r, t);
     if (!s.ok()) st.SkipWithError("build failed");
@@ -147,7 +160,7 @@ void BM_static_chain_filter(benchmark::State& st) {
   st.counters["judged"] = static_cast<double>(judged) / static_cast<double>(std::max<std::int64_t>(st.iterations(), 1));
 }
 BENCHMARK(BM_static_chain_filter)
-    ->ArgsProduct({{32000}, {0, 1, 2}})
+    ->ArgsProduct({{32000}, {0, 1, 2, 3, 4}})
     ->ArgNames({"V", "filter"})
     ->Unit(benchmark::kMicrosecond);
 
