@@ -373,10 +373,9 @@ struct target_peeking_builder {
 
 // Cuts sampled drafts by their own confidence (what static_tree_builder's
 // child filter refuses for sampled modes; its level filter decides before
-// the draw): an i.i.d. chain's first draft is
-// dropped, with all below it, when the drafter gave it less than 0.5 (at the
-// first round's root: token 0, q = 0.43). The kept drafts are then no longer
-// draws from q.
+// the draw): an i.i.d. chain's first draft is dropped, with all below it,
+// when the drafter gave it less than 0.5 (at the first round's root: token
+// 0, q = 0.43). The kept drafts are then no longer draws from q.
 struct sampled_cut_builder {
   static_tree_builder b{{.shape = {-1, 0, 1}, .mode = draft_mode::iid, .vocab_size = 3}};
   status build(looptest::level_drafter& d, const draft_round& r, drafted_tree& out) {
