@@ -307,6 +307,17 @@ cut_tree brute_force_cut(const drafted_tree& full, const std::vector<node_id>& s
   }
   return r;
 }
+// A level filter asking `rule(node, depth, q)` (q = 1 for the root) of
+// each node the builder offers, recording the depths asked in order.
+template <class Rule>
+struct recorded_level_rule {
+  Rule& e;
+  std::vector<std::int32_t>* asked;
+  bool expand(const drafted_tree& t, node_id u, std::int32_t depth) const {
+    asked->push_back(depth);
+    return u < t.size() && t.tree.depth(u) == depth && e(u, depth, u == 0 ? 1.0f : t.prob[static_cast<std::size_t>(u)]);
+  }
+};
 void check_cut(const drafted_tree& kept, const cut_tree& want) {
   REQUIRE(kept.size() == static_cast<std::int32_t>(want.parent.size()));
   for (node_id i = 0; i < kept.size(); ++i) {
@@ -381,22 +392,15 @@ TEST_CASE("an expansion filter drafts no children for the nodes it refuses, and 
     const auto expand_rule = [&](node_id u, std::int32_t depth, float q) {
       return (u + depth + trial) % mod != 0 && q >= 0.5 * cut;
     };
-    struct filter {
+    struct filter : recorded_level_rule<decltype(expand_rule)> {
       decltype(keep_rule)& k;
-      decltype(expand_rule)& e;
-      std::vector<std::int32_t>* asked;  // depths asked, in order
       bool operator()(const drafted_tree& t, node_id parent, token_id token, float q) const {
         return k(parent, t.tree.depth(parent) + 1, token, q);
-      }
-      bool expand(const drafted_tree& t, node_id u, std::int32_t depth) const {
-        asked->push_back(depth);
-        return u < t.size() && t.tree.depth(u) == depth &&
-               e(u, depth, u == 0 ? 1.0f : t.prob[static_cast<std::size_t>(u)]);
       }
     };
     std::vector<std::int32_t> asked;
     d.calls = 0;
-    REQUIRE(sb.build(d, round, kept, filter{keep_rule, expand_rule, &asked}).ok());
+    REQUIRE(sb.build(d, round, kept, filter{{expand_rule, &asked}, keep_rule}).ok());
     CHECK(std::is_sorted(asked.begin(), asked.end()));  // level by level
     INFO("trial " << trial);
     const cut_tree want = brute_force_cut(full, shape, keep_rule, expand_rule);
@@ -450,18 +454,9 @@ TEST_CASE("a level filter draws children only for the nodes it expands, in every
       const auto rule = [&](node_id u, std::int32_t depth, float q) {
         return (u + depth + trial) % mod != 0 && q >= cut;
       };
-      struct filter {
-        decltype(rule)& e;
-        std::vector<std::int32_t>* asked;
-        bool expand(const drafted_tree& t, node_id u, std::int32_t depth) const {
-          asked->push_back(depth);
-          return u < t.size() && t.tree.depth(u) == depth &&
-                 e(u, depth, u == 0 ? 1.0f : t.prob[static_cast<std::size_t>(u)]);
-        }
-      };
       std::vector<std::int32_t> asked;
       d.calls = 0;
-      REQUIRE(sb.build(d, round, kept, filter{rule, &asked}).ok());
+      REQUIRE(sb.build(d, round, kept, recorded_level_rule<decltype(rule)>{rule, &asked}).ok());
       const int calls = d.calls;
       CHECK(std::is_sorted(asked.begin(), asked.end()));  // level by level
       // Brute force: the plain build of the shape cut below the first node

@@ -882,116 +882,74 @@ TEST_CASE("planner: the confidence stop cuts only past the planned depth, where 
   CHECK(p.expand_node(1, 1, 0.0f));
 }
 
-TEST_CASE("planner: a planned chain drafts no level past its plan that the confidence stop would refuse") {
-  // Every row puts probability q on one token; before any feedback the
-  // calibration reads a draft's chance as q. The curve makes the chain of
-  // two drafts the plan. Confident rows: the chain is drafted stop_extend
-  // levels past it, one drafter call per level kept. Weak rows: the level
-  // past the plan is not even drafted (the builder used to call the
-  // drafter for it and then refuse its child).
-  struct conf_drafter {
-    float q = 0.5f;
-    int calls = 0;
-    std::vector<float> rows{};
-    status level_probabilities(const draft_level& l, view2d<const float>& out) {
-      ++calls;
-      constexpr int V = 8;
-      rows.assign(l.nodes.size() * V, (1.0f - q) / (V - 1));
-      for (std::size_t i = 0; i < l.nodes.size(); ++i) rows[i * V + static_cast<std::size_t>(l.depth % V)] = q;
-      out = make_view<const float>(rows.data(), static_cast<std::int64_t>(l.nodes.size()), V);
-      return status::success();
-    }
-  };
-  const double n[] = {1, 2, 3, 4, 16}, t[] = {1.0, 1.1, 1.2, 3.0, 10.0};
-  for (const float q : {0.99f, 0.3f}) {
-    planned_tree_builder b({.planner = {.max_nodes = 16,
-                                        .max_depth = 12,
-                                        .max_children = 1,
-                                        .prior_accept = 0.9,
-                                        .stop_extend = 2,
-                                        .draft_bonus = 0.0},
-                            .mode = draft_mode::deterministic,
-                            .vocab_size = 8});
-    REQUIRE(b.planner().set_target_cost(n, t).ok());
-    REQUIRE(b.planner().set_drafter_cost(0.0, 0.01, 0.0).ok());
-    REQUIRE(b.planner().set_loop_cost(0.0, 0.0).ok());
-    conf_drafter d{.q = q};
-    draft_round r;
-    r.root_token = 1;
-    drafted_tree out;
-    REQUIRE(b.build(d, r, out).ok());
-    REQUIRE(b.last_plan().kind == plan_kind::chain);
-    const std::int32_t planned = b.last_plan().depth, drafted = out.tree.depth(out.size() - 1);
-    INFO("q " << q << ", planned depth " << planned << ", drafted " << drafted << ", drafter calls " << d.calls);
-    CHECK(planned == 2);
-    CHECK(drafted == (q > 0.5f ? planned + 2 : planned));
-    CHECK(d.calls == drafted);  // no level drafted and then refused
+namespace {
+// Every row puts probability q on one token (the depth's) and shares the
+// rest; before any feedback the calibration reads a draft's chance as q.
+struct conf_drafter {
+  float q = 0.5f;
+  int calls = 0;
+  std::vector<float> rows{};
+  status level_probabilities(const draft_level& l, view2d<const float>& out) {
+    ++calls;
+    constexpr int V = 8;
+    rows.assign(l.nodes.size() * V, (1.0f - q) / (V - 1));
+    for (std::size_t i = 0; i < l.nodes.size(); ++i) rows[i * V + static_cast<std::size_t>(l.depth % V)] = q;
+    out = make_view<const float>(rows.data(), static_cast<std::int64_t>(l.nodes.size()), V);
+    return status::success();
   }
+};
+// Chains only, with injected costs that make the chain of two drafts the plan.
+planned_tree_builder stop_chain_builder(draft_mode mode, bool stop = true) {
+  planned_tree_builder b({.planner = {.max_nodes = 16,
+                                      .max_depth = 12,
+                                      .max_children = 1,
+                                      .prior_accept = 0.9,
+                                      .confidence_stop = stop,
+                                      .stop_extend = 2,
+                                      .draft_bonus = 0.0},
+                          .mode = mode,
+                          .vocab_size = 8});
+  const double n[] = {1, 2, 3, 4, 16}, t[] = {1.0, 1.1, 1.2, 3.0, 10.0};
+  throw_if_error(b.planner().set_target_cost(n, t));
+  throw_if_error(b.planner().set_drafter_cost(0.0, 0.01, 0.0));
+  throw_if_error(b.planner().set_loop_cost(0.0, 0.0));
+  return b;
 }
+}  // namespace
 
-TEST_CASE("planner: a sampled chain draws every child and no level whose reach does not pay, planned or not") {
-  // As above, drafting i.i.d.: each level draws the row's confident token
-  // (probability q) or another (probability (1 - q) / 7). Confident rows:
-  // the chain runs stop_extend levels past its plan of two drafts. Weak
-  // rows: after the first draft no level pays, not even the planned
-  // second. Every drawn child is kept: the tree ends where a level was not
-  // drawn, never at a refused child.
-  struct conf_drafter {
-    float q = 0.5f;
-    int calls = 0;
-    std::vector<float> rows{};
-    status level_probabilities(const draft_level& l, view2d<const float>& out) {
-      ++calls;
-      constexpr int V = 8;
-      rows.assign(l.nodes.size() * V, (1.0f - q) / (V - 1));
-      for (std::size_t i = 0; i < l.nodes.size(); ++i) rows[i * V + static_cast<std::size_t>(l.depth % V)] = q;
-      out = make_view<const float>(rows.data(), static_cast<std::int64_t>(l.nodes.size()), V);
-      return status::success();
+TEST_CASE("planner: the confidence stop drafts no level it would refuse; sampled chains keep every child drawn") {
+  // Confident rows: the chain of two planned drafts runs stop_extend levels
+  // past its plan, one drafter call per level. Weak rows, greedy: the level
+  // past the plan is not even drafted (the builder used to call the drafter
+  // for it and then refuse its child). Weak rows, i.i.d. (each level draws
+  // the row's confident token or another): after the first draft no level
+  // pays, not even the planned second. A chain ends where a level was not
+  // drafted: no drawn child is refused.
+  for (const draft_mode mode : {draft_mode::deterministic, draft_mode::iid})
+    for (const float q : {0.999f, 0.3f}) {
+      planned_tree_builder b = stop_chain_builder(mode);
+      conf_drafter d{.q = q};
+      draft_round r;
+      r.root_token = 1;
+      r.rng = rng_stream{20261204, 0, 0};
+      drafted_tree out;
+      REQUIRE(b.build(d, r, out).ok());
+      REQUIRE(b.last_plan().kind == plan_kind::chain);
+      const std::int32_t planned = b.last_plan().depth, drafted = out.tree.depth(out.size() - 1);
+      INFO(draft_mode_name(mode) << ", q " << q << ", planned depth " << planned << ", drafted " << drafted
+                                 << ", drafter calls " << d.calls);
+      CHECK(planned == 2);
+      CHECK(drafted == (q > 0.5f ? planned + 2 : mode == draft_mode::deterministic ? planned : 1));
+      CHECK(d.calls == drafted);
+      for (node_id u = 1; u < out.size(); ++u) CHECK(out.tree.parent(u) == u - 1);
     }
-  };
-  const double n[] = {1, 2, 3, 4, 16}, t[] = {1.0, 1.1, 1.2, 3.0, 10.0};
-  for (const float q : {0.999f, 0.3f}) {
-    planned_tree_builder b({.planner = {.max_nodes = 16,
-                                        .max_depth = 12,
-                                        .max_children = 1,
-                                        .prior_accept = 0.9,
-                                        .stop_extend = 2,
-                                        .draft_bonus = 0.0},
-                            .mode = draft_mode::iid,
-                            .vocab_size = 8});
-    REQUIRE(b.planner().set_target_cost(n, t).ok());
-    REQUIRE(b.planner().set_drafter_cost(0.0, 0.01, 0.0).ok());
-    REQUIRE(b.planner().set_loop_cost(0.0, 0.0).ok());
-    conf_drafter d{.q = q};
-    draft_round r;
-    r.root_token = 1;
-    r.rng = rng_stream{20261204, 0, 0};
-    drafted_tree out;
-    REQUIRE(b.build(d, r, out).ok());
-    REQUIRE(b.last_plan().kind == plan_kind::chain);
-    const std::int32_t planned = b.last_plan().depth, drafted = out.tree.depth(out.size() - 1);
-    INFO("q " << q << ", planned depth " << planned << ", drafted " << drafted << ", drafter calls " << d.calls);
-    CHECK(planned == 2);
-    CHECK(drafted == (q > 0.5f ? planned + 2 : 1));
-    CHECK(d.calls == drafted);  // one draw per level, each drawn child kept
-    for (node_id u = 1; u < out.size(); ++u) CHECK(out.tree.parent(u) == u - 1);
-  }
   // Without the option the plan is drafted as it is.
-  planned_tree_builder off({.planner = {.max_nodes = 16,
-                                        .max_depth = 12,
-                                        .max_children = 1,
-                                        .prior_accept = 0.9,
-                                        .confidence_stop = false,
-                                        .draft_bonus = 0.0},
-                            .mode = draft_mode::iid,
-                            .vocab_size = 8});
-  REQUIRE(off.planner().set_target_cost(n, t).ok());
-  REQUIRE(off.planner().set_drafter_cost(0.0, 0.01, 0.0).ok());
-  REQUIRE(off.planner().set_loop_cost(0.0, 0.0).ok());
+  planned_tree_builder off = stop_chain_builder(draft_mode::iid, false);
   conf_drafter d{.q = 0.3f};
   drafted_tree out;
   REQUIRE(off.build(d, draft_round{.root_token = 1}, out).ok());
-  CHECK(out.tree.depth(out.size() - 1) == off.last_plan().depth);
+  CHECK(off.last_plan().depth == 2);
+  CHECK(out.tree.depth(out.size() - 1) == 2);
 }
 
 TEST_CASE("planned greedy sessions equal plain greedy decoding; same seed and injected costs, same output") {
